@@ -1,0 +1,390 @@
+//! The inverted-dropout family: moments of one unit, of a sum, the kept
+//! count, and the original scheme. Derivations: [`crate::formulas::dropout`].
+//!
+//! Each claim draws, per Monte Carlo sample, two independent training-mode
+//! passes `z` and `z'` of the subject's dropout layer over the claim's `x`,
+//! and reduces them to the statistic whose expectation is the claimed value
+//! (variances through `(t − t')² / 2`, see [`crate::engine::Sampler`]).
+
+use super::{Claim, Shape};
+use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::error::Error;
+use crate::exact::{Oracle, enumerate_masks, unit_expectation};
+use crate::formulas::dropout as f;
+use crate::ops::{Rate, Subject};
+use crate::stats::Estimate;
+
+/// The per-unit configuration: mixed signs, a zero unit (whose output must
+/// be exactly zero) and a large one.
+pub const UNIT_X: [f64; 5] = [0.5, -1.2, 3.0, 0.0, 2.0];
+/// Drop rate of the per-unit claims.
+pub const UNIT_P: f64 = 0.3;
+/// The worked case of the seeds: 512 units equal to one, `p = 0.5`.
+pub const WORKED_X: [f64; 512] = [1.0; 512];
+/// Drop rate of the worked case.
+pub const WORKED_P: f64 = 0.5;
+/// The kept-count configuration: `d = 8`, `p = 0.3`.
+pub const COUNT_X: [f64; 8] = [1.0; 8];
+/// Drop rate of the kept-count claim.
+pub const COUNT_P: f64 = 0.3;
+
+/// One sample: two independent training passes over `x`.
+pub struct Draw<'a> {
+    pub x: &'a [f64],
+    pub z: &'a [f64],
+    pub z_alt: &'a [f64],
+    pub mask: &'a [bool],
+}
+
+/// An exact computation at `(x, rate)`.
+pub type OracleFn = fn(&[f64], Rate) -> Result<Oracle, Error>;
+
+/// A claim of this family: configuration, closed form, oracle, statistic.
+pub struct DropoutClaim {
+    pub id: &'static str,
+    pub formula: &'static str,
+    pub shape: Shape,
+    pub x: &'static [f64],
+    pub p: f64,
+    pub samples: u64,
+    /// The closed form at `(x, rate)`.
+    pub analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
+    /// An independent exact computation, if any.
+    pub oracle: Option<OracleFn>,
+    /// Writes the per-sample statistic (as many values as `analytic`).
+    pub statistic: fn(&Draw, &mut [f64]),
+}
+
+impl DropoutClaim {
+    fn rate(&self) -> Result<Rate, Error> {
+        Rate::new(self.p)
+    }
+}
+
+impl Claim for DropoutClaim {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+    fn family(&self) -> &'static str {
+        "dropout"
+    }
+    fn formula(&self) -> &'static str {
+        self.formula
+    }
+    fn shape(&self) -> Shape {
+        self.shape
+    }
+    fn default_samples(&self) -> u64 {
+        self.samples
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        (self.analytic)(self.x, self.rate()?)
+    }
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        let rate = self.rate()?;
+        self.oracle.map(|o| o(self.x, rate)).transpose()
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        let sampler = PairSampler {
+            subject,
+            x: self.x,
+            p: self.p,
+            dim: self.analytic()?.len(),
+            statistic: self.statistic,
+        };
+        Ok(estimate(&sampler, budget)?.estimates())
+    }
+}
+
+/// Draws two independent training passes of the subject's dropout per sample.
+pub struct PairSampler<'a> {
+    pub subject: &'a Subject<'a>,
+    pub x: &'a [f64],
+    pub p: f64,
+    pub dim: usize,
+    pub statistic: fn(&Draw, &mut [f64]),
+}
+
+/// Working buffers of [`PairSampler`].
+pub struct PairScratch {
+    z: Vec<f64>,
+    z_alt: Vec<f64>,
+    mask: Vec<bool>,
+    mask_alt: Vec<bool>,
+}
+
+impl Sampler for PairSampler<'_> {
+    type Scratch = PairScratch;
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn scratch(&self) -> PairScratch {
+        let d = self.x.len();
+        PairScratch {
+            z: vec![0.0; d],
+            z_alt: vec![0.0; d],
+            mask: vec![false; d],
+            mask_alt: vec![false; d],
+        }
+    }
+    fn draw(&self, rng: &mut Stream, s: &mut PairScratch, out: &mut [f64]) -> Result<(), Error> {
+        let layer = self.subject.dropout;
+        layer.forward_train(self.x, self.p, rng, &mut s.z, &mut s.mask)?;
+        layer.forward_train(self.x, self.p, rng, &mut s.z_alt, &mut s.mask_alt)?;
+        let draw = Draw {
+            x: self.x,
+            z: &s.z,
+            z_alt: &s.z_alt,
+            mask: &s.mask,
+        };
+        (self.statistic)(&draw, out);
+        Ok(())
+    }
+}
+
+fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
+    x.iter().map(|&a| g(a)).collect()
+}
+
+fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
+    let values = per_unit(x, |a| unit_expectation(a, rate, &g));
+    let rounding = values
+        .iter()
+        .map(|v| 8.0 * f64::EPSILON * v.abs())
+        .collect();
+    Oracle { values, rounding }
+}
+
+fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
+    DropoutClaim {
+        id,
+        formula,
+        shape: Shape::Vector,
+        x: &UNIT_X,
+        p: UNIT_P,
+        samples: 1_000_000,
+        analytic: match r {
+            1 => |x, _| Ok(per_unit(x, f::unit_mean)),
+            2 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 2))),
+            3 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 3))),
+            _ => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 4))),
+        },
+        oracle: Some(match r {
+            1 => |x, rate| Ok(unit_oracle(x, rate, |z| z)),
+            2 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z)),
+            3 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z)),
+            _ => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z * z)),
+        }),
+        statistic: match r {
+            1 => |d, out| out.copy_from_slice(d.z),
+            2 => |d, out| power_into(d.z, 2, out),
+            3 => |d, out| power_into(d.z, 3, out),
+            _ => |d, out| power_into(d.z, 4, out),
+        },
+    }
+}
+
+fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
+    for (o, v) in out.iter_mut().zip(z) {
+        *o = v.powi(r);
+    }
+}
+
+fn half_squared_difference(a: f64, b: f64) -> f64 {
+    0.5 * (a - b) * (a - b)
+}
+
+/// `E[S]` (or `Var S` when `variance`) by enumerating all masks of `x`.
+pub fn sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
+    let scale = 1.0 / rate.q();
+    let raw = enumerate_masks(x.len(), rate, 2, |mask, out| {
+        let s: f64 = x
+            .iter()
+            .zip(mask)
+            .filter(|(_, m)| **m)
+            .map(|(v, _)| v * scale)
+            .sum();
+        out[0] = s;
+        out[1] = s * s;
+    })?;
+    Ok(moment_or_variance(raw, variance))
+}
+
+/// The worked case by its kept count alone: all units equal `a`, so
+/// `S = K a / q` with `K ~ Binomial(d, q)`, and
+/// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
+fn equal_units_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
+    let a = x[0];
+    if x.iter().any(|&v| v != a) {
+        return Err(Error::Degenerate {
+            what: "the kept-count oracle needs equal units".into(),
+        });
+    }
+    let pmf = f::kept_count_pmf(x.len() as u64, rate)?;
+    let (mut m1, mut m2, mut mag) = (0.0, 0.0, 0.0);
+    for (k, w) in pmf.iter().enumerate() {
+        let s = k as f64 * a / rate.q();
+        m1 += w * s;
+        m2 += w * s * s;
+        mag += w * s * s;
+    }
+    let rounding = (pmf.len() as f64 + 8.0) * f64::EPSILON * mag.max(m1.abs());
+    let raw = Oracle {
+        values: vec![m1, m2],
+        rounding: vec![rounding, rounding],
+    };
+    Ok(moment_or_variance(raw, variance))
+}
+
+/// Keeps `E[S]`, or turns `(E[S], E[S²])` into `Var S` with its rounding.
+fn moment_or_variance(raw: Oracle, variance: bool) -> Oracle {
+    if variance {
+        let (m1, m2) = (raw.values[0], raw.values[1]);
+        let rounding =
+            raw.rounding[1] + 2.0 * m1.abs() * raw.rounding[0] + 4.0 * f64::EPSILON * m2.abs();
+        Oracle {
+            values: vec![m2 - m1 * m1],
+            rounding: vec![rounding],
+        }
+    } else {
+        Oracle {
+            values: vec![raw.values[0]],
+            rounding: vec![raw.rounding[0]],
+        }
+    }
+}
+
+fn sum_of(z: &[f64]) -> f64 {
+    z.iter().sum()
+}
+
+static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        raw_moment_claim("dropout.mean", "E[z_k] = x_k", 1),
+        raw_moment_claim("dropout.second_moment", "E[z_k^2] = x_k^2 / q", 2),
+        raw_moment_claim("dropout.third_moment", "E[z_k^3] = x_k^3 / q^2", 3),
+        raw_moment_claim("dropout.fourth_moment", "E[z_k^4] = x_k^4 / q^3", 4),
+        DropoutClaim {
+            id: "dropout.variance",
+            formula: "Var z_k = x_k^2 p / q",
+            shape: Shape::Vector,
+            x: &UNIT_X,
+            p: UNIT_P,
+            samples: 1_000_000,
+            analytic: |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
+            oracle: Some(|x, rate| {
+                let m1 = unit_oracle(x, rate, |z| z);
+                let m2 = unit_oracle(x, rate, |z| z * z);
+                let values: Vec<f64> = m2
+                    .values
+                    .iter()
+                    .zip(&m1.values)
+                    .map(|(b, a)| b - a * a)
+                    .collect();
+                let rounding = m2
+                    .values
+                    .iter()
+                    .map(|v| 16.0 * f64::EPSILON * v.abs())
+                    .collect();
+                Ok(Oracle { values, rounding })
+            }),
+            statistic: |d, out| {
+                for ((o, a), b) in out.iter_mut().zip(d.z).zip(d.z_alt) {
+                    *o = half_squared_difference(*a, *b);
+                }
+            },
+        },
+        DropoutClaim {
+            id: "dropout.sum_mean",
+            formula: "E[S] = sum_k x_k",
+            shape: Shape::Scalar,
+            x: &UNIT_X,
+            p: UNIT_P,
+            samples: 1_000_000,
+            analytic: |x, _| Ok(vec![f::sum_mean(x)]),
+            oracle: Some(|x, rate| sum_oracle(x, rate, false)),
+            statistic: |d, out| out[0] = sum_of(d.z),
+        },
+        DropoutClaim {
+            id: "dropout.sum_variance",
+            formula: "Var S = (p/q) sum_k x_k^2",
+            shape: Shape::Scalar,
+            x: &UNIT_X,
+            p: UNIT_P,
+            samples: 1_000_000,
+            analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
+            oracle: Some(|x, rate| sum_oracle(x, rate, true)),
+            statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
+        },
+        DropoutClaim {
+            id: "dropout.worked_512_mean",
+            formula: "d=512, x=1, p=0.5: E[S] = 512",
+            shape: Shape::Scalar,
+            x: &WORKED_X,
+            p: WORKED_P,
+            samples: 200_000,
+            analytic: |x, _| Ok(vec![f::sum_mean(x)]),
+            oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, false)),
+            statistic: |d, out| out[0] = sum_of(d.z),
+        },
+        DropoutClaim {
+            id: "dropout.worked_512_variance",
+            formula: "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
+            shape: Shape::Scalar,
+            x: &WORKED_X,
+            p: WORKED_P,
+            samples: 200_000,
+            analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
+            oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, true)),
+            statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
+        },
+        DropoutClaim {
+            id: "dropout.kept_count",
+            formula: "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
+            shape: Shape::Vector,
+            x: &COUNT_X,
+            p: COUNT_P,
+            samples: 1_000_000,
+            analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
+            oracle: Some(|x, rate| {
+                enumerate_masks(x.len(), rate, x.len() + 1, |mask, out| {
+                    out.fill(0.0);
+                    out[mask.iter().filter(|m| **m).count()] = 1.0;
+                })
+            }),
+            statistic: |d, out| {
+                out.fill(0.0);
+                out[d.mask.iter().filter(|m| **m).count()] = 1.0;
+            },
+        },
+        DropoutClaim {
+            id: "dropout.original_scheme",
+            formula: "original scheme: E_train[m_k x_k] = q x_k = eval output",
+            shape: Shape::Vector,
+            x: &UNIT_X,
+            p: UNIT_P,
+            samples: 1_000_000,
+            analytic: |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
+            oracle: Some(|x, rate| {
+                enumerate_masks(x.len(), rate, x.len(), |mask, out| {
+                    for ((o, &m), &a) in out.iter_mut().zip(mask).zip(x) {
+                        *o = if m { a } else { 0.0 };
+                    }
+                })
+            }),
+            statistic: |d, out| {
+                for ((o, &m), &a) in out.iter_mut().zip(d.mask).zip(d.x) {
+                    *o = if m { a } else { 0.0 };
+                }
+            },
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn super::Claim> {
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
+}

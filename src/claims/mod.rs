@@ -1,0 +1,89 @@
+//! Claims: one analytic statement each, its closed form, its exact oracle and
+//! its Monte Carlo estimator, and the verdict that compares them.
+//!
+//! # How a claim is judged
+//!
+//! * [`Kind::Exact`]: the statement holds for every finite `d`. Each component
+//!   of the Monte Carlo estimate is z-tested against the closed form at the
+//!   suite's per-assertion level ([`crate::stats::critical_z`]), and where an
+//!   exact oracle exists it must agree with the closed form up to the
+//!   rounding of both computations.
+//! * [`Kind::LeadingOrder`]: the statement is an approximation with an error
+//!   of order `1/d^order`. It is never z-tested as if exact: the estimator is
+//!   z-tested against the exact oracle (which is exact), and the gap between
+//!   the approximation and the oracle is measured and reported.
+//!
+//! # Adding a claim
+//!
+//! Write it as one entry of its family's list (see [`dropout`]); the
+//! [`registry`] collects the families, and the tests, the report and the CLI
+//! all read the registry.
+
+pub mod dropout;
+mod registry;
+mod verdict;
+
+pub use registry::{family_names, registry};
+pub use verdict::{ClaimResult, Verdict, check};
+
+use serde::Serialize;
+
+use crate::engine::Budget;
+use crate::error::Error;
+use crate::exact::Oracle;
+use crate::ops::Subject;
+use crate::stats::Estimate;
+
+/// Whether a statement is exact or an approximation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// Exact for every finite `d`.
+    Exact,
+    /// Leading-order approximation with error `O(1/d^order)`.
+    LeadingOrder { order: u32 },
+}
+
+impl Kind {
+    /// The name used in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Exact => "exact",
+            Kind::LeadingOrder { .. } => "leading_order",
+        }
+    }
+}
+
+/// Whether the claimed quantity is one number or one per unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Shape {
+    Scalar,
+    Vector,
+}
+
+/// One analytic statement under test.
+pub trait Claim: Sync {
+    /// Stable identifier, `family.name`.
+    fn id(&self) -> &'static str;
+    /// The family (one formula file) it belongs to.
+    fn family(&self) -> &'static str;
+    /// The statement, readable in a table.
+    fn formula(&self) -> &'static str;
+    /// Exact or leading order.
+    fn kind(&self) -> Kind {
+        Kind::Exact
+    }
+    /// Scalar or per-component.
+    fn shape(&self) -> Shape;
+    /// Draws at the default budget.
+    fn default_samples(&self) -> u64;
+    /// The closed form's value(s) at the claim's configuration.
+    fn analytic(&self) -> Result<Vec<f64>, Error>;
+    /// The exact value(s) by an independent computation, where one exists.
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        Ok(None)
+    }
+    /// Monte Carlo estimate(s) of the same quantity on `subject`.
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error>;
+}

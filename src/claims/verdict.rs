@@ -1,0 +1,150 @@
+//! Judging one claim: analytic value, exact oracle and estimate side by side.
+
+use serde::Serialize;
+
+use super::{Claim, Kind, Shape};
+use crate::engine::Budget;
+use crate::ops::Subject;
+use crate::stats::{Estimate, ZTest, z_test};
+
+/// Pass or fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Pass,
+    Fail,
+}
+
+/// Everything known about one claim after a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClaimResult {
+    pub id: &'static str,
+    pub family: &'static str,
+    pub kind: Kind,
+    pub formula: &'static str,
+    pub shape: Shape,
+    pub samples: u64,
+    /// The seed of this claim's streams (see [`crate::engine::derive_seed`]).
+    pub seed: u64,
+    /// The closed form (the approximation, for a leading-order claim).
+    pub analytic: Vec<f64>,
+    /// The exact oracle's values, where one exists.
+    pub exact: Option<Vec<f64>>,
+    /// Whether the oracle agrees with the closed form within rounding
+    /// (exact claims only).
+    pub oracle_agrees: Option<bool>,
+    /// What the estimate is tested against: the closed form for an exact
+    /// claim, the oracle for a leading-order one.
+    pub target: Vec<f64>,
+    pub estimate: Vec<Estimate>,
+    pub tests: Vec<ZTest>,
+    pub verdict: Verdict,
+    /// Why the claim could not be evaluated, if it could not.
+    pub error: Option<String>,
+}
+
+impl ClaimResult {
+    /// Index of the component with the largest `|z|` (the one a table shows).
+    pub fn worst(&self) -> Option<usize> {
+        (0..self.tests.len()).max_by(|&a, &b| {
+            self.tests[a]
+                .z
+                .abs()
+                .partial_cmp(&self.tests[b].z.abs())
+                .unwrap_or(std::cmp::Ordering::Less)
+        })
+    }
+
+    /// For a leading-order claim: the approximation's gap to the oracle,
+    /// `analytic − exact`, per component.
+    pub fn gap(&self) -> Option<Vec<f64>> {
+        match (self.kind, &self.exact) {
+            (Kind::LeadingOrder { .. }, Some(exact)) => Some(
+                self.analytic
+                    .iter()
+                    .zip(exact)
+                    .map(|(a, e)| a - e)
+                    .collect(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// Evaluates `claim` on `subject` with `budget` and returns the verdict.
+///
+/// Fails (with `error` set) rather than panicking when the claim cannot be
+/// evaluated: a subject that rejects the configuration, a missing oracle
+/// for a leading-order claim, or a non-finite estimate.
+pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResult {
+    let mut result = ClaimResult {
+        id: claim.id(),
+        family: claim.family(),
+        kind: claim.kind(),
+        formula: claim.formula(),
+        shape: claim.shape(),
+        samples: budget.samples,
+        seed: budget.seed,
+        analytic: Vec::new(),
+        exact: None,
+        oracle_agrees: None,
+        target: Vec::new(),
+        estimate: Vec::new(),
+        tests: Vec::new(),
+        verdict: Verdict::Fail,
+        error: None,
+    };
+    if let Err(message) = fill(claim, subject, budget, &mut result) {
+        result.error = Some(message);
+        return result;
+    }
+    let rejected = result.tests.iter().any(|t| t.rejected);
+    let oracle_ok = result.oracle_agrees != Some(false);
+    if !rejected && oracle_ok {
+        result.verdict = Verdict::Pass;
+    }
+    result
+}
+
+fn fill(
+    claim: &dyn Claim,
+    subject: &Subject,
+    budget: Budget,
+    result: &mut ClaimResult,
+) -> Result<(), String> {
+    result.analytic = claim.analytic().map_err(|e| e.to_string())?;
+    let oracle = claim.oracle().map_err(|e| e.to_string())?;
+    result.target = match claim.kind() {
+        Kind::Exact => {
+            result.oracle_agrees = oracle.as_ref().map(|o| o.agrees_with(&result.analytic));
+            result.analytic.clone()
+        }
+        Kind::LeadingOrder { .. } => match &oracle {
+            Some(o) => o.values.clone(),
+            None => return Err("a leading-order claim needs an exact oracle".into()),
+        },
+    };
+    result.exact = oracle.map(|o| o.values);
+    result.estimate = claim.estimate(subject, budget).map_err(|e| e.to_string())?;
+    if result.estimate.len() != result.target.len() {
+        return Err(format!(
+            "estimator returned {} components for {} targets",
+            result.estimate.len(),
+            result.target.len()
+        ));
+    }
+    if result
+        .estimate
+        .iter()
+        .any(|e| !e.value.is_finite() || !e.stderr.is_finite())
+    {
+        return Err("the estimate is not finite".into());
+    }
+    result.tests = result
+        .estimate
+        .iter()
+        .zip(&result.target)
+        .map(|(&e, &t)| z_test(e, t))
+        .collect();
+    Ok(())
+}

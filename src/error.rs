@@ -1,0 +1,139 @@
+//! The crate's one error type: every public constructor and entry point
+//! validates its input and returns one of these instead of panicking.
+
+use std::fmt;
+
+/// Why an input was rejected.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// A drop rate outside `[0, 1)` or not a number. `p = 1` is rejected on
+    /// purpose: inverted dropout divides by `q = 1 - p`.
+    InvalidRate { p: f64 },
+    /// A vector that must hold at least one value was empty.
+    Empty { what: &'static str },
+    /// A value that must be finite was NaN or infinite.
+    NonFinite {
+        what: &'static str,
+        index: usize,
+        value: f64,
+    },
+    /// Two vectors that must have the same length did not.
+    LengthMismatch {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// A Monte Carlo run was asked for with fewer samples than it needs.
+    TooFewSamples { needed: u64, got: u64 },
+    /// A formula's quantity is undefined for this input (for example σ = 0).
+    Degenerate { what: String },
+    /// A list given on the command line did not parse.
+    Parse { what: String, token: String },
+    /// The input is too large for the exact oracle or the engine.
+    TooLarge {
+        what: &'static str,
+        limit: usize,
+        got: usize,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::InvalidRate { p } => write!(
+                f,
+                "drop rate p = {p} is invalid: it must be a number with 0 <= p < 1 \
+                 (p = 1 would divide by the keep probability q = 0)"
+            ),
+            Error::Empty { what } => write!(f, "{what} is empty: give at least one value"),
+            Error::NonFinite { what, index, value } => {
+                write!(f, "{what}[{index}] = {value} is not a finite number")
+            }
+            Error::LengthMismatch {
+                what,
+                expected,
+                got,
+            } => {
+                write!(f, "{what} has {got} values but {expected} were expected")
+            }
+            Error::TooFewSamples { needed, got } => {
+                write!(f, "{got} samples is too few: at least {needed} are needed")
+            }
+            Error::Degenerate { what } => write!(f, "undefined for this input: {what}"),
+            Error::Parse { what, token } => {
+                write!(f, "cannot read {what}: {token:?} is not a finite number")
+            }
+            Error::TooLarge { what, limit, got } => {
+                write!(f, "{what} = {got} is larger than the limit {limit}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Checks a drop rate: finite and `0 <= p < 1`.
+pub fn check_rate(p: f64) -> Result<f64, Error> {
+    if p.is_finite() && (0.0..1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(Error::InvalidRate { p })
+    }
+}
+
+/// Checks that a vector is non-empty and every entry finite.
+pub fn check_finite_vec(what: &'static str, x: &[f64]) -> Result<(), Error> {
+    if x.is_empty() {
+        return Err(Error::Empty { what });
+    }
+    check_all_finite(what, x)
+}
+
+/// Checks that every entry of a (possibly empty) vector is finite.
+pub fn check_all_finite(what: &'static str, x: &[f64]) -> Result<(), Error> {
+    match x.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(Error::NonFinite {
+            what,
+            index,
+            value: x[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks that `x` has exactly `expected` entries.
+pub fn check_len(what: &'static str, x: &[f64], expected: usize) -> Result<(), Error> {
+    if x.len() == expected {
+        Ok(())
+    } else {
+        Err(Error::LengthMismatch {
+            what,
+            expected,
+            got: x.len(),
+        })
+    }
+}
+
+/// Parses a comma-separated list of finite numbers, as the CLI takes them.
+pub fn parse_list(what: &str, text: &str) -> Result<Vec<f64>, Error> {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Err(Error::Parse {
+            what: what.to_string(),
+            token: String::new(),
+        });
+    }
+    trimmed
+        .split(',')
+        .map(|token| {
+            let token = token.trim();
+            match token.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(v),
+                _ => Err(Error::Parse {
+                    what: what.to_string(),
+                    token: token.to_string(),
+                }),
+            }
+        })
+        .collect()
+}

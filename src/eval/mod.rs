@@ -1,0 +1,132 @@
+//! `dropmc eval`: the formulas evaluated on the user's own numbers, beside
+//! an exact value and a Monte Carlo estimate.
+//!
+//! Every quantity returns an [`EvalOutput`] whose JSON shape is fixed:
+//!
+//! ```json
+//! {"quantity": "moments", "p": 0.3, "d": 3, "samples": 1000000, "seed": 1,
+//!  "results": [{"name": "E[z]", "formula": [...], "exact": [...],
+//!               "mc": [...], "stderr": [...]}, ...]}
+//! ```
+//!
+//! `formula` is the closed form (the leading-order value where the claim is
+//! leading order), `exact` an exact finite-`d` value where the crate can
+//! compute one (else `null`), `mc` and `stderr` the estimate. Scalars are
+//! numbers, per-unit quantities arrays.
+
+pub mod moments;
+
+use serde::Serialize;
+
+use crate::report::{format_estimate, format_value};
+use crate::stats::Estimate;
+
+/// One number or one per unit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Values {
+    Scalar(f64),
+    PerUnit(Vec<f64>),
+}
+
+impl Values {
+    /// The values as a slice.
+    pub fn as_slice(&self) -> &[f64] {
+        match self {
+            Values::Scalar(v) => std::slice::from_ref(v),
+            Values::PerUnit(v) => v,
+        }
+    }
+
+    fn like(&self, values: Vec<f64>) -> Values {
+        match self {
+            Values::Scalar(_) => Values::Scalar(values[0]),
+            Values::PerUnit(_) => Values::PerUnit(values),
+        }
+    }
+}
+
+/// One evaluated quantity.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalResult {
+    pub name: String,
+    pub formula: Values,
+    pub exact: Option<Values>,
+    pub mc: Values,
+    pub stderr: Values,
+}
+
+impl EvalResult {
+    /// A result from its closed form, optional exact value and estimates
+    /// (the estimates take the closed form's shape).
+    pub fn new(
+        name: &str,
+        formula: Values,
+        exact: Option<Vec<f64>>,
+        estimates: &[Estimate],
+    ) -> Self {
+        let mc = formula.like(estimates.iter().map(|e| e.value).collect());
+        let stderr = formula.like(estimates.iter().map(|e| e.stderr).collect());
+        let exact = exact.map(|e| formula.like(e));
+        EvalResult {
+            name: name.to_string(),
+            formula,
+            exact,
+            mc,
+            stderr,
+        }
+    }
+}
+
+/// The output of one `eval` quantity.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalOutput {
+    pub quantity: &'static str,
+    pub p: f64,
+    pub d: usize,
+    pub samples: u64,
+    pub seed: u64,
+    pub results: Vec<EvalResult>,
+}
+
+/// Renders an output as a readable table, one line per component.
+pub fn table(output: &EvalOutput) -> String {
+    let mut out = format!(
+        "{} at p = {}, d = {} ({} samples, seed {})\n",
+        output.quantity, output.p, output.d, output.samples, output.seed
+    );
+    let header = ["quantity", "formula", "exact", "Monte Carlo ± SE"];
+    let mut rows: Vec<[String; 4]> = vec![header.map(String::from)];
+    for r in &output.results {
+        let formula = r.formula.as_slice();
+        for (k, value) in formula.iter().enumerate() {
+            let name = match r.formula {
+                Values::Scalar(_) => r.name.clone(),
+                Values::PerUnit(_) => format!("{}[{k}]", r.name),
+            };
+            let exact = r
+                .exact
+                .as_ref()
+                .map_or("-".to_string(), |e| format_value(e.as_slice()[k]));
+            rows.push([
+                name,
+                format_value(*value),
+                exact,
+                format_estimate(r.mc.as_slice()[k], r.stderr.as_slice()[k]),
+            ]);
+        }
+    }
+    let widths: Vec<usize> = (0..4)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,156 @@
+//! Inverted dropout: the reference implementation and the conformance trait.
+//!
+//! # Definition
+//!
+//! ```text
+//! train:  m_k ~ Bernoulli(q) independently,  z_k = m_k x_k / q
+//! eval:   z = x, no random numbers drawn
+//! back:   ∂L/∂x_k = (∂L/∂z_k) · m_k / q, with the forward pass's mask
+//! ```
+//!
+//! Survivors are computed as `x_k / q` (a division, so a survivor equals
+//! `x_k / q` to the last bit). The keep rule is `u >= p` for `u ~ U[0, 1)` ([`crate::engine::keep`]).
+//! `p = 0` keeps every unit and divides by 1: the identity. `p = 1` is
+//! rejected with [`Error::InvalidRate`]: there is no inverted scale to apply,
+//! and returning zeros silently would hide a configuration mistake.
+
+use rand::Rng;
+
+use super::rate::Rate;
+use crate::engine::keep;
+use crate::error::{Error, check_len};
+
+/// A dropout implementation under test (the conformance trait).
+///
+/// Implement it for your own layer and run it through the registry with
+/// [`Subject`]. The generator is passed in so a test controls every random
+/// number; an implementation must draw from no other source.
+pub trait DropoutLayer: Sync {
+    /// A short name for reports.
+    fn name(&self) -> &str;
+
+    /// Training-mode forward pass at drop rate `p`: writes the output into
+    /// `out` and the keep mask into `mask` (both `x.len()` long).
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error>;
+
+    /// Evaluation-mode forward pass. A correct layer copies `x` and never
+    /// touches `rng`.
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error>;
+
+    /// Backward pass given the forward pass's mask.
+    fn backward(
+        &self,
+        grad_out: &[f64],
+        p: f64,
+        mask: &[bool],
+        grad_in: &mut [f64],
+    ) -> Result<(), Error>;
+}
+
+/// The crate's reference inverted dropout.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InvertedDropout;
+
+impl DropoutLayer for InvertedDropout {
+    fn name(&self) -> &str {
+        "reference"
+    }
+
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        let rate = Rate::new(p)?;
+        check_buffers(x.len(), out, mask)?;
+        for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
+            *m = keep(rng, rate.p());
+            *o = if *m { v / rate.q() } else { 0.0 };
+        }
+        Ok(())
+    }
+
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        _rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        Rate::new(p)?;
+        check_len("eval output buffer", out, x.len())?;
+        out.copy_from_slice(x);
+        Ok(())
+    }
+
+    fn backward(
+        &self,
+        grad_out: &[f64],
+        p: f64,
+        mask: &[bool],
+        grad_in: &mut [f64],
+    ) -> Result<(), Error> {
+        let rate = Rate::new(p)?;
+        check_buffers(grad_out.len(), grad_in, mask)?;
+        for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
+            *gi = if m { g / rate.q() } else { 0.0 };
+        }
+        Ok(())
+    }
+}
+
+fn check_buffers(n: usize, out: &[f64], mask: &[bool]) -> Result<(), Error> {
+    check_len("output buffer", out, n)?;
+    if mask.len() != n {
+        return Err(Error::LengthMismatch {
+            what: "mask buffer",
+            expected: n,
+            got: mask.len(),
+        });
+    }
+    Ok(())
+}
+
+/// What the claims run against: the implementation(s) under test.
+#[derive(Clone, Copy)]
+pub struct Subject<'a> {
+    /// The dropout layer under test.
+    pub dropout: &'a dyn DropoutLayer,
+}
+
+impl Subject<'static> {
+    /// The crate's reference implementations.
+    pub fn reference() -> Self {
+        Subject {
+            dropout: &InvertedDropout,
+        }
+    }
+}
+
+impl<'a> Subject<'a> {
+    /// A subject whose dropout layer is `dropout`.
+    pub fn with_dropout(dropout: &'a dyn DropoutLayer) -> Self {
+        Subject { dropout }
+    }
+
+    /// The name reports use.
+    pub fn name(&self) -> &str {
+        self.dropout.name()
+    }
+}

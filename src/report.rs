@@ -1,0 +1,300 @@
+//! Runs the registry and renders the results as a table or JSON.
+
+use serde_json::{Value, json};
+
+use crate::claims::{Claim, ClaimResult, Shape, Verdict, check, registry};
+use crate::engine::{Budget, derive_seed};
+use crate::error::Error;
+use crate::ops::Subject;
+use crate::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
+
+/// The default seed of the report and the test suite.
+pub const DEFAULT_SEED: u64 = 1;
+
+/// What to run.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub seed: Option<u64>,
+    /// Overrides every claim's default sample count.
+    pub samples: Option<u64>,
+    /// Only this family.
+    pub family: Option<String>,
+}
+
+/// The results of one run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub seed: u64,
+    pub subject: String,
+    pub results: Vec<ClaimResult>,
+}
+
+impl Report {
+    /// True when every claim passed.
+    pub fn passed(&self) -> bool {
+        self.results.iter().all(|r| r.verdict == Verdict::Pass)
+    }
+
+    /// Number of claims that failed.
+    pub fn failures(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.verdict == Verdict::Fail)
+            .count()
+    }
+}
+
+/// The claims `options.family` selects (all when `None`); an unknown family
+/// is an error naming the known ones.
+pub fn select(options: &Options) -> Result<Vec<&'static dyn Claim>, Error> {
+    let all = registry();
+    let Some(family) = &options.family else {
+        return Ok(all);
+    };
+    let chosen: Vec<_> = all.into_iter().filter(|c| c.family() == family).collect();
+    if chosen.is_empty() {
+        return Err(Error::Degenerate {
+            what: format!(
+                "no family named {family:?}; known families: {}",
+                crate::claims::family_names().join(", ")
+            ),
+        });
+    }
+    Ok(chosen)
+}
+
+/// Runs the selected claims against `subject`. Claim `id` reads the streams
+/// of [`derive_seed`]`(seed, id)`, so claims are independent of each other
+/// and each is reproducible alone.
+pub fn run(subject: &Subject, options: &Options) -> Result<Report, Error> {
+    run_with_progress(subject, options, |_, _| {})
+}
+
+/// Like [`run`], calling `progress(done, total)` after each claim.
+pub fn run_with_progress(
+    subject: &Subject,
+    options: &Options,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Report, Error> {
+    let claims = select(options)?;
+    let seed = options.seed.unwrap_or(DEFAULT_SEED);
+    let mut results = Vec::with_capacity(claims.len());
+    for (i, claim) in claims.iter().enumerate() {
+        let samples = options.samples.unwrap_or(claim.default_samples());
+        let budget = Budget::new(samples, derive_seed(seed, claim.id()))?;
+        results.push(check(*claim, subject, budget));
+        progress(i + 1, claims.len());
+    }
+    Ok(Report {
+        seed,
+        subject: subject.name().to_string(),
+        results,
+    })
+}
+
+/// Formats `value ± stderr` with the standard error to two significant
+/// digits and the value to the same decimal place.
+pub fn format_estimate(value: f64, stderr: f64) -> String {
+    if stderr > 0.0 && stderr.is_finite() {
+        let decimals = decimals_for(stderr);
+        format!("{value:.decimals$} ± {stderr:.decimals$}")
+    } else {
+        format!("{} (no spread)", format_value(value))
+    }
+}
+
+/// Decimal places that show two significant digits of `stderr`.
+fn decimals_for(stderr: f64) -> usize {
+    (1.0 - stderr.log10().floor()).clamp(0.0, 12.0) as usize
+}
+
+/// A value to six significant digits, without trailing noise.
+pub fn format_value(value: f64) -> String {
+    if value == 0.0 {
+        return "0".into();
+    }
+    let magnitude = value.abs().log10().floor();
+    if !(-4.0..7.0).contains(&magnitude) {
+        return format!("{value:.5e}");
+    }
+    let decimals = (5.0 - magnitude).max(0.0) as usize;
+    let text = format!("{value:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// A value to `digits` significant digits.
+pub fn format_significant(value: f64, digits: i32) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return format_value(value);
+    }
+    let decimals = (digits - 1 - value.abs().log10().floor() as i32).max(0) as usize;
+    format!("{value:.decimals$}")
+}
+
+fn format_z(z: f64) -> String {
+    if z.is_infinite() {
+        "inf".into()
+    } else {
+        format!("{z:.2}")
+    }
+}
+
+fn format_p(p: f64) -> String {
+    if p >= 0.001 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
+/// The report as a fixed-width table, with the statistical fine print.
+pub fn table(report: &Report) -> String {
+    let mut rows = vec![[
+        "claim".to_string(),
+        "formula".into(),
+        "analytic".into(),
+        "estimate ± SE".into(),
+        "z".into(),
+        "p".into(),
+        "MDE".into(),
+        "verdict".into(),
+    ]];
+    for r in &report.results {
+        rows.push(row(r));
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for (i, r) in rows.iter().enumerate() {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| pad(cell, *w))
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            out.push_str(&rule.join("  "));
+            out.push('\n');
+        }
+    }
+    let passed = report.results.len() - report.failures();
+    out.push_str(&format!(
+        "\n{passed} of {} claims pass (subject: {}, seed {}).\n",
+        report.results.len(),
+        report.subject,
+        report.seed
+    ));
+    out.push_str(&fine_print());
+    for r in report.results.iter().filter(|r| r.error.is_some()) {
+        out.push_str(&format!(
+            "{}: {}\n",
+            r.id,
+            r.error.as_deref().unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// How to read the numbers: the family rate and the critical value.
+pub fn fine_print() -> String {
+    format!(
+        "Each component is a two-sided z-test at alpha = {:.0e} (family alpha {:.0e} split by \
+         Bonferroni over at most {} assertions; |z| > {:.2} fails). Vector claims show their \
+         largest-|z| component [k]. MDE: the smallest deviation detected with power 0.8.\n",
+        assertion_alpha(),
+        FAMILY_ALPHA,
+        SUITE_ASSERTION_BUDGET,
+        critical_z()
+    )
+}
+
+fn pad(cell: &str, width: usize) -> String {
+    let n = cell.chars().count();
+    format!("{cell}{}", " ".repeat(width.saturating_sub(n)))
+}
+
+fn row(r: &ClaimResult) -> [String; 8] {
+    let verdict = match r.verdict {
+        Verdict::Pass => "pass",
+        Verdict::Fail => "FAIL",
+    };
+    let Some(k) = r.worst() else {
+        return [
+            r.id.into(),
+            r.formula.into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            verdict.into(),
+        ];
+    };
+    let tag = match r.shape {
+        Shape::Vector => format!(" [{k}]"),
+        Shape::Scalar => String::new(),
+    };
+    let test = r.tests[k];
+    [
+        r.id.into(),
+        r.formula.into(),
+        format!("{}{tag}", format_value(r.target[k])),
+        format_estimate(r.estimate[k].value, r.estimate[k].stderr),
+        format_z(test.z),
+        format_p(test.p_value),
+        format_significant(test.mde, 2),
+        verdict.into(),
+    ]
+}
+
+/// One number for a scalar claim, an array for a vector claim.
+pub fn shaped(shape: Shape, values: &[f64]) -> Value {
+    match (shape, values) {
+        (Shape::Scalar, [v]) => json!(v),
+        _ => json!(values),
+    }
+}
+
+/// The report as JSON, in the documented shape.
+pub fn to_json(report: &Report) -> Value {
+    let claims: Vec<Value> = report
+        .results
+        .iter()
+        .map(|r| {
+            let column = |f: &dyn Fn(usize) -> f64| -> Value {
+                shaped(r.shape, &(0..r.tests.len()).map(f).collect::<Vec<_>>())
+            };
+            json!({
+                "id": r.id,
+                "family": r.family,
+                "kind": r.kind.label(),
+                "formula": r.formula,
+                "samples": r.samples,
+                "analytic": shaped(r.shape, &r.analytic),
+                "exact": r.exact.as_ref().map(|e| shaped(r.shape, e)),
+                "estimate": column(&|k| r.estimate[k].value),
+                "stderr": column(&|k| r.estimate[k].stderr),
+                "z": column(&|k| r.tests[k].z),
+                "p_value": column(&|k| r.tests[k].p_value),
+                "mde": column(&|k| r.tests[k].mde),
+                "verdict": if r.verdict == Verdict::Pass { "pass" } else { "fail" },
+                "error": r.error,
+            })
+        })
+        .collect();
+    json!({
+        "seed": report.seed,
+        "subject": report.subject,
+        "family_alpha": FAMILY_ALPHA,
+        "assertion_alpha": assertion_alpha(),
+        "critical_z": critical_z(),
+        "claims": claims,
+    })
+}

@@ -1,0 +1,12 @@
+//! Statistics: mergeable accumulators, z-tests, and the suite-wide
+//! false-alarm budget.
+
+mod accumulator;
+mod family;
+mod ztest;
+
+pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator};
+pub use family::{
+    FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, power_z,
+};
+pub use ztest::{ZTest, minimum_detectable_effect, two_sided_p, z_test};

@@ -1,0 +1,154 @@
+//! The command line as a user runs it.
+
+use std::process::Command;
+
+use dropmc::stats::critical_z;
+use serde_json::Value;
+
+fn dropmc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Array(a) => a.iter().map(|x| x.as_f64().expect("number")).collect(),
+        other => vec![other.as_f64().expect("number")],
+    }
+}
+
+#[test]
+fn eval_moments_json_has_closed_forms_and_estimates_within_error() {
+    let (code, stdout, _) = dropmc(&[
+        "eval",
+        "moments",
+        "--x",
+        "0.5,-1.2,3",
+        "--p",
+        "0.3",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["quantity"], "moments");
+    assert_eq!(v["d"], 3);
+    assert_eq!(v["p"], 0.3);
+    let q: f64 = 0.7;
+    let x = [0.5, -1.2, 3.0];
+    // Closed forms written out here, independently of the crate.
+    let expected: [(&str, Vec<f64>); 5] = [
+        ("E[z]", x.to_vec()),
+        ("E[z^2]", x.iter().map(|a| a * a / q).collect()),
+        ("Var[z]", x.iter().map(|a| a * a * 0.3 / q).collect()),
+        ("E[S]", vec![2.3]),
+        ("Var[S]", vec![(0.25 + 1.44 + 9.0) * 0.3 / q]),
+    ];
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), expected.len());
+    for (r, (name, want)) in results.iter().zip(&expected) {
+        assert_eq!(r["name"], *name);
+        for (field, tolerance) in [("formula", 1e-12), ("exact", 1e-12)] {
+            let got = numbers(&r[field]);
+            for (g, w) in got.iter().zip(want) {
+                assert!(
+                    (g - w).abs() <= tolerance * w.abs().max(1.0),
+                    "{name} {field}: {g} vs {w}"
+                );
+            }
+        }
+        // Statistical: counted in tests/budget.rs (11 components).
+        let (mc, se) = (numbers(&r["mc"]), numbers(&r["stderr"]));
+        for ((m, s), w) in mc.iter().zip(&se).zip(want) {
+            assert!(
+                ((m - w) / s).abs() <= critical_z(),
+                "{name}: mc {m} ± {s} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn scalars_are_numbers_and_per_unit_quantities_arrays() {
+    let (_, stdout, _) = dropmc(&[
+        "eval",
+        "moments",
+        "--x",
+        "1,2",
+        "--p",
+        "0.5",
+        "--samples",
+        "1000",
+        "--json",
+    ]);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(v["results"][0]["mc"].is_array());
+    assert!(v["results"][3]["mc"].is_number());
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let cases: &[&[&str]] = &[
+        &["eval", "moments", "--x", "0.5,abc", "--p", "0.3"],
+        &["eval", "moments", "--x", "", "--p", "0.3"],
+        &["eval", "moments", "--x", "1,nan", "--p", "0.3"],
+        &["eval", "moments", "--x", "1,inf", "--p", "0.3"],
+        &["eval", "moments", "--x", "1", "--p", "1"],
+        &["eval", "moments", "--x", "1", "--p", "-0.1"],
+        &["eval", "moments", "--x", "1", "--p", "NaN"],
+        &[
+            "eval",
+            "moments",
+            "--x",
+            "1",
+            "--p",
+            "0.2",
+            "--samples",
+            "0",
+        ],
+        &[
+            "eval",
+            "moments",
+            "--x",
+            "1",
+            "--p",
+            "0.2",
+            "--samples",
+            "-5",
+        ],
+        &["eval", "moments", "--p", "0.2"],
+        &["eval", "nothing"],
+        &["report", "--family", "no-such-family"],
+        &["--bogus"],
+    ];
+    for args in cases {
+        let (code, stdout, stderr) = dropmc(args);
+        assert_eq!(code, 2, "{args:?}: exit {code}, stderr {stderr}");
+        assert_eq!(
+            stderr.trim_end().lines().count(),
+            1,
+            "{args:?}: stderr {stderr:?}"
+        );
+        assert!(stdout.is_empty(), "{args:?}: printed {stdout:?}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn list_names_every_registered_claim() {
+    let (code, stdout, _) = dropmc(&["list"]);
+    assert_eq!(code, 0);
+    for claim in dropmc::claims::registry() {
+        assert!(
+            stdout.contains(claim.id()),
+            "{} missing from list",
+            claim.id()
+        );
+    }
+}

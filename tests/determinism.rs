@@ -1,0 +1,39 @@
+//! Same seed and sample count, same bits, whatever the thread count.
+
+use dropmc::claims::dropout::{PairSampler, UNIT_P, UNIT_X};
+use dropmc::engine::{Budget, CHUNK, estimate};
+use dropmc::ops::Subject;
+
+fn run_on(threads: usize, budget: Budget) -> (Vec<u64>, Vec<u64>) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let subject = Subject::reference();
+    let sampler = PairSampler {
+        subject: &subject,
+        x: &UNIT_X,
+        p: UNIT_P,
+        dim: UNIT_X.len(),
+        statistic: |d, out| out.copy_from_slice(d.z),
+    };
+    let acc = pool.install(|| estimate(&sampler, budget)).unwrap();
+    let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    (bits(acc.means()), bits(&acc.variances()))
+}
+
+#[test]
+fn results_are_bit_identical_on_1_2_and_4_threads() {
+    // Not a multiple of the chunk size, and more than one parallel block.
+    let budget = Budget::new(70 * CHUNK + 123, 42).unwrap();
+    let one = run_on(1, budget);
+    assert_eq!(one, run_on(2, budget));
+    assert_eq!(one, run_on(4, budget));
+}
+
+#[test]
+fn a_different_seed_gives_different_bits() {
+    let a = run_on(2, Budget::new(10_000, 1).unwrap());
+    let b = run_on(2, Budget::new(10_000, 2).unwrap());
+    assert_ne!(a, b);
+}

@@ -1,0 +1,18 @@
+//! The default report: every claim passes at the default budget and seed,
+//! and the table is locked by an insta snapshot.
+
+mod common;
+
+use dropmc::ops::Subject;
+use dropmc::report::{Options, run, table};
+
+#[test]
+fn default_report_passes_and_matches_snapshot() {
+    let report = run(&Subject::reference(), &Options::default()).expect("runs");
+    for result in &report.results {
+        common::assert_pass(result);
+    }
+    insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!("report_table", table(&report));
+    });
+}
