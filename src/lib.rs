@@ -28,7 +28,8 @@
 //! * [`formulas`] — closed forms and derivations, one family per file;
 //! * [`exact`] — enumeration oracles;
 //! * [`claims`] — claims and the registry;
-//! * [`report`], [`eval`], [`cli`] — what users see.
+//! * [`report`], [`eval`], [`cli`] — what users see;
+//! * [`verify`] — calibration of the suite itself across seeds.
 
 pub mod claims;
 pub mod cli;
@@ -40,5 +41,6 @@ pub mod formulas;
 pub mod ops;
 pub mod report;
 pub mod stats;
+pub mod verify;
 
 pub use error::Error;

@@ -5,7 +5,9 @@
 //! * `tests/dropout_claims.rs`: every component of every dropout claim, once
 //!   per seed in `OTHER_SEEDS` (2 seeds);
 //! * `tests/cli.rs`: `mc` of `eval moments` on a 3-unit input (3·3 + 2 = 11
-//!   components).
+//!   components);
+//! * `tests/calibration.rs`: every dropout component once per seed (8 seeds),
+//!   plus one KS test per dropout component and one pooled KS test.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -20,7 +22,8 @@ fn components(family: Option<&str>) -> u64 {
 
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
-    components(None) + 2 * components(Some("dropout")) + 11
+    let dropout = components(Some("dropout"));
+    components(None) + 2 * dropout + 11 + 8 * dropout + dropout + 1
 }
 
 #[test]

@@ -30,6 +30,28 @@ pub enum Command {
     /// Evaluate a family's formulas on your own numbers.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Run the registry under K seeds: failure rate and p-value uniformity.
+    Calibrate(CalibrateArgs),
+}
+
+/// Options of `calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Number of independent seeds K.
+    #[arg(long, default_value_t = 200)]
+    pub seeds: u64,
+    /// First seed; the run uses first-seed .. first-seed + K.
+    #[arg(long, default_value_t = 1000)]
+    pub first_seed: u64,
+    /// Draws per claim (default: each claim's own budget).
+    #[arg(long)]
+    pub samples: Option<u64>,
+    /// Only this family.
+    #[arg(long)]
+    pub family: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `report`.
@@ -122,6 +144,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             print!("{}", list());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Calibrate(args) => run_calibrate(args),
         Command::Eval(EvalCommand::Moments(args)) => {
             let x = parse_list("--x", &args.x)?;
             let p = parse_number("--p", &args.p)?;
@@ -174,6 +197,40 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
         print!("{}", report::table(&report));
     }
     Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
+    use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate, table};
+    use std::io::IsTerminal;
+    let options = CalibrationOptions {
+        seeds: args.seeds,
+        first_seed: args.first_seed,
+        samples: args.samples,
+        family: args.family,
+        flag_alpha: KS_FAMILY_ALPHA,
+    };
+    let show_progress = !args.json && std::io::stderr().is_terminal();
+    let result = calibrate(&Subject::reference(), &options, |done, total| {
+        if show_progress {
+            eprint!("\rseed {done}/{total}");
+        }
+    })?;
+    if show_progress {
+        eprintln!();
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        );
+    } else {
+        print!("{}", table(&result));
+    }
+    Ok(if result.calibrated() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -3,10 +3,12 @@
 
 mod accumulator;
 mod family;
+mod ks;
 mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator};
 pub use family::{
     FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, power_z,
 };
+pub use ks::{KsTest, ks_uniform};
 pub use ztest::{ZTest, minimum_detectable_effect, two_sided_p, z_test};
