@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod progress;
+
 use crate::engine::Budget;
 use crate::error::{Error, parse_list};
 use crate::eval;
@@ -74,7 +76,8 @@ pub struct ReportArgs {
 /// Quantities `eval` knows.
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
-    /// E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum.
+    /// Dropout moments per unit and of the sum.
+    #[command(long_about = "E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k.")]
     Moments(MomentsArgs),
 }
 
@@ -187,7 +190,12 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
         samples: args.samples,
         family: args.family,
     };
-    let report = report::run(&Subject::reference(), &options)?;
+    let total = report::select(&options)?.len() as u64;
+    let bar = progress::bar(total, "claims", args.json);
+    let report = report::run_with_progress(&Subject::reference(), &options, |done, _| {
+        bar.set_position(done as u64)
+    })?;
+    bar.finish_and_clear();
     if args.json {
         println!(
             "{}",
@@ -205,7 +213,6 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
 
 fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
     use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate, table};
-    use std::io::IsTerminal;
     let options = CalibrationOptions {
         seeds: args.seeds,
         first_seed: args.first_seed,
@@ -213,15 +220,11 @@ fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
         family: args.family,
         flag_alpha: KS_FAMILY_ALPHA,
     };
-    let show_progress = !args.json && std::io::stderr().is_terminal();
-    let result = calibrate(&Subject::reference(), &options, |done, total| {
-        if show_progress {
-            eprint!("\rseed {done}/{total}");
-        }
+    let bar = progress::bar(options.seeds, "seeds", args.json);
+    let result = calibrate(&Subject::reference(), &options, |done, _| {
+        bar.set_position(done)
     })?;
-    if show_progress {
-        eprintln!();
-    }
+    bar.finish_and_clear();
     if args.json {
         println!(
             "{}",

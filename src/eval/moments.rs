@@ -1,4 +1,4 @@
-//! `eval moments`: E[z], E[z²], Var z per unit and E[S], Var S of the sum.
+//! `eval moments`: `E[z]`, `E[z²]`, `Var z` per unit and `E[S]`, `Var S` of the sum.
 
 use super::{EvalOutput, EvalResult, Values};
 use crate::claims::dropout::{PairSampler, sum_oracle};

@@ -4,3 +4,4 @@
 //! finite vectors) or validates them itself and returns a typed error.
 
 pub mod dropout;
+pub mod second_order;
