@@ -34,6 +34,28 @@ pub enum Command {
     Eval(EvalCommand),
     /// Run the registry under K seeds: failure rate and p-value uniformity.
     Calibrate(CalibrateArgs),
+    /// How likely the suite is to catch wrong implementations; detectable effects.
+    Power(PowerArgs),
+}
+
+/// Options of `power`.
+#[derive(Debug, Args)]
+pub struct PowerArgs {
+    /// Seeds per wrong implementation.
+    #[arg(long, default_value_t = 5)]
+    pub seeds: u64,
+    /// First seed.
+    #[arg(long, default_value_t = 2000)]
+    pub first_seed: u64,
+    /// Draws per claim (default: each claim's own budget).
+    #[arg(long)]
+    pub samples: Option<u64>,
+    /// Only this family.
+    #[arg(long)]
+    pub family: Option<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `calibrate`.
@@ -148,6 +170,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Calibrate(args) => run_calibrate(args),
+        Command::Power(args) => run_power(args),
         Command::Eval(EvalCommand::Moments(args)) => {
             let x = parse_list("--x", &args.x)?;
             let p = parse_number("--p", &args.p)?;
@@ -238,6 +261,41 @@ fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
     } else {
         ExitCode::from(1)
     })
+}
+
+fn run_power(args: PowerArgs) -> Result<ExitCode, Error> {
+    use crate::verify::{perturb, power};
+    let options = power::PowerOptions {
+        seeds: args.seeds,
+        first_seed: args.first_seed,
+        samples: args.samples,
+        family: args.family.clone(),
+    };
+    let owned = perturb::graded();
+    let layers: Vec<&dyn crate::ops::DropoutLayer> = owned.iter().map(|l| l.as_ref()).collect();
+    let bar = progress::bar(options.seeds * layers.len() as u64, "runs", args.json);
+    let rows = power::power(&layers, &options, |done, _| bar.set_position(done))?;
+    bar.finish_and_clear();
+    let report_options = Options {
+        seed: None,
+        samples: args.samples,
+        family: args.family,
+    };
+    let effects = power::detectable_effects(&report::run(&Subject::reference(), &report_options)?);
+    if args.json {
+        let value = serde_json::json!({ "subjects": rows, "detectable_effects": effects });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
+    } else {
+        print!(
+            "{}\n{}",
+            power::table(&rows),
+            power::effects_table(&effects)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The registry as a listing: id, kind, formula.

@@ -2,3 +2,5 @@
 //! are its p-values uniform when the implementation is correct?
 
 pub mod calibrate;
+pub mod perturb;
+pub mod power;
