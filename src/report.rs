@@ -95,12 +95,18 @@ pub fn run_with_progress(
 /// Formats `value ± stderr` with the standard error to two significant
 /// digits and the value to the same decimal place.
 pub fn format_estimate(value: f64, stderr: f64) -> String {
-    if stderr > 0.0 && stderr.is_finite() {
-        let decimals = decimals_for(stderr);
-        format!("{value:.decimals$} ± {stderr:.decimals$}")
-    } else {
-        format!("{} (no spread)", format_value(value))
+    if !(stderr > 0.0 && stderr.is_finite()) {
+        return format!("{} (no spread)", format_value(value));
     }
+    let scale = value.abs().max(stderr);
+    if (1e-4..1e7).contains(&scale) {
+        let decimals = decimals_for(stderr);
+        return format!("{value:.decimals$} ± {stderr:.decimals$}");
+    }
+    // Scientific: the mantissa keeps digits down to the stderr's second
+    // significant digit.
+    let digits = (scale.log10().floor() - stderr.log10().floor() + 1.0).clamp(1.0, 15.0) as usize;
+    format!("{value:.digits$e} ± {stderr:.1e}")
 }
 
 /// Decimal places that show two significant digits of `stderr`.

@@ -50,7 +50,7 @@ impl<R: Rng> rand::TryRng for Counting<R> {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, failure_persistence: Some(Box::new(
-        proptest::test_runner::FileFailurePersistence::SourceParallel("proptest-regressions"))), ..ProptestConfig::default() })]
+        proptest::test_runner::FileFailurePersistence::Direct("proptest-regressions/properties.txt"))), ..ProptestConfig::default() })]
 
     #[test]
     fn p_zero_is_the_identity(x in vector(), seed in any::<u64>()) {

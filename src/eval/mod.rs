@@ -21,6 +21,16 @@ use serde::Serialize;
 use crate::report::{format_estimate, format_value};
 use crate::stats::Estimate;
 
+/// A power of two close to `max |x|` (1 when `x` is all zeros): dividing by
+/// it is exact and brings the largest magnitude near 1.
+pub fn power_of_two_scale(x: &[f64]) -> f64 {
+    let largest = x.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    if largest == 0.0 || !largest.is_finite() {
+        return 1.0;
+    }
+    2f64.powi(largest.log2().round() as i32)
+}
+
 /// One number or one per unit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
@@ -87,6 +97,29 @@ pub struct EvalOutput {
     pub samples: u64,
     pub seed: u64,
     pub results: Vec<EvalResult>,
+}
+
+impl EvalOutput {
+    /// Returns the output if every number in it is finite; an input whose
+    /// powers overflow `f64` (for example `|x| ≈ 1e200` in `E[z⁴]`) is an
+    /// error rather than a table of infinities or NaN.
+    pub fn checked(self) -> Result<Self, crate::Error> {
+        for r in &self.results {
+            let mut all = r
+                .formula
+                .as_slice()
+                .iter()
+                .chain(r.mc.as_slice())
+                .chain(r.stderr.as_slice());
+            let exact = r.exact.as_ref().map_or(&[][..], |e| e.as_slice());
+            if all.any(|v| !v.is_finite()) || exact.iter().any(|v| !v.is_finite()) {
+                return Err(crate::Error::Degenerate {
+                    what: format!("{} overflows f64 for this input; rescale x", r.name),
+                });
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// Renders an output as a readable table, one line per component.

@@ -1,6 +1,6 @@
 //! `eval moments`: `E[z]`, `E[z²]`, `Var z` per unit and `E[S]`, `Var S` of the sum.
 
-use super::{EvalOutput, EvalResult, Values};
+use super::{EvalOutput, EvalResult, Values, power_of_two_scale};
 use crate::claims::dropout::{PairSampler, sum_oracle};
 use crate::engine::{Budget, estimate};
 use crate::error::{Error, check_finite_vec};
@@ -17,10 +17,15 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
     let rate = Rate::new(p)?;
     let budget = Budget::new(budget.samples, budget.seed)?;
     let d = x.len();
+    // Sample on x / s with s a power of two near max |x| (exact division), so
+    // huge and tiny inputs neither overflow nor lose their spread to
+    // underflow; moments of order r scale back by s^r.
+    let s = power_of_two_scale(x);
+    let scaled: Vec<f64> = x.iter().map(|v| v / s).collect();
     let subject = Subject::reference();
     let sampler = PairSampler {
         subject: &subject,
-        x,
+        x: &scaled,
         p,
         dim: 3 * d + 2,
         statistic: |draw, out| {
@@ -36,7 +41,11 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
             out[3 * d + 1] = 0.5 * (s - s_alt) * (s - s_alt);
         },
     };
-    let est = estimate(&sampler, budget)?.estimates();
+    let mut est = estimate(&sampler, budget)?.estimates();
+    let orders = (0..3 * d + 2).map(|i| if i < d || i == 3 * d { 1 } else { 2 });
+    for (e, order) in est.iter_mut().zip(orders) {
+        *e = e.scaled(s.powi(order));
+    }
     let unit = |g: fn(f64) -> f64| -> Vec<f64> {
         x.iter().map(|&a| unit_expectation(a, rate, g)).collect()
     };
@@ -81,14 +90,15 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
             &est[3 * d + 1..],
         ),
     ];
-    Ok(EvalOutput {
+    EvalOutput {
         quantity: "moments",
         p,
         d,
         samples: budget.samples,
         seed: budget.seed,
         results,
-    })
+    }
+    .checked()
 }
 
 type SumMoments = (Option<Vec<f64>>, Option<Vec<f64>>);

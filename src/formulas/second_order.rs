@@ -236,9 +236,26 @@ pub fn layer_norm_expectation(
     check_len("beta", beta, d)?;
     let d_mean = positive_denominator("E[V] + eps", units.expected_v() + eps)?;
     let (mu, var_v, cov) = (units.mu(), units.var_v(), units.cov_centred_unit_v());
-    Ok((0..d)
-        .map(|k| beta[k] + gamma[k] * ratio_second_order(units.mean[k] - mu, cov[k], d_mean, var_v))
-        .collect())
+    finite(
+        "second-order E[LN]",
+        (0..d)
+            .map(|k| {
+                beta[k] + gamma[k] * ratio_second_order(units.mean[k] - mu, cov[k], d_mean, var_v)
+            })
+            .collect(),
+    )
+}
+
+/// Passes `values` through when all are finite; an input whose moments
+/// overflow or underflow `f64` is a typed error, not NaN.
+fn finite(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Error> {
+    if values.iter().all(|v| v.is_finite()) {
+        Ok(values)
+    } else {
+        Err(Error::Degenerate {
+            what: format!("{what} is not representable in f64 for this input"),
+        })
+    }
 }
 
 /// Second-order `E[RMSNorm(y)]_k = γ_k E[y_k / sqrt(A + ε)]`.

@@ -23,6 +23,17 @@ pub struct Estimate {
     pub n: u64,
 }
 
+impl Estimate {
+    /// The estimate of `factor · E[t]`: value and standard error scale alike.
+    pub fn scaled(self, factor: f64) -> Estimate {
+        Estimate {
+            value: self.value * factor,
+            stderr: self.stderr * factor.abs(),
+            n: self.n,
+        }
+    }
+}
+
 /// Per-component mean and variance of a vector statistic.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MeanAccumulator {
