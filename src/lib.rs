@@ -39,6 +39,7 @@ pub mod eval;
 pub mod exact;
 pub mod formulas;
 pub mod ops;
+pub mod plot;
 pub mod report;
 pub mod stats;
 pub mod verify;

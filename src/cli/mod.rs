@@ -36,6 +36,16 @@ pub enum Command {
     Calibrate(CalibrateArgs),
     /// How likely the suite is to catch wrong implementations; detectable effects.
     Power(PowerArgs),
+    /// Write the SVG figures.
+    Plot(PlotArgs),
+}
+
+/// Options of `plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// Folder for the SVG files.
+    #[arg(long, default_value = "figures")]
+    pub out: std::path::PathBuf,
 }
 
 /// Options of `power`.
@@ -171,6 +181,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Calibrate(args) => run_calibrate(args),
         Command::Power(args) => run_power(args),
+        Command::Plot(args) => {
+            for path in crate::plot::write_all(&args.out)? {
+                println!("wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Eval(EvalCommand::Moments(args)) => {
             let x = parse_list("--x", &args.x)?;
             let p = parse_number("--p", &args.p)?;

@@ -1,0 +1,8 @@
+//! `dropmc plot`: SVG figures of the results (plotters, SVG backend only, so
+//! no system fonts or libraries are needed).
+
+mod chart;
+mod figures;
+
+pub use chart::{Axis, Series, SeriesStyle, line_chart};
+pub use figures::{FIGURES, write_all};
