@@ -20,6 +20,11 @@
 //! all read the registry.
 
 pub mod dropout;
+pub mod norm;
+pub mod layernorm;
+pub mod rmsnorm;
+pub mod bypass;
+pub mod compound;
 mod registry;
 mod verdict;
 
@@ -86,4 +91,9 @@ pub trait Claim: Sync {
     }
     /// Monte Carlo estimate(s) of the same quantity on `subject`.
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error>;
+    /// A line the report prints under the table (for example a
+    /// leading-order claim's measured gap and its slope in `d`).
+    fn note(&self) -> Option<String> {
+        None
+    }
 }

@@ -4,3 +4,7 @@
 //! finite vectors) or validates them itself and returns a typed error.
 
 pub mod dropout;
+pub mod layernorm;
+pub mod rmsnorm;
+pub mod bypass;
+pub mod compound;
