@@ -243,8 +243,8 @@ pub fn mean_abs_gap(a: &[f64], b: &[f64]) -> f64 {
 
 /// The widths of the gap measurement: `16, 32, …, 4096`.
 pub const SWEEP_D: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
-/// Index into [`SWEEP_D`] from which the slope is fitted (`d ≥ 256`).
-pub const FIT_FROM: usize = 4;
+/// Index into [`SWEEP_D`] from which the slope is fitted (`d ≥ 512`).
+pub const FIT_FROM: usize = 5;
 
 /// A leading-order claim's gap to the exact (grouped) oracle as `d` grows.
 #[derive(Debug, Clone)]

@@ -35,7 +35,9 @@
 //! (first order; weights that underflow are below `10^-300` and contribute
 //! nothing measurable). With `N` terms and `K` multiplications per weight,
 //! Higham's bound for recursive summation gives the oracle's bound
-//! `((N + K) ε + Σ_g η_g) · Σ_c P(c) |f(c)|`.
+//! `((N + K) ε + Σ_g η_g) · Σ_c P(c) |f(c)|`, plus the mass of any
+//! negligible counts skipped times a bound on `|f|` (see
+//! [`enumerate_counts`]).
 
 use crate::error::Error;
 use crate::ops::Rate;
@@ -67,9 +69,26 @@ pub fn binomial_weights(n: usize, rate: Rate) -> (Vec<f64>, f64) {
     (w, (5 * n + 4) as f64 * f64::EPSILON)
 }
 
+/// Weights below this are skipped by [`enumerate_counts`] when the caller
+/// gives a bound on `|f|`.
+pub const NEGLIGIBLE_WEIGHT: f64 = 1e-30;
+
 /// `E[f(c)]` over independent kept counts `c_g ~ Binomial(sizes[g], q)`,
 /// `f` writing `dim` values.
-pub fn enumerate_counts<F>(sizes: &[usize], rate: Rate, dim: usize, mut f: F) -> Result<Oracle, Error>
+///
+/// `sup_f`, when finite, is a bound on `|f|` that the caller guarantees;
+/// counts whose binomial weight is below [`NEGLIGIBLE_WEIGHT`] are then
+/// skipped, and the skipped mass `T_g` of each group adds `Σ_g T_g · sup_f`
+/// to the rounding bound (about `10^-25` at `d = 4096`). Skipping shrinks
+/// the number of terms, and with it the rounding bound, about 15-fold at
+/// `d = 4096`.
+pub fn enumerate_counts<F>(
+    sizes: &[usize],
+    rate: Rate,
+    dim: usize,
+    sup_f: f64,
+    mut f: F,
+) -> Result<Oracle, Error>
 where
     F: FnMut(&[usize], &mut [f64]),
 {
@@ -90,7 +109,24 @@ where
     let tables: Vec<(Vec<f64>, f64)> = sizes.iter().map(|&n| binomial_weights(n, rate)).collect();
     let eta: f64 = tables.iter().map(|t| t.1).sum();
     let k = sizes.len();
-    let mut counts = vec![0usize; k];
+    // The range [lo, hi] of counts kept per group, and the mass left out.
+    let mut lo = vec![0usize; k];
+    let mut hi = sizes.to_vec();
+    let mut skipped = 0.0;
+    if sup_f.is_finite() {
+        for (g, (w, _)) in tables.iter().enumerate() {
+            while w[lo[g]] < NEGLIGIBLE_WEIGHT && lo[g] < hi[g] {
+                skipped += w[lo[g]];
+                lo[g] += 1;
+            }
+            while w[hi[g]] < NEGLIGIBLE_WEIGHT && hi[g] > lo[g] {
+                skipped += w[hi[g]];
+                hi[g] -= 1;
+            }
+        }
+    }
+    let terms: u64 = lo.iter().zip(&hi).map(|(l, h)| (h - l + 1) as u64).product();
+    let mut counts = lo.clone();
     let mut out = vec![0.0; dim];
     let mut values = vec![0.0; dim];
     let mut magnitude = vec![0.0; dim];
@@ -112,14 +148,15 @@ where
         loop {
             if g == k {
                 let factor = (terms as f64 + k as f64) * f64::EPSILON + eta;
-                let rounding = magnitude.iter().map(|a| factor * a).collect();
+                let truncation = if sup_f.is_finite() { skipped * sup_f } else { 0.0 };
+                let rounding = magnitude.iter().map(|a| factor * a + truncation).collect();
                 return Ok(Oracle { values, rounding });
             }
             counts[g] += 1;
-            if counts[g] <= sizes[g] {
+            if counts[g] <= hi[g] {
                 break;
             }
-            counts[g] = 0;
+            counts[g] = lo[g];
             g += 1;
         }
     }

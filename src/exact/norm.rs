@@ -213,7 +213,11 @@ pub fn grouped_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error
     let k = gr.sizes.len();
     let df = d as f64;
     let mut classes = vec![(0.0, 0.0); 2 * k];
-    let raw = enumerate_counts(&gr.sizes, site.terms()[0].1, k, |counts, out| {
+    // |f| ≤ sqrt(d): a standardised entry (y_k − M)/sqrt(V) has square at
+    // most d − 1 (the other d − 1 deviations sum to its negative), and an
+    // RMS-scaled entry y_k/R has square at most d.
+    let sup_f = df.sqrt();
+    let raw = enumerate_counts(&gr.sizes, site.terms()[0].1, k, sup_f, |counts, out| {
         for g in 0..k {
             classes[2 * g] = (counts[g] as f64, gr.kept[g]);
             classes[2 * g + 1] = ((gr.sizes[g] - counts[g]) as f64, gr.dropped[g]);
