@@ -196,7 +196,11 @@ pub fn table(report: &Report) -> String {
     if !notes.is_empty() {
         out.push_str("Leading-order claims are z-tested against the exact oracle; their gap (mean_k |closed form - exact|) is measured, with d = 16…4096 on the grouped oracle:\n");
         for r in notes {
-            out.push_str(&format!("{}: {}\n", r.id, r.note.as_deref().unwrap_or_default()));
+            out.push_str(&format!(
+                "{}: {}\n",
+                r.id,
+                r.note.as_deref().unwrap_or_default()
+            ));
         }
     }
     for r in report.results.iter().filter(|r| r.error.is_some()) {

@@ -6,6 +6,9 @@
 //!   per seed in `OTHER_SEEDS` (2 seeds);
 //! * `tests/cli.rs`: `mc` of `eval moments` on a 3-unit input (3·3 + 2 = 11
 //!   components).
+//! * `tests/norm_eval.rs` (`exact_matches_an_independent_enumeration_and_mc_is_within_error`):
+//!   `mc` of `eval ln|rms|bypass|compound` at d = 4, 9, 14, i.e.
+//!   Σ_d (9 + 4d) = 135 components.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -18,9 +21,12 @@ fn components(family: Option<&str>) -> u64 {
         .sum()
 }
 
+/// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
+const NORM_EVAL: u64 = 135;
+
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
-    components(None) + 2 * components(Some("dropout")) + 11
+    components(None) + 2 * components(Some("dropout")) + 11 + NORM_EVAL
 }
 
 #[test]

@@ -55,7 +55,11 @@ fn there_are_four_leading_order_claims() {
 fn the_grouped_oracle_agrees_with_full_enumeration() {
     for claim in leading_claims() {
         let sweep = claim.sweep.expect("sweep");
-        for config in [claim.configuration().unwrap(), sweep(12).unwrap(), sweep(16).unwrap()] {
+        for config in [
+            claim.configuration().unwrap(),
+            sweep(12).unwrap(),
+            sweep(16).unwrap(),
+        ] {
             let full = claim.exact(&config).unwrap();
             let grouped = claim.grouped(&config).unwrap();
             assert!(

@@ -13,7 +13,10 @@ use crate::ops::{LayerNorm, Site};
 /// The bypass site at width `d`: `d/4` units with `h = 1, v = 0.5`, `3d/4`
 /// with `h = −0.5, v = 1` (so `x` is 1.5 and 0.5, `ρ² = 2.5`).
 pub fn site(d: usize) -> Result<Site, Error> {
-    Site::new(two_groups(d, 1.0, -0.5)?, vec![(two_groups(d, 0.5, 1.0)?, P)])
+    Site::new(
+        two_groups(d, 1.0, -0.5)?,
+        vec![(two_groups(d, 0.5, 1.0)?, P)],
+    )
 }
 
 /// The claims' configuration: the bypass site at `d = 16` with per-unit
@@ -78,7 +81,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
 
 /// This family's claims, in report order.
 pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS.iter().map(|c| c as &'static dyn super::Claim).collect()
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
 }
 
 /// This family's claims with their concrete type.

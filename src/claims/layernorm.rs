@@ -112,7 +112,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
 
 /// This family's claims, in report order.
 pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS.iter().map(|c| c as &'static dyn super::Claim).collect()
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
 }
 
 /// This family's claims with their concrete type (for tests that measure

@@ -19,13 +19,13 @@
 //! [`registry`] collects the families, and the tests, the report and the CLI
 //! all read the registry.
 
-pub mod dropout;
-pub mod norm;
-pub mod layernorm;
-pub mod rmsnorm;
 pub mod bypass;
 pub mod compound;
+pub mod dropout;
+pub mod layernorm;
+pub mod norm;
 mod registry;
+pub mod rmsnorm;
 mod verdict;
 
 pub use registry::{family_names, registry};

@@ -390,7 +390,7 @@ impl Sampler for SiteSampler<'_> {
 /// `d/4` units of `a` followed by `3d/4` units of `b` (`d` a multiple of 4,
 /// at least 4): the two-group shape every sweep uses.
 pub fn two_groups(d: usize, a: f64, b: f64) -> Result<Vec<f64>, Error> {
-    if d < 4 || d % 4 != 0 {
+    if d < 4 || !d.is_multiple_of(4) {
         return Err(Error::Degenerate {
             what: format!("a sweep width must be a positive multiple of 4, not {d}"),
         });

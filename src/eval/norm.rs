@@ -139,11 +139,13 @@ impl Sampler for PlanSampler<'_> {
     }
     fn draw(&self, rng: &mut Stream, s: &mut Scratch, out: &mut [f64]) -> Result<(), Error> {
         let layer = self.subject.dropout;
-        self.site.draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
+        self.site
+            .draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
         self.plan.stats(&s.y, &mut s.tmp, out);
         if matches!(self.plan, Plan::Ln { .. }) {
             // Var M from two independent draws: (M − M')²/2.
-            self.site.draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
+            self.site
+                .draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
             self.plan.stats(&s.y, &mut s.tmp, &mut s.alt);
             out[1] = 0.5 * (out[0] - s.alt[0]) * (out[0] - s.alt[0]);
         }
@@ -241,7 +243,10 @@ pub fn rms(
     let site = Site::plain(x, p)?;
     let formulas = vec![
         ("E[R^2]", Values::Scalar(fr::mean_of_r2(x, rate)?)),
-        ("E[RMSNorm(z)]", Values::PerUnit(fr::corrected(x, &rms, rate)?)),
+        (
+            "E[RMSNorm(z)]",
+            Values::PerUnit(fr::corrected(x, &rms, rate)?),
+        ),
     ];
     run("rms", &site, &Plan::Rms { rms }, budget, formulas)
 }

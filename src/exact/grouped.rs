@@ -125,17 +125,17 @@ where
             }
         }
     }
-    let terms: u64 = lo.iter().zip(&hi).map(|(l, h)| (h - l + 1) as u64).product();
+    let terms: u64 = lo
+        .iter()
+        .zip(&hi)
+        .map(|(l, h)| (h - l + 1) as u64)
+        .product();
     let mut counts = lo.clone();
     let mut out = vec![0.0; dim];
     let mut values = vec![0.0; dim];
     let mut magnitude = vec![0.0; dim];
     loop {
-        let weight: f64 = counts
-            .iter()
-            .zip(&tables)
-            .map(|(&c, t)| t.0[c])
-            .product();
+        let weight: f64 = counts.iter().zip(&tables).map(|(&c, t)| t.0[c]).product();
         if weight > 0.0 {
             f(&counts, &mut out);
             for ((v, a), o) in values.iter_mut().zip(&mut magnitude).zip(&out) {
@@ -148,7 +148,11 @@ where
         loop {
             if g == k {
                 let factor = (terms as f64 + k as f64) * f64::EPSILON + eta;
-                let truncation = if sup_f.is_finite() { skipped * sup_f } else { 0.0 };
+                let truncation = if sup_f.is_finite() {
+                    skipped * sup_f
+                } else {
+                    0.0
+                };
                 let rounding = magnitude.iter().map(|a| factor * a + truncation).collect();
                 return Ok(Oracle { values, rounding });
             }

@@ -118,7 +118,11 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
     let d = site.dim();
     pipeline.check(d)?;
     let mut tmp = vec![0.0; d];
-    let stages = if matches!(pipeline, Pipeline::LnLn(..)) { 2.0 } else { 1.0 };
+    let stages = if matches!(pipeline, Pipeline::LnLn(..)) {
+        2.0
+    } else {
+        1.0
+    };
     let mut oracle = site_expectation(site, d, |y, out| pipeline.apply(y, &mut tmp, out))?;
     // The enumeration's bound is factor · Σ w |f|, so Σ w |f| is recovered
     // from it and the per-mask rounding is added on the same magnitude.
@@ -153,12 +157,12 @@ fn groups(site: &Site, pipeline: Pipeline) -> Result<Groups, Error> {
     let (v, rate) = &site.terms()[0];
     let mut keys: Vec<[f64; 4]> = Vec::new();
     let mut of = Vec::with_capacity(site.dim());
-    for k in 0..site.dim() {
+    for (k, (&h, &vk)) in site.h().iter().zip(v).enumerate() {
         let (g1, b1) = match pipeline {
             Pipeline::LnLn(ln1, _) => (ln1.gamma()[k], ln1.beta()[k]),
             _ => (1.0, 0.0),
         };
-        let key = [site.h()[k], v[k], g1, b1];
+        let key = [h, vk, g1, b1];
         let g = match keys.iter().position(|c| *c == key) {
             Some(g) => g,
             None => {
@@ -190,14 +194,21 @@ fn standardise(classes: &mut [(f64, f64)], d: f64, eps: f64) {
         return;
     }
     let m = populated().map(|c| c.0 * c.1).sum::<f64>() / d;
-    let v = populated().map(|c| c.0 * (c.1 - m) * (c.1 - m)).sum::<f64>() / d;
+    let v = populated()
+        .map(|c| c.0 * (c.1 - m) * (c.1 - m))
+        .sum::<f64>()
+        / d;
     let inv = 1.0 / (v + eps).sqrt();
     classes.iter_mut().for_each(|c| c.1 = (c.1 - m) * inv);
 }
 
 fn rms_scale(classes: &mut [(f64, f64)], d: f64, eps: f64) {
     let r2 = classes.iter().map(|c| c.0 * c.1 * c.1).sum::<f64>() / d;
-    let inv = if r2 + eps > 0.0 { 1.0 / (r2 + eps).sqrt() } else { 0.0 };
+    let inv = if r2 + eps > 0.0 {
+        1.0 / (r2 + eps).sqrt()
+    } else {
+        0.0
+    };
     classes.iter_mut().for_each(|c| c.1 *= inv);
 }
 
@@ -242,7 +253,11 @@ pub fn grouped_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error
     })?;
     // Per-evaluation rounding of the class arithmetic: two reductions over
     // 2K classes and a few operations, per norm.
-    let stages = if matches!(pipeline, Pipeline::LnLn(..)) { 2.0 } else { 1.0 };
+    let stages = if matches!(pipeline, Pipeline::LnLn(..)) {
+        2.0
+    } else {
+        1.0
+    };
     let per_eval = stages * (16.0 * k as f64 + 32.0) * f64::EPSILON;
     let (gamma, beta): (&[f64], Option<&[f64]>) = match pipeline {
         Pipeline::Ln(ln) => (ln.gamma(), Some(ln.beta())),

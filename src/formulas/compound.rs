@@ -70,7 +70,12 @@ pub struct Compound {
 }
 
 /// `c1`, `ĉ1`, `S`, `ρ²`, `c2` for `x` at `rate` through `ln1`, `ln2`.
-pub fn compound(x: &[f64], ln1: &LayerNorm, ln2: &LayerNorm, rate: Rate) -> Result<Compound, Error> {
+pub fn compound(
+    x: &[f64],
+    ln1: &LayerNorm,
+    ln2: &LayerNorm,
+    rate: Rate,
+) -> Result<Compound, Error> {
     let (mu, s2) = input_moments(x)?;
     crate::error::check_len("gamma2", ln2.gamma(), x.len())?;
     let c1 = shrink_eps(mu, s2, ln1.eps(), rate);
@@ -106,7 +111,12 @@ pub fn c1_only(x: &[f64], ln1: &LayerNorm, ln2: &LayerNorm, rate: Rate) -> Resul
 }
 
 /// `β2 + c2 (LN2(ĉ1) − β2)`, the c1 + c2 estimate of `E[LN2(LN1(z))]`.
-pub fn corrected(x: &[f64], ln1: &LayerNorm, ln2: &LayerNorm, rate: Rate) -> Result<Vec<f64>, Error> {
+pub fn corrected(
+    x: &[f64],
+    ln1: &LayerNorm,
+    ln2: &LayerNorm,
+    rate: Rate,
+) -> Result<Vec<f64>, Error> {
     let parts = compound(x, ln1, ln2, rate)?;
     let u = super::layernorm::uncorrected(&parts.c1_hat, ln2)?;
     Ok(shrink_towards_beta(&u, ln2.beta(), parts.c2))

@@ -68,8 +68,7 @@ pub fn input_moments(x: &[f64]) -> Result<(f64, f64), Error> {
     check_finite_vec("x", x)?;
     if x.len() < 2 {
         return Err(Error::Degenerate {
-            what: "d = 1: LayerNorm of one unit is constant, so σ = 0 and c is undefined"
-                .into(),
+            what: "d = 1: LayerNorm of one unit is constant, so σ = 0 and c is undefined".into(),
         });
     }
     let (mu, sigma2) = crate::ops::mean_and_variance(x);
