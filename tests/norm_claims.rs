@@ -125,6 +125,44 @@ fn curve(claim: &NormClaim) -> GapCurve {
     c
 }
 
+/// The order test: why a gap curve counts as falling like 1/d, or the
+/// first reason it does not.
+fn check_order(c: &GapCurve) -> Result<(), String> {
+    // The bound must tell −1 from the neighbouring simple rates (d^-1/2 and
+    // d^-3/2 are 1/2 away): at most half that distance. The slope must sit
+    // within it.
+    if c.tolerance >= 0.25 {
+        return Err(format!(
+            "bound {} too wide to tell rates apart",
+            c.tolerance
+        ));
+    }
+    if (c.slope + 1.0).abs() > c.tolerance {
+        return Err(format!("slope {} outside −1 ± {}", c.slope, c.tolerance));
+    }
+    // The two-term model d·gap = A + B/d holds on the fitted range: what it
+    // leaves (the O(1/d²) part of d·gap) is smaller than its own correction
+    // B/d at the range's start.
+    let d0 = c.d[c.fit_from] as f64;
+    for (&d, g) in c.d[c.fit_from..].iter().zip(&c.gap[c.fit_from..]) {
+        let d = d as f64;
+        let residual = d * g - (c.a + c.b / d);
+        if residual.abs() > (c.b / d0).abs() {
+            return Err(format!(
+                "at d = {d}: residual {residual:e} > B/d0 = {:e}",
+                c.b / d0
+            ));
+        }
+    }
+    // Local slopes converge to −1: each doubling of d brings the local
+    // slope strictly closer (an O(1/d) deviation halves per doubling).
+    let deviations: Vec<f64> = c.local_slopes.iter().map(|s| (s + 1.0).abs()).collect();
+    if !deviations.windows(2).all(|w| w[1] < w[0]) {
+        return Err(format!("local slopes {:?} do not converge", c.local_slopes));
+    }
+    Ok(())
+}
+
 #[test]
 fn leading_order_gaps_fall_like_one_over_d() {
     for claim in leading_claims() {
@@ -134,39 +172,9 @@ fn leading_order_gaps_fall_like_one_over_d() {
         for (r, g) in c.rounding.iter().zip(&c.gap) {
             assert!(*r <= 1e-2 * g, "{}: rounding {r:e} vs gap {g:e}", claim.id);
         }
-        // The slope near −1 within the bound the next term justifies, and
-        // that bound excludes any other rate (1/√d has slope −1/2, 1/d² −2).
-        assert!(c.tolerance < 0.25, "{}: bound {}", claim.id, c.tolerance);
-        assert!(
-            (c.slope + 1.0).abs() <= c.tolerance,
-            "{}: slope {} outside −1 ± {}",
-            claim.id,
-            c.slope,
-            c.tolerance
-        );
-        // The two-term model d·gap = A + B/d holds on the fitted range: what
-        // it leaves (the O(1/d²) part of d·gap) is smaller than its own
-        // correction B/d at the range's start.
-        let d0 = c.d[c.fit_from] as f64;
-        for (&d, g) in c.d[c.fit_from..].iter().zip(&c.gap[c.fit_from..]) {
-            let d = d as f64;
-            let residual = d * g - (c.a + c.b / d);
-            assert!(
-                residual.abs() <= (c.b / d0).abs(),
-                "{} at d = {d}: residual {residual:e}, B/d0 = {:e}",
-                claim.id,
-                c.b / d0
-            );
+        if let Err(why) = check_order(&c) {
+            panic!("{}: {why}", claim.id);
         }
-        // Local slopes converge to −1: each doubling of d brings the local
-        // slope strictly closer (an O(1/d) deviation halves per doubling).
-        let deviations: Vec<f64> = c.local_slopes.iter().map(|s| (s + 1.0).abs()).collect();
-        assert!(
-            deviations.windows(2).all(|w| w[1] < w[0]),
-            "{}: local slopes {:?}",
-            claim.id,
-            c.local_slopes
-        );
     }
 }
 
@@ -267,4 +275,98 @@ fn degenerate_inputs_are_typed_errors() {
         ..Default::default()
     };
     assert!(norm::compound(&[1.0, 2.0, 3.0], 0.3, params, budget).is_err());
+}
+
+/// A copy of `claim` whose closed form is `analytic` instead.
+fn with_analytic(
+    claim: &NormClaim,
+    analytic: fn(&dropmc::claims::norm::Config) -> Result<Vec<f64>, Error>,
+) -> NormClaim {
+    NormClaim {
+        id: claim.id,
+        family: claim.family,
+        formula: claim.formula,
+        kind: claim.kind,
+        samples: claim.samples,
+        config: claim.config,
+        stat: claim.stat,
+        analytic,
+        baselines: claim.baselines,
+        sweep: claim.sweep,
+    }
+}
+
+#[test]
+fn a_wrong_correction_fails_the_order_test() {
+    // Deliberate failures (exact computations, no budget): a correction that
+    // misses an O(1) part leaves a gap that does not fall with d, and the
+    // slope test must reject it.
+    use dropmc::formulas::{compound as fc, layernorm as fl};
+    let ln = &layernorm::norm_claims()[3];
+    // √q in place of c(μ, σ), although μ ≠ 0.
+    let root_q = with_analytic(ln, |c| {
+        let rate = c.site.terms()[0].1;
+        let u = fl::uncorrected(&c.site.clean(), &c.ln)?;
+        Ok(fl::shrink_towards_beta(&u, c.ln.beta(), rate.q().sqrt()))
+    });
+    let co = &compound::norm_claims()[0];
+    // The c1-only estimate offered as the compound closed form.
+    let c1_only = with_analytic(co, |c| {
+        fc::c1_only(&c.site.clean(), &c.ln, &c.ln2, c.site.terms()[0].1)
+    });
+    for wrong in [root_q, c1_only] {
+        let c = gap_curve(&wrong, &SWEEP_D).unwrap();
+        assert!(
+            check_order(&c).is_err(),
+            "{} with a wrong correction passed: slope {} ± {}",
+            wrong.id,
+            c.slope,
+            c.tolerance
+        );
+        // Its gap does not fall: it ends at least half of where it began.
+        assert!(
+            c.gap[c.gap.len() - 1] > 0.5 * c.gap[0],
+            "{}: {:?}",
+            wrong.id,
+            c.gap
+        );
+    }
+}
+
+#[test]
+fn with_eps_the_corrected_estimates_still_beat_the_uncorrected() {
+    use dropmc::formulas::{layernorm as fl, rmsnorm as fr};
+    let ln_claim = &layernorm::norm_claims()[3];
+    let rms_claim = &rmsnorm::norm_claims()[1];
+    for eps in [0.05, 0.5] {
+        let mut config = ln_claim.configuration().unwrap();
+        config.ln = LayerNorm::new(layernorm::gains(16), layernorm::shifts(16), eps).unwrap();
+        config.rms = RmsNorm::new(layernorm::gains(16), eps).unwrap();
+        let x = config.site.clean();
+        let rate = config.site.terms()[0].1;
+        for (claim, corrected, uncorrected) in [
+            (
+                ln_claim,
+                fl::corrected(&x, &config.ln, rate).unwrap(),
+                fl::uncorrected(&x, &config.ln).unwrap(),
+            ),
+            (
+                rms_claim,
+                fr::corrected(&x, &config.rms, rate).unwrap(),
+                fr::uncorrected(&x, &config.rms).unwrap(),
+            ),
+        ] {
+            let exact = claim.exact(&config).unwrap();
+            let slack: f64 = exact.rounding.iter().sum::<f64>() / 16.0;
+            let (a, b) = (
+                mean_abs_gap(&corrected, &exact.values),
+                mean_abs_gap(&uncorrected, &exact.values),
+            );
+            assert!(
+                a + 2.0 * slack < b,
+                "{} at eps = {eps}: {a} vs {b}",
+                claim.id
+            );
+        }
+    }
 }

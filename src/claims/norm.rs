@@ -124,13 +124,16 @@ impl NormClaim {
             Stat::V => scalar(|y| mean_and_variance(y).1)?,
             _ => scalar(|y| y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64)?,
         };
-        // Each statistic's own rounding per mask: a reduction over d units.
+        // Each statistic's own rounding per mask (a reduction over d units)
+        // is at most own · Σ w |f|, and the enumeration's bound is at least
+        // ε Σ w |f|, so inflating that bound by 1 + own/ε covers both.
         let own = (2.0 * d + 8.0) * f64::EPSILON;
+        let widen = 1.0 + own / f64::EPSILON;
+        let (r0, r1) = (raw.rounding[0] * widen, raw.rounding[1] * widen);
         if self.stat == Stat::VarM {
             let (m1, m2) = (raw.values[0], raw.values[1]);
-            let rounding = raw.rounding[1]
-                + 2.0 * m1.abs() * raw.rounding[0]
-                + (4.0 + 2.0 * own) * f64::EPSILON.max(own) * m2.abs();
+            // E[M²] − E[M]²: both roundings, the square's, the subtraction's.
+            let rounding = r1 + (2.0 * m1.abs() + r0) * r0 + 4.0 * f64::EPSILON * m2.abs();
             return Ok(Oracle {
                 values: vec![m2 - m1 * m1],
                 rounding: vec![rounding],
@@ -138,7 +141,7 @@ impl NormClaim {
         }
         Ok(Oracle {
             values: vec![raw.values[0]],
-            rounding: vec![raw.rounding[0] + own * raw.values[0].abs().max(raw.rounding[0])],
+            rounding: vec![r0],
         })
     }
 
