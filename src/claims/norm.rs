@@ -222,7 +222,7 @@ fn leading_order_note(claim: &NormClaim) -> Result<String, Error> {
     if claim.sweep.is_some() {
         let curve = gap_curve(claim, &SWEEP_D)?;
         text.push_str(&format!(
-            "; d = {}…{}: gap {} → {}, slope {:.3} (fit d ≥ {}, bound ±{:.3})",
+            "; two-group sweep d = {}…{}: gap {} → {}, slope {:.3} (fit d ≥ {}, bound ±{:.3})",
             curve.d[0],
             curve.d[curve.d.len() - 1],
             sci(curve.gap[0]),
