@@ -24,7 +24,8 @@
 //! * [`engine`] — seeded portable streams, the parallel deterministic loop;
 //! * [`stats`] — accumulators, z-tests, the false-alarm budget;
 //! * [`ops`] — the layers under test and the conformance trait
-//!   [`ops::DropoutLayer`];
+//!   [`ops::DropoutLayer`]; LayerNorm, RMSNorm and dropout sites
+//!   `y = h + Σ dropout(v_j)`;
 //! * [`formulas`] — closed forms and derivations, one family per file;
 //! * [`exact`] — enumeration oracles;
 //! * [`claims`] — claims and the registry;

@@ -7,7 +7,10 @@
 //! * `tests/cli.rs`: `mc` of `eval moments` on a 3-unit input (3·3 + 2 = 11
 //!   components);
 //! * `tests/calibration.rs`: every dropout component once per seed (8 seeds),
-//!   plus one KS test per dropout component and one pooled KS test.
+//!   plus one KS test per dropout component and one pooled KS test;
+//! * `tests/norm_eval.rs` (`exact_matches_an_independent_enumeration_and_mc_is_within_error`):
+//!   `mc` of `eval ln|rms|bypass|compound` at d = 4, 9, 14, i.e.
+//!   Σ_d (9 + 4d) = 135 components.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -20,10 +23,13 @@ fn components(family: Option<&str>) -> u64 {
         .sum()
 }
 
+/// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
+const NORM_EVAL: u64 = 135;
+
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
     let dropout = components(Some("dropout"));
-    components(None) + 2 * dropout + 11 + 8 * dropout + dropout + 1
+    components(None) + 2 * dropout + 11 + 8 * dropout + dropout + 1 + NORM_EVAL
 }
 
 #[test]

@@ -37,6 +37,10 @@ fn every_dropout_claim_passes_under_other_seeds() {
 #[test]
 fn every_exact_oracle_agrees_with_its_closed_form() {
     for claim in dropmc::claims::registry() {
+        // A leading-order closed form is never compared as if exact.
+        if claim.kind() != dropmc::claims::Kind::Exact {
+            continue;
+        }
         let analytic = claim.analytic().expect("analytic");
         if let Some(oracle) = claim.oracle().expect("oracle") {
             assert!(

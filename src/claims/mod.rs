@@ -19,8 +19,13 @@
 //! [`registry`] collects the families, and the tests, the report and the CLI
 //! all read the registry.
 
+pub mod bypass;
+pub mod compound;
 pub mod dropout;
+pub mod layernorm;
+pub mod norm;
 mod registry;
+pub mod rmsnorm;
 mod verdict;
 
 pub use registry::{family_names, registry};
@@ -86,4 +91,9 @@ pub trait Claim: Sync {
     }
     /// Monte Carlo estimate(s) of the same quantity on `subject`.
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error>;
+    /// A line the report prints under the table (for example a
+    /// leading-order claim's measured gap and its slope in `d`).
+    fn note(&self) -> Option<String> {
+        None
+    }
 }

@@ -6,6 +6,10 @@ use super::Claim;
 pub fn registry() -> Vec<&'static dyn Claim> {
     let mut all: Vec<&'static dyn Claim> = Vec::new();
     all.extend(super::dropout::claims());
+    all.extend(super::layernorm::claims());
+    all.extend(super::rmsnorm::claims());
+    all.extend(super::bypass::claims());
+    all.extend(super::compound::claims());
     all
 }
 

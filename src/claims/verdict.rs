@@ -41,6 +41,8 @@ pub struct ClaimResult {
     pub verdict: Verdict,
     /// Why the claim could not be evaluated, if it could not.
     pub error: Option<String>,
+    /// The claim's own note (see [`Claim::note`]).
+    pub note: Option<String>,
 }
 
 impl ClaimResult {
@@ -93,6 +95,7 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         tests: Vec::new(),
         verdict: Verdict::Fail,
         error: None,
+        note: claim.note(),
     };
     if let Err(message) = fill(claim, subject, budget, &mut result) {
         result.error = Some(message);

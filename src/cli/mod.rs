@@ -111,6 +111,153 @@ pub enum EvalCommand {
     /// Dropout moments per unit and of the sum.
     #[command(long_about = "E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k.")]
     Moments(MomentsArgs),
+    /// LayerNorm after dropout: E[M], Var[M], E[V], c, E[LN(z)].
+    Ln(LnArgs),
+    /// RMSNorm after dropout: E[R^2], E[RMSNorm(z)].
+    Rms(RmsArgs),
+    /// Bypass y = h + dropout(v) before LayerNorm: E[V], c_damped, E[LN(y)].
+    Bypass(BypassArgs),
+    /// dropout -> LN1 -> LN2: c1, c2, E[LN2(LN1(z))].
+    Compound(CompoundArgs),
+}
+
+/// Arguments of `eval ln`.
+#[derive(Debug, Args)]
+pub struct LnArgs {
+    /// The pre-dropout vector, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub x: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    /// LayerNorm gains (default 1).
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma: Option<String>,
+    /// LayerNorm shifts (default 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub beta: Option<String>,
+    /// LayerNorm epsilon (default 0).
+    #[arg(long, allow_hyphen_values = true, default_value = "0")]
+    pub eps: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Arguments of `eval rms`.
+#[derive(Debug, Args)]
+pub struct RmsArgs {
+    /// The pre-dropout vector, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub x: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    /// RMSNorm gains (default 1).
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma: Option<String>,
+    /// RMSNorm epsilon (default 0).
+    #[arg(long, allow_hyphen_values = true, default_value = "0")]
+    pub eps: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Arguments of `eval bypass`.
+#[derive(Debug, Args)]
+pub struct BypassArgs {
+    /// The undropped part h, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub h: String,
+    /// The dropped part v, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub v: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Arguments of `eval compound`.
+#[derive(Debug, Args)]
+pub struct CompoundArgs {
+    /// The pre-dropout vector, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub x: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    /// LN1 gains.
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma1: String,
+    /// LN1 shifts.
+    #[arg(long, allow_hyphen_values = true)]
+    pub beta1: String,
+    /// LN2 gains (default 1).
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma2: Option<String>,
+    /// LN2 shifts (default 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub beta2: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+fn optional_list(what: &str, text: &Option<String>) -> Result<Option<Vec<f64>>, Error> {
+    text.as_deref().map(|t| parse_list(what, t)).transpose()
+}
+
+fn run_norm_eval(command: EvalCommand) -> Result<ExitCode, Error> {
+    use crate::eval::norm;
+    let (output, json) = match command {
+        EvalCommand::Moments(_) => unreachable!("handled by run"),
+        EvalCommand::Ln(a) => (
+            norm::ln(
+                &parse_list("--x", &a.x)?,
+                parse_number("--p", &a.p)?,
+                optional_list("--gamma", &a.gamma)?,
+                optional_list("--beta", &a.beta)?,
+                parse_number("--eps", &a.eps)?,
+                budget(&a.sampling)?,
+            )?,
+            a.sampling.json,
+        ),
+        EvalCommand::Rms(a) => (
+            norm::rms(
+                &parse_list("--x", &a.x)?,
+                parse_number("--p", &a.p)?,
+                optional_list("--gamma", &a.gamma)?,
+                parse_number("--eps", &a.eps)?,
+                budget(&a.sampling)?,
+            )?,
+            a.sampling.json,
+        ),
+        EvalCommand::Bypass(a) => (
+            norm::bypass(
+                &parse_list("--h", &a.h)?,
+                &parse_list("--v", &a.v)?,
+                parse_number("--p", &a.p)?,
+                budget(&a.sampling)?,
+            )?,
+            a.sampling.json,
+        ),
+        EvalCommand::Compound(a) => (
+            norm::compound(
+                &parse_list("--x", &a.x)?,
+                parse_number("--p", &a.p)?,
+                norm::CompoundParams {
+                    gamma1: parse_list("--gamma1", &a.gamma1)?,
+                    beta1: parse_list("--beta1", &a.beta1)?,
+                    gamma2: optional_list("--gamma2", &a.gamma2)?,
+                    beta2: optional_list("--beta2", &a.beta2)?,
+                },
+                budget(&a.sampling)?,
+            )?,
+            a.sampling.json,
+        ),
+    };
+    print_eval(&output, json);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Sampling options shared by every `eval` quantity.
@@ -194,6 +341,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             print_eval(&output, args.sampling.json);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Eval(other) => run_norm_eval(other),
     }
 }
 

@@ -15,6 +15,7 @@
 //! numbers, per-unit quantities arrays.
 
 pub mod moments;
+pub mod norm;
 
 use serde::Serialize;
 

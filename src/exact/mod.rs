@@ -1,5 +1,9 @@
 //! Exact oracles: expectations computed by enumerating masks, not sampling.
 
 mod enumerate;
+mod grouped;
+mod norm;
 
 pub use enumerate::{MAX_ENUMERATION_D, Oracle, enumerate_masks, unit_expectation};
+pub use grouped::{MAX_GROUPED_TERMS, binomial_weights, enumerate_counts};
+pub use norm::{Pipeline, grouped_pipeline, site_expectation, site_pipeline};

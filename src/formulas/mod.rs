@@ -3,5 +3,9 @@
 //! Every function takes already-validated inputs ([`Rate`](crate::ops::Rate),
 //! finite vectors) or validates them itself and returns a typed error.
 
+pub mod bypass;
+pub mod compound;
 pub mod dropout;
+pub mod layernorm;
+pub mod rmsnorm;
 pub mod second_order;

@@ -6,7 +6,11 @@
 //! through a [`Subject`].
 
 mod dropout;
+mod norm;
 mod rate;
+mod site;
 
 pub use dropout::{DropoutLayer, InvertedDropout, Subject};
+pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
 pub use rate::Rate;
+pub use site::Site;

@@ -1,0 +1,125 @@
+//! The LayerNorm family: `E[M]`, `Var M`, `E[V]` (exact) and the corrected
+//! estimate `β + c (LN(x) − β)` of `E[LN(z)]` (leading order). Derivations:
+//! [`crate::formulas::layernorm`]; machinery: [`super::norm`].
+
+use super::Kind;
+use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
+use crate::error::Error;
+use crate::formulas::layernorm as f;
+use crate::ops::{LayerNorm, Rate, Site};
+
+/// Drop rate of the family.
+pub const P: f64 = 0.3;
+/// Width of the claims' configuration (full enumeration: 65 536 masks).
+pub const D: usize = 16;
+/// The two input values: `d/4` units of `A`, `3d/4` of `B` (`μ/σ ≈ 1.35`,
+/// so the mean matters: `c = 0.60` against `√q = 0.84`).
+pub const A: f64 = 2.0;
+pub const B: f64 = 0.5;
+
+/// The claims' configuration: `x` of two values, `γ`, `β` varying per unit.
+pub fn config() -> Result<Config, Error> {
+    let x = two_groups(D, A, B)?;
+    let mut c = Config::plain(Site::plain(&x, P)?)?;
+    c.ln = LayerNorm::new(gains(D), shifts(D), 0.0)?;
+    Ok(c)
+}
+
+/// `γ_k = 1 + (k mod 3)/4`.
+pub fn gains(d: usize) -> Vec<f64> {
+    (0..d).map(|k| 1.0 + 0.25 * (k % 3) as f64).collect()
+}
+
+/// `β_k = (k mod 4)/10 − 0.15`.
+pub fn shifts(d: usize) -> Vec<f64> {
+    (0..d).map(|k| 0.1 * (k % 4) as f64 - 0.15).collect()
+}
+
+/// The same shape at width `d`, with plain LayerNorm.
+pub fn sweep(d: usize) -> Result<Config, Error> {
+    Config::plain(Site::plain(&two_groups(d, A, B)?, P)?)
+}
+
+fn x_and_rate(c: &Config) -> Result<(Vec<f64>, Rate), Error> {
+    Ok((c.site.clean(), c.site.terms()[0].1))
+}
+
+const UNCORRECTED: &[Baseline] = &[("uncorrected LN(x)", |c| {
+    f::uncorrected(&c.site.clean(), &c.ln)
+})];
+
+static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        NormClaim {
+            id: "layernorm.mean_of_m",
+            family: "layernorm",
+            formula: "E[M] = mu",
+            kind: Kind::Exact,
+            samples: 1_000_000,
+            config,
+            stat: Stat::M,
+            analytic: |c| Ok(vec![f::mean_of_m(&c.site.clean())?]),
+            baselines: &[],
+            sweep: None,
+        },
+        NormClaim {
+            id: "layernorm.var_of_m",
+            family: "layernorm",
+            formula: "Var M = p (sigma^2 + mu^2) / (q d)",
+            kind: Kind::Exact,
+            samples: 1_000_000,
+            config,
+            stat: Stat::VarM,
+            analytic: |c| {
+                let (x, rate) = x_and_rate(c)?;
+                Ok(vec![f::variance_of_m(&x, rate)?])
+            },
+            baselines: &[],
+            sweep: None,
+        },
+        NormClaim {
+            id: "layernorm.mean_of_v",
+            family: "layernorm",
+            formula: "E[V] = (sigma^2 + p mu^2)/q - p (sigma^2 + mu^2)/(q d)",
+            kind: Kind::Exact,
+            samples: 1_000_000,
+            config,
+            stat: Stat::V,
+            analytic: |c| {
+                let (x, rate) = x_and_rate(c)?;
+                Ok(vec![f::mean_of_v(&x, rate)?])
+            },
+            baselines: &[],
+            sweep: None,
+        },
+        NormClaim {
+            id: "layernorm.output",
+            family: "layernorm",
+            formula: "E[LN(z)] ~ beta + c (LN(x) - beta), c = sqrt(q / (1 + p (mu/sigma)^2))",
+            kind: Kind::LeadingOrder { order: 1 },
+            samples: 500_000,
+            config,
+            stat: Stat::Ln,
+            analytic: |c| {
+                let (x, rate) = x_and_rate(c)?;
+                f::corrected(&x, &c.ln, rate)
+            },
+            baselines: UNCORRECTED,
+            sweep: Some(sweep),
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn super::Claim> {
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
+}
+
+/// This family's claims with their concrete type (for tests that measure
+/// gaps and sweeps).
+pub fn norm_claims() -> &'static [NormClaim] {
+    &CLAIMS
+}

@@ -1,0 +1,69 @@
+//! The RMSNorm family: `E[R²] = mean x²/q` (exact) and `√q · RMS(x)` as the
+//! estimate of `E[RMS(z)]` (leading order). Derivations:
+//! [`crate::formulas::rmsnorm`]; machinery: [`super::norm`].
+
+use super::Kind;
+use super::layernorm::{A, B, D, P, gains};
+use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
+use crate::error::Error;
+use crate::formulas::rmsnorm as f;
+use crate::ops::{RmsNorm, Site};
+
+/// The LayerNorm family's `x` and `p`, with per-unit gains.
+pub fn config() -> Result<Config, Error> {
+    let x = two_groups(D, A, B)?;
+    let mut c = Config::plain(Site::plain(&x, P)?)?;
+    c.rms = RmsNorm::new(gains(D), 0.0)?;
+    Ok(c)
+}
+
+/// The same shape at width `d`, with plain RMSNorm.
+pub fn sweep(d: usize) -> Result<Config, Error> {
+    Config::plain(Site::plain(&two_groups(d, A, B)?, P)?)
+}
+
+const UNCORRECTED: &[Baseline] = &[("uncorrected RMS(x)", |c| {
+    f::uncorrected(&c.site.clean(), &c.rms)
+})];
+
+static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        NormClaim {
+            id: "rmsnorm.mean_of_r2",
+            family: "rmsnorm",
+            formula: "E[R^2] = mean_k x_k^2 / q",
+            kind: Kind::Exact,
+            samples: 1_000_000,
+            config,
+            stat: Stat::R2,
+            analytic: |c| Ok(vec![f::mean_of_r2(&c.site.clean(), c.site.terms()[0].1)?]),
+            baselines: &[],
+            sweep: None,
+        },
+        NormClaim {
+            id: "rmsnorm.output",
+            family: "rmsnorm",
+            formula: "E[RMSNorm(z)] ~ sqrt(q) RMSNorm(x)",
+            kind: Kind::LeadingOrder { order: 1 },
+            samples: 500_000,
+            config,
+            stat: Stat::Rms,
+            analytic: |c| f::corrected(&c.site.clean(), &c.rms, c.site.terms()[0].1),
+            baselines: UNCORRECTED,
+            sweep: Some(sweep),
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn super::Claim> {
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
+}
+
+/// This family's claims with their concrete type.
+pub fn norm_claims() -> &'static [NormClaim] {
+    &CLAIMS
+}

@@ -1,0 +1,281 @@
+//! Exact expectations of normalised outputs after a dropout [`Site`]: by
+//! full enumeration of every mask, and by grouped enumeration of kept
+//! counts (see [`super::grouped`]).
+//!
+//! Both use the crate's convention for a constant input (`LN(const) = β`,
+//! `RMS(0) = 0`, the `ε → 0⁺` limit; see [`crate::ops::LayerNorm`]), so with
+//! `ε = 0` the all-dropped mask (probability `p^d`) contributes `p^d β_k`
+//! rather than an undefined `0/0`.
+
+use crate::error::Error;
+use crate::ops::{LayerNorm, RmsNorm, Site};
+
+use super::grouped::enumerate_counts;
+use super::{MAX_ENUMERATION_D, Oracle};
+
+/// What is applied to the site's output `y`.
+#[derive(Debug, Clone, Copy)]
+pub enum Pipeline<'a> {
+    /// `LN(y)`.
+    Ln(&'a LayerNorm),
+    /// `RMS(y)`.
+    Rms(&'a RmsNorm),
+    /// `LN2(LN1(y))`.
+    LnLn(&'a LayerNorm, &'a LayerNorm),
+}
+
+impl Pipeline<'_> {
+    /// Number of units the pipeline expects.
+    pub fn dim(&self) -> usize {
+        match self {
+            Pipeline::Ln(ln) => ln.dim(),
+            Pipeline::Rms(rms) => rms.dim(),
+            Pipeline::LnLn(ln1, _) => ln1.dim(),
+        }
+    }
+
+    fn check(&self, d: usize) -> Result<(), Error> {
+        let dims = match self {
+            Pipeline::LnLn(a, b) => vec![a.dim(), b.dim()],
+            other => vec![other.dim()],
+        };
+        match dims.iter().find(|&&n| n != d) {
+            Some(&n) => Err(Error::LengthMismatch {
+                what: "norm parameters",
+                expected: d,
+                got: n,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Applies the pipeline to `y` (`tmp` is scratch of the same length).
+    pub fn apply(&self, y: &[f64], tmp: &mut [f64], out: &mut [f64]) {
+        match self {
+            Pipeline::Ln(ln) => ln.forward_unchecked(y, out),
+            Pipeline::Rms(rms) => rms.forward_unchecked(y, out),
+            Pipeline::LnLn(ln1, ln2) => {
+                ln1.forward_unchecked(y, tmp);
+                ln2.forward_unchecked(tmp, out);
+            }
+        }
+    }
+}
+
+/// `E[f(y)]` over every mask of every term of `site` (`J·d ≤` the full
+/// enumeration limit), `f` writing `dim` values.
+pub fn site_expectation<F>(site: &Site, dim: usize, mut f: F) -> Result<Oracle, Error>
+where
+    F: FnMut(&[f64], &mut [f64]),
+{
+    let d = site.dim();
+    let j = site.terms().len();
+    let bits = d * j;
+    if bits > MAX_ENUMERATION_D {
+        return Err(Error::TooLarge {
+            what: "mask bits (terms × d) for full enumeration",
+            limit: MAX_ENUMERATION_D,
+            got: bits,
+        });
+    }
+    let terms = 1u64 << bits;
+    let mut masks = vec![vec![false; d]; j];
+    let mut y = vec![0.0; d];
+    let mut out = vec![0.0; dim];
+    let mut values = vec![0.0; dim];
+    let mut magnitude = vec![0.0; dim];
+    for word in 0..terms {
+        let mut weight = 1.0;
+        for (t, mask) in masks.iter_mut().enumerate() {
+            let rate = site.terms()[t].1;
+            for (k, m) in mask.iter_mut().enumerate() {
+                *m = (word >> (t * d + k)) & 1 == 1;
+                weight *= if *m { rate.q() } else { rate.p() };
+            }
+        }
+        if weight == 0.0 {
+            continue;
+        }
+        let refs: Vec<&[bool]> = masks.iter().map(|m| m.as_slice()).collect();
+        site.apply_masks(&refs, &mut y);
+        f(&y, &mut out);
+        for ((v, a), o) in values.iter_mut().zip(&mut magnitude).zip(&out) {
+            *v += weight * o;
+            *a += weight * o.abs();
+        }
+    }
+    let factor = (terms as f64 + bits as f64) * f64::EPSILON;
+    let rounding = magnitude.iter().map(|a| factor * a).collect();
+    Ok(Oracle { values, rounding })
+}
+
+/// `E[pipeline(y)]` per unit by full enumeration.
+///
+/// The rounding bound adds, to the enumeration's, the pipeline's own
+/// rounding per mask, taken as `(8 d + 32) ε |output|` (two reductions over
+/// `d` units, a square root and a few operations per unit, per norm).
+pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
+    let d = site.dim();
+    pipeline.check(d)?;
+    let mut tmp = vec![0.0; d];
+    let stages = if matches!(pipeline, Pipeline::LnLn(..)) {
+        2.0
+    } else {
+        1.0
+    };
+    let mut oracle = site_expectation(site, d, |y, out| pipeline.apply(y, &mut tmp, out))?;
+    // The enumeration's bound is factor · Σ w |f|, so Σ w |f| is recovered
+    // from it and the per-mask rounding is added on the same magnitude.
+    let bits = d * site.terms().len();
+    let factor = ((1u64 << bits) as f64 + bits as f64) * f64::EPSILON;
+    let per_mask = stages * (8.0 * d as f64 + 32.0) * f64::EPSILON;
+    for r in &mut oracle.rounding {
+        *r += per_mask * *r / factor;
+    }
+    Ok(oracle)
+}
+
+/// Interchangeable units: same `h`, `v` (and `γ1`, `β1` for `LN2∘LN1`).
+struct Groups {
+    /// Group of each unit.
+    of: Vec<usize>,
+    sizes: Vec<usize>,
+    /// Kept and dropped value of `y` per group.
+    kept: Vec<f64>,
+    dropped: Vec<f64>,
+    /// `γ1`, `β1` per group (`LN2∘LN1` only; 1 and 0 otherwise).
+    gamma1: Vec<f64>,
+    beta1: Vec<f64>,
+}
+
+fn groups(site: &Site, pipeline: Pipeline) -> Result<Groups, Error> {
+    if site.terms().len() != 1 {
+        return Err(Error::Degenerate {
+            what: "the grouped oracle handles one dropped term".into(),
+        });
+    }
+    let (v, rate) = &site.terms()[0];
+    let mut keys: Vec<[f64; 4]> = Vec::new();
+    let mut of = Vec::with_capacity(site.dim());
+    for (k, (&h, &vk)) in site.h().iter().zip(v).enumerate() {
+        let (g1, b1) = match pipeline {
+            Pipeline::LnLn(ln1, _) => (ln1.gamma()[k], ln1.beta()[k]),
+            _ => (1.0, 0.0),
+        };
+        let key = [h, vk, g1, b1];
+        let g = match keys.iter().position(|c| *c == key) {
+            Some(g) => g,
+            None => {
+                keys.push(key);
+                keys.len() - 1
+            }
+        };
+        of.push(g);
+    }
+    let mut sizes = vec![0; keys.len()];
+    of.iter().for_each(|&g| sizes[g] += 1);
+    Ok(Groups {
+        of,
+        sizes,
+        kept: keys.iter().map(|c| c[0] + c[1] / rate.q()).collect(),
+        dropped: keys.iter().map(|c| c[0]).collect(),
+        gamma1: keys.iter().map(|c| c[2]).collect(),
+        beta1: keys.iter().map(|c| c[3]).collect(),
+    })
+}
+
+/// Standardises class values `(count, value)` in place: LayerNorm's
+/// `(y − M)/sqrt(V + ε)`, with `0` for a constant input.
+fn standardise(classes: &mut [(f64, f64)], d: f64, eps: f64) {
+    let populated = || classes.iter().filter(|c| c.0 > 0.0);
+    let first = populated().next().map_or(0.0, |c| c.1);
+    if populated().all(|c| c.1 == first) {
+        classes.iter_mut().for_each(|c| c.1 = 0.0);
+        return;
+    }
+    let m = populated().map(|c| c.0 * c.1).sum::<f64>() / d;
+    let v = populated()
+        .map(|c| c.0 * (c.1 - m) * (c.1 - m))
+        .sum::<f64>()
+        / d;
+    let inv = 1.0 / (v + eps).sqrt();
+    classes.iter_mut().for_each(|c| c.1 = (c.1 - m) * inv);
+}
+
+fn rms_scale(classes: &mut [(f64, f64)], d: f64, eps: f64) {
+    let r2 = classes.iter().map(|c| c.0 * c.1 * c.1).sum::<f64>() / d;
+    let inv = if r2 + eps > 0.0 {
+        1.0 / (r2 + eps).sqrt()
+    } else {
+        0.0
+    };
+    classes.iter_mut().for_each(|c| c.1 *= inv);
+}
+
+/// `E[pipeline(y)]` per unit by grouped enumeration of kept counts: exact at
+/// any `d` when the units fall into few groups (one dropped term only).
+///
+/// The last norm's `γ`, `β` may differ unit by unit: `E[γ_k s_k + β_k] =
+/// γ_k E[s_k] + β_k`, and `E[s_k]` depends only on the unit's group.
+pub fn grouped_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
+    let d = site.dim();
+    pipeline.check(d)?;
+    let gr = groups(site, pipeline)?;
+    let k = gr.sizes.len();
+    let df = d as f64;
+    let mut classes = vec![(0.0, 0.0); 2 * k];
+    // |f| ≤ sqrt(d): a standardised entry (y_k − M)/sqrt(V) has square at
+    // most d − 1 (the other d − 1 deviations sum to its negative), and an
+    // RMS-scaled entry y_k/R has square at most d.
+    let sup_f = df.sqrt();
+    let raw = enumerate_counts(&gr.sizes, site.terms()[0].1, k, sup_f, |counts, out| {
+        for g in 0..k {
+            classes[2 * g] = (counts[g] as f64, gr.kept[g]);
+            classes[2 * g + 1] = ((gr.sizes[g] - counts[g]) as f64, gr.dropped[g]);
+        }
+        match pipeline {
+            Pipeline::Ln(ln) => standardise(&mut classes, df, ln.eps()),
+            Pipeline::Rms(rms) => rms_scale(&mut classes, df, rms.eps()),
+            Pipeline::LnLn(ln1, ln2) => {
+                standardise(&mut classes, df, ln1.eps());
+                for g in 0..k {
+                    for c in &mut classes[2 * g..2 * g + 2] {
+                        c.1 = gr.gamma1[g] * c.1 + gr.beta1[g];
+                    }
+                }
+                standardise(&mut classes, df, ln2.eps());
+            }
+        }
+        for (g, o) in out.iter_mut().enumerate() {
+            let share = counts[g] as f64 / gr.sizes[g] as f64;
+            *o = share * classes[2 * g].1 + (1.0 - share) * classes[2 * g + 1].1;
+        }
+    })?;
+    // Per-evaluation rounding of the class arithmetic: two reductions over
+    // 2K classes and a few operations, per norm.
+    let stages = if matches!(pipeline, Pipeline::LnLn(..)) {
+        2.0
+    } else {
+        1.0
+    };
+    let per_eval = stages * (16.0 * k as f64 + 32.0) * f64::EPSILON;
+    let (gamma, beta): (&[f64], Option<&[f64]>) = match pipeline {
+        Pipeline::Ln(ln) => (ln.gamma(), Some(ln.beta())),
+        Pipeline::Rms(rms) => (rms.gamma(), None),
+        Pipeline::LnLn(_, ln2) => (ln2.gamma(), Some(ln2.beta())),
+    };
+    let mut values = Vec::with_capacity(d);
+    let mut rounding = Vec::with_capacity(d);
+    for unit in 0..d {
+        let g = gr.of[unit];
+        let s = raw.values[g];
+        // raw.rounding[g] ≥ ε Σ w |f|, so the class arithmetic's rounding,
+        // per_eval · Σ w |f|, is at most (per_eval / ε) · raw.rounding[g].
+        let r = raw.rounding[g] * (1.0 + per_eval / f64::EPSILON);
+        let b = beta.map_or(0.0, |b| b[unit]);
+        let value = gamma[unit] * s + b;
+        values.push(value);
+        rounding.push(gamma[unit].abs() * r + 2.0 * f64::EPSILON * value.abs());
+    }
+    Ok(Oracle { values, rounding })
+}

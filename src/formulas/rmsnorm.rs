@@ -1,0 +1,80 @@
+//! RMSNorm after inverted dropout: the exact mean of `R²` and the `√q`
+//! shrink of the output.
+//!
+//! # Setting
+//!
+//! `z_k = m_k x_k / q` as in [`super::layernorm`]; RMSNorm computes
+//! `R² = mean_k z_k²` and outputs `γ_k z_k / sqrt(R² + ε)`. No centring.
+//!
+//! # Derivation: `E[R²]` (exact)
+//!
+//! ```text
+//! E[z_k²] = q (x_k/q)² + p · 0 = x_k²/q
+//! E[R²]   = mean_k x_k² / q            (every μ: no mean is subtracted)
+//! ```
+//!
+//! # Derivation: the output (leading order)
+//!
+//! Replace `sqrt(R² + ε)` by `sqrt(E[R²] + ε)` and use `E[z_k] = x_k`, with
+//! `r² = mean_k x_k²`:
+//!
+//! ```text
+//! E[RMS(z)_k] ≈ γ_k x_k / sqrt(r²/q + ε)
+//!             = c_rms · γ_k x_k / sqrt(r² + ε) = c_rms · RMS(x)_k
+//! c_rms       = sqrt((r² + ε)/(r²/q + ε))
+//! ε = 0:  c_rms = √q,  so  E[RMS(z)] ≈ √q · RMS(x)
+//! ```
+//!
+//! Unlike LayerNorm, the factor does not depend on the mean: RMSNorm's
+//! statistic is a raw second moment, inflated by exactly `1/q`.
+//!
+//! # Assumptions and order of error
+//!
+//! Independent masks, `0 ≤ p < 1`, `r² > 0` (not the zero vector), `d ≥ 2`
+//! (the expansion is in `1/d`). `E[R²]` is exact; the output is leading
+//! order, with an `O(1/d)` error from Jensen's gap on `1/sqrt(R²)` and the
+//! covariance of `z_k` with `R²`. The zero vector (all dropped, probability
+//! `p^d`) gives output 0 under the crate's `ε → 0⁺` convention.
+
+use crate::error::{Error, check_finite_vec};
+use crate::ops::{Rate, RmsNorm};
+
+/// `r² = mean_k x_k²`, rejecting `d = 1` and the zero vector.
+pub fn mean_square(x: &[f64]) -> Result<f64, Error> {
+    check_finite_vec("x", x)?;
+    if x.len() < 2 {
+        return Err(Error::Degenerate {
+            what: "d = 1: the RMSNorm expansion in 1/d needs d >= 2".into(),
+        });
+    }
+    let r2 = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    if r2 == 0.0 {
+        return Err(Error::Degenerate {
+            what: "x is all zero: RMSNorm divides by its root mean square".into(),
+        });
+    }
+    Ok(r2)
+}
+
+/// `E[R²] = mean_k x_k² / q`.
+pub fn mean_of_r2(x: &[f64], rate: Rate) -> Result<f64, Error> {
+    Ok(mean_square(x)? / rate.q())
+}
+
+/// `c_rms = sqrt((r² + ε)/(r²/q + ε))`, `√q` at `ε = 0`.
+pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
+    ((r2 + eps) / (r2 / rate.q() + eps)).sqrt()
+}
+
+/// `RMS(x)`, the uncorrected output.
+pub fn uncorrected(x: &[f64], rms: &RmsNorm) -> Result<Vec<f64>, Error> {
+    let mut out = vec![0.0; x.len()];
+    rms.forward(x, &mut out)?;
+    Ok(out)
+}
+
+/// `c_rms · RMS(x)`, the leading-order estimate of `E[RMS(z)]`.
+pub fn corrected(x: &[f64], rms: &RmsNorm, rate: Rate) -> Result<Vec<f64>, Error> {
+    let c = shrink(mean_square(x)?, rms.eps(), rate);
+    Ok(uncorrected(x, rms)?.iter().map(|u| c * u).collect())
+}

@@ -1,0 +1,372 @@
+//! The normalization families (LayerNorm, RMSNorm, bypass, compound): exact
+//! oracles against each other, corrected estimates against uncorrected ones,
+//! the measured order of the leading-order gap, wrong implementations that
+//! must be caught, and degenerate inputs.
+//!
+//! Every comparison here is between exact computations (oracles and closed
+//! forms), judged with their derived rounding bounds: no false-alarm budget
+//! is spent. The Monte Carlo side of these claims runs in
+//! `tests/report_snapshot.rs`.
+
+use dropmc::claims::norm::{GapCurve, NormClaim, SWEEP_D, gap_curve, mean_abs_gap};
+use dropmc::claims::{Kind, Verdict, bypass, check, compound, layernorm, rmsnorm};
+use dropmc::engine::{Budget, derive_seed};
+use dropmc::error::Error;
+use dropmc::exact::Oracle;
+use dropmc::ops::{DropoutLayer, InvertedDropout, LayerNorm, Rate, RmsNorm, Subject};
+use rand::Rng;
+
+fn leading_claims() -> Vec<&'static NormClaim> {
+    [
+        layernorm::norm_claims(),
+        rmsnorm::norm_claims(),
+        bypass::norm_claims(),
+        compound::norm_claims(),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|c| matches!(c.kind, Kind::LeadingOrder { .. }))
+    .collect()
+}
+
+fn agree(a: &Oracle, b: &Oracle) -> bool {
+    a.values
+        .iter()
+        .zip(&b.values)
+        .zip(a.rounding.iter().zip(&b.rounding))
+        .all(|((x, y), (rx, ry))| (x - y).abs() <= rx + ry)
+}
+
+#[test]
+fn there_are_four_leading_order_claims() {
+    let ids: Vec<&str> = leading_claims().iter().map(|c| c.id).collect();
+    assert_eq!(
+        ids,
+        [
+            "layernorm.output",
+            "rmsnorm.output",
+            "bypass.output",
+            "compound.output"
+        ]
+    );
+}
+
+#[test]
+fn the_grouped_oracle_agrees_with_full_enumeration() {
+    for claim in leading_claims() {
+        let sweep = claim.sweep.expect("sweep");
+        for config in [
+            claim.configuration().unwrap(),
+            sweep(12).unwrap(),
+            sweep(16).unwrap(),
+        ] {
+            let full = claim.exact(&config).unwrap();
+            let grouped = claim.grouped(&config).unwrap();
+            assert!(
+                agree(&full, &grouped),
+                "{} at d = {}: full {:?} vs grouped {:?}",
+                claim.id,
+                config.site.dim(),
+                full,
+                grouped
+            );
+        }
+    }
+}
+
+/// The gap of each estimate (closed form first, then the baselines) to the
+/// exact oracle, and the uncertainty of a gap from the oracle's rounding and
+/// the estimates' own (64 ε |value|, as `Oracle::agrees_with` takes it).
+fn gaps(claim: &NormClaim) -> (Vec<f64>, f64) {
+    let config = claim.configuration().unwrap();
+    let exact = claim.exact(&config).unwrap();
+    let mut estimates = vec![(claim.analytic)(&config).unwrap()];
+    for (_, f) in claim.baselines {
+        estimates.push(f(&config).unwrap());
+    }
+    let slack = exact
+        .rounding
+        .iter()
+        .zip(&exact.values)
+        .map(|(r, v)| r + 64.0 * f64::EPSILON * v.abs())
+        .sum::<f64>()
+        / exact.values.len() as f64;
+    let g = estimates
+        .iter()
+        .map(|e| mean_abs_gap(e, &exact.values))
+        .collect();
+    (g, slack)
+}
+
+#[test]
+fn each_corrected_estimate_beats_the_weaker_ones() {
+    for claim in leading_claims() {
+        let (g, slack) = gaps(claim);
+        assert!(g.len() >= 2, "{} has no baseline", claim.id);
+        // compound: c1 + c2 beats c1-only beats uncorrected; others: corrected
+        // beats uncorrected. A gap is known to ± slack.
+        for pair in g.windows(2) {
+            assert!(
+                pair[0] + 2.0 * slack < pair[1],
+                "{}: gaps {:?} (slack {slack:e})",
+                claim.id,
+                g
+            );
+        }
+    }
+}
+
+fn curve(claim: &NormClaim) -> GapCurve {
+    let c = gap_curve(claim, &SWEEP_D).unwrap();
+    eprintln!(
+        "{}: gaps {:?}\n local slopes {:?}\n slope {} tolerance {} A {} B {}",
+        claim.id, c.gap, c.local_slopes, c.slope, c.tolerance, c.a, c.b
+    );
+    c
+}
+
+/// The order test: why a gap curve counts as falling like 1/d, or the
+/// first reason it does not.
+fn check_order(c: &GapCurve) -> Result<(), String> {
+    // The bound must tell −1 from the neighbouring simple rates (d^-1/2 and
+    // d^-3/2 are 1/2 away): at most half that distance. The slope must sit
+    // within it.
+    if c.tolerance >= 0.25 {
+        return Err(format!(
+            "bound {} too wide to tell rates apart",
+            c.tolerance
+        ));
+    }
+    if (c.slope + 1.0).abs() > c.tolerance {
+        return Err(format!("slope {} outside −1 ± {}", c.slope, c.tolerance));
+    }
+    // The two-term model d·gap = A + B/d holds on the fitted range: what it
+    // leaves (the O(1/d²) part of d·gap) is smaller than its own correction
+    // B/d at the range's start.
+    let d0 = c.d[c.fit_from] as f64;
+    for (&d, g) in c.d[c.fit_from..].iter().zip(&c.gap[c.fit_from..]) {
+        let d = d as f64;
+        let residual = d * g - (c.a + c.b / d);
+        if residual.abs() > (c.b / d0).abs() {
+            return Err(format!(
+                "at d = {d}: residual {residual:e} > B/d0 = {:e}",
+                c.b / d0
+            ));
+        }
+    }
+    // Local slopes converge to −1: each doubling of d brings the local
+    // slope strictly closer (an O(1/d) deviation halves per doubling).
+    let deviations: Vec<f64> = c.local_slopes.iter().map(|s| (s + 1.0).abs()).collect();
+    if !deviations.windows(2).all(|w| w[1] < w[0]) {
+        return Err(format!("local slopes {:?} do not converge", c.local_slopes));
+    }
+    Ok(())
+}
+
+#[test]
+fn leading_order_gaps_fall_like_one_over_d() {
+    for claim in leading_claims() {
+        let c = curve(claim);
+        // The oracle's rounding bound (worst case) is a small fraction of
+        // the gap it measures; its share of the slope is in the tolerance.
+        for (r, g) in c.rounding.iter().zip(&c.gap) {
+            assert!(*r <= 1e-2 * g, "{}: rounding {r:e} vs gap {g:e}", claim.id);
+        }
+        if let Err(why) = check_order(&c) {
+            panic!("{}: {why}", claim.id);
+        }
+    }
+}
+
+/// Drops units but forgets the 1/q rescale (the original scheme's training
+/// pass used as if inverted).
+struct NoRescale;
+
+impl DropoutLayer for NoRescale {
+    fn name(&self) -> &str {
+        "no rescale"
+    }
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        InvertedDropout.forward_train(x, p, rng, out, mask)?;
+        out.iter_mut().for_each(|v| *v *= 1.0 - p);
+        Ok(())
+    }
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        InvertedDropout.forward_eval(x, p, rng, out)
+    }
+    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
+        InvertedDropout.backward(g, p, mask, gi)
+    }
+}
+
+#[test]
+fn a_missing_rescale_fails_the_exact_claims() {
+    // Deliberate failures: no false-alarm budget is spent.
+    let subject = Subject::with_dropout(&NoRescale);
+    for claim in dropmc::claims::registry() {
+        let watched = [
+            "layernorm.mean_of_m",
+            "layernorm.mean_of_v",
+            "rmsnorm.mean_of_r2",
+            "bypass.mean_of_v",
+            "bypass.several_terms_mean_of_v",
+        ];
+        if watched.contains(&claim.id()) {
+            let budget = Budget::new(50_000, derive_seed(1, claim.id())).unwrap();
+            let result = check(claim, &subject, budget);
+            assert_eq!(result.verdict, Verdict::Fail, "{} missed it", claim.id());
+        }
+    }
+}
+
+#[test]
+fn degenerate_inputs_are_typed_errors() {
+    use dropmc::formulas::{bypass as fb, compound as fc, layernorm as fl, rmsnorm as fr};
+    let rate = Rate::new(0.3).unwrap();
+    let degenerate = |r: Result<f64, Error>| matches!(r, Err(Error::Degenerate { .. }));
+    // σ = 0, all-zero x, d = 1.
+    assert!(degenerate(fl::mean_of_v(&[2.0, 2.0, 2.0], rate)));
+    assert!(degenerate(fl::mean_of_v(&[0.0; 4], rate)));
+    assert!(degenerate(fl::mean_of_v(&[1.5], rate)));
+    assert!(degenerate(fl::shrink(1.0, 0.0, rate)));
+    assert!(degenerate(fr::mean_of_r2(&[0.0; 3], rate)));
+    assert!(degenerate(fr::mean_of_r2(&[2.0], rate)));
+    let site = dropmc::ops::Site::new(vec![1.0, 1.0], vec![(vec![0.5, 0.5], 0.3)]).unwrap();
+    assert!(degenerate(fb::mean_of_v(&site)));
+    // Mismatched lengths.
+    assert!(matches!(
+        LayerNorm::new(vec![1.0; 3], vec![0.0; 2], 0.0),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(matches!(
+        LayerNorm::with_defaults(3, Some(vec![1.0; 2]), None, 0.0),
+        Err(Error::LengthMismatch { .. })
+    ));
+    assert!(RmsNorm::with_defaults(3, Some(vec![1.0; 4]), 0.0).is_err());
+    assert!(dropmc::ops::Site::new(vec![1.0; 3], vec![(vec![1.0; 2], 0.3)]).is_err());
+    let ln = LayerNorm::plain(3, 0.0).unwrap();
+    let ln0 = LayerNorm::new(vec![0.0; 3], vec![0.0; 3], 0.0).unwrap();
+    assert!(fc::compound(&[1.0, 2.0, 4.0], &ln0, &ln, rate).is_err());
+    assert!(fc::compound(&[1.0, 2.0], &ln, &ln, rate).is_err());
+    // The eval entry points.
+    let budget = Budget::new(100, 1).unwrap();
+    use dropmc::eval::norm;
+    assert!(norm::ln(&[1.0, 1.0], 0.3, None, None, 0.0, budget).is_err());
+    assert!(norm::ln(&[1.0, 2.0], 0.3, Some(vec![1.0]), None, 0.0, budget).is_err());
+    assert!(norm::ln(&[1.0, 2.0], 1.0, None, None, 0.0, budget).is_err());
+    assert!(norm::rms(&[0.0, 0.0], 0.3, None, 0.0, budget).is_err());
+    assert!(norm::bypass(&[1.0, 2.0], &[1.0], 0.3, budget).is_err());
+    let params = norm::CompoundParams {
+        gamma1: vec![1.0; 2],
+        beta1: vec![0.0; 3],
+        ..Default::default()
+    };
+    assert!(norm::compound(&[1.0, 2.0, 3.0], 0.3, params, budget).is_err());
+}
+
+/// A copy of `claim` whose closed form is `analytic` instead.
+fn with_analytic(
+    claim: &NormClaim,
+    analytic: fn(&dropmc::claims::norm::Config) -> Result<Vec<f64>, Error>,
+) -> NormClaim {
+    NormClaim {
+        id: claim.id,
+        family: claim.family,
+        formula: claim.formula,
+        kind: claim.kind,
+        samples: claim.samples,
+        config: claim.config,
+        stat: claim.stat,
+        analytic,
+        baselines: claim.baselines,
+        sweep: claim.sweep,
+    }
+}
+
+#[test]
+fn a_wrong_correction_fails_the_order_test() {
+    // Deliberate failures (exact computations, no budget): a correction that
+    // misses an O(1) part leaves a gap that does not fall with d, and the
+    // slope test must reject it.
+    use dropmc::formulas::{compound as fc, layernorm as fl};
+    let ln = &layernorm::norm_claims()[3];
+    // √q in place of c(μ, σ), although μ ≠ 0.
+    let root_q = with_analytic(ln, |c| {
+        let rate = c.site.terms()[0].1;
+        let u = fl::uncorrected(&c.site.clean(), &c.ln)?;
+        Ok(fl::shrink_towards_beta(&u, c.ln.beta(), rate.q().sqrt()))
+    });
+    let co = &compound::norm_claims()[0];
+    // The c1-only estimate offered as the compound closed form.
+    let c1_only = with_analytic(co, |c| {
+        fc::c1_only(&c.site.clean(), &c.ln, &c.ln2, c.site.terms()[0].1)
+    });
+    for wrong in [root_q, c1_only] {
+        let c = gap_curve(&wrong, &SWEEP_D).unwrap();
+        assert!(
+            check_order(&c).is_err(),
+            "{} with a wrong correction passed: slope {} ± {}",
+            wrong.id,
+            c.slope,
+            c.tolerance
+        );
+        // Its gap does not fall: it ends at least half of where it began.
+        assert!(
+            c.gap[c.gap.len() - 1] > 0.5 * c.gap[0],
+            "{}: {:?}",
+            wrong.id,
+            c.gap
+        );
+    }
+}
+
+#[test]
+fn with_eps_the_corrected_estimates_still_beat_the_uncorrected() {
+    use dropmc::formulas::{layernorm as fl, rmsnorm as fr};
+    let ln_claim = &layernorm::norm_claims()[3];
+    let rms_claim = &rmsnorm::norm_claims()[1];
+    for eps in [0.05, 0.5] {
+        let mut config = ln_claim.configuration().unwrap();
+        config.ln = LayerNorm::new(layernorm::gains(16), layernorm::shifts(16), eps).unwrap();
+        config.rms = RmsNorm::new(layernorm::gains(16), eps).unwrap();
+        let x = config.site.clean();
+        let rate = config.site.terms()[0].1;
+        for (claim, corrected, uncorrected) in [
+            (
+                ln_claim,
+                fl::corrected(&x, &config.ln, rate).unwrap(),
+                fl::uncorrected(&x, &config.ln).unwrap(),
+            ),
+            (
+                rms_claim,
+                fr::corrected(&x, &config.rms, rate).unwrap(),
+                fr::uncorrected(&x, &config.rms).unwrap(),
+            ),
+        ] {
+            let exact = claim.exact(&config).unwrap();
+            let slack: f64 = exact.rounding.iter().sum::<f64>() / 16.0;
+            let (a, b) = (
+                mean_abs_gap(&corrected, &exact.values),
+                mean_abs_gap(&uncorrected, &exact.values),
+            );
+            assert!(
+                a + 2.0 * slack < b,
+                "{} at eps = {eps}: {a} vs {b}",
+                claim.id
+            );
+        }
+    }
+}
