@@ -19,8 +19,13 @@
 //! [`registry`] collects the families, and the tests, the report and the CLI
 //! all read the registry.
 
+pub mod attention;
 pub mod dropout;
+pub mod ensemble;
+pub mod fn_claim;
+pub mod mask_shape;
 mod registry;
+pub mod semantics;
 mod verdict;
 
 pub use registry::{family_names, registry};

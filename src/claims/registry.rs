@@ -6,6 +6,10 @@ use super::Claim;
 pub fn registry() -> Vec<&'static dyn Claim> {
     let mut all: Vec<&'static dyn Claim> = Vec::new();
     all.extend(super::dropout::claims());
+    all.extend(super::semantics::claims());
+    all.extend(super::attention::claims());
+    all.extend(super::mask_shape::claims());
+    all.extend(super::ensemble::claims());
     all
 }
 

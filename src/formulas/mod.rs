@@ -3,4 +3,8 @@
 //! Every function takes already-validated inputs ([`Rate`](crate::ops::Rate),
 //! finite vectors) or validates them itself and returns a typed error.
 
+pub mod attention;
 pub mod dropout;
+pub mod ensemble;
+pub mod mask_shape;
+pub mod semantics;

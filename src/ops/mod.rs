@@ -7,6 +7,8 @@
 
 mod dropout;
 mod rate;
+mod shape;
 
 pub use dropout::{DropoutLayer, InvertedDropout, Subject};
 pub use rate::Rate;
+pub use shape::{CountingRng, MaskShape, default_positions, row_width};
