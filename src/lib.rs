@@ -28,15 +28,19 @@
 //! * [`formulas`] — closed forms and derivations, one family per file;
 //! * [`exact`] — enumeration oracles;
 //! * [`claims`] — claims and the registry;
+//! * [`conformance`] — run the claims against any dropout layer;
+//! * [`mutants`] — known-wrong layers and the kill matrix;
 //! * [`report`], [`eval`], [`cli`] — what users see.
 
 pub mod claims;
 pub mod cli;
+pub mod conformance;
 pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod exact;
 pub mod formulas;
+pub mod mutants;
 pub mod ops;
 pub mod report;
 pub mod stats;

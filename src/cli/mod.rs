@@ -30,6 +30,22 @@ pub enum Command {
     /// Evaluate a family's formulas on your own numbers.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Run the claims against every known-wrong mutant: the kill matrix.
+    Mutants(MutantsArgs),
+}
+
+/// Options of `mutants`.
+#[derive(Debug, Args)]
+pub struct MutantsArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Cap on the draws per claim (each claim runs min(its default, this)).
+    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES)]
+    pub samples: u64,
 }
 
 /// Options of `report`.
@@ -54,6 +70,24 @@ pub struct ReportArgs {
 pub enum EvalCommand {
     /// E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum.
     Moments(MomentsArgs),
+    /// Attention dropout after softmax: E[b], E[R], Var[R], E[o], Var[o].
+    Attn(AttnArgs),
+}
+
+/// Arguments of `eval attn`.
+#[derive(Debug, Args)]
+pub struct AttnArgs {
+    /// The attention probability row, comma-separated, summing to 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub a: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    /// Values averaged by the row, one per position (adds E[o], Var[o]).
+    #[arg(long, allow_hyphen_values = true)]
+    pub values: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 /// Sampling options shared by every `eval` quantity.
@@ -129,7 +163,42 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             print_eval(&output, args.sampling.json);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Eval(EvalCommand::Attn(args)) => {
+            let a = parse_list("--a", &args.a)?;
+            let p = parse_number("--p", &args.p)?;
+            let values = args
+                .values
+                .as_deref()
+                .map(|v| parse_list("--values", v))
+                .transpose()?;
+            let output = eval::attn::attn(&a, p, values.as_deref(), budget(&args.sampling)?)?;
+            print_eval(&output, args.sampling.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mutants(args) => run_mutants(&args),
     }
+}
+
+fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {
+    let options = crate::conformance::Options {
+        seed: args.seed,
+        samples: Some(Budget::new(args.samples, args.seed)?.samples),
+        all_families: false,
+    };
+    let matrix = crate::mutants::kill_matrix(&options)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::mutants::to_json(&matrix)).unwrap_or_default()
+        );
+    } else {
+        print!("{}", crate::mutants::table(&matrix));
+    }
+    Ok(if matrix.rows.iter().all(|r| r.as_expected()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn budget(args: &SamplingArgs) -> Result<Budget, Error> {
