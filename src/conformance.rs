@@ -63,6 +63,8 @@ pub struct Options {
     pub samples: Option<u64>,
     /// Run the whole registry, not only [`FAMILIES`].
     pub all_families: bool,
+    /// Run only these families (overrides the two above when set).
+    pub families: Option<&'static [&'static str]>,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             seed: DEFAULT_SEED,
             samples: None,
             all_families: false,
+            families: None,
         }
     }
 }
@@ -118,7 +121,10 @@ impl Conformance {
 pub fn claims(options: &Options) -> Vec<&'static dyn Claim> {
     registry()
         .into_iter()
-        .filter(|c| options.all_families || FAMILIES.contains(&c.family()))
+        .filter(|c| match options.families {
+            Some(only) => only.contains(&c.family()),
+            None => options.all_families || FAMILIES.contains(&c.family()),
+        })
         .collect()
 }
 

@@ -6,6 +6,15 @@
 //!   per seed in `OTHER_SEEDS` (2 seeds);
 //! * `tests/cli.rs`: `mc` of `eval moments` on a 3-unit input (3·3 + 2 = 11
 //!   components).
+//! * `tests/conformance.rs`: every component of the semantics, attention,
+//!   mask_shape and ensemble claims, once more (on a layer written outside
+//!   the crate);
+//! * `tests/attention_cli.rs`: `mc` of `eval attn` on the seed row with
+//!   values (3 + 4 = 7 components).
+//! * `tests/mutants.rs` and `mutants --json` make no assertion that can fail
+//!   by chance: kills are expected failures, and the equivalent mutants'
+//!   results are bit-identical to the reference's, whose failures at a small
+//!   budget are excluded from the kill matrix.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -20,7 +29,14 @@ fn components(family: Option<&str>) -> u64 {
 
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
-    components(None) + 2 * components(Some("dropout")) + 11
+    components(None)
+        + 2 * components(Some("dropout"))
+        + 11
+        + ["semantics", "attention", "mask_shape", "ensemble"]
+            .into_iter()
+            .map(|f| components(Some(f)))
+            .sum::<u64>()
+        + 7
 }
 
 #[test]

@@ -184,6 +184,7 @@ fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {
         seed: args.seed,
         samples: Some(Budget::new(args.samples, args.seed)?.samples),
         all_families: false,
+        families: None,
     };
     let matrix = crate::mutants::kill_matrix(&options)?;
     if args.json {
