@@ -96,7 +96,7 @@ fn eval_attn_rejects_bad_rows_and_rates() {
 
 #[test]
 fn mutants_json_lists_every_mutant_with_its_killers() {
-    let (code, stdout, _) = dropmc(&["mutants", "--json", "--samples", "2000"]);
+    let (code, stdout, _) = dropmc(&["mutants", "--json", "--samples", "500"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&stdout).expect("json");
     let mutants = v["mutants"].as_array().unwrap();

@@ -95,7 +95,10 @@ fn backward_mask(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), E
     out[0] = (0..n)
         .filter(|&k| {
             let want = if m[k] { g[k] / rate.q() } else { 0.0 };
-            !((gi[k] - want).abs() <= f::backward_bound(g[k], rate))
+            {
+                let err = (gi[k] - want).abs();
+                err.is_nan() || err > f::backward_bound(g[k], rate)
+            }
         })
         .count() as f64;
     Ok(())

@@ -156,7 +156,7 @@ impl KillRow {
     /// True when a non-equivalent mutant was killed, or an equivalent one
     /// (rightly) survived.
     pub fn as_expected(&self) -> bool {
-        self.equivalent != !self.kills.is_empty()
+        self.equivalent == self.kills.is_empty()
     }
 }
 

@@ -78,7 +78,7 @@ pub fn row_width(len: usize, positions: usize) -> Result<usize, Error> {
             what: "activation block",
         });
     }
-    if len % positions != 0 {
+    if !len.is_multiple_of(positions) {
         return Err(Error::LengthMismatch {
             what: "activation block (T rows of equal width)",
             expected: positions * len.div_ceil(positions),
