@@ -24,6 +24,8 @@ fn enumerate_row(a: &[f64], p: f64) -> (f64, f64, Vec<(f64, f64)>) {
         }
         m1 += w * r;
         m2 += w * r * r;
+        // Distinct row sums here differ by at least 0.01; equal ones only by
+        // rounding (far below 1e-12), so this groups them unambiguously.
         match pmf.iter_mut().find(|(v, _)| (v - r).abs() < 1e-12) {
             Some(entry) => entry.1 += w,
             None => pmf.push((r, w)),
