@@ -47,6 +47,19 @@ fn the_gallery_has_at_least_14_mutants_with_documented_mistakes() {
         .map(|m| m.id)
         .collect();
     assert_eq!(equivalent, ["rescale_dropped", "keep_above_p"]);
+    let subtle: Vec<_> = g
+        .iter()
+        .filter(|m| m.effect.is_some())
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(
+        subtle,
+        [
+            "shared_for_independent",
+            "independent_for_shared",
+            "rate_off_2pct"
+        ]
+    );
 }
 
 #[test]
@@ -57,6 +70,11 @@ fn every_non_equivalent_mutant_is_killed_and_equivalent_ones_survive() {
     };
     let matrix = kill_matrix(&options).expect("runs");
     for row in &matrix.rows {
+        // The subtle mutants carry a power statement; at this small cap the
+        // weakest (rate_off_2pct, lambda about 11) still exceeds 0.9999.
+        if let Some(p) = &row.power {
+            assert!(p.power > 0.9999, "{}: {p:?}", row.id);
+        }
         if row.equivalent {
             assert!(
                 row.kills.is_empty(),

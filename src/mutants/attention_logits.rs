@@ -75,6 +75,7 @@ pub fn mutant() -> Mutant {
         mistake: "Drops the attention logits before the softmax instead of the probabilities after it.",
         source: "seed 002",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -73,6 +73,7 @@ pub fn mutant() -> Mutant {
         mistake: "Renormalises the surviving attention weights so every row sums to one.",
         source: "seed 002",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -67,6 +67,7 @@ pub fn mutant() -> Mutant {
         mistake: "Backward pass draws a fresh mask instead of reusing the forward pass's.",
         source: "seed 001",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -55,6 +55,7 @@ pub fn mutant() -> Mutant {
         mistake: "Backward pass applies the mask but forgets the 1/q scale.",
         source: "seed 001",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

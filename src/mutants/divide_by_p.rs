@@ -55,6 +55,7 @@ pub fn mutant() -> Mutant {
         mistake: "Divides survivors (and gradients) by the drop rate p instead of the keep probability q.",
         source: "seed 003",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -56,6 +56,7 @@ pub fn mutant() -> Mutant {
         mistake: "Draws the mask before the mode branch: evaluation returns x but consumes random numbers.",
         source: "seed 001",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -56,6 +56,7 @@ pub fn mutant() -> Mutant {
         mistake: "Applies the training mask in evaluation mode too.",
         source: "seed 001",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -62,6 +62,7 @@ pub fn mutant() -> Mutant {
         mistake: "Multiplies by q at evaluation after inverted training (mixes the two schemes).",
         source: "seed 001",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

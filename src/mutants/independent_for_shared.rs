@@ -4,7 +4,7 @@
 
 use rand::Rng;
 
-use super::{Mutant, REFERENCE};
+use super::{Effect, Mutant, REFERENCE};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, MaskShape, default_positions};
 
@@ -69,6 +69,14 @@ pub fn mutant() -> Mutant {
         mistake: "Draws an independent mask per entry where one mask shared over positions is specified.",
         source: "seed 002",
         equivalent: None,
+        effect: Some(Effect {
+            claim: "mask_shape.shared_zero_column",
+            // P(column all zero) is p^T instead of p, in each column.
+            effect: || {
+                use crate::claims::mask_shape::{D, P, T};
+                vec![P.powi(T as i32) - P; D]
+            },
+        }),
         layer: &Layer,
     }
 }

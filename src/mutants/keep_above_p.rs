@@ -59,6 +59,7 @@ pub fn mutant() -> Mutant {
         equivalent: Some(
             "The rules differ only when u equals p exactly, which has probability at most 2^-53 per unit (u lives on a 2^-53 grid): unobservable at any feasible budget.",
         ),
+        effect: None,
         layer: &Layer,
     }
 }

@@ -55,6 +55,7 @@ pub fn mutant() -> Mutant {
         mistake: "Keeps a unit when u < p, the complement of the intended mask: keeps a fraction p.",
         source: "seed 001",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

@@ -55,6 +55,7 @@ pub fn mutant() -> Mutant {
         mistake: "Scales the loss by 1/q instead of the activations: forward m x, gradient g m / q.",
         source: "seed 003",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

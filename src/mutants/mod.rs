@@ -53,8 +53,58 @@ pub struct Mutant {
     pub source: &'static str,
     /// Why no observation can distinguish it from the reference, if so.
     pub equivalent: Option<&'static str>,
+    /// For a subtle mutant: its true effect on one claim, so the kill
+    /// matrix can state the power of that kill.
+    pub effect: Option<Effect>,
     /// The implementation.
     pub layer: &'static dyn DropoutLayer,
+}
+
+/// The true deviation `E[estimate] − target` a mutant causes in one claim,
+/// per component, known in closed form.
+pub struct Effect {
+    pub claim: &'static str,
+    pub effect: fn() -> Vec<f64>,
+}
+
+/// The power with which a claim kills a subtle mutant at the run's budget:
+/// `λ = |effect| / SE` (largest over components) and
+/// `power = Φ(λ − z_crit) + Φ(−λ − z_crit)` ([`rejection_power`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct PowerStatement {
+    pub claim: &'static str,
+    pub samples: u64,
+    pub effect: f64,
+    pub stderr: f64,
+    pub lambda: f64,
+    pub power: f64,
+    /// `Φ(z_crit − λ)`, the chance of missing (`1 − power` up to the
+    /// negligible other tail), which `power` itself rounds away.
+    pub miss: f64,
+}
+
+fn power_statement(effect: &Effect, run: &conformance::Conformance) -> Option<PowerStatement> {
+    let verdict = run.verdicts.iter().find(|v| v.id == effect.claim)?;
+    let effects = (effect.effect)();
+    let (k, lambda) = effects
+        .iter()
+        .zip(&verdict.result.estimate)
+        .map(|(e, est)| e.abs() / est.stderr)
+        .enumerate()
+        .fold(
+            (0, 0.0),
+            |best, (k, l)| if l > best.1 { (k, l) } else { best },
+        );
+    let stderr = verdict.result.estimate.get(k)?.stderr;
+    Some(PowerStatement {
+        claim: effect.claim,
+        samples: verdict.result.samples,
+        effect: effects[k],
+        stderr,
+        lambda,
+        power: rejection_power(effects[k], stderr),
+        miss: power::miss_probability(lambda),
+    })
 }
 
 /// Every mutant, non-equivalent ones first.
@@ -150,6 +200,8 @@ pub struct KillRow {
     pub equivalent: bool,
     pub reason: Option<&'static str>,
     pub kills: Vec<Kill>,
+    /// The stated power of the kill, for the subtle mutants.
+    pub power: Option<PowerStatement>,
 }
 
 impl KillRow {
@@ -196,6 +248,7 @@ pub fn kill_matrix(options: &Options) -> Result<KillMatrix, Error> {
                 equivalent: m.equivalent.is_some(),
                 reason: m.equivalent,
                 kills,
+                power: m.effect.as_ref().and_then(|e| power_statement(e, &run)),
             })
         })
         .collect::<Result<Vec<_>, Error>>()?;
@@ -219,6 +272,7 @@ pub fn to_json(matrix: &KillMatrix) -> serde_json::Value {
                 "reason": r.reason,
                 "killed_by": r.kills.iter().map(|k| k.claim).collect::<Vec<_>>(),
                 "kills": r.kills,
+                "power": r.power,
             })
         })
         .collect();
@@ -240,6 +294,21 @@ pub fn table(matrix: &KillMatrix) -> String {
         out.push_str(&format!("    mistake: {} [{}]\n", r.mistake, r.source));
         if let Some(reason) = r.reason {
             out.push_str(&format!("    why equivalent: {reason}\n"));
+        }
+        if let Some(p) = &r.power {
+            let miss = if p.miss > 0.0 {
+                format!("{:.1e}", p.miss)
+            } else {
+                format!(
+                    "Phi({:.1}), below 1e-300",
+                    crate::stats::critical_z() - p.lambda
+                )
+            };
+            out.push_str(&format!(
+                "    power of {} at {} draws: effect {:.4}, SE {:.2e}, lambda = {:.1}, \
+                 power = 1 - {miss}\n",
+                p.claim, p.samples, p.effect, p.stderr, p.lambda
+            ));
         }
         for k in &r.kills {
             let z = match (k.z, &k.error) {

@@ -55,6 +55,7 @@ pub fn mutant() -> Mutant {
         mistake: "Multiplies survivors (and gradients) by q in training instead of dividing.",
         source: "seed 003",
         equivalent: None,
+        effect: None,
         layer: &Layer,
     }
 }

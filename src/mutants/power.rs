@@ -16,3 +16,9 @@ pub fn rejection_power(effect: f64, stderr: f64) -> f64 {
     let lambda = effect.abs() / stderr;
     normal.cdf(lambda - critical_z()) + normal.cdf(-lambda - critical_z())
 }
+
+/// `Φ(z_crit − λ)`: the probability of missing an effect `λ` standard
+/// errors away (the far tail `Φ(−λ − z_crit)` is negligible beside it).
+pub fn miss_probability(lambda: f64) -> f64 {
+    Normal::standard().cdf(critical_z() - lambda)
+}

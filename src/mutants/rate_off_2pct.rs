@@ -4,7 +4,7 @@
 
 use rand::Rng;
 
-use super::{Mutant, REFERENCE, train_with};
+use super::{Effect, Mutant, REFERENCE, train_with};
 use crate::error::Error;
 use crate::ops::DropoutLayer;
 
@@ -63,6 +63,11 @@ pub fn mutant() -> Mutant {
         mistake: "Keeps with probability q' = 0.98 q (a drop rate 2 % off) but still scales by 1/q.",
         source: "dropmc (a subtle misconfiguration)",
         equivalent: None,
+        effect: Some(Effect {
+            claim: "semantics.keep_fraction",
+            // The kept fraction is 0.98 q instead of q (q = 0.7 there).
+            effect: || vec![-0.02 * (1.0 - crate::claims::semantics::P)],
+        }),
         layer: &Layer,
     }
 }

@@ -65,6 +65,7 @@ pub fn mutant() -> Mutant {
         equivalent: Some(
             "A dropped unit is 0 and 0 / q is 0 bit for bit, so every output, mask and gradient equals the reference's.",
         ),
+        effect: None,
         layer: &Layer,
     }
 }
