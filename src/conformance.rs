@@ -60,6 +60,12 @@ pub struct Options {
     /// Run seed.
     pub seed: u64,
     /// Caps every claim's draws at this many (`None`: default budgets).
+    ///
+    /// A cap below a claim's default can make a claim with a rare component
+    /// fail on a correct layer (`dropout.kept_count` has `P(K = 0) = p^8 ≈
+    /// 7·10⁻⁵` and needs about 10⁵ draws to see it); the kill matrix
+    /// therefore runs the reference at the same budget and ignores claims it
+    /// fails.
     pub samples: Option<u64>,
     /// Run the whole registry, not only [`FAMILIES`].
     pub all_families: bool,
