@@ -29,16 +29,20 @@
 //! * [`formulas`] — closed forms and derivations, one family per file;
 //! * [`exact`] — enumeration oracles;
 //! * [`claims`] — claims and the registry;
+//! * [`conformance`] — run the claims against any dropout layer;
+//! * [`mutants`] — known-wrong layers and the kill matrix;
 //! * [`report`], [`eval`], [`cli`] — what users see;
-//! * [`verify`] — calibration of the suite itself across seeds.
+//! * [`verify`] — calibration and power of the suite itself across seeds.
 
 pub mod claims;
 pub mod cli;
+pub mod conformance;
 pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod exact;
 pub mod formulas;
+pub mod mutants;
 pub mod ops;
 pub mod plot;
 pub mod report;

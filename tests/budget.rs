@@ -10,7 +10,16 @@
 //!   plus one KS test per dropout component and one pooled KS test;
 //! * `tests/norm_eval.rs` (`exact_matches_an_independent_enumeration_and_mc_is_within_error`):
 //!   `mc` of `eval ln|rms|bypass|compound` at d = 4, 9, 14, i.e.
-//!   Σ_d (9 + 4d) = 135 components.
+//!   Σ_d (9 + 4d) = 135 components;
+//! * `tests/conformance.rs`: every component of the semantics, attention,
+//!   mask_shape and ensemble claims, once more (on a layer written outside
+//!   the crate);
+//! * `tests/attention_cli.rs`: `mc` of `eval attn` on the seed row with
+//!   values (3 + 4 = 7 components).
+//! * `tests/mutants.rs` and `mutants --json` make no assertion that can fail
+//!   by chance: kills are expected failures, and the equivalent mutants'
+//!   results are bit-identical to the reference's, whose failures at a small
+//!   budget are excluded from the kill matrix.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -29,7 +38,11 @@ const NORM_EVAL: u64 = 135;
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
     let dropout = components(Some("dropout"));
-    components(None) + 2 * dropout + 11 + 8 * dropout + dropout + 1 + NORM_EVAL
+    let conformance: u64 = ["semantics", "attention", "mask_shape", "ensemble"]
+        .into_iter()
+        .map(|f| components(Some(f)))
+        .sum();
+    components(None) + 2 * dropout + 11 + 8 * dropout + dropout + 1 + NORM_EVAL + conformance + 7
 }
 
 #[test]

@@ -19,13 +19,18 @@
 //! [`registry`] collects the families, and the tests, the report and the CLI
 //! all read the registry.
 
+pub mod attention;
 pub mod bypass;
 pub mod compound;
 pub mod dropout;
+pub mod ensemble;
+pub mod fn_claim;
 pub mod layernorm;
+pub mod mask_shape;
 pub mod norm;
 mod registry;
 pub mod rmsnorm;
+pub mod semantics;
 mod verdict;
 
 pub use registry::{family_names, registry};

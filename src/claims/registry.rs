@@ -10,6 +10,10 @@ pub fn registry() -> Vec<&'static dyn Claim> {
     all.extend(super::rmsnorm::claims());
     all.extend(super::bypass::claims());
     all.extend(super::compound::claims());
+    all.extend(super::semantics::claims());
+    all.extend(super::attention::claims());
+    all.extend(super::mask_shape::claims());
+    all.extend(super::ensemble::claims());
     all
 }
 

@@ -38,6 +38,22 @@ pub enum Command {
     Power(PowerArgs),
     /// Write the SVG figures.
     Plot(PlotArgs),
+    /// Run the claims against every known-wrong mutant: the kill matrix.
+    Mutants(MutantsArgs),
+}
+
+/// Options of `mutants`.
+#[derive(Debug, Args)]
+pub struct MutantsArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Cap on the draws per claim (each claim runs min(its default, this)).
+    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES)]
+    pub samples: u64,
 }
 
 /// Options of `plot`.
@@ -119,6 +135,24 @@ pub enum EvalCommand {
     Bypass(BypassArgs),
     /// dropout -> LN1 -> LN2: c1, c2, E[LN2(LN1(z))].
     Compound(CompoundArgs),
+    /// Attention dropout after softmax: E[b], E[R], Var[R], E[o], Var[o].
+    Attn(AttnArgs),
+}
+
+/// Arguments of `eval attn`.
+#[derive(Debug, Args)]
+pub struct AttnArgs {
+    /// The attention probability row, comma-separated, summing to 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub a: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    /// Values averaged by the row, one per position (adds E[o], Var[o]).
+    #[arg(long, allow_hyphen_values = true)]
+    pub values: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 /// Arguments of `eval ln`.
@@ -207,10 +241,34 @@ fn optional_list(what: &str, text: &Option<String>) -> Result<Option<Vec<f64>>, 
     text.as_deref().map(|t| parse_list(what, t)).transpose()
 }
 
-fn run_norm_eval(command: EvalCommand) -> Result<ExitCode, Error> {
+/// Runs one `eval` quantity; returns its output and whether to print JSON.
+fn eval_output(command: EvalCommand) -> Result<(eval::EvalOutput, bool), Error> {
     use crate::eval::norm;
-    let (output, json) = match command {
-        EvalCommand::Moments(_) => unreachable!("handled by run"),
+    Ok(match command {
+        EvalCommand::Moments(a) => (
+            eval::moments::moments(
+                &parse_list("--x", &a.x)?,
+                parse_number("--p", &a.p)?,
+                budget(&a.sampling)?,
+            )?,
+            a.sampling.json,
+        ),
+        EvalCommand::Attn(a) => {
+            let values = a
+                .values
+                .as_deref()
+                .map(|v| parse_list("--values", v))
+                .transpose()?;
+            (
+                eval::attn::attn(
+                    &parse_list("--a", &a.a)?,
+                    parse_number("--p", &a.p)?,
+                    values.as_deref(),
+                    budget(&a.sampling)?,
+                )?,
+                a.sampling.json,
+            )
+        }
         EvalCommand::Ln(a) => (
             norm::ln(
                 &parse_list("--x", &a.x)?,
@@ -255,9 +313,7 @@ fn run_norm_eval(command: EvalCommand) -> Result<ExitCode, Error> {
             )?,
             a.sampling.json,
         ),
-    };
-    print_eval(&output, json);
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// Sampling options shared by every `eval` quantity.
@@ -334,15 +390,36 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval(EvalCommand::Moments(args)) => {
-            let x = parse_list("--x", &args.x)?;
-            let p = parse_number("--p", &args.p)?;
-            let output = eval::moments::moments(&x, p, budget(&args.sampling)?)?;
-            print_eval(&output, args.sampling.json);
+        Command::Eval(command) => {
+            let (output, json) = eval_output(command)?;
+            print_eval(&output, json);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Eval(other) => run_norm_eval(other),
+        Command::Mutants(args) => run_mutants(&args),
     }
+}
+
+fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {
+    let options = crate::conformance::Options {
+        seed: args.seed,
+        samples: Some(Budget::new(args.samples, args.seed)?.samples),
+        all_families: false,
+        families: None,
+    };
+    let matrix = crate::mutants::kill_matrix(&options)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&crate::mutants::to_json(&matrix)).unwrap_or_default()
+        );
+    } else {
+        print!("{}", crate::mutants::table(&matrix));
+    }
+    Ok(if matrix.rows.iter().all(|r| r.as_expected()) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn budget(args: &SamplingArgs) -> Result<Budget, Error> {

@@ -14,6 +14,7 @@
 //! compute one (else `null`), `mc` and `stderr` the estimate. Scalars are
 //! numbers, per-unit quantities arrays.
 
+pub mod attn;
 pub mod moments;
 pub mod norm;
 

@@ -17,6 +17,7 @@
 use rand::Rng;
 
 use super::rate::Rate;
+use super::shape::MaskShape;
 use crate::engine::keep;
 use crate::error::{Error, check_len};
 
@@ -58,6 +59,38 @@ pub trait DropoutLayer: Sync {
         mask: &[bool],
         grad_in: &mut [f64],
     ) -> Result<(), Error>;
+
+    /// Attention dropout: drops entries of one row `a` of attention
+    /// probabilities (after the softmax) in training mode. The default is
+    /// [`forward_train`](Self::forward_train) on the row, which is what the
+    /// specification asks; override it only if your attention path differs.
+    fn forward_attention(
+        &self,
+        a: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        self.forward_train(a, p, rng, out, mask)
+    }
+
+    /// Training-mode pass over a `T × d` block `x` (row-major, `positions`
+    /// rows) with the mask shape `shape`. The default is
+    /// [`default_positions`](super::shape::default_positions).
+    #[allow(clippy::too_many_arguments)]
+    fn forward_positions(
+        &self,
+        x: &[f64],
+        positions: usize,
+        shape: MaskShape,
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        super::shape::default_positions(self, x, positions, shape, p, rng, out, mask)
+    }
 }
 
 /// The crate's reference inverted dropout.

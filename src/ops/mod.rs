@@ -8,9 +8,11 @@
 mod dropout;
 mod norm;
 mod rate;
+mod shape;
 mod site;
 
 pub use dropout::{DropoutLayer, InvertedDropout, Subject};
 pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
 pub use rate::Rate;
+pub use shape::{CountingRng, MaskShape, default_positions, row_width};
 pub use site::Site;

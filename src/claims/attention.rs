@@ -1,0 +1,196 @@
+//! The attention family: dropout on one row of attention probabilities, at
+//! the seed's case `a = (0.2, 0.3, 0.5)`, `p = 0.5`. Derivations:
+//! [`crate::formulas::attention`]. Every claim has an oracle that
+//! enumerates the 8 masks.
+//!
+//! Each draw runs the subject's [`forward_attention`] twice, independently
+//! (`b`, `b'`), for the variance statistics `(R − R')²/2`.
+//!
+//! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
+
+use super::Shape;
+use super::fn_claim::{FnClaim, half_sq, indicator, sample_means};
+use crate::engine::Stream;
+use crate::error::Error;
+use crate::exact::{Oracle, enumerate_masks};
+use crate::formulas::attention as f;
+use crate::ops::{Rate, Subject};
+
+/// The seed's attention row.
+pub const A: [f64; 3] = [0.2, 0.3, 0.5];
+/// The values the row averages.
+pub const V: [f64; 3] = [1.0, -2.0, 3.0];
+/// The seed's drop rate.
+pub const P: f64 = 0.5;
+
+fn rate() -> Result<Rate, Error> {
+    Rate::new(P)
+}
+
+/// Row sum, output, and the row itself of one pass.
+fn pass(s: &Subject, rng: &mut Stream) -> Result<([f64; 3], f64, f64), Error> {
+    let (mut b, mut m) = ([0.0; 3], [false; 3]);
+    s.dropout.forward_attention(&A, P, rng, &mut b, &mut m)?;
+    let r = b.iter().sum();
+    let o = f::output_mean(&b, &V);
+    Ok((b, r, o))
+}
+
+/// Index of the seed support value `r` equals, up to the rounding of three
+/// divisions and two additions on values at most 2 (bound `8 ε · 2`).
+pub fn support_index(r: f64) -> Option<usize> {
+    f::SEED_ROW_SUMS
+        .iter()
+        .position(|s| (r - s).abs() <= 16.0 * f64::EPSILON)
+}
+
+/// `E[g(b)]` over the 8 masks, with `b_i = m_i a_i / q`.
+fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
+    let q = rate()?.q();
+    enumerate_masks(A.len(), rate()?, dim, |mask, out| {
+        let b: Vec<f64> = A
+            .iter()
+            .zip(mask)
+            .map(|(a, &m)| if m { a / q } else { 0.0 })
+            .collect();
+        g(&b, out);
+    })
+}
+
+/// Turns raw oracle moments `(E[t], E[t²])` into `Var t` with its rounding.
+fn variance_oracle(raw: Oracle) -> Oracle {
+    let (m1, m2) = (raw.values[0], raw.values[1]);
+    Oracle {
+        values: vec![m2 - m1 * m1],
+        rounding: vec![
+            raw.rounding[1] + 2.0 * m1.abs() * raw.rounding[0] + 4.0 * f64::EPSILON * m2.abs(),
+        ],
+    }
+}
+
+static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        FnClaim {
+            id: "attention.entry_mean",
+            family: "attention",
+            formula: "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
+            shape: Shape::Vector,
+            samples: 400_000,
+            analytic: || Ok(f::entry_mean(&A)),
+            oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
+            estimate: |s, b| {
+                sample_means(s, b, 3, |s, rng, out| {
+                    out.copy_from_slice(&pass(s, rng)?.0);
+                    Ok(())
+                })
+            },
+        },
+        FnClaim {
+            id: "attention.row_sum_mean",
+            family: "attention",
+            formula: "E[R] = sum_i a_i = 1",
+            shape: Shape::Scalar,
+            samples: 400_000,
+            analytic: || Ok(vec![f::row_sum_mean(&A)]),
+            oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    out[0] = pass(s, rng)?.1;
+                    Ok(())
+                })
+            },
+        },
+        FnClaim {
+            id: "attention.row_sum_variance",
+            family: "attention",
+            formula: "Var R = (p/q) sum_i a_i^2 = 0.38",
+            shape: Shape::Scalar,
+            samples: 400_000,
+            analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
+            oracle: Some(|| {
+                Ok(variance_oracle(oracle(2, |b, out| {
+                    let r: f64 = b.iter().sum();
+                    out[0] = r;
+                    out[1] = r * r;
+                })?))
+            }),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
+                    out[0] = half_sq(r1, r2);
+                    Ok(())
+                })
+            },
+        },
+        FnClaim {
+            id: "attention.row_sum_pmf",
+            family: "attention",
+            formula: "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
+            shape: Shape::Vector,
+            samples: 400_000,
+            analytic: || Ok(f::seed_row_sum_pmf()),
+            oracle: Some(|| {
+                oracle(7, |b, out| {
+                    out.fill(0.0);
+                    if let Some(i) = support_index(b.iter().sum()) {
+                        out[i] = 1.0;
+                    }
+                })
+            }),
+            estimate: |s, b| {
+                sample_means(s, b, 7, |s, rng, out| {
+                    let r = pass(s, rng)?.1;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = indicator(support_index(r) == Some(i));
+                    }
+                    Ok(())
+                })
+            },
+        },
+        FnClaim {
+            id: "attention.output_mean",
+            family: "attention",
+            formula: "v=(1,-2,3): E[o] = sum_i a_i v_i",
+            shape: Shape::Scalar,
+            samples: 400_000,
+            analytic: || Ok(vec![f::output_mean(&A, &V)]),
+            oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    out[0] = pass(s, rng)?.2;
+                    Ok(())
+                })
+            },
+        },
+        FnClaim {
+            id: "attention.output_variance",
+            family: "attention",
+            formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
+            shape: Shape::Scalar,
+            samples: 400_000,
+            analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
+            oracle: Some(|| {
+                Ok(variance_oracle(oracle(2, |b, out| {
+                    let o = f::output_mean(b, &V);
+                    out[0] = o;
+                    out[1] = o * o;
+                })?))
+            }),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
+                    out[0] = half_sq(o1, o2);
+                    Ok(())
+                })
+            },
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn super::Claim> {
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
+}

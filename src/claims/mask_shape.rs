@@ -1,0 +1,219 @@
+//! The mask-shape family: independent versus shared-over-positions masks on
+//! a `4 × 3` block. Derivations: [`crate::formulas::mask_shape`]. Oracles
+//! enumerate all masks (2^12 independent, 2^3 shared).
+
+use super::Shape;
+use super::fn_claim::{FnClaim, half_sq, indicator, sample_means};
+use crate::engine::{Stream, stream};
+use crate::error::Error;
+use crate::exact::{Oracle, enumerate_masks};
+use crate::formulas::mask_shape as f;
+use crate::ops::{DropoutLayer, MaskShape, Rate, Subject};
+
+/// Positions `T`.
+pub const T: usize = 4;
+/// Features `d`.
+pub const D: usize = 3;
+/// The block, row-major; every entry non-zero so zeros reveal the mask.
+pub const X: [f64; 12] = [
+    1.0, 0.5, -1.0, //
+    2.0, 0.5, 1.0, //
+    1.5, -0.5, 2.0, //
+    0.5, 1.0, -0.5,
+];
+/// Drop rate.
+pub const P: f64 = 0.3;
+
+fn rate() -> Result<Rate, Error> {
+    Rate::new(P)
+}
+
+fn pass(s: &Subject, shape: MaskShape, rng: &mut Stream) -> Result<[f64; 12], Error> {
+    let (mut z, mut m) = ([0.0; 12], [false; 12]);
+    s.dropout
+        .forward_positions(&X, T, shape, P, rng, &mut z, &mut m)?;
+    Ok(z)
+}
+
+fn column_sums(z: &[f64]) -> [f64; D] {
+    let mut s = [0.0; D];
+    for (i, v) in z.iter().enumerate() {
+        s[i % D] += v;
+    }
+    s
+}
+
+fn variance_draw(
+    s: &Subject,
+    shape: MaskShape,
+    rng: &mut Stream,
+    out: &mut [f64],
+) -> Result<(), Error> {
+    let (a, b) = (
+        column_sums(&pass(s, shape, rng)?),
+        column_sums(&pass(s, shape, rng)?),
+    );
+    for k in 0..D {
+        out[k] = half_sq(a[k], b[k]);
+    }
+    Ok(())
+}
+
+fn zero_column_draw(
+    s: &Subject,
+    shape: MaskShape,
+    rng: &mut Stream,
+    out: &mut [f64],
+) -> Result<(), Error> {
+    let z = pass(s, shape, rng)?;
+    for (k, o) in out.iter_mut().enumerate() {
+        *o = indicator(z.iter().skip(k).step_by(D).all(|v| *v == 0.0));
+    }
+    Ok(())
+}
+
+/// Var S_k by enumeration: the independent case over all `T·d` masks, the
+/// shared case over `d` feature masks broadcast to every row.
+fn variance_oracle(shared: bool) -> Result<Oracle, Error> {
+    let q = rate()?.q();
+    let bits = if shared { D } else { T * D };
+    let raw = enumerate_masks(bits, rate()?, 2 * D, |mask, out| {
+        let mut s = [0.0; D];
+        for (i, x) in X.iter().enumerate() {
+            let m = if shared { mask[i % D] } else { mask[i] };
+            if m {
+                s[i % D] += x / q;
+            }
+        }
+        for k in 0..D {
+            out[k] = s[k];
+            out[D + k] = s[k] * s[k];
+        }
+    })?;
+    let values = (0..D)
+        .map(|k| raw.values[D + k] - raw.values[k] * raw.values[k])
+        .collect();
+    let rounding = (0..D)
+        .map(|k| {
+            raw.rounding[D + k]
+                + 2.0 * raw.values[k].abs() * raw.rounding[k]
+                + 4.0 * f64::EPSILON * raw.values[D + k].abs()
+        })
+        .collect();
+    Ok(Oracle { values, rounding })
+}
+
+fn zero_column_oracle(shared: bool) -> Result<Oracle, Error> {
+    let bits = if shared { D } else { T * D };
+    enumerate_masks(bits, rate()?, D, |mask, out| {
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = indicator(if shared {
+                !mask[k]
+            } else {
+                (0..T).all(|t| !mask[t * D + k])
+            });
+        }
+    })
+}
+
+/// The shape a layer actually uses when asked for `requested`, judged from
+/// its outputs alone over `draws` draws of [`X`] (see
+/// [`crate::formulas::mask_shape`]): any column with some entries zero and
+/// some not means independent masks; none means shared.
+pub fn observed_shape(
+    layer: &dyn DropoutLayer,
+    requested: MaskShape,
+    draws: u64,
+    seed: u64,
+) -> Result<MaskShape, Error> {
+    let mut rng = stream(seed, 0);
+    let (mut z, mut m) = ([0.0; 12], [false; 12]);
+    for _ in 0..draws {
+        layer.forward_positions(&X, T, requested, P, &mut rng, &mut z, &mut m)?;
+        let mixed = (0..D).any(|k| {
+            let zeros = (0..T).filter(|t| z[t * D + k] == 0.0).count();
+            zeros > 0 && zeros < T
+        });
+        if mixed {
+            return Ok(MaskShape::Independent);
+        }
+    }
+    Ok(MaskShape::SharedOverPositions)
+}
+
+/// Draws [`observed_shape`] uses by default, and the chance that an
+/// independent layer looks shared after them.
+pub fn default_shape_draws() -> (u64, f64) {
+    let draws = 100;
+    let miss = rate().map_or(1.0, |r| f::independent_never_mixed(T, D, draws, r));
+    (draws, miss)
+}
+
+static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        FnClaim {
+            id: "mask_shape.independent_variance",
+            family: "mask_shape",
+            formula: "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
+            shape: Shape::Vector,
+            samples: 200_000,
+            analytic: || Ok(f::independent_variance(&X, D, rate()?)),
+            oracle: Some(|| variance_oracle(false)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    variance_draw(s, MaskShape::Independent, rng, out)
+                })
+            },
+        },
+        FnClaim {
+            id: "mask_shape.shared_variance",
+            family: "mask_shape",
+            formula: "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
+            shape: Shape::Vector,
+            samples: 200_000,
+            analytic: || Ok(f::shared_variance(&X, D, rate()?)),
+            oracle: Some(|| variance_oracle(true)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    variance_draw(s, MaskShape::SharedOverPositions, rng, out)
+                })
+            },
+        },
+        FnClaim {
+            id: "mask_shape.independent_zero_column",
+            family: "mask_shape",
+            formula: "independent: P(column k all zero) = p^T",
+            shape: Shape::Vector,
+            samples: 200_000,
+            analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
+            oracle: Some(|| zero_column_oracle(false)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    zero_column_draw(s, MaskShape::Independent, rng, out)
+                })
+            },
+        },
+        FnClaim {
+            id: "mask_shape.shared_zero_column",
+            family: "mask_shape",
+            formula: "shared: P(column k all zero) = p",
+            shape: Shape::Vector,
+            samples: 200_000,
+            analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
+            oracle: Some(|| zero_column_oracle(true)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    zero_column_draw(s, MaskShape::SharedOverPositions, rng, out)
+                })
+            },
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn super::Claim> {
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
+}

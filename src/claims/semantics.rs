@@ -1,0 +1,248 @@
+//! The semantics family: evaluation, keep rule, survivors, backward pass and
+//! the rate rules of a dropout layer. Statements and derivations:
+//! [`crate::formulas::semantics`].
+//!
+//! The moment claims of the [`super::dropout`] family cover the rest of the
+//! semantics: `dropout.second_moment` (`E[z²] = x²/q` per unit) and
+//! `dropout.original_scheme` (train `m x`, eval `q x`, equal in expectation).
+//!
+//! Each rule that must hold on every draw is a deterministic check
+//! ([`violation_counts`]): the claim's value is the number of violations,
+//! its target 0, its standard error 0.
+
+use rand::RngExt;
+
+use super::Shape;
+use super::fn_claim::{FnClaim, sample_means, violation_counts};
+use crate::engine::Stream;
+use crate::error::Error;
+use crate::formulas::semantics as f;
+use crate::ops::{CountingRng, Rate, Subject};
+
+/// Drop rate of the semantics claims.
+pub const P: f64 = 0.3;
+/// Fixed inputs: signs, a signed zero, a subnormal, large and small values.
+pub const X: [f64; 8] = [0.5, -1.2, 3.0, -0.0, 2.0, 5e-324, 1e300, -7.25];
+/// Units per draw of the keep-fraction claim.
+pub const KEEP_D: usize = 64;
+/// Step of the finite-difference check.
+pub const H: f64 = 1.0;
+
+fn family() -> &'static str {
+    "semantics"
+}
+
+/// `X` followed by three standard-normal-ish values drawn from the stream.
+fn inputs(rng: &mut Stream) -> Vec<f64> {
+    let mut x = X.to_vec();
+    for _ in 0..3 {
+        x.push(4.0 * rng.random::<f64>() - 2.0);
+    }
+    x
+}
+
+fn eval_identity(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let x = inputs(rng);
+    let mut z = vec![f64::NAN; x.len()];
+    let mut counting = CountingRng::new(rng);
+    s.dropout.forward_eval(&x, P, &mut counting, &mut z)?;
+    out[0] = x
+        .iter()
+        .zip(&z)
+        .filter(|(a, b)| a.to_bits() != b.to_bits())
+        .count() as f64;
+    out[1] = counting.draws() as f64;
+    Ok(())
+}
+
+fn keep_fraction(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let x = [1.0; KEEP_D];
+    let (mut z, mut m) = ([0.0; KEEP_D], [false; KEEP_D]);
+    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    out[0] = m.iter().filter(|k| **k).count() as f64 / KEEP_D as f64;
+    Ok(())
+}
+
+fn survivors(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let x = inputs(rng);
+    let q = Rate::new(P)?.q();
+    let mut z = vec![f64::NAN; x.len()];
+    let mut m = vec![false; x.len()];
+    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    out[0] = x
+        .iter()
+        .zip(&z)
+        .zip(&m)
+        .filter(|((a, b), kept)| {
+            if **kept {
+                (*a / q).to_bits() != b.to_bits()
+            } else {
+                **b != 0.0
+            }
+        })
+        .count() as f64;
+    Ok(())
+}
+
+fn backward_mask(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let x = inputs(rng);
+    let rate = Rate::new(P)?;
+    let n = x.len();
+    let (mut z, mut m, mut gi) = (vec![0.0; n], vec![false; n], vec![f64::NAN; n]);
+    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    let g: Vec<f64> = (0..n).map(|_| 4.0 * rng.random::<f64>() - 2.0).collect();
+    s.dropout.backward(&g, P, &m, &mut gi)?;
+    out[0] = (0..n)
+        .filter(|&k| {
+            let want = if m[k] { g[k] / rate.q() } else { 0.0 };
+            {
+                let err = (gi[k] - want).abs();
+                err.is_nan() || err > f::backward_bound(g[k], rate)
+            }
+        })
+        .count() as f64;
+    Ok(())
+}
+
+fn finite_difference(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    // Finite inputs of moderate size, so that x ± h is meaningful.
+    let x: Vec<f64> = X[..5].to_vec();
+    let rate = Rate::new(P)?;
+    let n = x.len();
+    let g: Vec<f64> = (0..n).map(|_| 4.0 * rng.random::<f64>() - 2.0).collect();
+    let start = rng.clone();
+    let (mut z, mut m, mut gi) = (vec![0.0; n], vec![false; n], vec![0.0; n]);
+    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    s.dropout.backward(&g, P, &m, &mut gi)?;
+    let (mut zp, mut zm, mut mp, mut mm) =
+        (vec![0.0; n], vec![0.0; n], vec![false; n], vec![false; n]);
+    let mut violations = 0;
+    for k in 0..n {
+        let (mut xp, mut xm) = (x.clone(), x.clone());
+        xp[k] += H;
+        xm[k] -= H;
+        s.dropout
+            .forward_train(&xp, P, &mut start.clone(), &mut zp, &mut mp)?;
+        s.dropout
+            .forward_train(&xm, P, &mut start.clone(), &mut zm, &mut mm)?;
+        // The replay must reproduce the mask: a layer draws only from `rng`.
+        let replayed = mp == m && mm == m;
+        let fd: f64 = (0..n).map(|j| g[j] * (zp[j] - zm[j])).sum::<f64>() / (2.0 * H);
+        let ok = (fd - gi[k]).abs() <= f::finite_difference_bound(x[k], g[k], H, rate);
+        violations += usize::from(!(replayed && ok));
+    }
+    out[0] = violations as f64;
+    Ok(())
+}
+
+fn p_zero(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let x = inputs(rng);
+    let n = x.len();
+    let (mut z, mut m, mut gi) = (vec![f64::NAN; n], vec![false; n], vec![f64::NAN; n]);
+    s.dropout.forward_train(&x, 0.0, rng, &mut z, &mut m)?;
+    let g: Vec<f64> = (0..n).map(|_| 4.0 * rng.random::<f64>() - 2.0).collect();
+    s.dropout.backward(&g, 0.0, &m, &mut gi)?;
+    out[0] = (0..n)
+        .filter(|&k| !m[k] || z[k].to_bits() != x[k].to_bits() || gi[k].to_bits() != g[k].to_bits())
+        .count() as f64;
+    Ok(())
+}
+
+fn rate_rule(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let x = [1.0, -2.0, 0.5];
+    let (mut z, mut m) = ([0.0; 3], [true; 3]);
+    let mut accepted = 0;
+    for p in f::INVALID_RATES {
+        let rejected = |r: Result<(), Error>| matches!(r, Err(Error::InvalidRate { .. }));
+        accepted += usize::from(!rejected(
+            s.dropout.forward_train(&x, p, rng, &mut z, &mut m),
+        ));
+        accepted += usize::from(!rejected(s.dropout.forward_eval(&x, p, rng, &mut z)));
+        accepted += usize::from(!rejected(s.dropout.backward(&x, p, &[true; 3], &mut z)));
+    }
+    out[0] = accepted as f64;
+    Ok(())
+}
+
+static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        FnClaim {
+            id: "semantics.eval_identity",
+            family: family(),
+            formula: "eval: [bits of z differing from x, generator draws] = [0, 0]",
+            shape: Shape::Vector,
+            samples: 20_000,
+            analytic: || Ok(vec![0.0, 0.0]),
+            oracle: None,
+            estimate: |s, b| violation_counts(s, b, 2, eval_identity),
+        },
+        FnClaim {
+            id: "semantics.keep_fraction",
+            family: family(),
+            formula: "d=64, p=0.3: #kept / d = q (binomial test)",
+            shape: Shape::Scalar,
+            samples: 100_000,
+            analytic: || Ok(vec![Rate::new(P)?.q()]),
+            oracle: None,
+            estimate: |s, b| sample_means(s, b, 1, keep_fraction),
+        },
+        FnClaim {
+            id: "semantics.survivors_exact",
+            family: family(),
+            formula: "kept z_k = x_k / q bit for bit, dropped z_k = 0: 0 violations",
+            shape: Shape::Scalar,
+            samples: 20_000,
+            analytic: || Ok(vec![0.0]),
+            oracle: None,
+            estimate: |s, b| violation_counts(s, b, 1, survivors),
+        },
+        FnClaim {
+            id: "semantics.backward_mask",
+            family: family(),
+            formula: "backward = g m / q with the forward's mask (2 roundings): 0 violations",
+            shape: Shape::Scalar,
+            samples: 20_000,
+            analytic: || Ok(vec![0.0]),
+            oracle: None,
+            estimate: |s, b| violation_counts(s, b, 1, backward_mask),
+        },
+        FnClaim {
+            id: "semantics.backward_finite_difference",
+            family: family(),
+            formula: "backward = central difference of the replayed masked forward: 0 violations",
+            shape: Shape::Scalar,
+            samples: 5_000,
+            analytic: || Ok(vec![0.0]),
+            oracle: None,
+            estimate: |s, b| violation_counts(s, b, 1, finite_difference),
+        },
+        FnClaim {
+            id: "semantics.p_zero_identity",
+            family: family(),
+            formula: "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
+            shape: Shape::Scalar,
+            samples: 20_000,
+            analytic: || Ok(vec![0.0]),
+            oracle: None,
+            estimate: |s, b| violation_counts(s, b, 1, p_zero),
+        },
+        FnClaim {
+            id: "semantics.rate_rule",
+            family: family(),
+            formula: "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
+            shape: Shape::Scalar,
+            samples: 64,
+            analytic: || Ok(vec![0.0]),
+            oracle: None,
+            estimate: |s, b| violation_counts(s, b, 1, rate_rule),
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn super::Claim> {
+    CLAIMS
+        .iter()
+        .map(|c| c as &'static dyn super::Claim)
+        .collect()
+}

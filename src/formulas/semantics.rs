@@ -1,0 +1,74 @@
+//! Dropout semantics: what a layer must do, rule by rule, beyond its moments.
+//!
+//! # Statements
+//!
+//! ```text
+//! eval:      z = x bit for bit, and the generator is called 0 times
+//! keep rule: K = #kept of n units ~ Binomial(n, q), so K/n → q
+//! survivors: kept z_k = x_k / q (one division, exact to the last bit);
+//!            dropped z_k = 0; the returned mask says which is which
+//! backward:  ∂L/∂x_k = g_k · m_k / q with the forward pass's mask m
+//! p = 0:     q = 1, every unit kept, z = x and ∂L/∂x = g bit for bit
+//! p = 1:     rejected with Error::InvalidRate (the rule dropmc specifies)
+//! p < 0, p > 1, NaN, ±∞: rejected with Error::InvalidRate
+//! ```
+//!
+//! # Derivation: the backward pass
+//!
+//! ```text
+//! fix the mask m:     z_k(x) = m_k x_k / q            (linear in x)
+//! Jacobian:           ∂z_j/∂x_k = δ_jk m_k / q
+//! chain rule:         ∂L/∂x_k = Σ_j g_j ∂z_j/∂x_k = g_k m_k / q
+//! central difference: (z_j(x + h e_k) − z_j(x − h e_k)) / 2h = δ_jk m_k / q
+//!                     for every h > 0, because z is linear in x
+//! ```
+//!
+//! So a finite difference of the masked function (the forward pass replayed
+//! with the same random numbers) must agree with the backward pass up to
+//! floating-point rounding. With `h = 1` the rounding is bounded by
+//!
+//! ```text
+//! |FD_k − backward_k| ≤ 4 ε |g_k| (|x_k| + h) / (q h) + 2 ε |g_k| / q
+//! ```
+//!
+//! (`x_k ± h` and the two divisions by `q` round once each, relative ε/2,
+//! on values at most `(|x_k| + h)/q`; the difference and the halving add
+//! nothing larger; the backward pass's own product and division round at
+//! most twice on `|g_k|/q`; the constants double the sum for safety).
+//!
+//! # Derivation: the keep fraction
+//!
+//! Each unit is kept independently with probability `q`, so the number kept
+//! among `n` units is `Binomial(n, q)`: mean `n q`, variance `n p q`. The
+//! binomial test of the claim is the z-test of `K/n` against `q` with the
+//! standard error `sqrt(p q / n)` estimated from the draws.
+//!
+//! # Why `p = 1` is an error
+//!
+//! The inverted scale `1/q` does not exist at `q = 0`. Returning zeros
+//! would be a defensible rule too, but it hides the configuration mistake
+//! that `p = 1` almost always is; dropmc specifies rejection, so a layer
+//! under test must return [`crate::Error::InvalidRate`] for it.
+//!
+//! # Assumptions
+//!
+//! The layer draws every random number from the generator it is given (the
+//! finite-difference check replays that generator).
+
+use crate::ops::Rate;
+
+/// Bound on `|FD_k − backward_k|` from rounding alone (see the module doc).
+pub fn finite_difference_bound(x: f64, g: f64, h: f64, rate: Rate) -> f64 {
+    let eps = f64::EPSILON;
+    4.0 * eps * g.abs() * (x.abs() + h) / (rate.q() * h) + 2.0 * eps * g.abs() / rate.q()
+}
+
+/// Bound on `|backward_k − g_k/q|` for a layer that scales in a different
+/// order (`g · (1/q)`, `(g · m) / q`): at most two roundings of relative
+/// `ε/2` each on `|g_k|/q`.
+pub fn backward_bound(g: f64, rate: Rate) -> f64 {
+    f64::EPSILON * g.abs() / rate.q()
+}
+
+/// The invalid drop rates every operation must reject.
+pub const INVALID_RATES: [f64; 6] = [1.0, -0.1, 1.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY];

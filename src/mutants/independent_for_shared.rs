@@ -1,0 +1,82 @@
+//! Mutant `independent_for_shared`: draws an independent mask per entry where one mask shared over positions is specified.
+//!
+//! Source: seed 002.
+
+use rand::Rng;
+
+use super::{Effect, Mutant, REFERENCE};
+use crate::error::Error;
+use crate::ops::{DropoutLayer, MaskShape, default_positions};
+
+/// The mutant layer.
+pub struct Layer;
+
+impl DropoutLayer for Layer {
+    fn name(&self) -> &str {
+        "independent_for_shared"
+    }
+
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        REFERENCE.forward_train(x, p, rng, out, mask)
+    }
+
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        REFERENCE.forward_eval(x, p, rng, out)
+    }
+
+    fn backward(
+        &self,
+        grad_out: &[f64],
+        p: f64,
+        mask: &[bool],
+        grad_in: &mut [f64],
+    ) -> Result<(), Error> {
+        REFERENCE.backward(grad_out, p, mask, grad_in)
+    }
+
+    fn forward_positions(
+        &self,
+        x: &[f64],
+        positions: usize,
+        _shape: MaskShape,
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        let shape = MaskShape::Independent;
+        default_positions(&REFERENCE, x, positions, shape, p, rng, out, mask)
+    }
+}
+
+/// The gallery entry.
+pub fn mutant() -> Mutant {
+    Mutant {
+        id: "independent_for_shared",
+        mistake: "Draws an independent mask per entry where one mask shared over positions is specified.",
+        source: "seed 002",
+        equivalent: None,
+        effect: Some(Effect {
+            claim: "mask_shape.shared_zero_column",
+            // P(column all zero) is p^T instead of p, in each column.
+            effect: || {
+                use crate::claims::mask_shape::{D, P, T};
+                vec![P.powi(T as i32) - P; D]
+            },
+        }),
+        layer: &Layer,
+    }
+}

@@ -1,0 +1,61 @@
+//! Mutant `keep_below_p`: keeps a unit when u < p, the complement of the intended mask: keeps a fraction p.
+//!
+//! Source: seed 001.
+
+use rand::Rng;
+
+use super::{Mutant, REFERENCE, train_with};
+use crate::error::Error;
+use crate::ops::DropoutLayer;
+
+/// The mutant layer.
+pub struct Layer;
+
+impl DropoutLayer for Layer {
+    fn name(&self) -> &str {
+        "keep_below_p"
+    }
+
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        train_with(x, p, rng, out, mask, |u, r| u < r.p(), |v, r| v / r.q())
+    }
+
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        REFERENCE.forward_eval(x, p, rng, out)
+    }
+
+    fn backward(
+        &self,
+        grad_out: &[f64],
+        p: f64,
+        mask: &[bool],
+        grad_in: &mut [f64],
+    ) -> Result<(), Error> {
+        REFERENCE.backward(grad_out, p, mask, grad_in)
+    }
+}
+
+/// The gallery entry.
+pub fn mutant() -> Mutant {
+    Mutant {
+        id: "keep_below_p",
+        mistake: "Keeps a unit when u < p, the complement of the intended mask: keeps a fraction p.",
+        source: "seed 001",
+        equivalent: None,
+        effect: None,
+        layer: &Layer,
+    }
+}

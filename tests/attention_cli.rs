@@ -1,0 +1,118 @@
+//! `dropmc eval attn` and `dropmc mutants` as a user runs them.
+
+use std::process::Command;
+
+use dropmc::stats::critical_z;
+use serde_json::Value;
+
+fn dropmc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn numbers(v: &Value) -> Vec<f64> {
+    match v {
+        Value::Array(a) => a.iter().map(|x| x.as_f64().expect("number")).collect(),
+        other => vec![other.as_f64().expect("number")],
+    }
+}
+
+#[test]
+fn eval_attn_reproduces_the_seed_case() {
+    let (code, stdout, _) = dropmc(&[
+        "eval",
+        "attn",
+        "--a",
+        "0.2,0.3,0.5",
+        "--p",
+        "0.5",
+        "--values",
+        "1,-2,3",
+        "--samples",
+        "200000",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["quantity"], "attn");
+    assert_eq!(v["d"], 3);
+    // Written out by hand from the 8 equally likely masks (p/q = 1):
+    // Var R = 0.04 + 0.09 + 0.25, E[o] = 0.2 − 0.6 + 1.5,
+    // Var o = 0.04·1 + 0.09·4 + 0.25·9.
+    let expected: [(&str, Vec<f64>); 5] = [
+        ("E[b]", vec![0.2, 0.3, 0.5]),
+        ("E[R]", vec![1.0]),
+        ("Var[R]", vec![0.38]),
+        ("E[o]", vec![1.1]),
+        ("Var[o]", vec![2.65]),
+    ];
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), expected.len());
+    for (r, (name, want)) in results.iter().zip(&expected) {
+        assert_eq!(r["name"], *name);
+        // Closed form and enumeration: a few roundings on values <= 3.
+        for field in ["formula", "exact"] {
+            for (g, w) in numbers(&r[field]).iter().zip(want) {
+                assert!(
+                    (g - w).abs() <= 64.0 * f64::EPSILON * 3.0,
+                    "{name} {field} {g} vs {w}"
+                );
+            }
+        }
+        // 7 statistical assertions (counted in tests/budget.rs).
+        let (mc, se) = (numbers(&r["mc"]), numbers(&r["stderr"]));
+        for ((m, s), w) in mc.iter().zip(&se).zip(want) {
+            assert!(
+                (m - w).abs() <= critical_z() * s,
+                "{name}: {m} ± {s} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn eval_attn_rejects_bad_rows_and_rates() {
+    for args in [
+        ["--a", "0.2,0.3,0.6", "--p", "0.5"],
+        ["--a", "-0.2,0.7,0.5", "--p", "0.5"],
+        ["--a", "0.2,0.3,0.5", "--p", "1"],
+        ["--a", "0.2,0.3,0.5", "--p", "nan"],
+    ] {
+        let mut full = vec!["eval", "attn"];
+        full.extend(args);
+        let (code, stdout, stderr) = dropmc(&full);
+        assert_eq!(code, 2, "{args:?}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}
+
+#[test]
+fn mutants_json_lists_every_mutant_with_its_killers() {
+    let (code, stdout, _) = dropmc(&["mutants", "--json", "--samples", "500"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    let mutants = v["mutants"].as_array().unwrap();
+    assert!(mutants.len() >= 14);
+    for m in mutants {
+        assert!(m["id"].is_string() && m["mistake"].is_string());
+        let killed = m["killed_by"].as_array().unwrap();
+        if m["equivalent"].as_bool().unwrap() {
+            assert!(killed.is_empty(), "{m}");
+        } else {
+            assert!(!killed.is_empty(), "{} survived", m["id"]);
+            assert!(
+                killed
+                    .iter()
+                    .all(|c| c.as_str().is_some_and(|s| s.contains('.')))
+            );
+        }
+    }
+}

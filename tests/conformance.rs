@@ -1,0 +1,93 @@
+//! The conformance kit on a layer written outside the crate (the same one as
+//! `examples/conformance.rs`, without the bug switch): it passes the
+//! claims of the semantics, attention, mask-shape and ensemble families at
+//! their default budgets. Counted in `tests/budget.rs`; the dropout family
+//! is run on the reference by `tests/report_snapshot.rs`.
+
+mod common;
+
+use dropmc::Error;
+use dropmc::conformance::{self, Options};
+use dropmc::ops::DropoutLayer;
+use rand::{Rng, RngExt};
+
+/// The families this test runs.
+pub const FAMILIES: [&str; 4] = ["semantics", "attention", "mask_shape", "ensemble"];
+
+struct Outside;
+
+fn keep_probability(p: f64) -> Result<f64, Error> {
+    if (0.0..1.0).contains(&p) {
+        Ok(1.0 - p)
+    } else {
+        Err(Error::InvalidRate { p })
+    }
+}
+
+impl DropoutLayer for Outside {
+    fn name(&self) -> &str {
+        "outside"
+    }
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        let q = keep_probability(p)?;
+        for ((o, m), v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
+            *m = rng.random::<f64>() >= p;
+            *o = if *m { v / q } else { 0.0 };
+        }
+        Ok(())
+    }
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        _: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        keep_probability(p)?;
+        out.copy_from_slice(x);
+        Ok(())
+    }
+    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
+        let q = keep_probability(p)?;
+        for ((o, m), v) in gi.iter_mut().zip(mask).zip(g) {
+            *o = if *m { v / q } else { 0.0 };
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_layer_written_outside_the_crate_passes_conformance() {
+    let options = Options {
+        families: Some(&FAMILIES),
+        ..Options::default()
+    };
+    let result = conformance::run(&Outside, &options).expect("runs");
+    assert_eq!(result.subject, "outside");
+    assert_eq!(result.verdicts.len(), conformance::claims(&options).len());
+    assert!(result.verdicts.len() >= 20);
+    for v in &result.verdicts {
+        common::assert_pass(&v.result);
+    }
+    assert!(result.passed());
+}
+
+#[test]
+fn the_default_selection_is_the_dropout_level_families() {
+    let claims = conformance::claims(&Options::default());
+    for family in conformance::FAMILIES {
+        assert!(claims.iter().any(|c| c.family() == family), "{family}");
+    }
+    assert!(
+        claims
+            .iter()
+            .all(|c| conformance::FAMILIES.contains(&c.family()))
+    );
+}

@@ -1,0 +1,243 @@
+//! The mutant gallery: every non-equivalent mutant is killed, the subtle ones
+//! with a stated power, and the mask shape is told from outputs alone.
+//!
+//! Kills are expected failures and spend no false-alarm budget. The two
+//! equivalent mutants must survive; their results are bit-identical to the
+//! reference's (see `tests/budget.rs`).
+
+mod common;
+
+use dropmc::claims::{Verdict, check, registry};
+use dropmc::conformance::{self, Options};
+use dropmc::engine::{Budget, derive_seed};
+use dropmc::mutants::{gallery, kill_matrix, rejection_power};
+use dropmc::ops::{InvertedDropout, MaskShape, Subject};
+use dropmc::report::DEFAULT_SEED;
+use dropmc::stats::critical_z;
+use statrs::distribution::{ContinuousCDF, Normal};
+
+/// The kill test's cap on draws per claim: 1/10 of the kill matrix's default
+/// ([`dropmc::mutants::KILL_SAMPLES`]). The least certain kill at this cap is
+/// `rate_off_2pct` by `semantics.keep_fraction` (λ ≈ 11, miss ≈ 4e-6), and
+/// that mutant is also killed with certainty by the deterministic
+/// `semantics.p_zero_identity` (no dropped unit among 2000 · 11 at a 2 %
+/// drop rate: probability 0.98^22000 ≈ 1e-193).
+const TEST_KILL_SAMPLES: u64 = 2_000;
+
+/// Power the subtle kills must reach: a miss would be a one-in-a-billion
+/// event.
+const REQUIRED_POWER: f64 = 1.0 - 1e-9;
+
+#[test]
+fn the_gallery_has_at_least_14_mutants_with_documented_mistakes() {
+    let g = gallery();
+    assert!(g.len() >= 14, "{} mutants", g.len());
+    assert!(g.iter().filter(|m| m.equivalent.is_none()).count() >= 14);
+    let mut ids: Vec<_> = g.iter().map(|m| m.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), g.len(), "mutant ids are unique");
+    for m in &g {
+        assert!(!m.mistake.is_empty() && !m.source.is_empty(), "{}", m.id);
+        assert_eq!(m.layer.name(), m.id);
+    }
+    let equivalent: Vec<_> = g
+        .iter()
+        .filter(|m| m.equivalent.is_some())
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(equivalent, ["rescale_dropped", "keep_above_p"]);
+    let subtle: Vec<_> = g
+        .iter()
+        .filter(|m| m.effect.is_some())
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(
+        subtle,
+        [
+            "shared_for_independent",
+            "independent_for_shared",
+            "rate_off_2pct"
+        ]
+    );
+}
+
+#[test]
+fn every_non_equivalent_mutant_is_killed_and_equivalent_ones_survive() {
+    let options = Options {
+        samples: Some(TEST_KILL_SAMPLES),
+        ..Options::default()
+    };
+    let matrix = kill_matrix(&options).expect("runs");
+    for row in &matrix.rows {
+        // The subtle mutants carry a power statement; at this small cap the
+        // weakest (rate_off_2pct, lambda about 11) still exceeds 0.9999.
+        if let Some(p) = &row.power {
+            assert!(p.power > 0.9999, "{}: {p:?}", row.id);
+        }
+        if row.equivalent {
+            assert!(
+                row.kills.is_empty(),
+                "equivalent {} killed by {:?}",
+                row.id,
+                row.kills
+            );
+        } else {
+            assert!(!row.kills.is_empty(), "mutant {} survived", row.id);
+        }
+    }
+    // The claims that name each mistake directly are among the killers.
+    let killed_by = |id: &str, claim: &str| {
+        matrix
+            .rows
+            .iter()
+            .find(|r| r.id == id)
+            .is_some_and(|r| r.kills.iter().any(|k| k.claim == claim))
+    };
+    for (mutant, claim) in [
+        ("eval_scales_by_q", "semantics.eval_identity"),
+        ("eval_draws", "semantics.eval_identity"),
+        ("eval_masks", "semantics.eval_identity"),
+        ("backward_fresh_mask", "semantics.backward_mask"),
+        ("backward_unscaled", "semantics.backward_finite_difference"),
+        ("loss_scaling", "semantics.backward_finite_difference"),
+        ("keep_below_p", "semantics.keep_fraction"),
+        ("divide_by_p", "semantics.survivors_exact"),
+        ("multiply_by_q", "semantics.survivors_exact"),
+        ("attention_renormalised", "attention.entry_mean"),
+        ("attention_logits", "attention.entry_mean"),
+        (
+            "shared_for_independent",
+            "mask_shape.independent_zero_column",
+        ),
+        ("independent_for_shared", "mask_shape.shared_zero_column"),
+        ("rate_off_2pct", "semantics.keep_fraction"),
+    ] {
+        assert!(killed_by(mutant, claim), "{mutant} not killed by {claim}");
+    }
+}
+
+/// Runs `claim` on the mutant `id` at the claim's default budget and
+/// returns the result.
+fn run_on_mutant(id: &str, claim: &str) -> dropmc::claims::ClaimResult {
+    let m = gallery().into_iter().find(|m| m.id == id).expect("mutant");
+    let c = registry()
+        .into_iter()
+        .find(|c| c.id() == claim)
+        .expect("claim");
+    let budget = Budget::new(c.default_samples(), derive_seed(DEFAULT_SEED, c.id())).unwrap();
+    check(c, &Subject::with_dropout(m.layer), budget)
+}
+
+/// Kills `id` with `claim` and checks the power of that kill, computed from
+/// the true effect (known in closed form) and the estimate's standard error.
+fn assert_subtle_kill(id: &str, claim: &str, effects: &[f64]) -> f64 {
+    let result = run_on_mutant(id, claim);
+    assert_eq!(result.verdict, Verdict::Fail, "{id} survives {claim}");
+    let (k, lambda) = effects
+        .iter()
+        .zip(&result.estimate)
+        .map(|(&effect, e)| effect.abs() / e.stderr)
+        .enumerate()
+        .fold(
+            (0, 0.0),
+            |best, (k, l)| if l > best.1 { (k, l) } else { best },
+        );
+    let se = result.estimate[k].stderr;
+    let power = rejection_power(effects[k], se);
+    assert!(power >= REQUIRED_POWER, "{id} / {claim}: power {power}");
+    // The miss probability Φ(z_crit − λ), which 1 − power rounds away
+    // (statrs underflows to 0 below about Φ(−38)).
+    let arg = critical_z() - lambda;
+    let miss = Normal::standard().cdf(arg);
+    println!(
+        "{id} killed by {claim}: effect {:.4}, SE {se:.3e} at {} draws, lambda = {lambda:.1}, \
+         power = 1 - Phi({arg:.1}) = 1 - {miss:.1e}",
+        effects[k].abs(),
+        result.samples
+    );
+    power
+}
+
+#[test]
+fn the_subtle_mutants_are_killed_with_the_stated_power() {
+    let (p, q) = (0.3_f64, 0.7_f64);
+    // Rate off by 2 %: the kept fraction is 0.98 q instead of q.
+    assert_subtle_kill("rate_off_2pct", "semantics.keep_fraction", &[0.02 * q]);
+    // Shared mask where independent is specified: P(column all zero) is p,
+    // not p^4 (T = 4), in each of the 3 columns.
+    let shared_effect = p - p.powi(4);
+    assert_subtle_kill(
+        "shared_for_independent",
+        "mask_shape.independent_zero_column",
+        &[shared_effect; 3],
+    );
+    // And the reverse.
+    assert_subtle_kill(
+        "independent_for_shared",
+        "mask_shape.shared_zero_column",
+        &[-shared_effect; 3],
+    );
+}
+
+#[test]
+fn power_is_low_for_a_tiny_effect_and_certain_for_a_large_one() {
+    // λ = 0 rejects with probability α (about 1e-10); λ = z_crit with 1/2.
+    let z = dropmc::stats::critical_z();
+    assert!(rejection_power(0.0, 1.0) < 1e-9);
+    assert!((rejection_power(z, 1.0) - 0.5).abs() < 1e-9);
+    assert!(rejection_power(20.0 * z, 1.0) > 1.0 - 1e-12);
+}
+
+#[test]
+fn the_mask_shape_is_told_from_outputs_alone() {
+    use dropmc::claims::mask_shape::{default_shape_draws, observed_shape};
+    let (draws, miss) = default_shape_draws();
+    // An independent layer looks shared only with probability
+    // (q^4 + p^4)^(3 · draws).
+    assert!(miss < 1e-150, "miss probability {miss}");
+    let reference = InvertedDropout;
+    let seed = derive_seed(DEFAULT_SEED, "mask_shape.observed");
+    let shape = |layer: &dyn dropmc::ops::DropoutLayer, asked| {
+        observed_shape(layer, asked, draws, seed).expect("runs")
+    };
+    assert_eq!(
+        shape(&reference, MaskShape::Independent),
+        MaskShape::Independent
+    );
+    assert_eq!(
+        shape(&reference, MaskShape::SharedOverPositions),
+        MaskShape::SharedOverPositions
+    );
+    let g = gallery();
+    let find = |id: &str| g.iter().find(|m| m.id == id).expect("mutant").layer;
+    assert_eq!(
+        shape(find("shared_for_independent"), MaskShape::Independent),
+        MaskShape::SharedOverPositions
+    );
+    assert_eq!(
+        shape(
+            find("independent_for_shared"),
+            MaskShape::SharedOverPositions
+        ),
+        MaskShape::Independent
+    );
+}
+
+#[test]
+fn conformance_names_the_failing_claim_of_a_wrong_layer() {
+    let g = gallery();
+    let eval_draws = g.iter().find(|m| m.id == "eval_draws").unwrap();
+    let options = Options {
+        families: Some(&["semantics"]),
+        ..Options::default()
+    };
+    let result = conformance::run(eval_draws.layer, &options).unwrap();
+    assert_eq!(result.failed(), ["semantics.eval_identity"]);
+    let v = &result.verdicts[0];
+    assert_eq!(
+        v.z,
+        Some(f64::INFINITY),
+        "one draw per eval call is counted"
+    );
+}
