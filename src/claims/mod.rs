@@ -19,6 +19,7 @@
 //! [`registry`] collects the families, and the tests, the report and the CLI
 //! all read the registry.
 
+pub mod batchnorm;
 pub mod dropout;
 mod registry;
 mod verdict;

@@ -6,6 +6,7 @@ use super::Claim;
 pub fn registry() -> Vec<&'static dyn Claim> {
     let mut all: Vec<&'static dyn Claim> = Vec::new();
     all.extend(super::dropout::claims());
+    all.extend(super::batchnorm::claims());
     all
 }
 

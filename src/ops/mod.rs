@@ -10,3 +10,6 @@ mod rate;
 
 pub use dropout::{DropoutLayer, InvertedDropout, Subject};
 pub use rate::Rate;
+
+mod batchnorm;
+pub use batchnorm::{BatchNorm, Linear, relu};
