@@ -39,6 +39,7 @@ pub mod exact;
 pub mod formulas;
 pub mod ops;
 pub mod report;
+pub mod stack;
 pub mod stats;
 
 pub use error::Error;

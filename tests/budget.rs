@@ -6,6 +6,12 @@
 //!   per seed in `OTHER_SEEDS` (2 seeds);
 //! * `tests/cli.rs`: `mc` of `eval moments` on a 3-unit input (3·3 + 2 = 11
 //!   components).
+//! * `tests/stack.rs`: the deep-stack contrasts: rate steps 2·6, depth
+//!   steps 2·5, after-last-BN nulls 2·6, re-estimation nulls 2·6, fold
+//!   2·6 + 2·6 + 6, LayerNorm 2·6, readout 2·2 (92);
+//! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4);
+//! * `tests/batchnorm.rs`: every component of every batchnorm claim under
+//!   one other seed.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -21,6 +27,12 @@ fn components(family: Option<&str>) -> u64 {
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
     components(None) + 2 * components(Some("dropout")) + 11
+        // tests/stack.rs
+        + 92
+        // tests/cli.rs, eval bn
+        + 4
+        // tests/batchnorm.rs, one other seed
+        + components(Some("batchnorm"))
 }
 
 #[test]

@@ -291,23 +291,35 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         },
         BnClaim {
             id: "batchnorm.li2018",
-            formula: "Li 2018, N(0,1), q=0.5: Var_train = 2, Var_eval = 1, Delta = 0.5",
+            formula: "Li 2018, N(0,1), q=0.5: Var_train = 2, Var_eval = 1, Delta = 0.5; \
+                      q=0.9: Var_train = 1/0.9, Delta = 0.9",
             samples: 1_000_000,
-            analytic: || Ok(vec![2.0, 1.0, 0.5]),
+            analytic: || Ok(vec![2.0, 1.0, 0.5, 1.0 / 0.9, 0.9]),
             draw: |subject, rng, out| {
-                let (mut z, mut z_alt, mut x, mut x_alt) = ([0.0], [0.0], [0.0], [0.0]);
-                draw_dropped(subject, rng, &[0.0], &[1.0], 0.5, &mut z)?;
-                draw_dropped(subject, rng, &[0.0], &[1.0], 0.5, &mut z_alt)?;
-                draw_clean(rng, &[0.0], &[1.0], &mut x);
-                draw_clean(rng, &[0.0], &[1.0], &mut x_alt);
-                out[0] = 0.5 * (z[0] - z_alt[0]).powi(2);
-                out[1] = 0.5 * (x[0] - x_alt[0]).powi(2);
+                let mut v = [[0.0]; 6];
+                for (i, p) in [0.5, 0.5, 0.1, 0.1].into_iter().enumerate() {
+                    draw_dropped(subject, rng, &[0.0], &[1.0], p, &mut v[i])?;
+                }
+                draw_clean(rng, &[0.0], &[1.0], &mut v[4]);
+                draw_clean(rng, &[0.0], &[1.0], &mut v[5]);
+                out[0] = 0.5 * (v[0][0] - v[1][0]).powi(2);
+                out[1] = 0.5 * (v[4][0] - v[5][0]).powi(2);
+                out[2] = 0.5 * (v[2][0] - v[3][0]).powi(2);
                 Ok(())
             },
-            // Δ = eval variance / train variance; the two come from disjoint
-            // random numbers, so the ratio's error is the independent one.
-            post: Some(|raw| vec![raw[0], raw[1], independent_ratio(raw[1], raw[0])]),
-            raw_dim: 2,
+            // Δ = eval variance / train variance; numerator and denominator
+            // come from disjoint random numbers, so each ratio's error is
+            // the independent one.
+            post: Some(|raw| {
+                vec![
+                    raw[0],
+                    raw[1],
+                    independent_ratio(raw[1], raw[0]),
+                    raw[2],
+                    independent_ratio(raw[1], raw[2]),
+                ]
+            }),
+            raw_dim: 3,
         },
     ]
 });

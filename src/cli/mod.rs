@@ -30,6 +30,28 @@ pub enum Command {
     /// Evaluate a family's formulas on your own numbers.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// The deep-stack experiment: BatchNorm eval shrinkage per layer.
+    Stack(StackArgs),
+}
+
+/// Options of `stack`.
+#[derive(Debug, Args)]
+pub struct StackArgs {
+    /// Number of blocks L.
+    #[arg(long, default_value_t = 6)]
+    pub depth: usize,
+    /// Drop rate (default: the table over 0.1, 0.3, 0.5).
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: Option<String>,
+    /// Random networks (replicates).
+    #[arg(long, default_value_t = 32)]
+    pub replicates: u64,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `report`.
@@ -54,6 +76,24 @@ pub struct ReportArgs {
 pub enum EvalCommand {
     /// E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum.
     Moments(MomentsArgs),
+    /// From trained BatchNorm buffers: c per channel and the folded running_var.
+    Bn(BnArgs),
+}
+
+/// Arguments of `eval bn`.
+#[derive(Debug, Args)]
+pub struct BnArgs {
+    /// running_mean buffer, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub running_mean: String,
+    /// running_var buffer, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub running_var: String,
+    /// Drop rate of the dropout in front of the BatchNorm, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 /// Sampling options shared by every `eval` quantity.
@@ -129,7 +169,38 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             print_eval(&output, args.sampling.json);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Eval(EvalCommand::Bn(args)) => {
+            let rm = parse_list("--running-mean", &args.running_mean)?;
+            let rv = parse_list("--running-var", &args.running_var)?;
+            let p = parse_number("--p", &args.p)?;
+            let output = eval::bn::bn(&rm, &rv, p, budget(&args.sampling)?)?;
+            print_eval(&output, args.sampling.json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stack(args) => run_stack(args),
     }
+}
+
+fn run_stack(args: StackArgs) -> Result<ExitCode, Error> {
+    let rates = match &args.p {
+        Some(p) => vec![parse_number("--p", p)?],
+        None => vec![0.1, 0.3, 0.5],
+    };
+    let config = crate::stack::StackConfig {
+        depth: args.depth,
+        ..Default::default()
+    };
+    let budget = Budget::new(args.replicates, args.seed)?;
+    let table = crate::stack::run(config, &rates, &Subject::reference(), budget)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&table).unwrap_or_default()
+        );
+    } else {
+        print!("{}", crate::stack::table(&table));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn budget(args: &SamplingArgs) -> Result<Budget, Error> {

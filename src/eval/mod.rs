@@ -14,6 +14,7 @@
 //! compute one (else `null`), `mc` and `stderr` the estimate. Scalars are
 //! numbers, per-unit quantities arrays.
 
+pub mod bn;
 pub mod moments;
 
 use serde::Serialize;
