@@ -9,9 +9,7 @@
 //! * `tests/stack.rs`: the deep-stack contrasts: rate steps 2·6, depth
 //!   steps 2·5, after-last-BN nulls 2·6, re-estimation nulls 2·6, fold
 //!   2·6 + 2·6 + 6, LayerNorm 2·6, readout 2·2 (92);
-//! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4);
-//! * `tests/batchnorm.rs`: every component of every batchnorm claim under
-//!   one other seed.
+//! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4).
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -31,8 +29,6 @@ fn statistical_assertions() -> u64 {
         + 92
         // tests/cli.rs, eval bn
         + 4
-        // tests/batchnorm.rs, one other seed
-        + components(Some("batchnorm"))
 }
 
 #[test]

@@ -207,8 +207,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         },
         BnClaim {
             id: "batchnorm.running_stats",
-            formula: "t=30 batches, B=16, m=0.1, from (0,1): E[rm_t] = (1-(1-m)^t) mu_k; \
-                      E[rv_t] = (1-m)^t + (1-(1-m)^t) Var z_k",
+            formula: "E[rm_t], E[rv_t] = (1-m)^t (0, 1) + (1-(1-m)^t) (mu_k, Var z_k)",
             samples: 20_000,
             analytic: || {
                 let r = rate()?;
@@ -235,7 +234,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         },
         BnClaim {
             id: "batchnorm.fold_buffers",
-            formula: "fold: E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
+            formula: "E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
             samples: 20_000,
             analytic: || {
                 let r = rate()?;
@@ -262,7 +261,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         },
         BnClaim {
             id: "batchnorm.variance_shift",
-            formula: "eval: Var BN(x)_k = sigma_k^2/rv_k = c(mu_k,sigma_k)^2; after the fold: 1",
+            formula: "eval: Var BN(x)_k = sigma_k^2 / rv_k = c(mu_k, sigma_k)^2; folded: 1",
             samples: 1_000_000,
             analytic: || {
                 let r = rate()?;
@@ -291,8 +290,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         },
         BnClaim {
             id: "batchnorm.li2018",
-            formula: "Li 2018, N(0,1), q=0.5: Var_train = 2, Var_eval = 1, Delta = 0.5; \
-                      q=0.9: Var_train = 1/0.9, Delta = 0.9",
+            formula: "Li 2018, x~N(0,1): Var_train = 1/q, Var_eval = 1, Delta = q (q = .5, .9)",
             samples: 1_000_000,
             analytic: || Ok(vec![2.0, 1.0, 0.5, 1.0 / 0.9, 0.9]),
             draw: |subject, rng, out| {

@@ -202,7 +202,7 @@ impl BatchNorm {
         let mut y = x.clone();
         for k in 0..self.channels() {
             let denom = (self.running_var[k] + self.eps).sqrt();
-            if !(denom > 0.0) {
+            if denom.is_nan() || denom <= 0.0 {
                 return Err(Error::Degenerate {
                     what: format!("channel {k}: running_var + eps = 0"),
                 });
