@@ -61,7 +61,7 @@
 //! (`≈ 0.053 v_k / B` at stationarity for `m_e = 0.1`); `rv_t` fluctuates
 //! likewise, with `Var u_t` in place of `v_k/B`.
 //!
-//! # Derivation 3: the variance shift at evaluation (exact at E[rv])
+//! # Derivation 3: the variance shift at evaluation (exact at `E[rv]`)
 //!
 //! In eval mode dropout is the identity, so the channel receives `x` itself,
 //! and BatchNorm (γ = 1, β = 0) outputs `(x − rm)/sqrt(rv + ε)`. At the
@@ -81,7 +81,7 @@
 //! `σ²/E[rv]` by the buffer's fluctuation (relative spread
 //! `≈ sqrt(0.053 · 2/(B − 1))` for Gaussian data), not in expectation only.
 //!
-//! # Derivation 4: inversion from the buffers alone (exact at E[buffers])
+//! # Derivation 4: inversion from the buffers alone (exact at `E[buffers]`)
 //!
 //! Substituting `rm = μ_k`, `rv = v_k` into `q v_k = σ_k² + p μ_k²`:
 //!

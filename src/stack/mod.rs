@@ -180,7 +180,7 @@ impl Moments {
         self.sumsq[l].iter().sum::<f64>() / (self.n[l] * self.sum[l].len() as f64)
     }
 
-    /// Channel-averaged squared mean of layer `l`.
+    /// Mean of channel `k` of layer `l`.
     fn mean(&self, l: usize, k: usize) -> f64 {
         self.sum[l][k] / self.n[l]
     }
