@@ -21,7 +21,8 @@ const REPLICATES: u64 = 32;
 
 /// A lighter configuration than the CLI's default (smaller batches, fewer
 /// calibration batches and eval examples) to keep the suite fast; every
-/// contrast asserted below keeps a z of at least about 9 at this size.
+/// contrast asserted below kept z >= 8.8 over four other seeds at this size
+/// (the nulls stayed within |z| <= 2.6).
 fn config() -> StackConfig {
     StackConfig {
         batch: 128,
@@ -56,9 +57,9 @@ fn assert_positive(e: Estimate, what: &str) {
 }
 
 /// Two-sided: the estimate is consistent with zero.
-/// (Counted in `tests/budget.rs`: rate steps 2·6, depth steps 2·5,
+/// (Counted in `tests/budget.rs`: rate steps 2·6, depth steps 5 + 1,
 /// after-last 2·6, re-estimation 2·6, fold 2·6 + 2·6 + 6, LayerNorm 2·6,
-/// readout 2·2: 92 assertions.)
+/// readout 2·2: 88 assertions.)
 fn assert_null(e: Estimate, what: &str) {
     let z = e.value / e.stderr;
     assert!(
@@ -107,14 +108,19 @@ fn eval_outputs_shrink_more_with_p_and_with_depth() {
             &format!("p0.1 - p0.5, layer {l}"),
         );
     }
-    for p in RATES {
-        for l in 1..depth() {
-            assert_positive(
-                rate(p).at(l, "depth_step"),
-                &format!("p {p}: layer {l} - layer {}", l + 1),
-            );
-        }
+    // Every step of depth at p = 0.5; at p = 0.1 the deep steps are small
+    // (about 0.05 against a paired SE of about 0.007 at this budget), so only
+    // the first layer against the last is asserted there.
+    for l in 1..depth() {
+        assert_positive(
+            rate(0.5).at(l, "depth_step"),
+            &format!("p 0.5: layer {l} - layer {}", l + 1),
+        );
     }
+    assert_positive(
+        rate(0.1).get("first_minus_last"),
+        "p 0.1: first - last layer",
+    );
 }
 
 #[test]
@@ -203,19 +209,57 @@ fn the_readout_shrinks_and_the_fold_restores_it() {
 }
 
 #[test]
-fn print_table() {
-    println!("{}", dropmc::stack::table(&TABLE));
-    for r in &TABLE.rates {
-        for l in 1..=depth() {
-            let zs: Vec<String> = TABLE
-                .layer_fields
-                .iter()
-                .map(|f| {
-                    let e = r.at(l, f);
-                    format!("{f}={:.1}", e.value / e.stderr)
-                })
-                .collect();
-            println!("p {} l {l}: {}", r.p, zs.join(" "));
-        }
-    }
+fn the_stack_is_bit_identical_on_1_and_2_threads() {
+    // The rates of one replicate run in parallel on sub-streams seeded in
+    // order from the replicate's stream, so the thread count cannot matter.
+    let cfg = StackConfig {
+        depth: 2,
+        width: 4,
+        batch: 8,
+        calibration_batches: 4,
+        eval_examples: 16,
+        ..StackConfig::default()
+    };
+    let budget = Budget::new(3, 7).unwrap();
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let t = pool
+            .install(|| run(cfg, &[0.2, 0.6], &Subject::reference(), budget))
+            .unwrap();
+        serde_json::to_string(&t).unwrap()
+    };
+    assert_eq!(on(1), on(2));
+}
+
+#[test]
+fn bad_configurations_are_typed_errors() {
+    let budget = Budget::new(2, 1).unwrap();
+    let subject = Subject::reference();
+    let bad = |cfg: StackConfig, rates: &[f64]| run(cfg, rates, &subject, budget).is_err();
+    assert!(bad(
+        StackConfig {
+            depth: 0,
+            ..config()
+        },
+        &[0.5]
+    ));
+    assert!(bad(
+        StackConfig {
+            batch: 1,
+            ..config()
+        },
+        &[0.5]
+    ));
+    assert!(bad(
+        StackConfig {
+            eps: f64::NAN,
+            ..config()
+        },
+        &[0.5]
+    ));
+    assert!(bad(config(), &[1.0]));
+    assert!(bad(config(), &[0.5, 0.1]));
 }
