@@ -19,7 +19,7 @@ use dropmc::stats::{Estimate, critical_z};
 const RATES: [f64; 2] = [0.1, 0.5];
 const REPLICATES: u64 = 32;
 
-/// A lighter configuration than the CLI's default (smaller batches, fewer
+/// A lighter configuration than the CLI's default (fewer
 /// calibration batches and eval examples) to keep the suite fast; every
 /// contrast asserted below kept z >= 8.8 over four other seeds at this size
 /// (the nulls stayed within |z| <= 2.6).

@@ -79,7 +79,10 @@
 //! keep probability `0.5`: train-mode input variance `v = 1/q = 2`, eval-mode
 //! input variance `1`, `Δ = 1/2`. With a realised buffer, `σ²/rv` differs from
 //! `σ²/E[rv]` by the buffer's fluctuation (relative spread
-//! `≈ sqrt(0.053 · 2/(B − 1))` for Gaussian data), not in expectation only.
+//! `sqrt(0.053 · Var u_t) / v_k` at stationarity, which would be
+//! `sqrt(0.053 · 2/(B − 1))` if `z` were Gaussian; dropout makes its tails
+//! heavier). Averaged over that fluctuation, `E[σ²/rv] > σ²/E[rv]` (Jensen):
+//! the realised shift is exact only at the expected buffer.
 //!
 //! # Derivation 4: inversion from the buffers alone (exact at `E[buffers]`)
 //!
