@@ -32,6 +32,7 @@
 //! * [`conformance`] — run the claims against any dropout layer;
 //! * [`mutants`] — known-wrong layers and the kill matrix;
 //! * [`report`], [`eval`], [`cli`] — what users see;
+//! * [`stack`] — the deep-stack BatchNorm experiment;
 //! * [`verify`] — calibration and power of the suite itself across seeds.
 
 pub mod claims;
@@ -46,6 +47,7 @@ pub mod mutants;
 pub mod ops;
 pub mod plot;
 pub mod report;
+pub mod stack;
 pub mod stats;
 pub mod verify;
 

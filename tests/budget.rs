@@ -20,6 +20,10 @@
 //!   by chance: kills are expected failures, and the equivalent mutants'
 //!   results are bit-identical to the reference's, whose failures at a small
 //!   budget are excluded from the kill matrix.
+//! * `tests/stack.rs`: the deep-stack contrasts: rate steps 2·6, depth
+//!   steps 5 + 1, after-last-BN nulls 2·6, re-estimation nulls 2·6, fold
+//!   2·6 + 2·6 + 6, LayerNorm 2·6, readout 2·2 (88);
+//! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4).
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -42,7 +46,18 @@ fn statistical_assertions() -> u64 {
         .into_iter()
         .map(|f| components(Some(f)))
         .sum();
-    components(None) + 2 * dropout + 11 + 8 * dropout + dropout + 1 + NORM_EVAL + conformance + 7
+    // tests/stack.rs: 88; tests/cli.rs, eval bn: 4.
+    let batchnorm = 88 + 4;
+    components(None)
+        + 2 * dropout
+        + 11
+        + 8 * dropout
+        + dropout
+        + 1
+        + NORM_EVAL
+        + conformance
+        + 7
+        + batchnorm
 }
 
 #[test]

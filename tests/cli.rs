@@ -152,3 +152,99 @@ fn list_names_every_registered_claim() {
         );
     }
 }
+
+#[test]
+fn eval_bn_matches_the_closed_forms_exactly() {
+    // rm = (1, 0), rv = (2, 1), p = 0.5: c² = 0.5 − 0.5·1/2 = 0.25 and
+    // 0.5 − 0 = 0.5; folded = 0.5·2 − 0.5·1 = 0.5 and 0.5·1 = 0.5. Every
+    // intermediate is a dyadic rational, so the closed forms are exact in f64.
+    let (code, stdout, _) = dropmc(&[
+        "eval",
+        "bn",
+        "--running-mean",
+        "1,0",
+        "--running-var",
+        "2,1",
+        "--p",
+        "0.5",
+        "--samples",
+        "200000",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(v["quantity"], "bn");
+    assert_eq!(v["d"], 2);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results[0]["name"], "c");
+    assert_eq!(numbers(&results[0]["formula"]), vec![0.5, 0.5f64.sqrt()]);
+    assert_eq!(results[1]["name"], "folded_running_var");
+    assert_eq!(numbers(&results[1]["formula"]), vec![0.5, 0.5]);
+    // The Monte Carlo check agrees within the suite's critical z (4
+    // assertions, counted in tests/budget.rs).
+    for r in results {
+        let (f, mc, se) = (
+            numbers(&r["formula"]),
+            numbers(&r["mc"]),
+            numbers(&r["stderr"]),
+        );
+        for k in 0..2 {
+            assert!(((mc[k] - f[k]) / se[k]).abs() <= critical_z(), "{r}");
+        }
+    }
+}
+
+#[test]
+fn eval_bn_rejects_an_impossible_fold_naming_the_channel() {
+    let (code, stdout, stderr) = dropmc(&[
+        "eval",
+        "bn",
+        "--running-mean",
+        "1,2",
+        "--running-var",
+        "2,1",
+        "--p",
+        "0.5",
+    ]);
+    assert_eq!(code, 2);
+    assert!(stdout.is_empty());
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("channel 1"), "{stderr}");
+    let (code, _, stderr) = dropmc(&[
+        "eval",
+        "bn",
+        "--running-mean",
+        "1",
+        "--running-var",
+        "2,1",
+        "--p",
+        "0.5",
+    ]);
+    assert_eq!(code, 2);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+#[test]
+fn stack_prints_a_table_and_json() {
+    let (code, stdout, _) = dropmc(&["stack", "--depth", "2", "--p", "0.5", "--replicates", "2"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("dropout->BN"), "{stdout}");
+    let (code, stdout, _) = dropmc(&[
+        "stack",
+        "--depth",
+        "2",
+        "--p",
+        "0.5",
+        "--replicates",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    // p = 0 is added as the null.
+    assert_eq!(v["rates"].as_array().unwrap().len(), 2);
+    assert_eq!(v["rates"][1]["p"], 0.5);
+    let (code, _, stderr) = dropmc(&["stack", "--p", "1.5"]);
+    assert_eq!(code, 2);
+    assert_eq!(stderr.lines().count(), 1);
+}

@@ -20,6 +20,7 @@
 //! all read the registry.
 
 pub mod attention;
+pub mod batchnorm;
 pub mod bypass;
 pub mod compound;
 pub mod dropout;

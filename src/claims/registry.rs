@@ -14,6 +14,7 @@ pub fn registry() -> Vec<&'static dyn Claim> {
     all.extend(super::attention::claims());
     all.extend(super::mask_shape::claims());
     all.extend(super::ensemble::claims());
+    all.extend(super::batchnorm::claims());
     all
 }
 

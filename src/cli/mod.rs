@@ -40,6 +40,28 @@ pub enum Command {
     Plot(PlotArgs),
     /// Run the claims against every known-wrong mutant: the kill matrix.
     Mutants(MutantsArgs),
+    /// The deep-stack experiment: BatchNorm eval shrinkage per layer.
+    Stack(StackArgs),
+}
+
+/// Options of `stack`.
+#[derive(Debug, Args)]
+pub struct StackArgs {
+    /// Number of blocks L.
+    #[arg(long, default_value_t = 6)]
+    pub depth: usize,
+    /// Drop rate (default: the table over 0.1, 0.3, 0.5).
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: Option<String>,
+    /// Random networks (replicates).
+    #[arg(long, default_value_t = 32)]
+    pub replicates: u64,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `mutants`.
@@ -137,6 +159,24 @@ pub enum EvalCommand {
     Compound(CompoundArgs),
     /// Attention dropout after softmax: E[b], E[R], Var[R], E[o], Var[o].
     Attn(AttnArgs),
+    /// From trained BatchNorm buffers: c per channel and the folded running_var.
+    Bn(BnArgs),
+}
+
+/// Arguments of `eval bn`.
+#[derive(Debug, Args)]
+pub struct BnArgs {
+    /// running_mean buffer, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub running_mean: String,
+    /// running_var buffer, comma-separated.
+    #[arg(long, allow_hyphen_values = true)]
+    pub running_var: String,
+    /// Drop rate of the dropout in front of the BatchNorm, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
 }
 
 /// Arguments of `eval attn`.
@@ -248,6 +288,15 @@ fn eval_output(command: EvalCommand) -> Result<(eval::EvalOutput, bool), Error> 
         EvalCommand::Moments(a) => (
             eval::moments::moments(
                 &parse_list("--x", &a.x)?,
+                parse_number("--p", &a.p)?,
+                budget(&a.sampling)?,
+            )?,
+            a.sampling.json,
+        ),
+        EvalCommand::Bn(a) => (
+            eval::bn::bn(
+                &parse_list("--running-mean", &a.running_mean)?,
+                &parse_list("--running-var", &a.running_var)?,
                 parse_number("--p", &a.p)?,
                 budget(&a.sampling)?,
             )?,
@@ -396,7 +445,30 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Mutants(args) => run_mutants(&args),
+        Command::Stack(args) => run_stack(args),
     }
+}
+
+fn run_stack(args: StackArgs) -> Result<ExitCode, Error> {
+    let rates = match &args.p {
+        Some(p) => vec![parse_number("--p", p)?],
+        None => vec![0.1, 0.3, 0.5],
+    };
+    let config = crate::stack::StackConfig {
+        depth: args.depth,
+        ..Default::default()
+    };
+    let budget = Budget::new(args.replicates, args.seed)?;
+    let table = crate::stack::run(config, &rates, &Subject::reference(), budget)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&table).unwrap_or_default()
+        );
+    } else {
+        print!("{}", crate::stack::table(&table));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {

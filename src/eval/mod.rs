@@ -15,6 +15,7 @@
 //! numbers, per-unit quantities arrays.
 
 pub mod attn;
+pub mod bn;
 pub mod moments;
 pub mod norm;
 

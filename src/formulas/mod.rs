@@ -4,6 +4,7 @@
 //! finite vectors) or validates them itself and returns a typed error.
 
 pub mod attention;
+pub mod batchnorm;
 pub mod bypass;
 pub mod compound;
 pub mod dropout;

@@ -5,12 +5,14 @@
 //! libraries' layers implement it, and the claims run against any of them
 //! through a [`Subject`].
 
+mod batchnorm;
 mod dropout;
 mod norm;
 mod rate;
 mod shape;
 mod site;
 
+pub use batchnorm::{BatchNorm, Linear, relu};
 pub use dropout::{DropoutLayer, InvertedDropout, Subject};
 pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
 pub use rate::Rate;

@@ -1,0 +1,328 @@
+//! The BatchNorm family: the training input's moments, the running buffers
+//! after a finite number of batches, the fold, the variance shift `Δ = c²`
+//! and Li et al. (2018)'s case. Derivations: [`crate::formulas::batchnorm`].
+//!
+//! Every estimator runs the crate's [`BatchNorm`] op and the subject's
+//! dropout layer on Gaussian channels `x_k ~ N(μ_k, σ_k²)` (the formulas do
+//! not depend on the shape of the data's distribution; Gaussian data is just
+//! convenient to draw).
+
+use nalgebra::DMatrix;
+use rand_distr::{Distribution, StandardNormal};
+
+use super::{Claim, Shape};
+use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::error::Error;
+use crate::formulas::batchnorm as f;
+use crate::ops::{BatchNorm, Rate, Subject};
+use crate::stats::Estimate;
+
+/// Channel means of the family's configuration (a zero, a positive and a
+/// large negative mean, so `c` takes three different values).
+pub const MU: [f64; 3] = [0.0, 1.0, -2.0];
+/// Channel standard deviations.
+pub const SIGMA: [f64; 3] = [1.0, 0.5, 1.5];
+/// Drop rate of the family's configuration.
+pub const P: f64 = 0.3;
+/// Batch size of the buffer claims.
+pub const BATCH: usize = 16;
+/// Train-mode batches the buffer claims run from PyTorch's initial buffers.
+pub const STEPS: u32 = 30;
+/// PyTorch's default momentum.
+pub const MOMENTUM: f64 = 0.1;
+
+/// Draws the `K` channels of one clean example into `x`.
+fn draw_clean(rng: &mut Stream, mu: &[f64], sigma: &[f64], x: &mut [f64]) {
+    for ((v, m), s) in x.iter_mut().zip(mu).zip(sigma) {
+        let n: f64 = StandardNormal.sample(rng);
+        *v = m + s * n;
+    }
+}
+
+/// One dropped-out example: clean draw, then the subject's training pass.
+fn draw_dropped(
+    subject: &Subject,
+    rng: &mut Stream,
+    mu: &[f64],
+    sigma: &[f64],
+    p: f64,
+    out: &mut [f64],
+) -> Result<(), Error> {
+    let mut x = vec![0.0; mu.len()];
+    let mut mask = vec![false; mu.len()];
+    draw_clean(rng, mu, sigma, &mut x);
+    subject.dropout.forward_train(&x, p, rng, out, &mut mask)
+}
+
+/// Runs `STEPS` train-mode batches of dropped-out examples through a fresh
+/// BatchNorm with PyTorch's defaults and returns it.
+pub fn calibrate(
+    subject: &Subject,
+    rng: &mut Stream,
+    mu: &[f64],
+    sigma: &[f64],
+    p: f64,
+    batch: usize,
+    steps: u32,
+) -> Result<BatchNorm, Error> {
+    let k = mu.len();
+    let mut bn = BatchNorm::new(k)?.with_momentum(MOMENTUM)?;
+    let mut data = DMatrix::zeros(k, batch);
+    for _ in 0..steps {
+        for col in data.as_mut_slice().chunks_exact_mut(k) {
+            draw_dropped(subject, rng, mu, sigma, p, col)?;
+        }
+        bn.forward_train(&data)?;
+    }
+    Ok(bn)
+}
+
+type DrawFn = fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error>;
+
+/// A claim of this family.
+pub struct BnClaim {
+    pub id: &'static str,
+    pub formula: &'static str,
+    pub samples: u64,
+    pub analytic: fn() -> Result<Vec<f64>, Error>,
+    pub draw: DrawFn,
+    /// Turns the raw means into the claimed quantities (identity for most).
+    pub post: Option<fn(Vec<Estimate>) -> Vec<Estimate>>,
+    /// Raw statistics per draw (before `post`).
+    pub raw_dim: usize,
+}
+
+struct BnSampler<'a> {
+    subject: &'a Subject<'a>,
+    draw: DrawFn,
+    dim: usize,
+}
+
+impl Sampler for BnSampler<'_> {
+    type Scratch = ();
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn scratch(&self) {}
+    fn draw(&self, rng: &mut Stream, _: &mut (), out: &mut [f64]) -> Result<(), Error> {
+        (self.draw)(self.subject, rng, out)
+    }
+}
+
+impl Claim for BnClaim {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+    fn family(&self) -> &'static str {
+        "batchnorm"
+    }
+    fn formula(&self) -> &'static str {
+        self.formula
+    }
+    fn shape(&self) -> Shape {
+        Shape::Vector
+    }
+    fn default_samples(&self) -> u64 {
+        self.samples
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        (self.analytic)()
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        let sampler = BnSampler {
+            subject,
+            draw: self.draw,
+            dim: self.raw_dim,
+        };
+        let raw = estimate(&sampler, budget)?.estimates();
+        Ok(match self.post {
+            Some(post) => post(raw),
+            None => raw,
+        })
+    }
+}
+
+fn rate() -> Result<Rate, Error> {
+    Rate::new(P)
+}
+
+fn per_channel(g: impl Fn(f64, f64) -> Result<f64, Error>) -> Result<Vec<f64>, Error> {
+    MU.iter().zip(&SIGMA).map(|(&m, &s)| g(m, s)).collect()
+}
+
+/// The stationary buffers of the family's configuration (`rm = μ`,
+/// `rv = (σ² + p μ²)/q`) in an eval-mode BatchNorm with `ε = 0`.
+fn stationary_bn() -> Result<BatchNorm, Error> {
+    let r = rate()?;
+    let rv = per_channel(|m, s| Ok(f::train_variance(m, s * s, r)))?;
+    BatchNorm::new(MU.len())?
+        .with_eps(0.0)?
+        .with_buffers(&MU, &rv)
+}
+
+fn eval_one(bn: &BatchNorm, x: &[f64]) -> Result<Vec<f64>, Error> {
+    let y = bn.forward_eval(&DMatrix::from_column_slice(x.len(), 1, x))?;
+    Ok(y.as_slice().to_vec())
+}
+
+/// The ratio `a / b` of two estimates made from independent random numbers,
+/// with the delta-method standard error
+/// `sqrt((se_a / b)² + (a se_b / b²)²)` (their covariance is zero).
+pub fn independent_ratio(a: Estimate, b: Estimate) -> Estimate {
+    let value = a.value / b.value;
+    let stderr = ((a.stderr / b.value).powi(2) + (value * b.stderr / b.value).powi(2)).sqrt();
+    Estimate {
+        value,
+        stderr,
+        n: a.n.min(b.n),
+    }
+}
+
+static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
+    let k = MU.len();
+    vec![
+        BnClaim {
+            id: "batchnorm.train_input",
+            formula: "E[z_k] = mu_k; Var z_k = (sigma_k^2 + p mu_k^2)/q",
+            samples: 1_000_000,
+            analytic: || {
+                let r = rate()?;
+                let mut v = MU.to_vec();
+                v.extend(per_channel(|m, s| Ok(f::train_variance(m, s * s, r)))?);
+                Ok(v)
+            },
+            draw: |subject, rng, out| {
+                let k = MU.len();
+                let (mut z, mut z_alt) = (vec![0.0; k], vec![0.0; k]);
+                draw_dropped(subject, rng, &MU, &SIGMA, P, &mut z)?;
+                draw_dropped(subject, rng, &MU, &SIGMA, P, &mut z_alt)?;
+                for j in 0..k {
+                    out[j] = z[j];
+                    out[k + j] = 0.5 * (z[j] - z_alt[j]).powi(2);
+                }
+                Ok(())
+            },
+            post: None,
+            raw_dim: 2 * k,
+        },
+        BnClaim {
+            id: "batchnorm.running_stats",
+            formula: "E[rm_t], E[rv_t] = (1-m)^t (0, 1) + (1-(1-m)^t) (mu_k, Var z_k)",
+            samples: 20_000,
+            analytic: || {
+                let r = rate()?;
+                let mut v = per_channel(|m, _| Ok(f::ema_expectation(STEPS, MOMENTUM, 0.0, m)))?;
+                v.extend(per_channel(|m, s| {
+                    Ok(f::ema_expectation(
+                        STEPS,
+                        MOMENTUM,
+                        1.0,
+                        f::train_variance(m, s * s, r),
+                    ))
+                })?);
+                Ok(v)
+            },
+            draw: |subject, rng, out| {
+                let bn = calibrate(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
+                let k = MU.len();
+                out[..k].copy_from_slice(bn.running_mean());
+                out[k..].copy_from_slice(bn.running_var());
+                Ok(())
+            },
+            post: None,
+            raw_dim: 2 * k,
+        },
+        BnClaim {
+            id: "batchnorm.fold_buffers",
+            formula: "E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
+            samples: 20_000,
+            analytic: || {
+                let r = rate()?;
+                per_channel(|m, s| {
+                    Ok(f::expected_folded_var(
+                        STEPS,
+                        MOMENTUM,
+                        m,
+                        s * s,
+                        r,
+                        BATCH,
+                        (0.0, 1.0),
+                    ))
+                })
+            },
+            draw: |subject, rng, out| {
+                let mut bn = calibrate(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
+                bn.fold_dropout(P)?;
+                out.copy_from_slice(bn.running_var());
+                Ok(())
+            },
+            post: None,
+            raw_dim: k,
+        },
+        BnClaim {
+            id: "batchnorm.variance_shift",
+            formula: "eval: Var BN(x)_k = sigma_k^2 / rv_k = c(mu_k, sigma_k)^2; folded: 1",
+            samples: 1_000_000,
+            analytic: || {
+                let r = rate()?;
+                let mut v = per_channel(|m, s| f::c_squared(m, s, r))?;
+                v.extend([1.0; 3]);
+                Ok(v)
+            },
+            draw: |_, rng, out| {
+                let k = MU.len();
+                let bn = stationary_bn()?;
+                let mut folded = bn.clone();
+                folded.fold_dropout(P)?;
+                let (mut x, mut x_alt) = (vec![0.0; k], vec![0.0; k]);
+                draw_clean(rng, &MU, &SIGMA, &mut x);
+                draw_clean(rng, &MU, &SIGMA, &mut x_alt);
+                for (offset, layer) in [(0, &bn), (k, &folded)] {
+                    let (y, y_alt) = (eval_one(layer, &x)?, eval_one(layer, &x_alt)?);
+                    for j in 0..k {
+                        out[offset + j] = 0.5 * (y[j] - y_alt[j]).powi(2);
+                    }
+                }
+                Ok(())
+            },
+            post: None,
+            raw_dim: 2 * k,
+        },
+        BnClaim {
+            id: "batchnorm.li2018",
+            formula: "Li 2018, x~N(0,1): Var_train = 1/q, Var_eval = 1, Delta = q (q = .5, .9)",
+            samples: 1_000_000,
+            analytic: || Ok(vec![2.0, 1.0, 0.5, 1.0 / 0.9, 0.9]),
+            draw: |subject, rng, out| {
+                let mut v = [[0.0]; 6];
+                for (i, p) in [0.5, 0.5, 0.1, 0.1].into_iter().enumerate() {
+                    draw_dropped(subject, rng, &[0.0], &[1.0], p, &mut v[i])?;
+                }
+                draw_clean(rng, &[0.0], &[1.0], &mut v[4]);
+                draw_clean(rng, &[0.0], &[1.0], &mut v[5]);
+                out[0] = 0.5 * (v[0][0] - v[1][0]).powi(2);
+                out[1] = 0.5 * (v[4][0] - v[5][0]).powi(2);
+                out[2] = 0.5 * (v[2][0] - v[3][0]).powi(2);
+                Ok(())
+            },
+            // Δ = eval variance / train variance; numerator and denominator
+            // come from disjoint random numbers, so each ratio's error is
+            // the independent one.
+            post: Some(|raw| {
+                vec![
+                    raw[0],
+                    raw[1],
+                    independent_ratio(raw[1], raw[0]),
+                    raw[2],
+                    independent_ratio(raw[1], raw[2]),
+                ]
+            }),
+            raw_dim: 3,
+        },
+    ]
+});
+
+/// This family's claims, in report order.
+pub fn claims() -> Vec<&'static dyn Claim> {
+    CLAIMS.iter().map(|c| c as &'static dyn Claim).collect()
+}

@@ -1,0 +1,117 @@
+//! `eval bn`: from a trained BatchNorm's buffers, the shrinkage `c` per
+//! channel and the folded `running_var` (the zero-cost fix), beside a Monte
+//! Carlo check.
+//!
+//! The closed forms use the buffers alone
+//! ([`crate::formulas::batchnorm`]): `c_k = sqrt(q − p rm_k²/rv_k)` and
+//! `rv_k ← q rv_k − p rm_k²`. `exact` is `null`: both are algebraic
+//! functions of the input. The Monte Carlo column checks that the buffers
+//! are reproduced by the population they imply: it draws clean inputs
+//! `x_k ~ N(rm_k, σ_k²)` with `σ_k² = q rv_k − p rm_k²`, drops them out at
+//! rate `p`, estimates `Var z_k` (which must be `rv_k`), and reports
+//! `c_k = sqrt(σ_k² / Var̂ z_k)` (delta-method SE `c/2 · SE(Var̂)/Var̂`) and
+//! the fold `q Var̂ z_k − p rm_k²` (SE `q · SE(Var̂)`).
+
+use rand_distr::{Distribution, StandardNormal};
+
+use super::{EvalOutput, EvalResult, Values};
+use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::error::{Error, check_len};
+use crate::formulas::batchnorm as f;
+use crate::ops::{Rate, Subject};
+use crate::stats::Estimate;
+
+struct BufferSampler<'a> {
+    subject: &'a Subject<'a>,
+    mean: &'a [f64],
+    sd: Vec<f64>,
+    p: f64,
+}
+
+impl Sampler for BufferSampler<'_> {
+    type Scratch = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<bool>);
+    fn dim(&self) -> usize {
+        self.mean.len()
+    }
+    fn scratch(&self) -> Self::Scratch {
+        let k = self.mean.len();
+        (vec![0.0; k], vec![0.0; k], vec![0.0; k], vec![false; k])
+    }
+    fn draw(&self, rng: &mut Stream, s: &mut Self::Scratch, out: &mut [f64]) -> Result<(), Error> {
+        let (x, z, z_alt, mask) = s;
+        for round in 0..2 {
+            for ((v, m), sd) in x.iter_mut().zip(self.mean).zip(&self.sd) {
+                let n: f64 = StandardNormal.sample(rng);
+                *v = m + sd * n;
+            }
+            let target = if round == 0 { &mut *z } else { &mut *z_alt };
+            self.subject
+                .dropout
+                .forward_train(x, self.p, rng, target, mask)?;
+        }
+        for ((o, a), b) in out.iter_mut().zip(z.iter()).zip(z_alt.iter()) {
+            *o = 0.5 * (a - b) * (a - b);
+        }
+        Ok(())
+    }
+}
+
+/// Evaluates `c` and the fold for buffers `running_mean`, `running_var` at
+/// drop rate `p`. An impossible fold is an error naming the channel.
+pub fn bn(
+    running_mean: &[f64],
+    running_var: &[f64],
+    p: f64,
+    budget: Budget,
+) -> Result<EvalOutput, Error> {
+    let rate = Rate::new(p)?;
+    check_len("running_var", running_var, running_mean.len())?;
+    let budget = Budget::new(budget.samples, budget.seed)?;
+    let folded = f::fold_running_var(running_mean, running_var, rate)?;
+    let c = f::c_from_buffers(running_mean, running_var, rate)?;
+    let subject = Subject::reference();
+    let sampler = BufferSampler {
+        subject: &subject,
+        mean: running_mean,
+        sd: folded.iter().map(|s| s.sqrt()).collect(),
+        p,
+    };
+    let var = estimate(&sampler, budget)?.estimates();
+    let c_mc: Vec<Estimate> = var
+        .iter()
+        .zip(&folded)
+        .map(|(v, s2)| {
+            let value = (s2 / v.value).sqrt();
+            Estimate {
+                value,
+                stderr: 0.5 * value * v.stderr / v.value,
+                n: v.n,
+            }
+        })
+        .collect();
+    let fold_mc: Vec<Estimate> = var
+        .iter()
+        .zip(running_mean)
+        .map(|(v, rm)| Estimate {
+            value: rate.q() * v.value - rate.p() * rm * rm,
+            stderr: rate.q() * v.stderr,
+            n: v.n,
+        })
+        .collect();
+    Ok(EvalOutput {
+        quantity: "bn",
+        p,
+        d: running_mean.len(),
+        samples: budget.samples,
+        seed: budget.seed,
+        results: vec![
+            EvalResult::new("c", Values::PerUnit(c), None, &c_mc),
+            EvalResult::new(
+                "folded_running_var",
+                Values::PerUnit(folded),
+                None,
+                &fold_mc,
+            ),
+        ],
+    })
+}
