@@ -1,6 +1,10 @@
 //! The command line: parses, calls the library, prints. Bad input prints one
 //! line on stderr and exits 2; a failing claim exits 1.
 
+// The subcommands' doc comments are their --help texts, written in the
+// notation users type (E[M], Var[R]); rustdoc would read the brackets as links.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};

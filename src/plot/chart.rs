@@ -26,6 +26,34 @@ pub struct Series {
     /// Half-widths of error bars, one per point (for [`SeriesStyle::Points`]).
     pub errors: Option<Vec<f64>>,
     pub style: SeriesStyle,
+    /// Palette index; `None` takes the series' position. Pairs of series
+    /// (a measurement and its prediction) share a colour this way.
+    pub color: Option<usize>,
+}
+
+impl Series {
+    /// A series drawn in `style` with no error bars and its own colour.
+    pub fn new(name: impl Into<String>, points: Vec<(f64, f64)>, style: SeriesStyle) -> Self {
+        Series {
+            name: name.into(),
+            points,
+            errors: None,
+            style,
+            color: None,
+        }
+    }
+
+    /// The same series with error bars.
+    pub fn with_errors(mut self, errors: Vec<f64>) -> Self {
+        self.errors = Some(errors);
+        self
+    }
+
+    /// The same series in palette colour `index`.
+    pub fn in_color(mut self, index: usize) -> Self {
+        self.color = Some(index);
+        self
+    }
 }
 
 /// An axis: its label and whether it is logarithmic.
@@ -33,6 +61,49 @@ pub struct Series {
 pub struct Axis {
     pub label: String,
     pub log: bool,
+    /// Label only whole numbers (for counts such as layers).
+    pub integer: bool,
+}
+
+impl Axis {
+    /// A linear axis.
+    pub fn linear(label: impl Into<String>) -> Self {
+        Axis {
+            label: label.into(),
+            log: false,
+            integer: false,
+        }
+    }
+
+    /// A logarithmic axis.
+    pub fn log(label: impl Into<String>) -> Self {
+        Axis {
+            label: label.into(),
+            log: true,
+            integer: false,
+        }
+    }
+
+    /// A linear axis labelled at whole numbers only.
+    pub fn integer(label: impl Into<String>) -> Self {
+        Axis {
+            label: label.into(),
+            log: false,
+            integer: true,
+        }
+    }
+}
+
+/// Tick text: whole numbers only on an integer axis.
+fn tick(axis: &Axis, v: f64) -> String {
+    if !axis.integer {
+        return format!("{v}");
+    }
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round())
+    } else {
+        String::new()
+    }
 }
 
 fn plot_error(e: impl std::fmt::Display) -> Error {
@@ -67,6 +138,9 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
+/// Where the legend goes.
+pub use plotters::chart::SeriesLabelPosition as LegendPosition;
+
 /// Draws `series` into an 900×600 SVG at `path`.
 pub fn line_chart(
     path: &Path,
@@ -74,6 +148,7 @@ pub fn line_chart(
     x: &Axis,
     y: &Axis,
     series: &[Series],
+    legend_position: LegendPosition,
 ) -> Result<(), Error> {
     let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
@@ -107,13 +182,14 @@ pub fn line_chart(
             chart
                 .configure_mesh()
                 .x_desc(x.label.as_str())
+                .x_label_formatter(&|v| tick(x, (*v).into()))
                 .y_desc(y.label.as_str())
                 .label_style(("sans-serif", 16))
                 .axis_desc_style(("sans-serif", 18))
                 .draw()
                 .map_err(plot_error)?;
             for (i, s) in series.iter().enumerate() {
-                let color = COLORS[i % COLORS.len()];
+                let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
                 let legend = match s.style {
                     SeriesStyle::Line => chart
                         .draw_series(LineSeries::new(
@@ -155,7 +231,7 @@ pub fn line_chart(
                 .background_style(WHITE.mix(0.85))
                 .border_style(BLACK)
                 .label_font(("sans-serif", 16))
-                .position(SeriesLabelPosition::UpperRight)
+                .position(legend_position)
                 .draw()
                 .map_err(plot_error)?;
         }};
