@@ -8,6 +8,28 @@
 //! sampling millions of masks, by exact enumeration where that is possible,
 //! and by property tests over random configurations.
 //!
+//! ## A guided tour
+//!
+//! 1. **The result.** Start at a formula file: [`formulas::dropout`] (the
+//!    moments of inverted dropout), then [`formulas::layernorm`] (the shrink
+//!    factor `c(μ,σ)`), [`formulas::rmsnorm`], [`formulas::bypass`],
+//!    [`formulas::compound`], [`formulas::batchnorm`], and the next order in
+//!    [`formulas::second_order`]. Each page states the result, derives it
+//!    step by step, names its assumptions and its order of error.
+//! 2. **The check.** The same family in [`claims`] (for example
+//!    [`claims::layernorm`]) says how the result is tested: which
+//!    configuration, which exact oracle, which per-draw statistic.
+//! 3. **The oracle.** [`exact`] computes expectations without sampling: all
+//!    `2^d` masks for small `d`, kept counts per group for large `d`.
+//! 4. **The statistics.** [`stats`] explains the one false-alarm rate the
+//!    whole suite shares and how each threshold follows from it.
+//! 5. **Your numbers.** `dropmc eval ln --x 1,2,3 --p 0.1` evaluates a
+//!    family's formulas on your input beside the exact value and a Monte
+//!    Carlo estimate ([`eval`]).
+//! 6. **Your layer.** Implement [`ops::DropoutLayer`] and run
+//!    [`conformance`]; the [`mutants`] show what the claims catch.
+//! 7. **A new formula.** `examples/new_formula.rs` adds one end to end.
+//!
 //! ## How to read a claim
 //!
 //! A [`claims::Claim`] is one statement: a closed form
