@@ -30,6 +30,8 @@ pub enum Command {
     /// Evaluate a family's formulas on your own numbers.
     #[command(subcommand)]
     Eval(EvalCommand),
+    /// Time the benchmark workloads W1-W3 on the reference and fast paths.
+    Bench(crate::fast::bench::BenchArgs),
 }
 
 /// Options of `report`.
@@ -129,6 +131,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             print_eval(&output, args.sampling.json);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Bench(args) => crate::fast::bench::run_cli(&args),
     }
 }
 

@@ -1,0 +1,218 @@
+//! Bernoulli(q) masks as bits, exact for every `q`, by walking the binary
+//! expansion of `q`.
+//!
+//! # The algorithm
+//!
+//! Write the keep probability as a finite binary fraction
+//! `q = 0.b₁b₂…b_L` (every `f64` in `(0, 1)` is a dyadic rational, so its
+//! expansion ends; `L ≤ 1074`, and `L ≤ 53 + e` for `q ≥ 2^-e`). A lane keeps
+//! its unit iff a uniform `U = 0.u₁u₂u₃…` with independent fair bits `uᵢ`
+//! satisfies `U < q`. Compare `U` with `q` digit by digit: at the first
+//! index `i` where `uᵢ ≠ bᵢ`, `U < q` iff `uᵢ = 0` (and then `bᵢ = 1`).
+//! Sixty-four lanes are compared at once, lane `j` reading bit `j` of each
+//! random word:
+//!
+//! ```text
+//! keep ← 0, open ← all ones                      (open: lanes not yet decided)
+//! for i = 1, 2, …, L:
+//!     w ← next random word                        (bit j of w is lane j's uᵢ)
+//!     if bᵢ = 1:  keep ← keep | (open & ¬w)       (uᵢ = 0 < 1 = bᵢ: U < q)
+//!                 open ← open & w                 (uᵢ = bᵢ = 1: still equal)
+//!     if bᵢ = 0:  open ← open & ¬w                (uᵢ = 1 > 0 = bᵢ: U > q, drop;
+//!                                                  uᵢ = bᵢ = 0: still equal)
+//!     stop as soon as open = 0
+//! lanes still open after digit L: U agrees with q on every digit of q, so
+//! U ≥ q: they drop (keep stays 0 there).
+//! ```
+//!
+//! # Why it is exact
+//!
+//! ```text
+//! 1. Lane j's bits u₁, u₂, … are bit j of successive words of the stream:
+//!    independent fair bits (the stream is modelled as uniform random words).
+//!    No bit is ever used by two lanes, so lanes are independent.
+//! 2. Stopping early never biases a lane: whether word i+1 is drawn depends
+//!    only on words 1..i, and a lane still open when the loop stops has
+//!    already been decided or is open at digit L; a lane that is decided
+//!    ignores every later word. So each lane's decision is the function
+//!    "first index where u differs from b" of its own fresh bits.
+//! 3. P(lane keeps) = Σ_{i: bᵢ = 1} P(u₁…u_{i−1} = b₁…b_{i−1}, uᵢ = 0)
+//!                 = Σ_{i: bᵢ = 1} 2^{−(i−1)} · 2^{−1} = Σ bᵢ 2^{−i} = q.
+//! ```
+//!
+//! The probability is exactly the `f64` value `q` the formulas use (no
+//! 2^-53 grid, unlike the reference rule `u ≥ p` with a 53-bit `u`, whose
+//! keep probability is `1 − ⌈p·2^53⌉/2^53`). Each lane reads on average
+//! 2 digits; a word of 64 lanes needs about `log₂ 64 + 1.3 ≈ 7.3` random
+//! words when `q` has many digits, and exactly 1 when `q = 1/2`.
+
+use rand::Rng;
+
+use crate::error::Error;
+
+/// A source of 64 independent Bernoulli(q) bits per call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BernoulliBits {
+    /// Binary digits of `q`, each as a word of all ones (digit 1) or all
+    /// zeros (digit 0), most significant first. Empty when `q = 1`.
+    digits: Vec<u64>,
+    q: f64,
+}
+
+impl BernoulliBits {
+    /// Bits that are 1 with probability exactly `q` (`0 < q ≤ 1`).
+    pub fn new(q: f64) -> Result<Self, Error> {
+        if !(q > 0.0 && q <= 1.0) {
+            return Err(Error::InvalidRate { p: 1.0 - q });
+        }
+        let mut digits = Vec::new();
+        if q < 1.0 {
+            // Doubling and subtracting 1 are exact in binary floating point,
+            // so this reads off q's digits without rounding.
+            let mut r = q;
+            while r != 0.0 {
+                r *= 2.0;
+                if r >= 1.0 {
+                    digits.push(!0);
+                    r -= 1.0;
+                } else {
+                    digits.push(0);
+                }
+            }
+        }
+        Ok(BernoulliBits { digits, q })
+    }
+
+    /// The keep probability.
+    pub fn q(&self) -> f64 {
+        self.q
+    }
+
+    /// Number of binary digits of `q` (0 for `q = 1`).
+    pub fn digits(&self) -> usize {
+        self.digits.len()
+    }
+
+    /// Sixty-four independent Bernoulli(q) bits (1 = keep).
+    #[inline]
+    pub fn word<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
+        if self.digits.is_empty() {
+            return !0;
+        }
+        let mut keep = 0u64;
+        let mut open = !0u64;
+        for &b in &self.digits {
+            let w = rng.next_u64();
+            keep |= open & !w & b;
+            open &= !(w ^ b);
+            if open == 0 {
+                break;
+            }
+        }
+        keep
+    }
+
+    /// Fills `words` with Bernoulli(q) bits and clears the bits of a partial
+    /// last word beyond `units` (those units do not exist).
+    #[inline]
+    pub fn fill<R: Rng + ?Sized>(&self, rng: &mut R, words: &mut [u64], units: usize) {
+        for w in words.iter_mut() {
+            *w = self.word(rng);
+        }
+        let tail = units % 64;
+        if tail != 0
+            && let Some(last) = words.last_mut()
+        {
+            *last &= (1u64 << tail) - 1;
+        }
+    }
+}
+
+/// Transposes a 64×64 bit matrix in place: afterwards bit `j` of `a[i]` is
+/// what bit `i` of `a[j]` was. Recursive block swap (six stages of 32 word
+/// pairs), as in Warren's *Hacker's Delight* §7-3.
+pub fn transpose64(a: &mut [u64; 64]) {
+    let mut j = 32;
+    let mut m: u64 = 0x0000_0000_FFFF_FFFF;
+    while j != 0 {
+        let mut k = 0;
+        while k < 64 {
+            let t = ((a[k] >> j) ^ a[k + j]) & m;
+            a[k] ^= t << j;
+            a[k + j] ^= t;
+            k = (k + j + 1) & !j;
+        }
+        j >>= 1;
+        m ^= m << j;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::stream;
+
+    #[test]
+    fn digits_reconstruct_q_exactly() {
+        for q in [0.9, 0.5, 0.1, 1.0 / 3.0, 0.75, 1e-300, 1.0 - f64::EPSILON] {
+            let bits = BernoulliBits::new(q).unwrap();
+            // Σ bᵢ 2^-i, summed from the last digit up: every partial sum is a
+            // dyadic fraction with at most 53 significant bits, so exact.
+            let mut back = 0.0;
+            for &b in bits.digits.iter().rev() {
+                back = (back + if b != 0 { 1.0 } else { 0.0 }) / 2.0;
+            }
+            assert_eq!(back, q, "q = {q}");
+        }
+        assert_eq!(BernoulliBits::new(0.5).unwrap().digits(), 1);
+        assert_eq!(BernoulliBits::new(1.0).unwrap().digits(), 0);
+    }
+
+    #[test]
+    fn rejects_q_outside_0_1() {
+        for q in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(BernoulliBits::new(q).is_err(), "q = {q}");
+        }
+    }
+
+    #[test]
+    fn q_one_keeps_everything_and_draws_nothing() {
+        let bits = BernoulliBits::new(1.0).unwrap();
+        let mut a = stream(3, 0);
+        let b = a.clone();
+        assert_eq!(bits.word(&mut a), !0);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn half_uses_one_word_and_keeps_its_zero_bits() {
+        let bits = BernoulliBits::new(0.5).unwrap();
+        let mut a = stream(3, 0);
+        let mut b = stream(3, 0);
+        assert_eq!(bits.word(&mut a), !b.next_u64());
+    }
+
+    #[test]
+    fn fill_clears_the_tail() {
+        let bits = BernoulliBits::new(1.0).unwrap();
+        let mut words = [0u64; 2];
+        bits.fill(&mut stream(1, 0), &mut words, 70);
+        assert_eq!(words, [!0, 0b11_1111]);
+    }
+
+    #[test]
+    fn transpose_matches_the_definition() {
+        let mut rng = stream(9, 0);
+        let mut a = [0u64; 64];
+        for w in a.iter_mut() {
+            *w = rng.next_u64();
+        }
+        let before = a;
+        transpose64(&mut a);
+        for i in 0..64 {
+            for j in 0..64 {
+                assert_eq!((a[i] >> j) & 1, (before[j] >> i) & 1, "{i},{j}");
+            }
+        }
+    }
+}
