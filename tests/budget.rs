@@ -6,6 +6,11 @@
 //!   per seed in `OTHER_SEEDS` (2 seeds);
 //! * `tests/cli.rs`: `mc` of `eval moments` on a 3-unit input (3·3 + 2 = 11
 //!   components).
+//! * `tests/fast_path.rs`: `fast_norm_matches_the_exact_formulas` (6),
+//!   `fast_layernorm_matches_full_enumeration` (13),
+//!   `fast_layernorm_agrees_with_the_reference_sampler` (67),
+//!   `fast_attention_matches_the_formulas_and_the_reference` (6),
+//!   `bernoulli_bits_keep_with_probability_q` (4): 96.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -18,9 +23,12 @@ fn components(family: Option<&str>) -> u64 {
         .sum()
 }
 
+/// Statistical assertions of `tests/fast_path.rs` (see the module docs).
+const FAST_PATH: u64 = 96;
+
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
-    components(None) + 2 * components(Some("dropout")) + 11
+    components(None) + 2 * components(Some("dropout")) + 11 + FAST_PATH
 }
 
 #[test]

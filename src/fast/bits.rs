@@ -209,9 +209,9 @@ mod tests {
         }
         let before = a;
         transpose64(&mut a);
-        for i in 0..64 {
-            for j in 0..64 {
-                assert_eq!((a[i] >> j) & 1, (before[j] >> i) & 1, "{i},{j}");
+        for (i, row) in a.iter().enumerate() {
+            for (j, col) in before.iter().enumerate() {
+                assert_eq!((row >> j) & 1, (col >> i) & 1, "{i},{j}");
             }
         }
     }
