@@ -7,7 +7,8 @@
 use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
 use dropmc::fast::{
-    BernoulliBits, FastAttention, FastNorm, NormEstimates, ReferenceAttention, ReferenceNorm,
+    BernoulliBits, FastAttention, FastNorm, MaskBits, NormEstimates, ReferenceAttention,
+    ReferenceNorm, WordSource,
 };
 use dropmc::ops::Rate;
 use dropmc::stats::{Estimate, critical_z, z_test};
@@ -182,30 +183,38 @@ fn fast_attention_matches_the_formulas_and_the_reference() {
     assert_same("E[o]", fast.output, slow.output);
 }
 
-/// 4 assertions: the fraction of 1 bits is q (binomial z-test), for q with
-/// one digit, a short and a long expansion, and a small q.
+/// 8 assertions: the fraction of 1 bits is q (binomial z-test), for q with
+/// one digit, a short and a long expansion, and a repeating one, by the plain
+/// walk (`BernoulliBits`) and by the compacting generator (`MaskBits`).
 #[test]
 fn bernoulli_bits_keep_with_probability_q() {
+    let words = 1usize << 16;
     for (i, q) in [0.5, 0.75, 0.9, 1.0 / 3.0].into_iter().enumerate() {
-        let bits = BernoulliBits::new(q).unwrap();
+        let plain = BernoulliBits::new(q).unwrap();
         let mut rng = dropmc::engine::stream(19, i as u64);
-        let words = 1u64 << 16;
         let ones: u64 = (0..words)
-            .map(|_| u64::from(bits.word(&mut rng).count_ones()))
+            .map(|_| u64::from(plain.word(&mut rng).count_ones()))
             .sum();
-        let n = words * 64;
-        let frac = ones as f64 / n as f64;
-        let se = (q * (1.0 - q) / n as f64).sqrt();
-        assert_z(
-            &format!("P(keep) at q = {q}"),
-            Estimate {
-                value: frac,
-                stderr: se,
-                n,
-            },
-            q,
-        );
+        assert_fraction(&format!("plain walk, q = {q}"), ones, words, q);
+        let compact = MaskBits::new(q).unwrap();
+        let mut rng = dropmc::engine::stream(20, i as u64);
+        let mut src = WordSource::new(&mut rng);
+        let (mut out, mut open) = (vec![0u64; words], vec![0u64; words]);
+        compact.fill(&mut src, &mut out, &mut open);
+        let ones: u64 = out.iter().map(|w| u64::from(w.count_ones())).sum();
+        assert_fraction(&format!("compacting, q = {q}"), ones, words, q);
     }
+}
+
+fn assert_fraction(what: &str, ones: u64, words: usize, q: f64) {
+    let n = words as u64 * 64;
+    let se = (q * (1.0 - q) / n as f64).sqrt();
+    let estimate = Estimate {
+        value: ones as f64 / n as f64,
+        stderr: se,
+        n,
+    };
+    assert_z(what, estimate, q);
 }
 
 fn bits_of(e: &NormEstimates) -> Vec<u64> {

@@ -8,7 +8,8 @@
 //! `E[D²] = Var R` exactly, so the variance is a plain mean with a plain
 //! standard error (from `D⁴`).
 
-use super::bits::BernoulliBits;
+use super::bits::{MaskBits, WordSource};
+use super::norm::tail_mask;
 use super::run::{ChunkKernel, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
@@ -32,7 +33,7 @@ pub struct AttentionEstimates {
 pub struct FastAttention {
     keys: usize,
     total: f64,
-    bits: BernoulliBits,
+    bits: MaskBits,
     tables: SubsetTables<2>,
 }
 
@@ -48,7 +49,7 @@ impl FastAttention {
         Ok(FastAttention {
             keys: a.len(),
             total: a.iter().sum(),
-            bits: BernoulliBits::new(rate.q())?,
+            bits: MaskBits::new(rate.q())?,
             tables: SubsetTables::new([&scaled, &weighted]),
         })
     }
@@ -74,10 +75,30 @@ impl ChunkKernel for FastAttention {
 
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let nw = self.keys.div_ceil(64);
-        let mut words = vec![0u64; nw];
-        for _ in 0..draws {
-            self.bits.fill(rng, &mut words, self.keys);
-            let [r, o] = self.tables.masked_sum(&words);
+        let rows = 64;
+        let mut words = vec![0u64; rows * nw];
+        let mut open = vec![0u64; rows * nw];
+        let mut src = WordSource::new(rng);
+        let tail = tail_mask(self.keys);
+        let mut done = 0;
+        while done < draws {
+            let nb = (draws - done).min(rows);
+            self.bits
+                .fill(&mut src, &mut words[..nb * nw], &mut open[..nb * nw]);
+            for row in words.chunks_exact_mut(nw).take(nb) {
+                row[nw - 1] &= tail;
+                self.add_row(row, sums);
+            }
+            done += nb;
+        }
+    }
+}
+
+impl FastAttention {
+    #[inline]
+    fn add_row(&self, row: &[u64], sums: &mut [f64]) {
+        {
+            let [r, o] = self.tables.masked_sum(row);
             let dev = r - self.total;
             let dev2 = dev * dev;
             sums[0] += dev;

@@ -29,8 +29,11 @@ pub const INPUT_SEED: u64 = 20_261_130;
 /// The benchmark workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 pub enum Workload {
+    #[value(name = "W1", alias = "w1")]
     W1,
+    #[value(name = "W2", alias = "w2")]
     W2,
+    #[value(name = "W3", alias = "w3")]
     W3,
 }
 

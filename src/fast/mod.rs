@@ -6,6 +6,8 @@
 //!
 //! * [`BernoulliBits`] — 64 Bernoulli(q) bits at a time, exact for every
 //!   `f64` `q`, by walking `q`'s binary expansion (proof in its docs);
+//!   [`MaskBits`] — the same bits in bulk with fewer random words, by
+//!   compacting the lanes still undecided after two digits;
 //! * [`SubsetTables`] — sums of `x/q` and `(x/q)²` over every subset of each
 //!   8 channels, so a masked sum is one look-up per byte of the mask;
 //! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
@@ -28,7 +30,7 @@ pub mod run;
 pub mod tables;
 
 pub use attention::{AttentionEstimates, FastAttention};
-pub use bits::{BernoulliBits, transpose64};
+pub use bits::{BernoulliBits, MaskBits, WordSource, transpose64};
 pub use norm::{FastNorm, NormEstimates};
 pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{ChunkKernel, estimate_from_sums, run_chunks};

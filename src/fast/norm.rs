@@ -30,7 +30,7 @@
 //! channel costs 8 look-ups per 64 masks instead of 64 conditional adds.
 //! All arithmetic is `f64` in a fixed order.
 
-use super::bits::{BernoulliBits, transpose64};
+use super::bits::{MaskBits, WordSource, transpose64};
 use super::run::{ChunkKernel, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
@@ -60,7 +60,7 @@ pub struct FastNorm {
     scaled: Vec<f64>,
     eps: f64,
     ln: bool,
-    bits: BernoulliBits,
+    bits: MaskBits,
     tables: SubsetTables<2>,
 }
 
@@ -75,7 +75,7 @@ impl FastNorm {
         let squared: Vec<f64> = scaled.iter().map(|v| v * v).collect();
         let tables = SubsetTables::new([&scaled, &squared]);
         Ok(FastNorm {
-            bits: BernoulliBits::new(rate.q())?,
+            bits: MaskBits::new(rate.q())?,
             scaled,
             eps,
             ln,
@@ -136,14 +136,19 @@ impl ChunkKernel for FastNorm {
         let nw = d.div_ceil(64);
         let inv_d = 1.0 / d as f64;
         let mut words = vec![0u64; 64 * nw];
+        let mut open = vec![0u64; 64 * nw];
+        let mut src = WordSource::new(rng);
+        let tail = tail_mask(d);
         let mut per = [[0.0f64; 3]; 64];
         let mut mask_tables = vec![[0.0f64; 3]; 8 * 256];
         let mut block = [0u64; 64];
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(64);
+            self.bits
+                .fill(&mut src, &mut words[..nb * nw], &mut open[..nb * nw]);
             for mask in words.chunks_exact_mut(nw).take(nb) {
-                self.bits.fill(rng, mask, d);
+                mask[nw - 1] &= tail;
             }
             for (b, mask) in words.chunks_exact(nw).take(nb).enumerate() {
                 let [sx, sx2] = self.tables.masked_sum(mask);
@@ -190,6 +195,15 @@ impl ChunkKernel for FastNorm {
             }
             done += nb;
         }
+    }
+}
+
+/// The bits of a mask's last word that are units (`units % 64` low bits, or
+/// all 64).
+pub fn tail_mask(units: usize) -> u64 {
+    match units % 64 {
+        0 => !0,
+        r => (1u64 << r) - 1,
     }
 }
 
