@@ -139,9 +139,9 @@ impl ChunkKernel for FastNorm {
         let mut open = vec![0u64; 64 * nw];
         let mut src = WordSource::new(rng);
         let tail = tail_mask(d);
-        let mut per = [[0.0f64; 3]; 64];
-        let mut mask_tables = vec![[0.0f64; 3]; 8 * 256];
-        let mut block = [0u64; 64];
+        let mut per = [[0.0f64; 4]; 64];
+        let mut mask_tables = vec![[0.0f64; 4]; 8 * 256];
+        let mut channels = vec![[0.0f64; 4]; if self.ln { d } else { 0 }];
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(64);
@@ -164,36 +164,85 @@ impl ChunkKernel for FastNorm {
                 if self.ln {
                     let s = 1.0 / (v + self.eps).sqrt();
                     let s2 = s * s;
-                    per[b] = [s, s2, m * s2];
+                    per[b] = [s, s2, m * s2, 0.0];
                     sums[6] += m * s;
                     sums[7] += m * m * s2;
                 }
             }
             if self.ln {
-                per[nb..].fill([0.0; 3]);
-                build_mask_tables(&per, &mut mask_tables);
-                for j in 0..nw {
-                    for (b, row) in block.iter_mut().enumerate() {
-                        *row = if b < nb { words[b * nw + j] } else { 0 };
-                    }
-                    transpose64(&mut block);
-                    let units = (d - 64 * j).min(64);
-                    for (t, &w) in block.iter().take(units).enumerate() {
-                        let mut acc = [0.0; 3];
-                        for h in 0..8 {
-                            let e = &mask_tables[h * 256 + ((w >> (8 * h)) & 0xff) as usize];
-                            acc[0] += e[0];
-                            acc[1] += e[1];
-                            acc[2] += e[2];
-                        }
-                        let base = SCALARS + 3 * (64 * j + t);
-                        sums[base] += acc[0];
-                        sums[base + 1] += acc[1];
-                        sums[base + 2] += acc[2];
-                    }
-                }
+                per[nb..].fill([0.0; 4]);
+                accumulate_channels(&words[..nb * nw], nw, &per, &mut mask_tables, &mut channels);
             }
             done += nb;
+        }
+        for (k, c) in channels.iter().enumerate() {
+            let base = SCALARS + 3 * k;
+            sums[base] += c[0];
+            sums[base + 1] += c[1];
+            sums[base + 2] += c[2];
+        }
+    }
+}
+
+/// Adds, for every channel, the per-mask values of the masks (at most 64,
+/// mask-major in `words`, `nw` words each) that keep it: transposes each
+/// 64×64 block and reads 8 subset sums per channel.
+fn accumulate_channels(
+    words: &[u64],
+    nw: usize,
+    per: &[[f64; 4]; 64],
+    tables: &mut [[f64; 4]],
+    channels: &mut [[f64; 4]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2. The same additions in the same order as
+        // the portable path, so the same bits.
+        unsafe { accumulate_avx2(words, nw, per, tables, channels) };
+        return;
+    }
+    accumulate_body(words, nw, per, tables, channels);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate_avx2(
+    words: &[u64],
+    nw: usize,
+    per: &[[f64; 4]; 64],
+    tables: &mut [[f64; 4]],
+    channels: &mut [[f64; 4]],
+) {
+    accumulate_body(words, nw, per, tables, channels);
+}
+
+#[inline(always)]
+fn accumulate_body(
+    words: &[u64],
+    nw: usize,
+    per: &[[f64; 4]; 64],
+    tables: &mut [[f64; 4]],
+    channels: &mut [[f64; 4]],
+) {
+    build_mask_tables(per, tables);
+    let masks = words.len() / nw;
+    let mut block = [0u64; 64];
+    for (j, group) in channels.chunks_mut(64).enumerate() {
+        for (b, row) in block.iter_mut().enumerate() {
+            *row = if b < masks { words[b * nw + j] } else { 0 };
+        }
+        transpose64(&mut block);
+        for (c, &w) in group.iter_mut().zip(&block) {
+            let mut acc = [0.0; 4];
+            for h in 0..8 {
+                let e = &tables[h * 256 + ((w >> (8 * h)) & 0xff) as usize];
+                for l in 0..4 {
+                    acc[l] += e[l];
+                }
+            }
+            for l in 0..4 {
+                c[l] += acc[l];
+            }
         }
     }
 }
@@ -208,13 +257,19 @@ pub fn tail_mask(units: usize) -> u64 {
 }
 
 /// Subset sums of the per-mask values over each group of 8 masks.
-fn build_mask_tables(per: &[[f64; 3]; 64], tables: &mut [[f64; 3]]) {
+#[inline(always)]
+fn build_mask_tables(per: &[[f64; 4]; 64], tables: &mut [[f64; 4]]) {
     for (h, t) in tables.chunks_exact_mut(256).enumerate() {
-        t[0] = [0.0; 3];
+        t[0] = [0.0; 4];
         for b in 1..256usize {
             let e = per[8 * h + b.trailing_zeros() as usize];
             let prev = t[b & (b - 1)];
-            t[b] = [prev[0] + e[0], prev[1] + e[1], prev[2] + e[2]];
+            t[b] = [
+                prev[0] + e[0],
+                prev[1] + e[1],
+                prev[2] + e[2],
+                prev[3] + e[3],
+            ];
         }
     }
 }
