@@ -57,18 +57,30 @@ impl<const W: usize> SubsetTables<W> {
     #[inline]
     pub fn masked_sum(&self, words: &[u64]) -> [f64; W] {
         let mut part = [[0.0; W]; 4];
-        let mut g = 0;
-        'outer: for &w in words {
-            for byte in w.to_le_bytes() {
-                if g == self.groups {
-                    break 'outer;
-                }
-                let e = &self.table[g * 256 + byte as usize];
-                let p = &mut part[g & 3];
+        let full = self.groups / 8;
+        // Whole words: 8 look-ups each, unrolled; group g adds into part[g % 4].
+        for (i, &w) in words.iter().take(full).enumerate() {
+            let base = &self.table[i * 8 * 256..(i + 1) * 8 * 256];
+            for (j, byte) in w.to_le_bytes().into_iter().enumerate() {
+                let e = &base[j * 256 + byte as usize];
+                let p = &mut part[j & 3];
                 for c in 0..W {
                     p[c] += e[c];
                 }
-                g += 1;
+            }
+        }
+        // A partial last word.
+        if let Some(&w) = words.get(full) {
+            for (j, byte) in w.to_le_bytes().into_iter().enumerate() {
+                let g = full * 8 + j;
+                if g == self.groups {
+                    break;
+                }
+                let e = &self.table[g * 256 + byte as usize];
+                let p = &mut part[j & 3];
+                for c in 0..W {
+                    p[c] += e[c];
+                }
             }
         }
         let mut out = [0.0; W];
