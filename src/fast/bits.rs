@@ -32,10 +32,10 @@
 //!    independent fair bits (the stream is modelled as uniform random words).
 //!    No bit is ever used by two lanes, so lanes are independent.
 //! 2. Stopping early never biases a lane: whether word i+1 is drawn depends
-//!    only on words 1..i, and a lane still open when the loop stops has
-//!    already been decided or is open at digit L; a lane that is decided
-//!    ignores every later word. So each lane's decision is the function
-//!    "first index where u differs from b" of its own fresh bits.
+//!    only on words 1..i, so every word a lane reads is fresh; the loop stops
+//!    only when every lane is decided (or q has no digits left), and a
+//!    decided lane's result does not depend on any later word. So lane j
+//!    keeps iff its own bit sequence is below q at the first differing digit.
 //! 3. P(lane keeps) = Σ_{i: bᵢ = 1} P(u₁…u_{i−1} = b₁…b_{i−1}, uᵢ = 0)
 //!                 = Σ_{i: bᵢ = 1} 2^{−(i−1)} · 2^{−1} = Σ bᵢ 2^{−i} = q.
 //! ```

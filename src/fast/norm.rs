@@ -233,15 +233,16 @@ fn accumulate_body(
         }
         transpose64(&mut block);
         for (c, &w) in group.iter_mut().zip(&block) {
-            let mut acc = [0.0; 4];
+            // Two interleaved partial sums halve the chain of dependent adds.
+            let mut acc = [[0.0; 4]; 2];
             for h in 0..8 {
                 let e = &tables[h * 256 + ((w >> (8 * h)) & 0xff) as usize];
                 for l in 0..4 {
-                    acc[l] += e[l];
+                    acc[h & 1][l] += e[l];
                 }
             }
             for l in 0..4 {
-                c[l] += acc[l];
+                c[l] += acc[0][l] + acc[1][l];
             }
         }
     }
@@ -256,20 +257,20 @@ pub fn tail_mask(units: usize) -> u64 {
     }
 }
 
-/// Subset sums of the per-mask values over each group of 8 masks.
+/// Subset sums of the per-mask values over each group of 8 masks, built by
+/// doubling: the entries with highest bit `j` are the entries below `2^j`
+/// plus mask `j`'s values. Each entry reads entries finished long before,
+/// so the additions are independent (no store-to-load chain).
 #[inline(always)]
 fn build_mask_tables(per: &[[f64; 4]; 64], tables: &mut [[f64; 4]]) {
     for (h, t) in tables.chunks_exact_mut(256).enumerate() {
         t[0] = [0.0; 4];
-        for b in 1..256usize {
-            let e = per[8 * h + b.trailing_zeros() as usize];
-            let prev = t[b & (b - 1)];
-            t[b] = [
-                prev[0] + e[0],
-                prev[1] + e[1],
-                prev[2] + e[2],
-                prev[3] + e[3],
-            ];
+        for j in 0..8 {
+            let e = per[8 * h + j];
+            let (low, high) = t.split_at_mut(1 << j);
+            for (dst, src) in high[..1 << j].iter_mut().zip(low.iter()) {
+                *dst = [src[0] + e[0], src[1] + e[1], src[2] + e[2], src[3] + e[3]];
+            }
         }
     }
 }
