@@ -21,12 +21,18 @@ ours = json.load(open(sys.argv[1]))
 theirs = json.load(open(sys.argv[2]))
 numpy = {r["workload"]: r for r in theirs["results"]}
 print(f"machine: {platform.processor() or platform.machine()}, {ours['threads']} rayon threads; numpy {theirs['numpy']}")
-print(f"{'workload':8}  {'path':9}  {'masks':>10}  {'seconds':>8}  {'elements/s':>10}  {'x numpy':>8}")
+print("x numpy: ratio of mask elements per wall second; per cpu s: ratio of mask elements per CPU second")
+print(f"{'workload':8}  {'path':9}  {'masks':>10}  {'seconds':>8}  {'cpu s':>7}  {'elements/s':>10}  {'x numpy':>8}  {'per cpu s':>9}")
+def per_cpu(r):
+    c = r.get("cpu_seconds")
+    return r["elements"] / c if c else float("nan")
 for r in ours["results"]:
     w = r["workload"]
     n = numpy.get(w)
     if r["path"] == "reference" and n:
-        print(f"{w:8}  {'numpy':9}  {n['masks']:>10}  {n['seconds']:8.3f}  {n['elements_per_second']:10.3e}  {1.0:8.2f}")
+        print(f"{w:8}  {'numpy':9}  {n['masks']:>10}  {n['seconds']:8.3f}  {n['cpu_seconds']:7.2f}  {n['elements_per_second']:10.3e}  {1.0:8.1f}  {1.0:9.1f}")
     ratio = r["elements_per_second"] / n["elements_per_second"] if n else float("nan")
-    print(f"{w:8}  {r['path']:9}  {r['masks']:>10}  {r['seconds']:8.3f}  {r['elements_per_second']:10.3e}  {ratio:8.1f}")
+    cpu_ratio = per_cpu(r) / per_cpu(n) if n else float("nan")
+    cpu = r.get("cpu_seconds") or float("nan")
+    print(f"{w:8}  {r['path']:9}  {r['masks']:>10}  {r['seconds']:8.3f}  {cpu:7.2f}  {r['elements_per_second']:10.3e}  {ratio:8.1f}  {cpu_ratio:9.1f}")
 PY

@@ -101,6 +101,10 @@ pub struct BenchRow {
     pub elements: u64,
     pub seconds: f64,
     pub elements_per_second: f64,
+    /// CPU seconds of the whole process (all threads) during the run, where
+    /// the platform tells (Linux `/proc/self/stat`); less sensitive to other
+    /// load on the machine than wall seconds.
+    pub cpu_seconds: Option<f64>,
     /// Headline estimates `(name, value, stderr)`.
     pub estimates: Vec<(String, f64, f64)>,
 }
@@ -120,6 +124,7 @@ pub fn run_one(
     let d = workload.width();
     let p = workload.p();
     let start = Instant::now();
+    let cpu_start = cpu_seconds();
     let estimates = match workload {
         Workload::W1 | Workload::W2 => {
             let x = workload_x(d);
@@ -154,6 +159,7 @@ pub fn run_one(
         }
     };
     let seconds = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
     let elements = masks * d as u64;
     Ok(BenchRow {
         workload: workload.name(),
@@ -162,8 +168,23 @@ pub fn run_one(
         elements,
         seconds,
         elements_per_second: elements as f64 / seconds,
+        cpu_seconds: cpu,
         estimates,
     })
+}
+
+/// User + system CPU seconds of this process so far, from Linux's
+/// `/proc/self/stat` (fields 14 and 15, in ticks of 1/100 s, the fixed
+/// `USER_HZ` of the proc interface); `None` elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so fields 14 and 15 are at 11 and 12.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
 }
 
 /// Runs the given workloads on both paths: the fast path with `masks`
@@ -192,12 +213,14 @@ pub fn table(rows: &[BenchRow]) -> String {
             .map(|(n, v, s)| format!("{n} = {v:.6} ± {s:.1e}"))
             .collect();
         out.push_str(&format!(
-            "{}  {:9}  {:>10} masks  {:8.3} s  {:.3e} mask elements/s  ({})\n",
+            "{}  {:9}  {:>10} masks  {:8.3} s  {:.3e} mask elements/s  cpu {}  ({})\n",
             r.workload,
             r.path,
             r.masks,
             r.seconds,
             r.elements_per_second,
+            r.cpu_seconds
+                .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
             est.join(", ")
         ));
     }
