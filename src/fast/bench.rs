@@ -68,6 +68,25 @@ impl Workload {
     }
 }
 
+/// The two engine paths a workload runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnginePath {
+    /// One uniform per element through `InvertedDropout`, direct statistics.
+    Reference,
+    /// Bit masks and subset-sum tables (this module).
+    Fast,
+}
+
+impl EnginePath {
+    /// Name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            EnginePath::Reference => "reference",
+            EnginePath::Fast => "fast",
+        }
+    }
+}
+
 /// `x ~ N(0.7, 1.3²)`, `d` values, from a fixed seed.
 pub fn workload_x(d: usize) -> Vec<f64> {
     let normal = Normal::new(0.7, 1.3).expect("valid normal");
@@ -113,10 +132,10 @@ fn headline(name: &str, e: Estimate) -> (String, f64, f64) {
     (name.to_string(), e.value, e.stderr)
 }
 
-/// Runs `workload` on `path` ("fast" or "reference") with `masks` masks.
+/// Runs `workload` on `path` with `masks` masks.
 pub fn run_one(
     workload: Workload,
-    path: &'static str,
+    path: EnginePath,
     masks: u64,
     seed: u64,
 ) -> Result<BenchRow, Error> {
@@ -129,7 +148,7 @@ pub fn run_one(
         Workload::W1 | Workload::W2 => {
             let x = workload_x(d);
             let ln = workload == Workload::W1;
-            let e = if path == "fast" {
+            let e = if path == EnginePath::Fast {
                 FastNorm::new(&x, p, EPS, ln)?.estimate(budget)?
             } else {
                 ReferenceNorm::new(&x, p, EPS, ln)?.estimate(budget)?
@@ -146,7 +165,7 @@ pub fn run_one(
         }
         Workload::W3 => {
             let (a, v) = workload_attention(d);
-            let e = if path == "fast" {
+            let e = if path == EnginePath::Fast {
                 FastAttention::new(&a, &v, p)?.estimate(budget)?
             } else {
                 ReferenceAttention::new(&a, &v, p)?.estimate(budget)?
@@ -163,7 +182,7 @@ pub fn run_one(
     let elements = masks * d as u64;
     Ok(BenchRow {
         workload: workload.name(),
-        path,
+        path: path.name(),
         masks,
         elements,
         seconds,
@@ -197,8 +216,8 @@ pub fn run_bench(
 ) -> Result<Vec<BenchRow>, Error> {
     let mut rows = Vec::new();
     for &w in workloads {
-        rows.push(run_one(w, "reference", reference_masks, seed)?);
-        rows.push(run_one(w, "fast", masks, seed)?);
+        rows.push(run_one(w, EnginePath::Reference, reference_masks, seed)?);
+        rows.push(run_one(w, EnginePath::Fast, masks, seed)?);
     }
     Ok(rows)
 }

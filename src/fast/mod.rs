@@ -1,6 +1,6 @@
 //! The fast sampling path: masks as bits, masked sums by table look-up.
 //!
-//! The hot claims (E[M], E[V], E[R²], E[LN(z)], attention rows) are
+//! The hot claims (`E[M]`, `E[V]`, `E[R²]`, `E[LN(z)]`, attention rows) are
 //! expectations of sums of masked terms with `x` fixed for a whole run. This
 //! module computes them without ever forming `z`:
 //!
@@ -19,7 +19,7 @@
 //!   sample count;
 //! * [`ReferenceNorm`], [`ReferenceAttention`] — the obvious per-element
 //!   samplers the fast path is tested against;
-//! * [`bench`] — the benchmark workloads W1–W3 behind `dropmc bench`.
+//! * [`mod@bench`] — the benchmark workloads W1–W3 behind `dropmc bench`.
 
 pub mod attention;
 pub mod bench;
