@@ -64,6 +64,7 @@ pub mod engine;
 pub mod error;
 pub mod eval;
 pub mod exact;
+pub mod fast;
 pub mod formulas;
 pub mod mutants;
 pub mod ops;

@@ -23,7 +23,12 @@
 //! * `tests/stack.rs`: the deep-stack contrasts: rate steps 2·6, depth
 //!   steps 5 + 1, after-last-BN nulls 2·6, re-estimation nulls 2·6, fold
 //!   2·6 + 2·6 + 6, LayerNorm 2·6, readout 2·2 (88);
-//! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4).
+//! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4);
+//! * `tests/fast_path.rs`: `fast_norm_matches_the_exact_formulas` (6),
+//!   `fast_layernorm_matches_full_enumeration` (13),
+//!   `fast_layernorm_agrees_with_the_reference_sampler` (67),
+//!   `fast_attention_matches_the_formulas_and_the_reference` (6),
+//!   `bernoulli_bits_keep_with_probability_q` (8): 100.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
@@ -35,6 +40,9 @@ fn components(family: Option<&str>) -> u64 {
         .map(|c| c.analytic().expect("analytic").len() as u64)
         .sum()
 }
+
+/// Statistical assertions of `tests/fast_path.rs` (see the module docs).
+const FAST_PATH: u64 = 100;
 
 /// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
 const NORM_EVAL: u64 = 135;
@@ -58,6 +66,7 @@ fn statistical_assertions() -> u64 {
         + conformance
         + 7
         + batchnorm
+        + FAST_PATH
 }
 
 #[test]

@@ -46,6 +46,8 @@ pub enum Command {
     Mutants(MutantsArgs),
     /// The deep-stack experiment: BatchNorm eval shrinkage per layer.
     Stack(StackArgs),
+    /// Time the benchmark workloads W1-W3 on the reference and fast paths.
+    Bench(crate::fast::bench::BenchArgs),
 }
 
 /// Options of `stack`.
@@ -450,6 +452,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Mutants(args) => run_mutants(&args),
         Command::Stack(args) => run_stack(args),
+        Command::Bench(args) => crate::fast::bench::run_cli(&args),
     }
 }
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""The obvious vectorised numpy implementation of the benchmark workloads W1-W3.
+
+This is the baseline `dropmc bench` is compared against: masks as uniform
+float64 draws compared with p (`rng.random(shape) >= p`, as the seed documents
+do), processed in chunks of a few thousand masks, every statistic in float64.
+It prints mask elements per second per workload, in the same format as
+`dropmc bench` (text, or one JSON object with --json).
+
+    python3 benches/numpy_reference.py [--workload W1|W2|W3] [--masks N] [--json]
+"""
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+CHUNK = 4096  # masks per vectorised step
+EPS = 1e-5    # LayerNorm epsilon
+X_SEED = 20261130  # x is drawn once per workload from this seed
+
+
+def w1(masks, rng):
+    """E[LN(z)] per channel and E[V]: d = 512, p = 0.1, x ~ N(0.7, 1.3^2)."""
+    d, p = 512, 0.1
+    q = 1.0 - p
+    x = np.random.default_rng(X_SEED).normal(0.7, 1.3, d)
+    sum_ln = np.zeros(d)
+    sum_ln2 = np.zeros(d)
+    sum_v = 0.0
+    sum_v2 = 0.0
+    done = 0
+    while done < masks:
+        b = min(CHUNK, masks - done)
+        m = rng.random((b, d)) >= p
+        z = m * x / q
+        mean = z.mean(axis=1)
+        var = z.var(axis=1)
+        ln = (z - mean[:, None]) / np.sqrt(var + EPS)[:, None]
+        sum_ln += ln.sum(axis=0)
+        sum_ln2 += (ln * ln).sum(axis=0)
+        sum_v += var.sum()
+        sum_v2 += (var * var).sum()
+        done += b
+    return d, {"E[V]": sum_v / masks, "E[LN_0]": sum_ln[0] / masks}
+
+
+def w2(masks, rng):
+    """E[M], E[V], E[R^2]: d = 4096, p = 0.5."""
+    d, p = 4096, 0.5
+    q = 1.0 - p
+    x = np.random.default_rng(X_SEED).normal(0.7, 1.3, d)
+    sums = np.zeros(6)
+    done = 0
+    while done < masks:
+        b = min(CHUNK // 4, masks - done)
+        m = rng.random((b, d)) >= p
+        z = m * x / q
+        mean = z.mean(axis=1)
+        r2 = (z * z).mean(axis=1)
+        var = r2 - mean * mean
+        for i, t in enumerate((mean, var, r2)):
+            sums[2 * i] += t.sum()
+            sums[2 * i + 1] += (t * t).sum()
+        done += b
+    return d, {"E[M]": sums[0] / masks, "E[V]": sums[2] / masks, "E[R2]": sums[4] / masks}
+
+
+def w3(masks, rng):
+    """Attention rows: T = 128 keys, p = 0.1; E[R], Var R, E[o]."""
+    t, p = 128, 0.1
+    q = 1.0 - p
+    g = np.random.default_rng(X_SEED)
+    logits = g.normal(0.0, 1.0, t)
+    a = np.exp(logits - logits.max())
+    a /= a.sum()
+    v = g.normal(0.0, 1.0, t)
+    s_r = s_r2 = s_o = s_o2 = 0.0
+    done = 0
+    while done < masks:
+        b = min(CHUNK, masks - done)
+        m = rng.random((b, t)) >= p
+        w = m * a / q
+        r = w.sum(axis=1)
+        o = w @ v
+        s_r += r.sum()
+        s_r2 += (r * r).sum()
+        s_o += o.sum()
+        s_o2 += (o * o).sum()
+        done += b
+    mean_r = s_r / masks
+    return t, {"E[R]": mean_r, "Var R": (s_r2 / masks - mean_r ** 2) * masks / (masks - 1), "E[o]": s_o / masks}
+
+
+WORKLOADS = {"W1": (w1, 1_000_000), "W2": (w2, 1_000_000), "W3": (w3, 1_000_000)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", choices=sorted(WORKLOADS))
+    ap.add_argument("--masks", type=int, help="masks (rows) per workload; default 10^6")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    names = [args.workload] if args.workload else sorted(WORKLOADS)
+    results = []
+    for name in names:
+        fn, default = WORKLOADS[name]
+        masks = args.masks or default
+        rng = np.random.default_rng(1)
+        start = time.perf_counter()
+        cpu_start = time.process_time()
+        d, est = fn(masks, rng)
+        secs = time.perf_counter() - start
+        cpu = time.process_time() - cpu_start
+        results.append({
+            "workload": name, "path": "numpy", "masks": masks, "elements": masks * d,
+            "seconds": secs, "elements_per_second": masks * d / secs, "cpu_seconds": cpu,
+            "estimates": est,
+        })
+    if args.json:
+        print(json.dumps({"numpy": np.__version__, "results": results}, indent=2))
+    else:
+        for r in results:
+            est = ", ".join(f"{k} = {v:.6g}" for k, v in r["estimates"].items())
+            print(f"{r['workload']}  {r['path']:9}  {r['masks']:>10} masks  {r['seconds']:8.3f} s  "
+                  f"{r['elements_per_second']:.3e} mask elements/s  cpu {r['cpu_seconds']:.2f} s  ({est})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,295 @@
+//! `dropmc bench`: the fixed workloads, timed on each engine path.
+//!
+//! | workload | what | size |
+//! | --- | --- | --- |
+//! | W1 | `E[LN(z)_k]` per channel and `E[V]`; `x ~ N(0.7, 1.3²)` drawn once | d = 512, p = 0.1 |
+//! | W2 | `E[M]`, `E[V]`, `E[R²]` | d = 4096, p = 0.5 |
+//! | W3 | attention rows: `E[R]`, `Var R`, `E[o]`; `a = softmax(N(0,1) logits)`, `v ~ N(0,1)` | T = 128, p = 0.1 |
+//!
+//! A figure is *mask elements per second*: masks (rows) × d (T) / wall
+//! seconds, on all rayon threads. `benches/numpy_reference.py` prints the
+//! same figure for the obvious numpy code.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use rand_distr::{Distribution, Normal};
+use serde::Serialize;
+
+use super::{FastAttention, FastNorm, ReferenceAttention, ReferenceNorm};
+use crate::engine::{Budget, derive_seed, stream};
+use crate::error::Error;
+use crate::stats::Estimate;
+
+/// LayerNorm ε of W1.
+pub const EPS: f64 = 1e-5;
+/// Seed from which each workload's fixed input is drawn.
+pub const INPUT_SEED: u64 = 20_261_130;
+
+/// The benchmark workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+pub enum Workload {
+    #[value(name = "W1", alias = "w1")]
+    W1,
+    #[value(name = "W2", alias = "w2")]
+    W2,
+    #[value(name = "W3", alias = "w3")]
+    W3,
+}
+
+impl Workload {
+    /// All workloads, in order.
+    pub const ALL: [Workload; 3] = [Workload::W1, Workload::W2, Workload::W3];
+
+    /// Name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "W1",
+            Workload::W2 => "W2",
+            Workload::W3 => "W3",
+        }
+    }
+
+    /// Units per mask (d, or T keys).
+    pub fn width(self) -> usize {
+        match self {
+            Workload::W1 => 512,
+            Workload::W2 => 4096,
+            Workload::W3 => 128,
+        }
+    }
+
+    /// Drop rate.
+    pub fn p(self) -> f64 {
+        match self {
+            Workload::W2 => 0.5,
+            _ => 0.1,
+        }
+    }
+}
+
+/// The two engine paths a workload runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnginePath {
+    /// One uniform per element through `InvertedDropout`, direct statistics.
+    Reference,
+    /// Bit masks and subset-sum tables (this module).
+    Fast,
+}
+
+impl EnginePath {
+    /// Name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            EnginePath::Reference => "reference",
+            EnginePath::Fast => "fast",
+        }
+    }
+}
+
+/// `x ~ N(0.7, 1.3²)`, `d` values, from a fixed seed.
+pub fn workload_x(d: usize) -> Vec<f64> {
+    let normal = Normal::new(0.7, 1.3).expect("valid normal");
+    let mut rng = stream(INPUT_SEED, 0);
+    (0..d).map(|_| normal.sample(&mut rng)).collect()
+}
+
+/// A softmax row over `t` standard-normal logits and `t` standard-normal
+/// values, from a fixed seed.
+pub fn workload_attention(t: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut rng = stream(INPUT_SEED, 1);
+    let logits: Vec<f64> = (0..t)
+        .map(|_| rand_distr::StandardNormal.sample(&mut rng))
+        .collect();
+    let max = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = logits.iter().map(|l| (l - max).exp()).collect();
+    let total: f64 = e.iter().sum();
+    let a = e.iter().map(|v| v / total).collect();
+    let v = (0..t)
+        .map(|_| rand_distr::StandardNormal.sample(&mut rng))
+        .collect();
+    (a, v)
+}
+
+/// One timed run of one workload on one engine path.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchRow {
+    pub workload: &'static str,
+    pub path: &'static str,
+    pub masks: u64,
+    pub elements: u64,
+    pub seconds: f64,
+    pub elements_per_second: f64,
+    /// CPU seconds of the whole process (all threads) during the run, where
+    /// the platform tells (Linux `/proc/self/stat`); less sensitive to other
+    /// load on the machine than wall seconds.
+    pub cpu_seconds: Option<f64>,
+    /// Headline estimates `(name, value, stderr)`.
+    pub estimates: Vec<(String, f64, f64)>,
+}
+
+fn headline(name: &str, e: Estimate) -> (String, f64, f64) {
+    (name.to_string(), e.value, e.stderr)
+}
+
+/// Runs `workload` on `path` with `masks` masks.
+pub fn run_one(
+    workload: Workload,
+    path: EnginePath,
+    masks: u64,
+    seed: u64,
+) -> Result<BenchRow, Error> {
+    let budget = Budget::new(masks, derive_seed(seed, workload.name()))?;
+    let d = workload.width();
+    let p = workload.p();
+    let start = Instant::now();
+    let cpu_start = cpu_seconds();
+    let estimates = match workload {
+        Workload::W1 | Workload::W2 => {
+            let x = workload_x(d);
+            let ln = workload == Workload::W1;
+            let e = if path == EnginePath::Fast {
+                FastNorm::new(&x, p, EPS, ln)?.estimate(budget)?
+            } else {
+                ReferenceNorm::new(&x, p, EPS, ln)?.estimate(budget)?
+            };
+            let mut h = vec![
+                headline("E[M]", e.mean),
+                headline("E[V]", e.var),
+                headline("E[R2]", e.r2),
+            ];
+            if let Some(first) = e.ln.first() {
+                h.push(headline("E[LN_0]", *first));
+            }
+            h
+        }
+        Workload::W3 => {
+            let (a, v) = workload_attention(d);
+            let e = if path == EnginePath::Fast {
+                FastAttention::new(&a, &v, p)?.estimate(budget)?
+            } else {
+                ReferenceAttention::new(&a, &v, p)?.estimate(budget)?
+            };
+            vec![
+                headline("E[R]", e.row_sum),
+                headline("Var R", e.row_sum_var),
+                headline("E[o]", e.output),
+            ]
+        }
+    };
+    let seconds = start.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().zip(cpu_start).map(|(b, a)| b - a);
+    let elements = masks * d as u64;
+    Ok(BenchRow {
+        workload: workload.name(),
+        path: path.name(),
+        masks,
+        elements,
+        seconds,
+        elements_per_second: elements as f64 / seconds,
+        cpu_seconds: cpu,
+        estimates,
+    })
+}
+
+/// User + system CPU seconds of this process so far, from Linux's
+/// `/proc/self/stat` (fields 14 and 15, in ticks of 1/100 s, the fixed
+/// `USER_HZ` of the proc interface); `None` elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so fields 14 and 15 are at 11 and 12.
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+/// Runs the given workloads on both paths: the fast path with `masks`
+/// masks, the reference with `reference_masks`.
+pub fn run_bench(
+    workloads: &[Workload],
+    masks: u64,
+    reference_masks: u64,
+    seed: u64,
+) -> Result<Vec<BenchRow>, Error> {
+    let mut rows = Vec::new();
+    for &w in workloads {
+        rows.push(run_one(w, EnginePath::Reference, reference_masks, seed)?);
+        rows.push(run_one(w, EnginePath::Fast, masks, seed)?);
+    }
+    Ok(rows)
+}
+
+/// The rows as a text table.
+pub fn table(rows: &[BenchRow]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let est: Vec<String> = r
+            .estimates
+            .iter()
+            .map(|(n, v, s)| format!("{n} = {v:.6} ± {s:.1e}"))
+            .collect();
+        out.push_str(&format!(
+            "{}  {:9}  {:>10} masks  {:8.3} s  {:.3e} mask elements/s  cpu {}  ({})\n",
+            r.workload,
+            r.path,
+            r.masks,
+            r.seconds,
+            r.elements_per_second,
+            r.cpu_seconds
+                .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
+            est.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "threads: {}; mask elements/s = masks x units / wall seconds\n",
+        rayon::current_num_threads()
+    ));
+    out
+}
+
+/// Options of `dropmc bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Run only this workload (default: all three).
+    #[arg(long, value_enum)]
+    pub workload: Option<Workload>,
+    /// Masks (rows) per workload on the fast path.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub masks: u64,
+    /// Masks per workload on the reference path (default: masks / 10, at
+    /// least 2; the reference is slow).
+    #[arg(long)]
+    pub reference_masks: Option<u64>,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = crate::report::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `dropmc bench`.
+pub fn run_cli(args: &BenchArgs) -> Result<ExitCode, Error> {
+    let workloads: Vec<Workload> = match args.workload {
+        Some(w) => vec![w],
+        None => Workload::ALL.to_vec(),
+    };
+    let reference = args.reference_masks.unwrap_or((args.masks / 10).max(2));
+    let rows = run_bench(&workloads, args.masks, reference, args.seed)?;
+    if args.json {
+        let json = serde_json::json!({
+            "threads": rayon::current_num_threads(),
+            "results": rows,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).unwrap_or_default()
+        );
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(ExitCode::SUCCESS)
+}

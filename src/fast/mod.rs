@@ -1,0 +1,37 @@
+//! The fast sampling path: masks as bits, masked sums by table look-up.
+//!
+//! The hot claims (`E[M]`, `E[V]`, `E[R²]`, `E[LN(z)]`, attention rows) are
+//! expectations of sums of masked terms with `x` fixed for a whole run. This
+//! module computes them without ever forming `z`:
+//!
+//! * [`BernoulliBits`] — 64 Bernoulli(q) bits at a time, exact for every
+//!   `f64` `q`, by walking `q`'s binary expansion (proof in its docs);
+//!   [`MaskBits`] — the same bits in bulk with fewer random words, by
+//!   compacting the lanes still undecided after two digits;
+//! * [`SubsetTables`] — sums of `x/q` and `(x/q)²` over every subset of each
+//!   8 channels, so a masked sum is one look-up per byte of the mask;
+//! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
+//!   from three per-channel sums over draws (64×64 bit transposes and
+//!   subset-sum tables over masks);
+//! * [`FastAttention`] — attention rows `R`, `o`;
+//! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
+//!   chunks: bit-identical on any thread count, memory independent of the
+//!   sample count;
+//! * [`ReferenceNorm`], [`ReferenceAttention`] — the obvious per-element
+//!   samplers the fast path is tested against;
+//! * [`mod@bench`] — the benchmark workloads W1–W3 behind `dropmc bench`.
+
+pub mod attention;
+pub mod bench;
+pub mod bits;
+pub mod norm;
+pub mod reference;
+pub mod run;
+pub mod tables;
+
+pub use attention::{AttentionEstimates, FastAttention};
+pub use bits::{BernoulliBits, MaskBits, WordSource, transpose64};
+pub use norm::{FastNorm, NormEstimates};
+pub use reference::{ReferenceAttention, ReferenceNorm};
+pub use run::{ChunkKernel, estimate_from_sums, run_chunks};
+pub use tables::SubsetTables;

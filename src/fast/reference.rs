@@ -1,0 +1,143 @@
+//! The straightforward samplers the fast path is tested against: one
+//! `f64` uniform per element through the crate's [`InvertedDropout`], then
+//! `M`, `V`, `R²`, `LN(z)`, `R` and `o` computed directly from `z`, run by
+//! the engine's per-draw loop ([`crate::engine::estimate`]).
+
+use rand::Rng;
+
+use super::attention::AttentionEstimates;
+use super::norm::{NormEstimates, check_eps};
+use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::error::{Error, check_finite_vec, check_len};
+use crate::ops::{DropoutLayer, InvertedDropout, Rate};
+
+/// Reference sampler of `[M, V, R², LN(z)_0, …, LN(z)_{d−1}]`.
+#[derive(Debug, Clone)]
+pub struct ReferenceNorm {
+    x: Vec<f64>,
+    p: f64,
+    eps: f64,
+    ln: bool,
+}
+
+impl ReferenceNorm {
+    /// Same parameters as [`super::FastNorm::new`].
+    pub fn new(x: &[f64], p: f64, eps: f64, ln: bool) -> Result<Self, Error> {
+        check_finite_vec("x", x)?;
+        Rate::new(p)?;
+        check_eps(eps)?;
+        Ok(ReferenceNorm {
+            x: x.to_vec(),
+            p,
+            eps,
+            ln,
+        })
+    }
+
+    /// Runs `budget.samples` masks.
+    pub fn estimate(&self, budget: Budget) -> Result<NormEstimates, Error> {
+        let e = estimate(self, budget)?.estimates();
+        Ok(NormEstimates {
+            mean: e[0],
+            var: e[1],
+            r2: e[2],
+            ln: e[3..].to_vec(),
+        })
+    }
+}
+
+impl Sampler for ReferenceNorm {
+    type Scratch = (Vec<f64>, Vec<bool>);
+
+    fn dim(&self) -> usize {
+        3 + if self.ln { self.x.len() } else { 0 }
+    }
+
+    fn scratch(&self) -> Self::Scratch {
+        (vec![0.0; self.x.len()], vec![false; self.x.len()])
+    }
+
+    fn draw(
+        &self,
+        rng: &mut Stream,
+        (z, mask): &mut Self::Scratch,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        InvertedDropout.forward_train(&self.x, self.p, rng as &mut dyn Rng, z, mask)?;
+        let d = z.len() as f64;
+        let m = z.iter().sum::<f64>() / d;
+        let v = z.iter().map(|t| (t - m) * (t - m)).sum::<f64>() / d;
+        let r2 = z.iter().map(|t| t * t).sum::<f64>() / d;
+        out[0] = m;
+        out[1] = v;
+        out[2] = r2;
+        if self.ln {
+            let s = (v + self.eps).sqrt();
+            for (o, t) in out[3..].iter_mut().zip(z.iter()) {
+                *o = (t - m) / s;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reference sampler of `[R, (R − Σa)², o]` for one attention row.
+#[derive(Debug, Clone)]
+pub struct ReferenceAttention {
+    a: Vec<f64>,
+    v: Vec<f64>,
+    p: f64,
+    total: f64,
+}
+
+impl ReferenceAttention {
+    /// Same parameters as [`super::FastAttention::new`].
+    pub fn new(a: &[f64], v: &[f64], p: f64) -> Result<Self, Error> {
+        check_finite_vec("a", a)?;
+        check_finite_vec("v", v)?;
+        check_len("v", v, a.len())?;
+        Rate::new(p)?;
+        Ok(ReferenceAttention {
+            a: a.to_vec(),
+            v: v.to_vec(),
+            p,
+            total: a.iter().sum(),
+        })
+    }
+
+    /// Runs `budget.samples` rows.
+    pub fn estimate(&self, budget: Budget) -> Result<AttentionEstimates, Error> {
+        let e = estimate(self, budget)?.estimates();
+        Ok(AttentionEstimates {
+            row_sum: e[0],
+            row_sum_var: e[1],
+            output: e[2],
+        })
+    }
+}
+
+impl Sampler for ReferenceAttention {
+    type Scratch = (Vec<f64>, Vec<bool>);
+
+    fn dim(&self) -> usize {
+        3
+    }
+
+    fn scratch(&self) -> Self::Scratch {
+        (vec![0.0; self.a.len()], vec![false; self.a.len()])
+    }
+
+    fn draw(
+        &self,
+        rng: &mut Stream,
+        (b, mask): &mut Self::Scratch,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        InvertedDropout.forward_train(&self.a, self.p, rng as &mut dyn Rng, b, mask)?;
+        let r: f64 = b.iter().sum();
+        out[0] = r;
+        out[1] = (r - self.total) * (r - self.total);
+        out[2] = b.iter().zip(&self.v).map(|(b, v)| b * v).sum();
+        Ok(())
+    }
+}

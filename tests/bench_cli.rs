@@ -1,0 +1,78 @@
+//! `dropmc bench` as a user runs it (no timing is asserted).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn dropmc(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bench_json_reports_both_paths_for_every_workload() {
+    let (code, stdout, stderr) = dropmc(&["bench", "--masks", "3000", "--json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).expect("json");
+    let rows = v["results"].as_array().expect("results");
+    assert_eq!(rows.len(), 6);
+    for (row, (w, path)) in rows.iter().zip([
+        ("W1", "reference"),
+        ("W1", "fast"),
+        ("W2", "reference"),
+        ("W2", "fast"),
+        ("W3", "reference"),
+        ("W3", "fast"),
+    ]) {
+        assert_eq!(row["workload"], w);
+        assert_eq!(row["path"], path);
+        let masks = row["masks"].as_u64().unwrap();
+        let width = match w {
+            "W1" => 512,
+            "W2" => 4096,
+            _ => 128,
+        };
+        assert_eq!(row["elements"].as_u64().unwrap(), masks * width);
+        assert!(row["elements_per_second"].as_f64().unwrap() > 0.0);
+    }
+    // The reference runs a tenth of the masks by default.
+    assert_eq!(rows[0]["masks"], 300);
+    assert_eq!(rows[1]["masks"], 3000);
+}
+
+#[test]
+fn bench_one_workload_as_text() {
+    let (code, stdout, _) = dropmc(&[
+        "bench",
+        "--workload",
+        "W3",
+        "--masks",
+        "2000",
+        "--reference-masks",
+        "100",
+    ]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("W3  fast"), "{stdout}");
+    assert!(stdout.contains("mask elements/s"), "{stdout}");
+    assert!(!stdout.contains("W1"), "{stdout}");
+}
+
+#[test]
+fn bench_bad_input_exits_2_with_one_line() {
+    for args in [
+        &["bench", "--masks", "1"][..],
+        &["bench", "--workload", "W9"][..],
+        &["bench", "--masks", "-5"][..],
+    ] {
+        let (code, _, stderr) = dropmc(args);
+        assert_eq!(code, 2, "{args:?}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+    }
+}

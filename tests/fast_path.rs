@@ -1,0 +1,288 @@
+//! The fast sampling path agrees with the exact values, with the reference
+//! sampler, and with itself on any number of threads.
+//!
+//! Every statistical assertion here is a two-sided z-test at the suite's
+//! per-assertion level (`critical_z()`), counted in `tests/budget.rs`.
+
+use dropmc::engine::{Budget, CHUNK};
+use dropmc::exact::enumerate_masks;
+use dropmc::fast::{
+    BernoulliBits, FastAttention, FastNorm, MaskBits, NormEstimates, ReferenceAttention,
+    ReferenceNorm, WordSource,
+};
+use dropmc::ops::Rate;
+use dropmc::stats::{Estimate, critical_z, z_test};
+
+const EPS: f64 = 1e-5;
+
+/// A deterministic, irregular input (no generator shared with the code).
+fn input(d: usize, shift: f64) -> Vec<f64> {
+    (0..d)
+        .map(|k| shift + ((k * 37 % 23) as f64 - 11.0) / 7.0 + (k as f64 * 0.61).sin())
+        .collect()
+}
+
+fn assert_z(what: &str, estimate: Estimate, target: f64) {
+    let t = z_test(estimate, target);
+    assert!(
+        !t.rejected,
+        "{what}: estimate {estimate:?} vs target {target}: z = {}",
+        t.z
+    );
+}
+
+/// Two independent estimates of the same expectation.
+fn assert_same(what: &str, a: Estimate, b: Estimate) {
+    let se = (a.stderr * a.stderr + b.stderr * b.stderr).sqrt();
+    let z = (a.value - b.value) / se;
+    assert!(z.abs() <= critical_z(), "{what}: {a:?} vs {b:?}: z = {z}");
+}
+
+/// μ, σ² (population), mean x², computed here by two passes.
+fn moments(x: &[f64]) -> (f64, f64, f64) {
+    let d = x.len() as f64;
+    let mu = x.iter().sum::<f64>() / d;
+    let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / d;
+    let sq = x.iter().map(|v| v * v).sum::<f64>() / d;
+    (mu, var, sq)
+}
+
+/// 6 assertions: E[M] = μ, E[V] = (σ²+pμ²)/q − p(σ²+μ²)/(qd), E[R²] = mean x²/q
+/// (FORMULAS §2 and §4, exact for every d), at two configurations.
+#[test]
+fn fast_norm_matches_the_exact_formulas() {
+    for (d, p, shift, seed) in [(100, 0.1, 0.7, 11), (256, 0.5, -0.3, 12)] {
+        let x = input(d, shift);
+        let (mu, s2, sq) = moments(&x);
+        let q = 1.0 - p;
+        let df = d as f64;
+        let e = FastNorm::new(&x, p, EPS, false)
+            .unwrap()
+            .estimate(Budget::new(300_000, seed).unwrap())
+            .unwrap();
+        assert_z("E[M]", e.mean, mu);
+        assert_z(
+            "E[V]",
+            e.var,
+            (s2 + p * mu * mu) / q - p * (s2 + mu * mu) / (q * df),
+        );
+        assert_z("E[R2]", e.r2, sq / q);
+        assert!(e.ln.is_empty());
+    }
+}
+
+/// The leading-order E[V] ≈ (σ²+pμ²)/q drops an O(1/d) term: at d = 8 the
+/// fast path must see the gap (a failure is expected: spends no budget).
+#[test]
+fn fast_norm_detects_the_missing_finite_d_term() {
+    let x = input(8, 0.5);
+    let (mu, s2, _) = moments(&x);
+    let p = 0.5;
+    let e = FastNorm::new(&x, p, EPS, false)
+        .unwrap()
+        .estimate(Budget::new(400_000, 13).unwrap())
+        .unwrap();
+    assert!(z_test(e.var, (s2 + p * mu * mu) / (1.0 - p)).rejected);
+}
+
+/// 13 assertions: E[LN(z)_k] for all 10 channels, E[M], E[V], E[R²] against
+/// the exact expectation over all 2^10 masks.
+#[test]
+fn fast_layernorm_matches_full_enumeration() {
+    let x = input(10, 0.4);
+    let p = 0.3;
+    let rate = Rate::new(p).unwrap();
+    let d = x.len();
+    let oracle = enumerate_masks(d, rate, d + 3, |mask, out| {
+        let z: Vec<f64> = x
+            .iter()
+            .zip(mask)
+            .map(|(v, &m)| if m { v / rate.q() } else { 0.0 })
+            .collect();
+        let (m, v, r2) = moments(&z);
+        out[0] = m;
+        out[1] = v;
+        out[2] = r2;
+        for k in 0..d {
+            out[3 + k] = (z[k] - m) / (v + EPS).sqrt();
+        }
+    })
+    .unwrap();
+    let e = FastNorm::new(&x, p, EPS, true)
+        .unwrap()
+        .estimate(Budget::new(400_000, 14).unwrap())
+        .unwrap();
+    assert_z("E[M]", e.mean, oracle.values[0]);
+    assert_z("E[V]", e.var, oracle.values[1]);
+    assert_z("E[R2]", e.r2, oracle.values[2]);
+    for k in 0..d {
+        assert_z(&format!("E[LN_{k}]"), e.ln[k], oracle.values[3 + k]);
+    }
+}
+
+/// 67 assertions: E[M], E[V], E[R²] and E[LN(z)_k] for 64 channels, fast
+/// path against the per-element reference sampler.
+#[test]
+fn fast_layernorm_agrees_with_the_reference_sampler() {
+    let x = input(64, 0.7);
+    let p = 0.1;
+    let fast = FastNorm::new(&x, p, EPS, true)
+        .unwrap()
+        .estimate(Budget::new(200_000, 15).unwrap())
+        .unwrap();
+    let slow = ReferenceNorm::new(&x, p, EPS, true)
+        .unwrap()
+        .estimate(Budget::new(50_000, 16).unwrap())
+        .unwrap();
+    assert_same("E[M]", fast.mean, slow.mean);
+    assert_same("E[V]", fast.var, slow.var);
+    assert_same("E[R2]", fast.r2, slow.r2);
+    assert_eq!(fast.ln.len(), 64);
+    for k in 0..64 {
+        assert_same(&format!("E[LN_{k}]"), fast.ln[k], slow.ln[k]);
+    }
+}
+
+fn attention_row(t: usize) -> (Vec<f64>, Vec<f64>) {
+    let logits: Vec<f64> = (0..t).map(|i| ((i * 13 % 7) as f64 - 3.0) * 0.5).collect();
+    let e: Vec<f64> = logits.iter().map(|l| l.exp()).collect();
+    let total: f64 = e.iter().sum();
+    let a = e.iter().map(|v| v / total).collect();
+    let v = (0..t).map(|i| (i as f64 * 0.37).cos()).collect();
+    (a, v)
+}
+
+/// 6 assertions: E[R] = Σa, Var R = (p/q) Σa², E[o] = Σ a v (FORMULAS §7,
+/// exact), and the same three against the reference sampler.
+#[test]
+fn fast_attention_matches_the_formulas_and_the_reference() {
+    let (a, v) = attention_row(128);
+    let p = 0.1;
+    let q = 1.0 - p;
+    let fast = FastAttention::new(&a, &v, p)
+        .unwrap()
+        .estimate(Budget::new(500_000, 17).unwrap())
+        .unwrap();
+    assert_z("E[R]", fast.row_sum, a.iter().sum());
+    assert_z(
+        "Var R",
+        fast.row_sum_var,
+        p / q * a.iter().map(|x| x * x).sum::<f64>(),
+    );
+    assert_z(
+        "E[o]",
+        fast.output,
+        a.iter().zip(&v).map(|(a, v)| a * v).sum(),
+    );
+    let slow = ReferenceAttention::new(&a, &v, p)
+        .unwrap()
+        .estimate(Budget::new(100_000, 18).unwrap())
+        .unwrap();
+    assert_same("E[R]", fast.row_sum, slow.row_sum);
+    assert_same("Var R", fast.row_sum_var, slow.row_sum_var);
+    assert_same("E[o]", fast.output, slow.output);
+}
+
+/// 8 assertions: the fraction of 1 bits is q (binomial z-test), for q with
+/// one digit, a short and a long expansion, and a repeating one, by the plain
+/// walk (`BernoulliBits`) and by the compacting generator (`MaskBits`).
+#[test]
+fn bernoulli_bits_keep_with_probability_q() {
+    let words = 1usize << 16;
+    for (i, q) in [0.5, 0.75, 0.9, 1.0 / 3.0].into_iter().enumerate() {
+        let plain = BernoulliBits::new(q).unwrap();
+        let mut rng = dropmc::engine::stream(19, i as u64);
+        let ones: u64 = (0..words)
+            .map(|_| u64::from(plain.word(&mut rng).count_ones()))
+            .sum();
+        assert_fraction(&format!("plain walk, q = {q}"), ones, words, q);
+        let compact = MaskBits::new(q).unwrap();
+        let mut rng = dropmc::engine::stream(20, i as u64);
+        let mut src = WordSource::new(&mut rng);
+        let (mut out, mut open) = (vec![0u64; words], vec![0u64; words]);
+        compact.fill(&mut src, &mut out, &mut open);
+        let ones: u64 = out.iter().map(|w| u64::from(w.count_ones())).sum();
+        assert_fraction(&format!("compacting, q = {q}"), ones, words, q);
+    }
+}
+
+fn assert_fraction(what: &str, ones: u64, words: usize, q: f64) {
+    let n = words as u64 * 64;
+    let se = (q * (1.0 - q) / n as f64).sqrt();
+    let estimate = Estimate {
+        value: ones as f64 / n as f64,
+        stderr: se,
+        n,
+    };
+    assert_z(what, estimate, q);
+}
+
+fn bits_of(e: &NormEstimates) -> Vec<u64> {
+    [e.mean, e.var, e.r2]
+        .iter()
+        .chain(&e.ln)
+        .flat_map(|e| [e.value.to_bits(), e.stderr.to_bits()])
+        .collect()
+}
+
+#[test]
+fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
+    // Not a multiple of the chunk size, more than one parallel block, and a
+    // width that is not a multiple of 64.
+    let budget = Budget::new(70 * CHUNK + 123, 42).unwrap();
+    let x = input(100, 0.7);
+    let (a, v) = attention_row(72);
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let n = FastNorm::new(&x, 0.1, EPS, true)
+                .unwrap()
+                .estimate(budget)
+                .unwrap();
+            let t = FastAttention::new(&a, &v, 0.1)
+                .unwrap()
+                .estimate(budget)
+                .unwrap();
+            let mut b = bits_of(&n);
+            for e in [t.row_sum, t.row_sum_var, t.output] {
+                b.extend([e.value.to_bits(), e.stderr.to_bits()]);
+            }
+            b
+        })
+    };
+    let one = run(1);
+    assert_eq!(one, run(2));
+    assert_eq!(one, run(4));
+    // And a different seed reads different streams.
+    let other = FastNorm::new(&x, 0.1, EPS, true)
+        .unwrap()
+        .estimate(Budget::new(10_000, 43).unwrap())
+        .unwrap();
+    let same = FastNorm::new(&x, 0.1, EPS, true)
+        .unwrap()
+        .estimate(Budget::new(10_000, 42).unwrap())
+        .unwrap();
+    assert_ne!(bits_of(&other), bits_of(&same));
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    assert!(FastNorm::new(&[], 0.1, EPS, true).is_err());
+    assert!(FastNorm::new(&[1.0, f64::NAN], 0.1, EPS, true).is_err());
+    assert!(FastNorm::new(&[1.0], 1.0, EPS, true).is_err());
+    assert!(FastNorm::new(&[1.0], 0.1, 0.0, true).is_err());
+    assert!(ReferenceNorm::new(&[1.0], 0.1, -1.0, true).is_err());
+    assert!(FastAttention::new(&[0.5, 0.5], &[1.0], 0.1).is_err());
+    assert!(ReferenceAttention::new(&[0.5], &[1.0], -0.1).is_err());
+    let f = FastNorm::new(&[1.0, 2.0], 0.1, EPS, true).unwrap();
+    assert!(
+        f.estimate(Budget {
+            samples: 1,
+            seed: 0
+        })
+        .is_err()
+    );
+}
