@@ -92,3 +92,14 @@ fn second_order_beats_first_order_on_random_inputs() {
     }
     println!("largest second/first error ratio: {worst_ratio:.3}");
 }
+
+#[test]
+fn zz_probe() {
+    use dropmc::claims::norm::{SWEEP_D, gap_curve};
+    use dropmc::claims::second_order;
+    for claim in second_order::norm_claims() {
+        let t = std::time::Instant::now();
+        let c = gap_curve(claim, &SWEEP_D).unwrap();
+        println!("{} {:?}\n gaps {:?}\n rounding {:?}\n local {:?}\n slope {} tol {} A {} B {}", claim.id, t.elapsed(), c.gap, c.rounding, c.local_slopes, c.slope, c.tolerance, c.a, c.b);
+    }
+}

@@ -93,7 +93,7 @@
 //! `LN(y)_k = γ_k g + β_k`, so the expectation is `β_k + γ_k E[g]`.
 
 use crate::error::{Error, check_finite_vec, check_len};
-use crate::ops::Rate;
+use crate::ops::{Rate, Site};
 
 /// Per-unit mean and noise moments of `y_j = h_j + m_j v_j / q`.
 #[derive(Debug, Clone, PartialEq)]
@@ -133,6 +133,21 @@ impl NoisyUnits {
     /// Units `dropout(x_j)` (no bypass).
     pub fn dropout(x: &[f64], rate: Rate) -> Result<Self, Error> {
         Self::bypass(&vec![0.0; x.len()], x, rate)
+    }
+
+    /// The units of a site with one dropped term, `y = h + dropout(v)`.
+    /// A site with several terms is an error: the fourth moment of a sum of
+    /// dropped terms is not the sum of their fourth moments.
+    pub fn from_site(site: &Site) -> Result<Self, Error> {
+        match site.terms() {
+            [(v, rate)] => Self::bypass(site.h(), v, *rate),
+            terms => Err(Error::Degenerate {
+                what: format!(
+                    "the second-order forms take one dropped term, not {}",
+                    terms.len()
+                ),
+            }),
+        }
     }
 
     fn d(&self) -> f64 {
