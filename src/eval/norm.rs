@@ -229,7 +229,13 @@ pub fn ln(
         ("E[LN(z)]", Values::PerUnit(fl::corrected(x, &ln, rate)?)),
     ];
     let units = NoisyUnits::dropout(x, rate)?;
-    let mut out = run("ln", &site, &Plan::Ln { ln: ln.clone(), u }, budget, formulas)?;
+    let mut out = run(
+        "ln",
+        &site,
+        &Plan::Ln { ln: ln.clone(), u },
+        budget,
+        formulas,
+    )?;
     attach(&mut out, "E[LN(z)]", &units, Norm::Ln(&ln))?;
     Ok(out)
 }
@@ -254,7 +260,13 @@ pub fn rms(
         ),
     ];
     let units = NoisyUnits::dropout(x, rate)?;
-    let mut out = run("rms", &site, &Plan::Rms { rms: rms.clone() }, budget, formulas)?;
+    let mut out = run(
+        "rms",
+        &site,
+        &Plan::Rms { rms: rms.clone() },
+        budget,
+        formulas,
+    )?;
     attach(&mut out, "E[RMSNorm(z)]", &units, Norm::Rms(&rms))?;
     Ok(out)
 }
@@ -272,7 +284,13 @@ pub fn bypass(h: &[f64], v: &[f64], p: f64, budget: Budget) -> Result<EvalOutput
         ("E[LN(y)]", Values::PerUnit(fb::corrected(&site, &ln)?)),
     ];
     let units = NoisyUnits::from_site(&site)?;
-    let mut out = run("bypass", &site, &Plan::Bypass { ln: ln.clone(), u }, budget, formulas)?;
+    let mut out = run(
+        "bypass",
+        &site,
+        &Plan::Bypass { ln: ln.clone(), u },
+        budget,
+        formulas,
+    )?;
     attach(&mut out, "E[LN(y)]", &units, Norm::Ln(&ln))?;
     Ok(out)
 }
