@@ -144,6 +144,8 @@ pub struct ReportArgs {
 }
 
 /// Quantities `eval` knows.
+// The doc comments are clap's help text: `E[M]` there is not a link.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
     /// Dropout moments per unit and of the sum.
@@ -180,6 +182,7 @@ pub struct BnArgs {
 }
 
 /// Arguments of `eval attn`.
+#[allow(rustdoc::broken_intra_doc_links)] // clap help text, as above
 #[derive(Debug, Args)]
 pub struct AttnArgs {
     /// The attention probability row, comma-separated, summing to 1.
