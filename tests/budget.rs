@@ -24,6 +24,9 @@
 //!   steps 5 + 1, after-last-BN nulls 2·6, re-estimation nulls 2·6, fold
 //!   2·6 + 2·6 + 6, LayerNorm 2·6, readout 2·2 (88);
 //! * `tests/cli.rs`: `mc` of `eval bn` on 2 channels (c and the fold: 4).
+//! * `tests/second_order.rs` makes none: it compares exact oracles with
+//!   closed forms (rounding bounds, no sampling); the `second_order`
+//!   claims' Monte Carlo runs in the registry (first bullet).
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
