@@ -321,3 +321,61 @@ fn eval_carries_the_second_order_and_the_guide() {
         assert!(r.masks_to_resolve_first_order.unwrap() >= 1.0);
     }
 }
+
+#[test]
+fn the_per_draw_spread_of_the_guide_converges_to_the_exact_one() {
+    // The guide's sd is leading order: its relative error is O(1/d), so on
+    // the claims' two-value shape it must shrink as d grows (full
+    // enumeration of E[out²] − E[out]², exact, no budget).
+    use dropmc::claims::norm::two_groups;
+    use dropmc::formulas::second_order::{layer_norm_draw_sd, rms_norm_draw_sd};
+    let rate = Rate::new(0.3).unwrap();
+    let mut previous = [f64::INFINITY; 2];
+    for d in [8, 12, 16, 20] {
+        let x = two_groups(d, 2.0, 0.5).unwrap();
+        let o = enumerate_masks(d, rate, 4 * d, |mask, out| {
+            let y: Vec<f64> = (0..d)
+                .map(|k| if mask[k] { x[k] / rate.q() } else { 0.0 })
+                .collect();
+            let m = y.iter().sum::<f64>() / d as f64;
+            let a = y.iter().map(|t| t * t).sum::<f64>() / d as f64;
+            let var = a - m * m;
+            for k in 0..d {
+                // The all-dropped mask gives 0 for both (the ε → 0⁺ rule).
+                let ln = if var > 0.0 {
+                    (y[k] - m) / var.sqrt()
+                } else {
+                    0.0
+                };
+                let rms = if a > 0.0 { y[k] / a.sqrt() } else { 0.0 };
+                out[k] = ln;
+                out[d + k] = ln * ln;
+                out[2 * d + k] = rms;
+                out[3 * d + k] = rms * rms;
+            }
+        })
+        .unwrap();
+        let sd = |base: usize, k: usize| {
+            let (m1, m2) = (o.values[base + k], o.values[base + d + k]);
+            (m2 - m1 * m1).sqrt()
+        };
+        let units = NoisyUnits::dropout(&x, rate).unwrap();
+        let ones = vec![1.0; d];
+        let ln_sd = layer_norm_draw_sd(&units, &ones, 0.0).unwrap();
+        let rms_sd = rms_norm_draw_sd(&units, &ones, 0.0).unwrap();
+        let worst = |formula: &[f64], base: usize| {
+            (0..d)
+                .map(|k| (formula[k] / sd(base, k) - 1.0).abs())
+                .fold(0.0, f64::max)
+        };
+        let errors = [worst(&ln_sd, 0), worst(&rms_sd, 2 * d)];
+        println!(
+            "d = {d}: relative error of the guide's sd: LN {:.3}, RMS {:.3}",
+            errors[0], errors[1]
+        );
+        for (e, p) in errors.iter().zip(&previous) {
+            assert!(e < p, "d = {d}: {errors:?} after {previous:?}");
+        }
+        previous = errors;
+    }
+}
