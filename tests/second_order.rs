@@ -8,7 +8,9 @@
 //! * on the grouped oracle over d = 16…4096 the second-order residual falls
 //!   like 1/d² (the order test of [`GapCurve::check_order`] with n = 2) and
 //!   stays below the first-order residual at every d;
-//! * a second order that drops a term is caught by the same order test.
+//! * a second order that drops a term is caught by the same order test;
+//! * the sample-size guide inverts the standard error, its per-draw sd
+//!   converges to the exact one as d grows, and `eval` carries both fields.
 //!
 //! Exact comparisons only: no sampling, no false-alarm budget. The Monte
 //! Carlo side of the claims runs in `tests/report_snapshot.rs`.
