@@ -28,7 +28,10 @@
 //!   `fast_layernorm_matches_full_enumeration` (13),
 //!   `fast_layernorm_agrees_with_the_reference_sampler` (67),
 //!   `fast_attention_matches_the_formulas_and_the_reference` (6),
-//!   `bernoulli_bits_keep_with_probability_q` (8): 100.
+//!   `bernoulli_bits_keep_with_probability_q` (8): 100;
+//! * `tests/second_order.rs` makes none: it compares exact oracles with
+//!   closed forms (rounding bounds, no sampling); the `second_order`
+//!   claims' Monte Carlo runs in the registry (first bullet).
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};

@@ -125,42 +125,11 @@ fn curve(claim: &NormClaim) -> GapCurve {
     c
 }
 
-/// The order test: why a gap curve counts as falling like 1/d, or the
-/// first reason it does not.
+/// The order test (see [`GapCurve::check_order`]); these claims are of
+/// order 1.
 fn check_order(c: &GapCurve) -> Result<(), String> {
-    // The bound must tell −1 from the neighbouring simple rates (d^-1/2 and
-    // d^-3/2 are 1/2 away): at most half that distance. The slope must sit
-    // within it.
-    if c.tolerance >= 0.25 {
-        return Err(format!(
-            "bound {} too wide to tell rates apart",
-            c.tolerance
-        ));
-    }
-    if (c.slope + 1.0).abs() > c.tolerance {
-        return Err(format!("slope {} outside −1 ± {}", c.slope, c.tolerance));
-    }
-    // The two-term model d·gap = A + B/d holds on the fitted range: what it
-    // leaves (the O(1/d²) part of d·gap) is smaller than its own correction
-    // B/d at the range's start.
-    let d0 = c.d[c.fit_from] as f64;
-    for (&d, g) in c.d[c.fit_from..].iter().zip(&c.gap[c.fit_from..]) {
-        let d = d as f64;
-        let residual = d * g - (c.a + c.b / d);
-        if residual.abs() > (c.b / d0).abs() {
-            return Err(format!(
-                "at d = {d}: residual {residual:e} > B/d0 = {:e}",
-                c.b / d0
-            ));
-        }
-    }
-    // Local slopes converge to −1: each doubling of d brings the local
-    // slope strictly closer (an O(1/d) deviation halves per doubling).
-    let deviations: Vec<f64> = c.local_slopes.iter().map(|s| (s + 1.0).abs()).collect();
-    if !deviations.windows(2).all(|w| w[1] < w[0]) {
-        return Err(format!("local slopes {:?} do not converge", c.local_slopes));
-    }
-    Ok(())
+    assert_eq!(c.order, 1);
+    c.check_order()
 }
 
 #[test]

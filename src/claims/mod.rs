@@ -31,6 +31,7 @@ pub mod mask_shape;
 pub mod norm;
 mod registry;
 pub mod rmsnorm;
+pub mod second_order;
 pub mod semantics;
 mod verdict;
 

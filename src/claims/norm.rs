@@ -262,12 +262,67 @@ pub struct GapCurve {
     /// Least-squares slope of `ln gap` on `ln d` over `d[fit_from..]`.
     pub slope: f64,
     pub fit_from: usize,
-    /// `A`, `B` of the two-term model `d · gap(d) = A + B/d`, fitted by
-    /// least squares over the same widths as the slope.
+    /// `A`, `B` of the two-term model `d^n · gap(d) = A + B/d` (`n` the
+    /// claim's order), fitted by least squares over the same widths as the
+    /// slope.
     pub a: f64,
     pub b: f64,
-    /// How far the fitted slope may sit from −1 (see [`gap_curve`]).
+    /// How far the fitted slope may sit from `−n` (see [`gap_curve`]).
     pub tolerance: f64,
+    /// The claim's order `n`: the gap should fall like `1/d^n`.
+    pub order: u32,
+}
+
+impl GapCurve {
+    /// The order test: `Ok` when the curve falls like `1/d^n` (`n` =
+    /// [`order`](Self::order)), else the first reason it does not.
+    ///
+    /// * The bound must tell `−n` from the neighbouring simple rates
+    ///   (`d^(−n ± 1/2)` are 1/2 away): it must be below half that distance,
+    ///   and the fitted slope must sit within it of `−n`.
+    /// * The two-term model `d^n · gap = A + B/d` must hold on the fitted
+    ///   range: what it leaves (the `O(1/d²)` part of `d^n · gap`) is smaller
+    ///   than its own correction `B/d₀` at the range's start.
+    /// * The local slopes must converge to `−n`: each doubling of `d` brings
+    ///   the local slope strictly closer (an `O(1/d)` deviation halves per
+    ///   doubling).
+    pub fn check_order(&self) -> Result<(), String> {
+        let n = self.order as f64;
+        if self.tolerance >= 0.25 {
+            return Err(format!(
+                "bound {} too wide to tell rates apart",
+                self.tolerance
+            ));
+        }
+        if (self.slope + n).abs() > self.tolerance {
+            return Err(format!(
+                "slope {} outside −{n} ± {}",
+                self.slope, self.tolerance
+            ));
+        }
+        let d0 = self.d[self.fit_from] as f64;
+        for (&d, g) in self.d[self.fit_from..]
+            .iter()
+            .zip(&self.gap[self.fit_from..])
+        {
+            let d = d as f64;
+            let residual = d.powi(self.order as i32) * g - (self.a + self.b / d);
+            if residual.abs() > (self.b / d0).abs() {
+                return Err(format!(
+                    "at d = {d}: residual {residual:e} > B/d0 = {:e}",
+                    self.b / d0
+                ));
+            }
+        }
+        let deviations: Vec<f64> = self.local_slopes.iter().map(|s| (s + n).abs()).collect();
+        if !deviations.windows(2).all(|w| w[1] < w[0]) {
+            return Err(format!(
+                "local slopes {:?} do not converge",
+                self.local_slopes
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Measures `claim`'s gap at each width in `ds` on the grouped oracle.
@@ -287,6 +342,10 @@ pub fn gap_curve(claim: &NormClaim, ds: &[usize]) -> Result<GapCurve, Error> {
     let sweep = claim.sweep.ok_or_else(|| Error::Degenerate {
         what: format!("{} has no sweep configuration", claim.id),
     })?;
+    let order = match claim.kind {
+        Kind::LeadingOrder { order } => order,
+        Kind::Exact => 1,
+    };
     let mut gap = Vec::with_capacity(ds.len());
     let mut rounding = Vec::with_capacity(ds.len());
     for &d in ds {
@@ -304,7 +363,11 @@ pub fn gap_curve(claim: &NormClaim, ds: &[usize]) -> Result<GapCurve, Error> {
     let fit_from = FIT_FROM.min(ds.len().saturating_sub(2));
     let slope = least_squares(&logd[fit_from..], &logg[fit_from..]).1;
     let inv: Vec<f64> = ds.iter().map(|&d| 1.0 / d as f64).collect();
-    let scaled: Vec<f64> = ds.iter().zip(&gap).map(|(&d, g)| d as f64 * g).collect();
+    let scaled: Vec<f64> = ds
+        .iter()
+        .zip(&gap)
+        .map(|(&d, g)| (d as f64).powi(order as i32) * g)
+        .collect();
     let (a, b) = least_squares(&inv[fit_from..], &scaled[fit_from..]);
     let span = logd[logd.len() - 1] - logd[fit_from];
     let worst_rel_rounding = rounding
@@ -323,6 +386,7 @@ pub fn gap_curve(claim: &NormClaim, ds: &[usize]) -> Result<GapCurve, Error> {
         a,
         b,
         tolerance,
+        order,
     })
 }
 

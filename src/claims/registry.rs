@@ -15,6 +15,7 @@ pub fn registry() -> Vec<&'static dyn Claim> {
     all.extend(super::mask_shape::claims());
     all.extend(super::ensemble::claims());
     all.extend(super::batchnorm::claims());
+    all.extend(super::second_order::claims());
     all
 }
 

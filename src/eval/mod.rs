@@ -13,11 +13,17 @@
 //! leading order), `exact` an exact finite-`d` value where the crate can
 //! compute one (else `null`), `mc` and `stderr` the estimate. Scalars are
 //! numbers, per-unit quantities arrays.
+//!
+//! `E[LN(z)]`, `E[RMSNorm(z)]` and `E[LN(y)]` carry two more fields (absent
+//! elsewhere): `second_order`, the next-order estimate, and
+//! `masks_to_resolve_first_order`, the sample-size guide (see
+//! [`second_order`]).
 
 pub mod attn;
 pub mod bn;
 pub mod moments;
 pub mod norm;
+pub mod second_order;
 
 use serde::Serialize;
 
@@ -67,6 +73,13 @@ pub struct EvalResult {
     pub exact: Option<Values>,
     pub mc: Values,
     pub stderr: Values,
+    /// The next-order estimate, where the crate has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second_order: Option<Values>,
+    /// The sample-size guide: masks needed before Monte Carlo tells the
+    /// first-order `formula` from the truth (see [`second_order`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub masks_to_resolve_first_order: Option<f64>,
 }
 
 impl EvalResult {
@@ -87,6 +100,8 @@ impl EvalResult {
             exact,
             mc,
             stderr,
+            second_order: None,
+            masks_to_resolve_first_order: None,
         }
     }
 }
@@ -131,8 +146,14 @@ pub fn table(output: &EvalOutput) -> String {
         "{} at p = {}, d = {} ({} samples, seed {})\n",
         output.quantity, output.p, output.d, output.samples, output.seed
     );
-    let header = ["quantity", "formula", "exact", "Monte Carlo ± SE"];
-    let mut rows: Vec<[String; 4]> = vec![header.map(String::from)];
+    let header = [
+        "quantity",
+        "formula",
+        "exact",
+        "Monte Carlo ± SE",
+        "second order",
+    ];
+    let mut rows: Vec<[String; 5]> = vec![header.map(String::from)];
     for r in &output.results {
         let formula = r.formula.as_slice();
         for (k, value) in formula.iter().enumerate() {
@@ -149,10 +170,19 @@ pub fn table(output: &EvalOutput) -> String {
                 format_value(*value),
                 exact,
                 format_estimate(r.mc.as_slice()[k], r.stderr.as_slice()[k]),
+                r.second_order
+                    .as_ref()
+                    .map_or(String::new(), |s| format_value(s.as_slice()[k])),
             ]);
         }
     }
-    let widths: Vec<usize> = (0..4)
+    // The second-order column only where some quantity has one.
+    let columns = if rows.iter().skip(1).any(|r| !r[4].is_empty()) {
+        5
+    } else {
+        4
+    };
+    let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     for row in &rows {
@@ -164,5 +194,6 @@ pub fn table(output: &EvalOutput) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
+    out.push_str(&second_order::guide_lines(output));
     out
 }

@@ -21,10 +21,12 @@
 //! crate's norms return `β` (LayerNorm) or 0 (RMSNorm) there, the `ε → 0⁺`
 //! limit (see [`crate::ops::LayerNorm`]).
 
+use super::second_order::{Norm, attach};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
 use crate::exact::{MAX_ENUMERATION_D, site_expectation};
+use crate::formulas::second_order::NoisyUnits;
 use crate::formulas::{bypass as fb, compound as fc, layernorm as fl, rmsnorm as fr};
 use crate::ops::{LayerNorm, Rate, RmsNorm, Site, Subject, mean_and_variance};
 
@@ -226,7 +228,16 @@ pub fn ln(
         ("c", Values::Scalar(fl::shrink_eps(mu, s2, eps, rate))),
         ("E[LN(z)]", Values::PerUnit(fl::corrected(x, &ln, rate)?)),
     ];
-    run("ln", &site, &Plan::Ln { ln, u }, budget, formulas)
+    let units = NoisyUnits::dropout(x, rate)?;
+    let mut out = run(
+        "ln",
+        &site,
+        &Plan::Ln { ln: ln.clone(), u },
+        budget,
+        formulas,
+    )?;
+    attach(&mut out, "E[LN(z)]", &units, Norm::Ln(&ln))?;
+    Ok(out)
 }
 
 /// `eval rms`: `E[R^2]`, `E[RMSNorm(z)]`.
@@ -248,7 +259,16 @@ pub fn rms(
             Values::PerUnit(fr::corrected(x, &rms, rate)?),
         ),
     ];
-    run("rms", &site, &Plan::Rms { rms }, budget, formulas)
+    let units = NoisyUnits::dropout(x, rate)?;
+    let mut out = run(
+        "rms",
+        &site,
+        &Plan::Rms { rms: rms.clone() },
+        budget,
+        formulas,
+    )?;
+    attach(&mut out, "E[RMSNorm(z)]", &units, Norm::Rms(&rms))?;
+    Ok(out)
 }
 
 /// `eval bypass`: `E[V]` of `y = h + dropout(v)`, `c_damped`, `E[LN(y)]`
@@ -263,7 +283,16 @@ pub fn bypass(h: &[f64], v: &[f64], p: f64, budget: Budget) -> Result<EvalOutput
         ("c_damped", Values::Scalar(fb::damped(&site, 0.0)?)),
         ("E[LN(y)]", Values::PerUnit(fb::corrected(&site, &ln)?)),
     ];
-    run("bypass", &site, &Plan::Bypass { ln, u }, budget, formulas)
+    let units = NoisyUnits::from_site(&site)?;
+    let mut out = run(
+        "bypass",
+        &site,
+        &Plan::Bypass { ln: ln.clone(), u },
+        budget,
+        formulas,
+    )?;
+    attach(&mut out, "E[LN(y)]", &units, Norm::Ln(&ln))?;
+    Ok(out)
 }
 
 /// The LayerNorm parameters of `eval compound`: `γ`, `β` of each norm.
