@@ -48,6 +48,11 @@ pub fn mean_square(x: &[f64]) -> Result<f64, Error> {
         });
     }
     let r2 = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    if !r2.is_finite() {
+        return Err(Error::Degenerate {
+            what: "the mean square of x overflows f64 (rescale x)".into(),
+        });
+    }
     if r2 == 0.0 {
         return Err(Error::Degenerate {
             what: "x is all zero: RMSNorm divides by its root mean square".into(),
