@@ -67,8 +67,17 @@ pub fn mean_of_r2(x: &[f64], rate: Rate) -> Result<f64, Error> {
 }
 
 /// `c_rms = sqrt((r² + ε)/(r²/q + ε))`, `√q` at `ε = 0`.
+///
+/// Computed as `sqrt(q (a + b)/(a + q b))` with `a = r²/s`, `b = ε/s`,
+/// `s = max(r², ε)`: the same value, without the overflow of `r²/q` (or of
+/// `r² + ε`) that turned a huge input at `p` near 1 into `c = 0` or NaN.
 pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
-    ((r2 + eps) / (r2 / rate.q() + eps)).sqrt()
+    let s = r2.max(eps);
+    if !(s > 0.0) {
+        return rate.q().sqrt(); // r² = ε = 0: the limit ε → 0 of the formula
+    }
+    let (a, b) = (r2 / s, eps / s);
+    (rate.q() * (a + b) / (a + rate.q() * b)).sqrt()
 }
 
 /// `RMS(x)`, the uncorrected output.

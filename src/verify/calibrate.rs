@@ -103,9 +103,11 @@ pub fn calibrate(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Calibration, Error> {
     if options.seeds < 2 {
-        return Err(Error::TooFewSamples {
-            needed: 2,
-            got: options.seeds,
+        return Err(Error::InvalidOption {
+            what: format!(
+                "--seeds {}: calibration needs at least 2 seeds",
+                options.seeds
+            ),
         });
     }
     // p_values[claim][component][seed]

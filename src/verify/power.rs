@@ -300,13 +300,17 @@ pub fn power(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PowerRun, Error> {
     if options.seeds == 0 {
-        return Err(Error::TooFewSamples { needed: 1, got: 0 });
+        return Err(Error::InvalidOption {
+            what: "--seeds 0: power needs at least 1 seed".into(),
+        });
     }
     let claims = selected_claims(options);
     if claims.is_empty() {
-        return Err(Error::Parse {
-            what: "family (no claim of that family exercises a dropout layer)".into(),
-            token: options.family.clone().unwrap_or_default(),
+        return Err(Error::InvalidOption {
+            what: format!(
+                "--family {}: no conformance claim (a claim that exercises a dropout layer) has this family",
+                options.family.as_deref().unwrap_or_default()
+            ),
         });
     }
     let total = options.seeds * (candidates.len() as u64 + 1);
