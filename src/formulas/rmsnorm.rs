@@ -73,7 +73,7 @@ pub fn mean_of_r2(x: &[f64], rate: Rate) -> Result<f64, Error> {
 /// `r² + ε`) that turned a huge input at `p` near 1 into `c = 0` or NaN.
 pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
     let s = r2.max(eps);
-    if !(s > 0.0) {
+    if s.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
         return rate.q().sqrt(); // r² = ε = 0: the limit ε → 0 of the formula
     }
     let (a, b) = (r2 / s, eps / s);

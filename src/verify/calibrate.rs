@@ -23,6 +23,7 @@
 //!   this budget (a rare count, such as `P(K = 0) = p^8` at a capped
 //!   `--samples`); KS assumes a continuous distribution, so it is reported,
 //!   not flagged.
+//!
 //! Flagging uses a Kolmogorov-Smirnov family level (`flag_alpha`, by default
 //! [`KS_FAMILY_ALPHA`]) split by Bonferroni over the components tested and
 //! the pooled test, so a calibrated suite raises a false flag with
