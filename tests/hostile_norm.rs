@@ -242,6 +242,88 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(config(150, "proptest-regressions/hostile_norm_layers.txt"))]
+
+    /// Linear and BatchNorm on hostile matrices: a typed error or finite.
+    #[test]
+    fn linear_and_batchnorm_forward_are_errors_or_finite(
+        w in prop::collection::vec(hostile_f64(), 0..5), b in hostile_vec(), x in hostile_vec(),
+        rows in 1usize..3, p in hostile_p()
+    ) {
+        let cols = w.len() / rows;
+        let weight = nalgebra::DMatrix::from_row_slice(rows, cols, &w[..rows * cols]);
+        if let Ok(linear) = dropmc::ops::Linear::new(weight, nalgebra::DVector::from_vec(b)) {
+            let batch = x.len() / cols.max(1);
+            if cols > 0 && batch > 0 {
+                let input = nalgebra::DMatrix::from_column_slice(cols, batch, &x[..cols * batch]);
+                if let Ok(y) = linear.forward(&input) {
+                    prop_assert!(y.iter().all(|v| v.is_finite()), "{y}");
+                }
+            }
+        }
+        let channels = rows;
+        let batch = x.len() / channels;
+        if batch > 0 {
+            let input = nalgebra::DMatrix::from_column_slice(channels, batch, &x[..channels * batch]);
+            let mut bn = BatchNorm::new(channels).unwrap();
+            if let Ok(y) = bn.forward_train(&input) {
+                prop_assert!(y.iter().all(|v| v.is_finite()), "{y}");
+                prop_assert!(bn.running_var().iter().chain(bn.running_mean()).all(|v| v.is_finite()));
+            }
+            if bn.fold_dropout(p).is_ok() {
+                prop_assert!(bn.running_var().iter().all(|v| v.is_finite() && *v > 0.0));
+            }
+            if let Ok(y) = bn.forward_eval(&input) {
+                prop_assert!(y.iter().all(|v| v.is_finite()), "{y}");
+            }
+        }
+    }
+
+    /// The compound, attention and mask-shape formulas: errors or finite on
+    /// hostile vectors (attention and mask shape take validated inputs:
+    /// a probability row and finite values of moderate size).
+    #[test]
+    fn compound_attention_and_mask_shape_formulas_are_errors_or_finite(
+        x in hostile_vec(), g in hostile_vec(), b in hostile_vec(), p in hostile_p(),
+        a in prop::collection::vec(0.0..1.0f64, 1..6), v in prop::collection::vec(-1e100..1e100f64, 1..6),
+        positions in 0usize..5, d in 0usize..5
+    ) {
+        let Ok(rate) = Rate::new(p) else { return Ok(()) };
+        if let (Ok(ln1), Ok(ln2)) = (LayerNorm::new(g.clone(), b.clone(), 0.0), LayerNorm::new(g, b, 1e-5)) {
+            if let Ok(c) = dropmc::formulas::compound::compound(&x, &ln1, &ln2, rate) {
+                let shown = format!("{c:?}");
+                prop_assert!(!shown.contains("NaN") && !shown.contains("inf"), "{}", shown);
+            }
+        }
+        let total: f64 = a.iter().sum();
+        if total > 0.0 {
+            use dropmc::formulas::attention as fa;
+            let row: Vec<f64> = a.iter().map(|t| t / total).collect();
+            let vals = &v[..v.len().min(row.len())];
+            let row = &row[..vals.len()];
+            let all = [
+                fa::row_sum_mean(row),
+                fa::row_sum_variance(row, rate),
+                fa::output_mean(row, vals),
+                fa::output_variance(row, vals, rate),
+            ];
+            prop_assert!(all.iter().all(|t| t.is_finite()), "{all:?}");
+            prop_assert!(fa::entry_mean(row).iter().all(|t| t.is_finite()));
+        }
+        use dropmc::formulas::mask_shape as fm;
+        let block = &v[..(positions * d).min(v.len())];
+        let values: Vec<f64> = fm::independent_variance(block, d, rate)
+            .into_iter()
+            .chain(fm::shared_variance(block, d, rate))
+            .chain(fm::zero_column_probability(positions, d, true, rate))
+            .chain(fm::zero_column_probability(positions, d, false, rate))
+            .chain([fm::independent_never_mixed(positions, d, 3, rate)])
+            .collect();
+        prop_assert!(values.iter().all(|t| t.is_finite()), "{values:?}");
+    }
+}
+
 /// A quickcheck newtype for the troublesome corners of f64.
 #[derive(Debug, Clone, Copy)]
 struct Hostile(f64);
