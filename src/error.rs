@@ -35,6 +35,8 @@ pub enum Error {
         limit: usize,
         got: usize,
     },
+    /// A command option outside its domain (for example `--seeds 0`).
+    InvalidOption { what: String },
 }
 
 impl fmt::Display for Error {
@@ -66,6 +68,7 @@ impl fmt::Display for Error {
             Error::TooLarge { what, limit, got } => {
                 write!(f, "{what} = {got} is larger than the limit {limit}")
             }
+            Error::InvalidOption { what } => write!(f, "invalid option: {what}"),
         }
     }
 }

@@ -50,3 +50,34 @@ fn a_wrong_standard_error_is_flagged() {
     let ks = dropmc::stats::ks_uniform(&p).unwrap();
     assert!(ks.p_value < assertion_alpha(), "{ks:?}");
 }
+
+#[test]
+fn deterministic_rules_are_explained_not_ks_tested() {
+    // No statistical assertion: only the notes are checked (the verdicts of
+    // this run are not asserted, so it spends no false-alarm budget).
+    let options = CalibrationOptions {
+        seeds: 2,
+        first_seed: 5100,
+        samples: Some(2_000),
+        family: Some("semantics".into()),
+        flag_alpha: 0.01,
+    };
+    let c = calibrate(&Subject::reference(), &options, |_, _| {}).unwrap();
+    let rule = c
+        .claims
+        .iter()
+        .find(|x| x.id == "semantics.eval_identity")
+        .expect("registered");
+    assert!(rule.components.is_empty(), "{rule:?}");
+    assert!(!rule.flagged);
+    assert!(
+        rule.note
+            .as_deref()
+            .is_some_and(|n| n.contains("deterministic")),
+        "{rule:?}"
+    );
+    // Every claim without a KS-tested component says why.
+    for claim in c.claims.iter().filter(|x| x.components.is_empty()) {
+        assert!(claim.note.is_some(), "{claim:?}");
+    }
+}

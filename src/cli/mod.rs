@@ -96,15 +96,19 @@ pub struct PlotArgs {
 #[derive(Debug, Args)]
 pub struct PowerArgs {
     /// Seeds per wrong implementation.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 3)]
     pub seeds: u64,
     /// First seed.
     #[arg(long, default_value_t = 2000)]
     pub first_seed: u64,
-    /// Draws per claim (default: each claim's own budget).
+    /// Cap on the draws per claim (each claim runs min(its default, this));
+    /// the power at the default budget is extrapolated from the effect sizes.
+    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES)]
+    pub samples: u64,
+    /// Run every claim at its full default budget (slow; ignores --samples).
     #[arg(long)]
-    pub samples: Option<u64>,
-    /// Only this family.
+    pub full: bool,
+    /// Only this family (default: the conformance families).
     #[arg(long)]
     pub family: Option<String>,
     /// Print JSON instead of tables.
@@ -588,30 +592,39 @@ fn run_power(args: PowerArgs) -> Result<ExitCode, Error> {
     let options = power::PowerOptions {
         seeds: args.seeds,
         first_seed: args.first_seed,
-        samples: args.samples,
+        samples: (!args.full).then_some(args.samples),
         family: args.family.clone(),
     };
     let owned = perturb::graded();
-    let layers: Vec<&dyn crate::ops::DropoutLayer> = owned.iter().map(|l| l.as_ref()).collect();
-    let bar = progress::bar(options.seeds * layers.len() as u64, "runs", args.json);
-    let rows = power::power(&layers, &options, |done, _| bar.set_position(done))?;
+    let mut candidates: Vec<power::Candidate> = owned
+        .iter()
+        .map(|l| power::Candidate::new(l.as_ref()))
+        .collect();
+    candidates.extend(power::mutant_candidates());
+    let bar = progress::bar(
+        options.seeds * (candidates.len() as u64 + 1),
+        "runs",
+        args.json,
+    );
+    let run = power::power(&candidates, &options, |done, _| bar.set_position(done))?;
     bar.finish_and_clear();
+    // The detectable effects are those of the default budget (whole registry).
     let report_options = Options {
         seed: None,
-        samples: args.samples,
+        samples: None,
         family: args.family,
     };
     let effects = power::detectable_effects(&report::run(&Subject::reference(), &report_options)?);
     if args.json {
-        let value = serde_json::json!({ "subjects": rows, "detectable_effects": effects });
+        let value = serde_json::json!({ "power": run, "detectable_effects": effects });
         println!(
             "{}",
             serde_json::to_string_pretty(&value).unwrap_or_default()
         );
     } else {
         print!(
-            "{}\n{}",
-            power::table(&rows),
+            "{}\nminimum detectable effect per claim at the default budget:\n{}",
+            power::table(&run),
             power::effects_table(&effects)
         );
     }

@@ -139,12 +139,13 @@ pub fn attn(
             &est[d + 3..],
         ));
     }
-    Ok(EvalOutput {
+    EvalOutput {
         quantity: "attn",
         p,
         d,
         samples: budget.samples,
         seed: budget.seed,
         results,
-    })
+    }
+    .checked()
 }

@@ -98,7 +98,8 @@ pub fn bn(
             n: v.n,
         })
         .collect();
-    Ok(EvalOutput {
+    // A subnormal running_var can make the sampled variance 0 (c = s²/0).
+    EvalOutput {
         quantity: "bn",
         p,
         d: running_mean.len(),
@@ -113,5 +114,6 @@ pub fn bn(
                 &fold_mc,
             ),
         ],
-    })
+    }
+    .checked()
 }

@@ -197,14 +197,15 @@ fn run(
         at += n;
     }
     let p = site.terms()[0].1.p();
-    Ok(EvalOutput {
+    EvalOutput {
         quantity,
         p,
         d: site.dim(),
         samples: budget.samples,
         seed: budget.seed,
         results,
-    })
+    }
+    .checked()
 }
 
 /// `eval ln`: `E[M]`, `Var[M]`, `E[V]`, `c` (`c_ε`), `E[LN(z)]`.

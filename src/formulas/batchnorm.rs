@@ -166,8 +166,7 @@ pub fn c_squared(mu: f64, sigma: f64, rate: Rate) -> Result<f64, Error> {
             ),
         });
     }
-    let r = mu / sigma;
-    Ok(rate.q() / (1.0 + rate.p() * r * r))
+    Ok(rate.q() / (1.0 + super::layernorm::p_r2(mu, sigma, rate)))
 }
 
 /// Eval-mode output variance `σ² / (rv + ε)` of a channel with data

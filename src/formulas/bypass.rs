@@ -77,6 +77,11 @@ pub fn rho2(site: &Site) -> Result<f64, Error> {
 /// `ε = 0` this is `sqrt(q/(q + p ρ²))`.
 pub fn damped(site: &Site, eps: f64) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::Degenerate {
+            what: format!("eps must be finite and >= 0 (eps = {eps})"),
+        });
+    }
     Ok(((s2 + eps) / (s2 + added_noise(site) + eps)).sqrt())
 }
 

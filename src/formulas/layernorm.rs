@@ -72,6 +72,11 @@ pub fn input_moments(x: &[f64]) -> Result<(f64, f64), Error> {
         });
     }
     let (mu, sigma2) = crate::ops::mean_and_variance(x);
+    if !(mu.is_finite() && sigma2.is_finite()) {
+        return Err(Error::Degenerate {
+            what: "the moments of x overflow f64 (rescale x)".into(),
+        });
+    }
     if sigma2 == 0.0 || x.iter().all(|&v| v == x[0]) {
         return Err(Error::Degenerate {
             what: "σ = 0 (x is constant): c(μ, σ) divides by σ".into(),
@@ -109,8 +114,17 @@ pub fn shrink(mu: f64, sigma: f64, rate: Rate) -> Result<f64, Error> {
             what: format!("c(μ, σ) needs finite μ and σ > 0 (μ = {mu}, σ = {sigma})"),
         });
     }
+    Ok((rate.q() / (1.0 + p_r2(mu, sigma, rate))).sqrt())
+}
+
+/// `p (μ/σ)²`, exactly 0 at `p = 0` even when `μ/σ` overflows (`0 · ∞`
+/// would be NaN).
+pub(crate) fn p_r2(mu: f64, sigma: f64, rate: Rate) -> f64 {
+    if rate.p() == 0.0 {
+        return 0.0;
+    }
     let r = mu / sigma;
-    Ok((rate.q() / (1.0 + rate.p() * r * r)).sqrt())
+    rate.p() * r * r
 }
 
 /// `c_ε = sqrt((σ² + ε)/((σ² + p μ²)/q + ε))`.

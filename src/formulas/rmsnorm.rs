@@ -48,6 +48,11 @@ pub fn mean_square(x: &[f64]) -> Result<f64, Error> {
         });
     }
     let r2 = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    if !r2.is_finite() {
+        return Err(Error::Degenerate {
+            what: "the mean square of x overflows f64 (rescale x)".into(),
+        });
+    }
     if r2 == 0.0 {
         return Err(Error::Degenerate {
             what: "x is all zero: RMSNorm divides by its root mean square".into(),
@@ -62,8 +67,17 @@ pub fn mean_of_r2(x: &[f64], rate: Rate) -> Result<f64, Error> {
 }
 
 /// `c_rms = sqrt((r² + ε)/(r²/q + ε))`, `√q` at `ε = 0`.
+///
+/// Computed as `sqrt(q (a + b)/(a + q b))` with `a = r²/s`, `b = ε/s`,
+/// `s = max(r², ε)`: the same value, without the overflow of `r²/q` (or of
+/// `r² + ε`) that turned a huge input at `p` near 1 into `c = 0` or NaN.
 pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
-    ((r2 + eps) / (r2 / rate.q() + eps)).sqrt()
+    let s = r2.max(eps);
+    if s.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        return rate.q().sqrt(); // r² = ε = 0: the limit ε → 0 of the formula
+    }
+    let (a, b) = (r2 / s, eps / s);
+    (rate.q() * (a + b) / (a + rate.q() * b)).sqrt()
 }
 
 /// `RMS(x)`, the uncorrected output.

@@ -176,6 +176,7 @@ impl BatchNorm {
         let bf = b as f64;
         let mut y = x.clone();
         let m = self.momentum;
+        let saved = (self.running_mean.clone(), self.running_var.clone());
         for k in 0..self.channels() {
             let row = x.row(k);
             let mean = row.iter().sum::<f64>() / bf;
@@ -191,6 +192,11 @@ impl BatchNorm {
             }
             self.running_mean[k] = (1.0 - m) * self.running_mean[k] + m * mean;
             self.running_var[k] = (1.0 - m) * self.running_var[k] + m * biased * bf / (bf - 1.0);
+        }
+        let buffers = self.running_mean.iter().chain(&self.running_var);
+        if let Err(e) = overflow_check("train-mode BatchNorm", y.iter().chain(buffers)) {
+            (self.running_mean, self.running_var) = saved;
+            return Err(e);
         }
         self.batches_tracked += 1;
         Ok(y)
@@ -212,6 +218,7 @@ impl BatchNorm {
                 *v = g * (*v - mean) / denom + b;
             }
         }
+        overflow_check("eval-mode BatchNorm", y.iter())?;
         Ok(y)
     }
 
@@ -284,7 +291,20 @@ impl Linear {
         for mut col in y.column_iter_mut() {
             col += &self.bias;
         }
+        overflow_check("Linear", y.iter())?;
         Ok(y)
+    }
+}
+
+/// A finite input whose output overflows `f64` is a typed error, not a
+/// silent infinity or NaN.
+fn overflow_check<'a>(what: &str, mut values: impl Iterator<Item = &'a f64>) -> Result<(), Error> {
+    if values.all(|v| v.is_finite()) {
+        Ok(())
+    } else {
+        Err(Error::Degenerate {
+            what: format!("{what} output overflows f64 for this input (rescale it)"),
+        })
     }
 }
 

@@ -95,8 +95,9 @@ impl LayerNorm {
     pub fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
         check_len("LayerNorm input", z, self.dim())?;
         check_len("LayerNorm output", out, self.dim())?;
+        crate::error::check_all_finite("LayerNorm input", z)?;
         self.forward_unchecked(z, out);
-        Ok(())
+        check_overflow("LayerNorm", out)
     }
 
     /// `LN(z)` without length checks (the caller guarantees them).
@@ -154,8 +155,9 @@ impl RmsNorm {
     pub fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
         check_len("RMSNorm input", z, self.dim())?;
         check_len("RMSNorm output", out, self.dim())?;
+        crate::error::check_all_finite("RMSNorm input", z)?;
         self.forward_unchecked(z, out);
-        Ok(())
+        check_overflow("RMSNorm", out)
     }
 
     pub(crate) fn forward_unchecked(&self, z: &[f64], out: &mut [f64]) {
@@ -168,6 +170,18 @@ impl RmsNorm {
         for ((o, &zk), g) in out.iter_mut().zip(z).zip(&self.gamma) {
             *o = g * zk * inv;
         }
+    }
+}
+
+/// A finite input whose moments overflow gives a non-finite output: a
+/// typed error instead of a silent NaN.
+fn check_overflow(what: &str, out: &[f64]) -> Result<(), Error> {
+    if out.iter().all(|v| v.is_finite()) {
+        Ok(())
+    } else {
+        Err(Error::Degenerate {
+            what: format!("{what} of this input overflows f64 (rescale the input)"),
+        })
     }
 }
 

@@ -11,8 +11,19 @@
 //!   standard error (too small → p-values pile up near 0, too large → near 1);
 //! * the pooled p-values of all components together must be uniform too.
 //!
-//! Components whose estimate has no spread (for example a unit with `x = 0`,
-//! whose output is always 0) have no p-value distribution and are skipped.
+//! Some p-values are structurally not uniform, and the output says why
+//! beside the claim (the `note`) instead of flagging it:
+//!
+//! * components whose estimate has no spread (a unit with `x = 0`, whose
+//!   output is always 0) have no p-value distribution and are skipped;
+//! * a deterministic rule (bit-exact output, zero draws in eval: a
+//!   violation count with stderr 0) has no p-values at all; it fails on a
+//!   single violation, which a correct layer never produces;
+//! * a component whose p-values tie across seeds is a discrete statistic at
+//!   this budget (a rare count, such as `P(K = 0) = p^8` at a capped
+//!   `--samples`); KS assumes a continuous distribution, so it is reported,
+//!   not flagged.
+//!
 //! Flagging uses a Kolmogorov-Smirnov family level (`flag_alpha`, by default
 //! [`KS_FAMILY_ALPHA`]) split by Bonferroni over the components tested and
 //! the pooled test, so a calibrated suite raises a false flag with
@@ -52,6 +63,10 @@ pub struct ComponentCalibration {
     pub component: usize,
     pub ks: KsTest,
     pub flagged: bool,
+    /// Tied p-values across seeds: the statistic is discrete at this budget
+    /// (a rare count), so its p-values are not continuous-uniform and the KS
+    /// test does not apply; such a component is reported, not flagged.
+    pub discrete: bool,
 }
 
 /// One claim across seeds.
@@ -64,6 +79,12 @@ pub struct ClaimCalibration {
     pub components: Vec<ComponentCalibration>,
     /// True when any component's p-values are flagged as non-uniform.
     pub flagged: bool,
+    /// Components whose estimate had no spread (stderr 0) under some seed,
+    /// so they have no p-value distribution.
+    pub constant_components: usize,
+    /// Why some or all of the claim's p-values are structurally not uniform
+    /// (a deterministic rule, constant or discrete components).
+    pub note: Option<String>,
 }
 
 /// The calibration result.
@@ -103,9 +124,11 @@ pub fn calibrate(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Calibration, Error> {
     if options.seeds < 2 {
-        return Err(Error::TooFewSamples {
-            needed: 2,
-            got: options.seeds,
+        return Err(Error::InvalidOption {
+            what: format!(
+                "--seeds {}: calibration needs at least 2 seeds",
+                options.seeds
+            ),
         });
     }
     // p_values[claim][component][seed]
@@ -130,6 +153,12 @@ pub fn calibrate(
                     failures: 0,
                     components: Vec::new(),
                     flagged: false,
+                    constant_components: 0,
+                    note: result.tests.is_empty().then(|| {
+                        "deterministic rule: no p-values (it counts violations and fails on one, \
+                         so a correct layer never fails it); not KS-tested"
+                            .to_string()
+                    }),
                 });
                 p_values.push(vec![Vec::new(); result.tests.len()]);
             }
@@ -139,6 +168,8 @@ pub fn calibrate(
             for (k, (test, est)) in result.tests.iter().zip(&result.estimate).enumerate() {
                 if est.stderr > 0.0 {
                     p_values[c][k].push(test.p_value);
+                } else if i == 0 {
+                    claims[c].constant_components += 1;
                 }
             }
         }
@@ -151,15 +182,48 @@ pub fn calibrate(
         for (k, values) in per_component.iter().enumerate() {
             pooled_values.extend_from_slice(values);
             if let Some(ks) = ks_uniform(values) {
-                let flagged = ks.p_value < ks_alpha;
+                let mut sorted = values.clone();
+                sorted.sort_by(f64::total_cmp);
+                let discrete = sorted.windows(2).any(|w| w[0] == w[1]);
+                let flagged = !discrete && ks.p_value < ks_alpha;
                 claim.flagged |= flagged;
                 claim.components.push(ComponentCalibration {
                     component: k,
                     ks,
                     flagged,
+                    discrete,
                 });
             }
         }
+    }
+    for claim in &mut claims {
+        let discrete: Vec<String> = claim
+            .components
+            .iter()
+            .filter(|x| x.discrete)
+            .map(|x| x.component.to_string())
+            .collect();
+        let mut notes: Vec<String> = claim.note.take().into_iter().collect();
+        if claim.components.is_empty() && claim.constant_components > 0 && notes.is_empty() {
+            notes.push(
+                "deterministic rule: a violation count with stderr 0 (it fails on a single \
+                 violation, so a correct layer never fails it); no p-values, not KS-tested"
+                    .to_string(),
+            );
+        } else if claim.constant_components > 0 {
+            notes.push(format!(
+                "{} component(s) with zero spread (a constant estimate): no p-value",
+                claim.constant_components
+            ));
+        }
+        if !discrete.is_empty() {
+            notes.push(format!(
+                "component(s) {}: tied p-values, a discrete statistic at this budget \
+                 (a rare count; raise --samples): reported, not flagged",
+                discrete.join(", ")
+            ));
+        }
+        claim.note = (!notes.is_empty()).then(|| notes.join("; "));
     }
     let below = pooled_values.iter().filter(|&&p| p < 0.05).count();
     Ok(Calibration {
@@ -206,9 +270,10 @@ pub fn table(c: &Calibration) -> String {
             .components
             .iter()
             .map(|x| x.ks.p_value)
-            .fold(1.0, f64::min);
+            .reduce(f64::min)
+            .map_or("-".to_string(), |p| format!("{p:.3}"));
         out.push_str(&format!(
-            "{:width$}  {:13}  {:>8}  {:>10}  {:>9.3}  {}\n",
+            "{:width$}  {:13}  {:>8}  {:>10}  {:>9}  {}\n",
             claim.id,
             claim.kind,
             claim.failures,
@@ -216,6 +281,9 @@ pub fn table(c: &Calibration) -> String {
             min_p,
             if claim.flagged { "NON-UNIFORM" } else { "ok" }
         ));
+        if let Some(note) = &claim.note {
+            out.push_str(&format!("{:width$}    note: {note}\n", ""));
+        }
     }
     out.push_str(&format!(
         "\n{}\n",
