@@ -35,6 +35,11 @@ pub enum Error {
         limit: usize,
         got: usize,
     },
+    /// A framework behind an adapter (`candle`, `burn`) returned an error.
+    Framework {
+        framework: &'static str,
+        message: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -66,6 +71,7 @@ impl fmt::Display for Error {
             Error::TooLarge { what, limit, got } => {
                 write!(f, "{what} = {got} is larger than the limit {limit}")
             }
+            Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
         }
     }
 }

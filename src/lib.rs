@@ -31,6 +31,7 @@
 //! * [`report`], [`eval`], [`cli`] — what users see;
 //! * [`verify`] — calibration of the suite itself across seeds.
 
+pub mod adapters;
 pub mod claims;
 pub mod cli;
 pub mod engine;
