@@ -4,10 +4,10 @@
 //! Each adapter lives behind a cargo feature, so the default build does not
 //! compile the frameworks:
 //!
-//! * `candle` ([`candle`](self::candle)): `candle_nn::ops::dropout` /
+//! * `candle` (module `adapters::candle`): `candle_nn::ops::dropout` /
 //!   `candle_nn::Dropout` (candle-nn 0.11.1) and candle's `LayerNorm` /
 //!   `RmsNorm` forward passes on `f64` slices;
-//! * `burn` ([`burn`](self::burn)): `burn::nn::Dropout` on the ndarray
+//! * `burn` (module `adapters::burn`): `burn::nn::Dropout` on the ndarray
 //!   backend with autodiff (burn 0.22.1), and burn's `LayerNorm` and
 //!   `BatchNorm` (with its running statistics) on `f64` slices.
 //!
