@@ -242,7 +242,7 @@ fn rows_of(x: &[f64], d: usize) -> Result<usize, Error> {
     if d == 0 || x.is_empty() {
         return Err(Error::Empty { what: "x" });
     }
-    if x.len() % d != 0 {
+    if !x.len().is_multiple_of(d) {
         return Err(Error::LengthMismatch {
             what: "x (rows of d values)",
             expected: (x.len() / d + 1) * d,
@@ -266,9 +266,11 @@ impl BurnBatchNorm {
         if channels == 0 {
             return Err(Error::Empty { what: "channels" });
         }
-        if !(momentum.is_finite() && (0.0..=1.0).contains(&momentum))
-            || !(epsilon.is_finite() && epsilon > 0.0)
-        {
+        let valid = momentum.is_finite()
+            && (0.0..=1.0).contains(&momentum)
+            && epsilon.is_finite()
+            && epsilon > 0.0;
+        if !valid {
             return Err(framework(format!(
                 "BatchNormConfig rejects momentum {momentum} / epsilon {epsilon} (it panics)"
             )));

@@ -209,7 +209,7 @@ pub fn normalize(norm: Norm, x: &[f64], d: usize, eps: f64) -> Result<Vec<f64>, 
     if d == 0 || x.is_empty() {
         return Err(Error::Empty { what: "x" });
     }
-    if x.len() % d != 0 {
+    if !x.len().is_multiple_of(d) {
         return Err(Error::LengthMismatch {
             what: "x (rows of d values)",
             expected: (x.len() / d + 1) * d,
