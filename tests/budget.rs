@@ -8,6 +8,9 @@
 //!   components);
 //! * `tests/calibration.rs`: every dropout component once per seed (8 seeds),
 //!   plus one KS test per dropout component and one pooled KS test.
+//!
+//! `tests/frameworks_candle.rs` and `tests/frameworks_burn.rs` run only with
+//! `--features candle,burn` (a separate CI step) and state their own budgets.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
