@@ -37,6 +37,11 @@ pub enum Error {
     },
     /// A command option outside its domain (for example `--seeds 0`).
     InvalidOption { what: String },
+    /// A framework behind an adapter (`candle`, `burn`) returned an error.
+    Framework {
+        framework: &'static str,
+        message: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -69,6 +74,7 @@ impl fmt::Display for Error {
                 write!(f, "{what} = {got} is larger than the limit {limit}")
             }
             Error::InvalidOption { what } => write!(f, "invalid option: {what}"),
+            Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
         }
     }
 }

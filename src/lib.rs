@@ -57,6 +57,7 @@
 //! * [`stack`] — the deep-stack BatchNorm experiment;
 //! * [`verify`] — calibration and power of the suite itself across seeds.
 
+pub mod adapters;
 pub mod claims;
 pub mod cli;
 pub mod conformance;

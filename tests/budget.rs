@@ -32,6 +32,9 @@
 //! * `tests/second_order.rs` makes none: it compares exact oracles with
 //!   closed forms (rounding bounds, no sampling); the `second_order`
 //!   claims' Monte Carlo runs in the registry (first bullet).
+//!
+//! `tests/frameworks_candle.rs` and `tests/frameworks_burn.rs` run only with
+//! `--features candle,burn` (a separate CI step) and state their own budgets.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
