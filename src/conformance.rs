@@ -6,7 +6,7 @@
 //!    output and the keep mask, drawing every random number from the `rng`
 //!    you are given), `forward_eval` (must not touch `rng`) and `backward`
 //!    (given the forward pass's mask). Reject an invalid drop rate with
-//!    [`Error::InvalidRate`](crate::Error::InvalidRate), `p = 1` included
+//!    [`Error::InvalidRate`], `p = 1` included
 //!    (dropmc's rule: there is no inverted scale at `q = 0`).
 //! 2. The attention and mask-shape claims call
 //!    [`DropoutLayer::forward_attention`] and

@@ -148,6 +148,7 @@ pub struct ReportArgs {
 }
 
 /// Quantities `eval` knows.
+#[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[M], not links
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
     /// Dropout moments per unit and of the sum.
@@ -184,6 +185,7 @@ pub struct BnArgs {
 }
 
 /// Arguments of `eval attn`.
+#[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[o], not links
 #[derive(Debug, Args)]
 pub struct AttnArgs {
     /// The attention probability row, comma-separated, summing to 1.

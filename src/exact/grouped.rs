@@ -77,7 +77,7 @@ pub const NEGLIGIBLE_WEIGHT: f64 = 1e-30;
 /// `f` writing `dim` values.
 ///
 /// `sup_f`, when finite, is a bound on `|f|` that the caller guarantees;
-/// counts whose binomial weight is below [`NEGLIGIBLE_WEIGHT`] are then
+/// counts whose binomial weight is below `NEGLIGIBLE_WEIGHT` are then
 /// skipped, and the skipped mass `T_g` of each group adds `Σ_g T_g · sup_f`
 /// to the rounding bound (about `10^-25` at `d = 4096`). Skipping shrinks
 /// the number of terms, and with it the rounding bound, about 15-fold at
