@@ -154,6 +154,7 @@ pub struct ReportArgs {
 }
 
 /// Quantities `eval` knows.
+#[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[M], not links
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
     /// Dropout moments per unit and of the sum.
@@ -190,6 +191,7 @@ pub struct BnArgs {
 }
 
 /// Arguments of `eval attn`.
+#[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[o], not links
 #[derive(Debug, Args)]
 pub struct AttnArgs {
     /// The attention probability row, comma-separated, summing to 1.
