@@ -1,28 +1,11 @@
 //! `dropmc eval attn` and `dropmc mutants` as a user runs them.
 
-use std::process::Command;
+mod common;
+
+use common::{dropmc, numbers};
 
 use dropmc::stats::critical_z;
 use serde_json::Value;
-
-fn dropmc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn numbers(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Array(a) => a.iter().map(|x| x.as_f64().expect("number")).collect(),
-        other => vec![other.as_f64().expect("number")],
-    }
-}
 
 #[test]
 fn eval_attn_reproduces_the_seed_case() {

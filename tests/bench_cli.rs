@@ -1,20 +1,10 @@
 //! `dropmc bench` as a user runs it (no timing is asserted).
 
-use std::process::Command;
+mod common;
+
+use common::dropmc;
 
 use serde_json::Value;
-
-fn dropmc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn bench_json_reports_both_paths_for_every_workload() {

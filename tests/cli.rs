@@ -1,28 +1,11 @@
 //! The command line as a user runs it.
 
-use std::process::Command;
+mod common;
+
+use common::{assert_rejected, dropmc, numbers};
 
 use dropmc::stats::critical_z;
 use serde_json::Value;
-
-fn dropmc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn numbers(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Array(a) => a.iter().map(|x| x.as_f64().expect("number")).collect(),
-        other => vec![other.as_f64().expect("number")],
-    }
-}
 
 #[test]
 fn eval_moments_json_has_closed_forms_and_estimates_within_error() {
@@ -128,15 +111,7 @@ fn bad_input_exits_2_with_one_line() {
         &["--bogus"],
     ];
     for args in cases {
-        let (code, stdout, stderr) = dropmc(args);
-        assert_eq!(code, 2, "{args:?}: exit {code}, stderr {stderr}");
-        assert_eq!(
-            stderr.trim_end().lines().count(),
-            1,
-            "{args:?}: stderr {stderr:?}"
-        );
-        assert!(stdout.is_empty(), "{args:?}: printed {stdout:?}");
-        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_rejected(args);
     }
 }
 

@@ -5,29 +5,11 @@
 //! proptest over the `--x`/`--p` text of `eval ln`. Each case runs the
 //! binary with at most a handful of draws, so the file takes about a second.
 
-use std::process::Command;
+mod common;
+
+use common::{assert_rejected, dropmc};
 
 use proptest::prelude::*;
-
-fn dropmc(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// A rejected input: exit 2, one stderr line starting with `error:`, no panic.
-fn assert_rejected(args: &[&str]) {
-    let (code, stderr) = dropmc(args);
-    assert_eq!(code, 2, "{args:?}: {stderr}");
-    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
-    assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
-}
 
 #[test]
 fn hostile_eval_arguments_are_rejected_on_one_line() {
@@ -279,7 +261,7 @@ proptest! {
     /// stderr line; never a panic.
     #[test]
     fn eval_ln_never_panics_on_any_text(x in "[-0-9eE.,naifNI ]{0,16}", p in "[-0-9.einf]{0,6}") {
-        let (code, stderr) = dropmc(&["eval", "ln", "--x", &x, "--p", &p, "--samples", "4", "--json"]);
+        let (code, _, stderr) = dropmc(&["eval", "ln", "--x", &x, "--p", &p, "--samples", "4", "--json"]);
         prop_assert!(!stderr.contains("panicked"), "{}", stderr);
         prop_assert!(code == 0 || code == 2, "code {} {}", code, stderr);
         if code == 2 {

@@ -7,7 +7,9 @@
 //! `WIDTHS` that is Σ_d [(4 + d) + (1 + d) + (2 + d) + (2 + d)] components,
 //! counted in `tests/budget.rs`.
 
-use std::process::Command;
+mod common;
+
+use common::dropmc;
 
 use dropmc::engine::Budget;
 use dropmc::eval::EvalOutput;
@@ -284,18 +286,6 @@ fn exact_matches_an_independent_enumeration_and_mc_is_within_error() {
     // The count tests/budget.rs declares.
     let declared: usize = WIDTHS.iter().map(|d| 9 + 4 * d).sum();
     assert_eq!(components, declared);
-}
-
-fn dropmc(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_dropmc"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

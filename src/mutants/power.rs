@@ -12,9 +12,7 @@ use crate::stats::critical_z;
 /// power = Φ(λ − z_crit) + Φ(−λ − z_crit)
 /// ```
 pub fn rejection_power(effect: f64, stderr: f64) -> f64 {
-    let normal = Normal::standard();
-    let lambda = effect.abs() / stderr;
-    normal.cdf(lambda - critical_z()) + normal.cdf(-lambda - critical_z())
+    crate::stats::rejection_probability(effect / stderr)
 }
 
 /// `Φ(z_crit − λ)`: the probability of missing an effect `λ` standard

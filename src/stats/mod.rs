@@ -11,4 +11,4 @@ pub use family::{
     FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, power_z,
 };
 pub use ks::{KsTest, ks_uniform};
-pub use ztest::{ZTest, minimum_detectable_effect, two_sided_p, z_test};
+pub use ztest::{ZTest, minimum_detectable_effect, rejection_probability, two_sided_p, z_test};

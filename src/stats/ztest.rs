@@ -33,6 +33,20 @@ pub fn minimum_detectable_effect(stderr: f64) -> f64 {
     (critical_z() + power_z()) * stderr
 }
 
+/// The power of the two-sided test at [`critical_z`] against a true shift
+/// of `lambda` standard errors: the statistic is `N(λ, 1)`, so
+///
+/// ```text
+/// π(λ) = Φ(|λ| − z_crit) + Φ(−|λ| − z_crit)
+/// ```
+///
+/// (`π(0)` is the per-assertion level; `π(z_crit) ≈ 1/2`.)
+pub fn rejection_probability(lambda: f64) -> f64 {
+    let normal = Normal::standard();
+    let zc = critical_z();
+    normal.cdf(lambda.abs() - zc) + normal.cdf(-lambda.abs() - zc)
+}
+
 /// Tests `estimate` against `target`.
 ///
 /// A zero standard error means every draw gave the same value `v`; the test

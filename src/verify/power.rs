@@ -32,7 +32,7 @@
 //! (see [`PowerRow::at_default_budget`]); `--full` runs the default budget.
 
 use serde::Serialize;
-use statrs::distribution::{ContinuousCDF, DiscreteCDF, Normal};
+use statrs::distribution::DiscreteCDF;
 
 use crate::claims::{Claim, ClaimResult, Verdict, check};
 use crate::conformance;
@@ -135,13 +135,7 @@ impl PowerRun {
     }
 }
 
-/// `π(δ) = Φ(|δ| − z_c) + Φ(−|δ| − z_c)`, the two-sided rejection probability
-/// of a z-test whose statistic is `N(δ, 1)`.
-pub fn rejection_probability(delta: f64) -> f64 {
-    let normal = Normal::standard();
-    let zc = critical_z();
-    normal.cdf(delta.abs() - zc) + normal.cdf(-delta.abs() - zc)
-}
+pub use crate::stats::rejection_probability;
 
 /// One-sided 95 % lower Clopper-Pearson bound for `k` successes in `n`.
 pub fn clopper_pearson_lower(k: u64, n: u64) -> f64 {
