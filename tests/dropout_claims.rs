@@ -9,10 +9,8 @@ mod common;
 
 use dropmc::claims::{Verdict, check};
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::error::Error;
-use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
+use dropmc::ops::Subject;
 use dropmc::report::{Options, run};
-use rand::Rng;
 
 /// Seeds other than the default under which the family must also pass.
 pub const OTHER_SEEDS: [u64; 2] = [2, 3];
@@ -54,45 +52,15 @@ fn every_exact_oracle_agrees_with_its_closed_form() {
     }
 }
 
-/// Divides survivors by `p` instead of `q`: the mean claim must catch it.
-struct DividesByP;
-
-impl DropoutLayer for DividesByP {
-    fn name(&self) -> &str {
-        "divides by p"
-    }
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_train(x, p, rng, out, mask)?;
-        let q = 1.0 - p;
-        out.iter_mut().for_each(|v| *v *= q / p);
-        Ok(())
-    }
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_eval(x, p, rng, out)
-    }
-    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
-        InvertedDropout.backward(g, p, mask, gi)
-    }
-}
-
 #[test]
 fn a_wrong_scale_fails_the_moment_claims() {
     // A deliberate failure: no false-alarm budget is spent (the assertion is
     // that the test rejects, which is power, not size).
-    let subject = Subject::with_dropout(&DividesByP);
+    let divides_by_p = dropmc::mutants::gallery()
+        .into_iter()
+        .find(|m| m.id == "divide_by_p")
+        .expect("in the gallery");
+    let subject = Subject::with_dropout(divides_by_p.layer);
     for claim in dropmc::claims::registry() {
         if ["dropout.mean", "dropout.second_moment", "dropout.sum_mean"].contains(&claim.id()) {
             let budget = Budget::new(100_000, derive_seed(1, claim.id())).unwrap();

@@ -13,8 +13,8 @@ use dropmc::claims::{Kind, Verdict, bypass, check, compound, layernorm, rmsnorm}
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::error::Error;
 use dropmc::exact::Oracle;
+use dropmc::mutants::Patched;
 use dropmc::ops::{DropoutLayer, InvertedDropout, LayerNorm, Rate, RmsNorm, Subject};
-use rand::Rng;
 
 fn leading_claims() -> Vec<&'static NormClaim> {
     [
@@ -147,44 +147,20 @@ fn leading_order_gaps_fall_like_one_over_d() {
     }
 }
 
-/// Drops units but forgets the 1/q rescale (the original scheme's training
-/// pass used as if inverted).
-struct NoRescale;
-
-impl DropoutLayer for NoRescale {
-    fn name(&self) -> &str {
-        "no rescale"
-    }
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_train(x, p, rng, out, mask)?;
-        out.iter_mut().for_each(|v| *v *= 1.0 - p);
-        Ok(())
-    }
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_eval(x, p, rng, out)
-    }
-    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
-        InvertedDropout.backward(g, p, mask, gi)
-    }
-}
-
 #[test]
 fn a_missing_rescale_fails_the_exact_claims() {
     // Deliberate failures: no false-alarm budget is spent.
-    let subject = Subject::with_dropout(&NoRescale);
+    // Dropout without the 1/q rescale (the original scheme's training pass).
+    let no_rescale = Patched {
+        name: "no rescale",
+        train: |x, p, rng, out, mask| {
+            InvertedDropout.forward_train(x, p, rng, out, mask)?;
+            out.iter_mut().for_each(|v| *v *= 1.0 - p);
+            Ok(())
+        },
+        ..Patched::REFERENCE
+    };
+    let subject = Subject::with_dropout(&no_rescale);
     for claim in dropmc::claims::registry() {
         let watched = [
             "layernorm.mean_of_m",

@@ -4,67 +4,33 @@
 
 use rand::Rng;
 
-use super::{Mutant, REFERENCE};
+use super::{Mutant, Patched, REFERENCE};
 use crate::error::Error;
 use crate::ops::DropoutLayer;
 
-/// The mutant layer.
-pub struct Layer;
-
-impl DropoutLayer for Layer {
-    fn name(&self) -> &str {
-        "attention_renormalised"
-    }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_train(x, p, rng, out, mask)
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_eval(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.backward(grad_out, p, mask, grad_in)
-    }
-
-    fn forward_attention(
-        &self,
-        a: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_train(a, p, rng, out, mask)?;
-        let total: f64 = out.iter().sum();
-        if total > 0.0 {
-            for o in out.iter_mut() {
-                *o /= total;
-            }
+fn attention(
+    a: &[f64],
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+) -> Result<(), Error> {
+    REFERENCE.forward_train(a, p, rng, out, mask)?;
+    let total: f64 = out.iter().sum();
+    if total > 0.0 {
+        for o in out.iter_mut() {
+            *o /= total;
         }
-        Ok(())
     }
+    Ok(())
 }
+
+/// The mutant layer: the reference with attention replaced.
+pub static LAYER: Patched = Patched {
+    name: "attention_renormalised",
+    attention: Some(attention),
+    ..Patched::REFERENCE
+};
 
 /// The gallery entry.
 pub fn mutant() -> Mutant {
@@ -74,6 +40,6 @@ pub fn mutant() -> Mutant {
         source: "seed 002",
         equivalent: None,
         effect: None,
-        layer: &Layer,
+        layer: &LAYER,
     }
 }

@@ -4,61 +4,30 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rand::Rng;
-
-use super::{Mutant, REFERENCE};
+use super::{Mutant, Patched, REFERENCE};
 use crate::error::Error;
 use crate::ops::DropoutLayer;
 
 /// Counts backward calls: each seeds its own fresh mask.
 static CALLS: AtomicU64 = AtomicU64::new(0);
 
-/// The mutant layer.
-pub struct Layer;
-
-impl DropoutLayer for Layer {
-    fn name(&self) -> &str {
-        "backward_fresh_mask"
+fn backward(grad_out: &[f64], p: f64, mask: &[bool], grad_in: &mut [f64]) -> Result<(), Error> {
+    let _ = mask;
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let mut own = crate::engine::stream(0x5eed, call);
+    let mut fresh = vec![false; grad_out.len()];
+    for m in fresh.iter_mut() {
+        *m = crate::engine::keep(&mut own, p);
     }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_train(x, p, rng, out, mask)
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_eval(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        let _ = mask;
-        let call = CALLS.fetch_add(1, Ordering::Relaxed);
-        let mut own = crate::engine::stream(0x5eed, call);
-        let mut fresh = vec![false; grad_out.len()];
-        for m in fresh.iter_mut() {
-            *m = crate::engine::keep(&mut own, p);
-        }
-        REFERENCE.backward(grad_out, p, &fresh, grad_in)
-    }
+    REFERENCE.backward(grad_out, p, &fresh, grad_in)
 }
+
+/// The mutant layer: the reference with backward replaced.
+pub static LAYER: Patched = Patched {
+    name: "backward_fresh_mask",
+    backward,
+    ..Patched::REFERENCE
+};
 
 /// The gallery entry.
 pub fn mutant() -> Mutant {
@@ -68,6 +37,6 @@ pub fn mutant() -> Mutant {
         source: "seed 001",
         equivalent: None,
         effect: None,
-        layer: &Layer,
+        layer: &LAYER,
     }
 }

@@ -4,63 +4,29 @@
 
 use rand::Rng;
 
-use super::{Effect, Mutant, REFERENCE};
+use super::{Effect, Mutant, Patched, REFERENCE};
 use crate::error::Error;
-use crate::ops::{DropoutLayer, MaskShape, default_positions};
+use crate::ops::{MaskShape, default_positions};
 
-/// The mutant layer.
-pub struct Layer;
-
-impl DropoutLayer for Layer {
-    fn name(&self) -> &str {
-        "independent_for_shared"
-    }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_train(x, p, rng, out, mask)
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_eval(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.backward(grad_out, p, mask, grad_in)
-    }
-
-    fn forward_positions(
-        &self,
-        x: &[f64],
-        positions: usize,
-        _shape: MaskShape,
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        let shape = MaskShape::Independent;
-        default_positions(&REFERENCE, x, positions, shape, p, rng, out, mask)
-    }
+fn positions(
+    x: &[f64],
+    positions: usize,
+    _shape: MaskShape,
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+) -> Result<(), Error> {
+    let shape = MaskShape::Independent;
+    default_positions(&REFERENCE, x, positions, shape, p, rng, out, mask)
 }
+
+/// The mutant layer: the reference with positions replaced.
+pub static LAYER: Patched = Patched {
+    name: "independent_for_shared",
+    positions: Some(positions),
+    ..Patched::REFERENCE
+};
 
 /// The gallery entry.
 pub fn mutant() -> Mutant {
@@ -77,6 +43,6 @@ pub fn mutant() -> Mutant {
                 vec![P.powi(T as i32) - P; D]
             },
         }),
-        layer: &Layer,
+        layer: &LAYER,
     }
 }

@@ -36,7 +36,7 @@ use serde::Serialize;
 use crate::claims::Verdict;
 use crate::conformance::{self, Options};
 use crate::error::{Error, check_len};
-use crate::ops::{DropoutLayer, InvertedDropout, Rate};
+use crate::ops::{DropoutLayer, InvertedDropout, MaskShape, Rate, default_positions};
 
 /// The kill matrix's default cap on the draws per claim: each claim runs
 /// `min(its default budget, KILL_SAMPLES)` draws. Every kill in the gallery
@@ -181,6 +181,106 @@ pub(crate) fn backward_with(
 
 /// The reference, for the parts a mutant leaves alone.
 pub(crate) const REFERENCE: InvertedDropout = InvertedDropout;
+
+/// A training pass: `(x, p, rng, out, mask)`.
+pub type TrainFn = fn(&[f64], f64, &mut dyn Rng, &mut [f64], &mut [bool]) -> Result<(), Error>;
+/// An evaluation pass: `(x, p, rng, out)`.
+pub type EvalFn = fn(&[f64], f64, &mut dyn Rng, &mut [f64]) -> Result<(), Error>;
+/// A backward pass: `(grad_out, p, mask, grad_in)`.
+pub type BackwardFn = fn(&[f64], f64, &[bool], &mut [f64]) -> Result<(), Error>;
+/// A pass over a `T × d` block: `(x, positions, shape, p, rng, out, mask)`.
+pub type PositionsFn =
+    fn(&[f64], usize, MaskShape, f64, &mut dyn Rng, &mut [f64], &mut [bool]) -> Result<(), Error>;
+
+/// The reference layer with some of its parts replaced. Every mutant is one:
+/// its file defines only the part that carries the mistake and takes the
+/// rest from [`Patched::REFERENCE`] by struct update.
+pub struct Patched {
+    pub name: &'static str,
+    pub train: TrainFn,
+    pub eval: EvalFn,
+    pub backward: BackwardFn,
+    /// Attention rows; `None` runs the training pass on the row.
+    pub attention: Option<TrainFn>,
+    /// `T × d` blocks; `None` is [`default_positions`] over this layer.
+    pub positions: Option<PositionsFn>,
+}
+
+impl Patched {
+    /// Every part the reference's.
+    pub const REFERENCE: Patched = Patched {
+        name: "reference",
+        train: |x, p, rng, out, mask| REFERENCE.forward_train(x, p, rng, out, mask),
+        eval: |x, p, rng, out| REFERENCE.forward_eval(x, p, rng, out),
+        backward: |g, p, mask, gi| REFERENCE.backward(g, p, mask, gi),
+        attention: None,
+        positions: None,
+    };
+}
+
+impl DropoutLayer for Patched {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        (self.train)(x, p, rng, out, mask)
+    }
+
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        (self.eval)(x, p, rng, out)
+    }
+
+    fn backward(
+        &self,
+        grad_out: &[f64],
+        p: f64,
+        mask: &[bool],
+        grad_in: &mut [f64],
+    ) -> Result<(), Error> {
+        (self.backward)(grad_out, p, mask, grad_in)
+    }
+
+    fn forward_attention(
+        &self,
+        a: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        (self.attention.unwrap_or(self.train))(a, p, rng, out, mask)
+    }
+
+    fn forward_positions(
+        &self,
+        x: &[f64],
+        positions: usize,
+        shape: MaskShape,
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        match self.positions {
+            Some(f) => f(x, positions, shape, p, rng, out, mask),
+            None => default_positions(self, x, positions, shape, p, rng, out, mask),
+        }
+    }
+}
 
 /// A claim that killed a mutant and the `z` of its worst component
 /// (`None` when the claim errored, e.g. on a non-finite output).

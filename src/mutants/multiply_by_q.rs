@@ -4,49 +4,30 @@
 
 use rand::Rng;
 
-use super::{Mutant, REFERENCE, backward_with, train_with};
+use super::{Mutant, Patched, backward_with, train_with};
 use crate::error::Error;
-use crate::ops::DropoutLayer;
 
-/// The mutant layer.
-pub struct Layer;
-
-impl DropoutLayer for Layer {
-    fn name(&self) -> &str {
-        "multiply_by_q"
-    }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        train_with(x, p, rng, out, mask, |u, r| u >= r.p(), |v, r| v * r.q())
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_eval(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        backward_with(grad_out, p, mask, grad_in, |g, r| g * r.q())
-    }
+fn train(
+    x: &[f64],
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+) -> Result<(), Error> {
+    train_with(x, p, rng, out, mask, |u, r| u >= r.p(), |v, r| v * r.q())
 }
+
+fn backward(grad_out: &[f64], p: f64, mask: &[bool], grad_in: &mut [f64]) -> Result<(), Error> {
+    backward_with(grad_out, p, mask, grad_in, |g, r| g * r.q())
+}
+
+/// The mutant layer: the reference with train, backward replaced.
+pub static LAYER: Patched = Patched {
+    name: "multiply_by_q",
+    train,
+    backward,
+    ..Patched::REFERENCE
+};
 
 /// The gallery entry.
 pub fn mutant() -> Mutant {
@@ -56,6 +37,6 @@ pub fn mutant() -> Mutant {
         source: "seed 003",
         equivalent: None,
         effect: None,
-        layer: &Layer,
+        layer: &LAYER,
     }
 }

@@ -4,57 +4,33 @@
 
 use rand::Rng;
 
-use super::{Effect, Mutant, REFERENCE, train_with};
+use super::{Effect, Mutant, Patched, train_with};
 use crate::error::Error;
-use crate::ops::DropoutLayer;
 
-/// The mutant layer.
-pub struct Layer;
-
-impl DropoutLayer for Layer {
-    fn name(&self) -> &str {
-        "rate_off_2pct"
-    }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        train_with(
-            x,
-            p,
-            rng,
-            out,
-            mask,
-            |u, r| u >= 1.0 - 0.98 * r.q(),
-            |v, r| v / r.q(),
-        )
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_eval(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.backward(grad_out, p, mask, grad_in)
-    }
+fn train(
+    x: &[f64],
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+) -> Result<(), Error> {
+    train_with(
+        x,
+        p,
+        rng,
+        out,
+        mask,
+        |u, r| u >= 1.0 - 0.98 * r.q(),
+        |v, r| v / r.q(),
+    )
 }
+
+/// The mutant layer: the reference with train replaced.
+pub static LAYER: Patched = Patched {
+    name: "rate_off_2pct",
+    train,
+    ..Patched::REFERENCE
+};
 
 /// The gallery entry.
 pub fn mutant() -> Mutant {
@@ -68,6 +44,6 @@ pub fn mutant() -> Mutant {
             // The kept fraction is 0.98 q instead of q (q = 0.7 there).
             effect: || vec![-0.02 * (1.0 - crate::claims::semantics::P)],
         }),
-        layer: &Layer,
+        layer: &LAYER,
     }
 }

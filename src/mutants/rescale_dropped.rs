@@ -6,55 +6,31 @@
 
 use rand::Rng;
 
-use super::{Mutant, REFERENCE, train_with};
+use super::{Mutant, Patched, train_with};
 use crate::error::Error;
-use crate::ops::DropoutLayer;
 
-/// The mutant layer.
-pub struct Layer;
-
-impl DropoutLayer for Layer {
-    fn name(&self) -> &str {
-        "rescale_dropped"
+fn train(
+    x: &[f64],
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+) -> Result<(), Error> {
+    // Mask first, then scale every unit, dropped ones included.
+    train_with(x, p, rng, out, mask, |u, r| u >= r.p(), |v, _| v)?;
+    let q = 1.0 - p;
+    for o in out.iter_mut() {
+        *o /= q;
     }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        // Mask first, then scale every unit, dropped ones included.
-        train_with(x, p, rng, out, mask, |u, r| u >= r.p(), |v, _| v)?;
-        let q = 1.0 - p;
-        for o in out.iter_mut() {
-            *o /= q;
-        }
-        Ok(())
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.forward_eval(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        REFERENCE.backward(grad_out, p, mask, grad_in)
-    }
+    Ok(())
 }
+
+/// The mutant layer: the reference with train replaced.
+pub static LAYER: Patched = Patched {
+    name: "rescale_dropped",
+    train,
+    ..Patched::REFERENCE
+};
 
 /// The gallery entry.
 pub fn mutant() -> Mutant {
@@ -66,6 +42,6 @@ pub fn mutant() -> Mutant {
             "A dropped unit is 0 and 0 / q is 0 bit for bit, so every output, mask and gradient equals the reference's.",
         ),
         effect: None,
-        layer: &Layer,
+        layer: &LAYER,
     }
 }
