@@ -100,11 +100,11 @@ fn eval_outputs_shrink_more_with_p_and_with_depth() {
     for l in 1..=depth() {
         // p = 0.1 against the dropout-free network, then 0.5 against 0.1.
         assert_positive(
-            rate(0.1).at(l, "rate_step"),
+            rate(0.1).at(l, "rate_step").expect("field"),
             &format!("null - p0.1, layer {l}"),
         );
         assert_positive(
-            rate(0.5).at(l, "rate_step"),
+            rate(0.5).at(l, "rate_step").expect("field"),
             &format!("p0.1 - p0.5, layer {l}"),
         );
     }
@@ -113,12 +113,12 @@ fn eval_outputs_shrink_more_with_p_and_with_depth() {
     // the first layer against the last is asserted there.
     for l in 1..depth() {
         assert_positive(
-            rate(0.5).at(l, "depth_step"),
+            rate(0.5).at(l, "depth_step").expect("field"),
             &format!("p 0.5: layer {l} - layer {}", l + 1),
         );
     }
     assert_positive(
-        rate(0.1).get("first_minus_last"),
+        rate(0.1).get("first_minus_last").expect("field"),
         "p 0.1: first - last layer",
     );
 }
@@ -130,7 +130,7 @@ fn dropout_only_after_the_last_bn_leaves_every_bn_unshifted() {
     for p in RATES {
         for l in 1..=depth() {
             assert_null(
-                rate(p).at(l, "after_last_minus_null"),
+                rate(p).at(l, "after_last_minus_null").expect("field"),
                 &format!("p {p}, layer {l}"),
             );
         }
@@ -144,7 +144,7 @@ fn re_estimating_the_statistics_without_dropout_removes_the_shift() {
     for p in RATES {
         for l in 1..=depth() {
             assert_null(
-                rate(p).at(l, "reestimate_minus_null"),
+                rate(p).at(l, "reestimate_minus_null").expect("field"),
                 &format!("p {p}, layer {l}"),
             );
         }
@@ -163,18 +163,18 @@ fn folding_the_buffers_removes_at_least_half_the_shift_at_every_depth() {
     for p in RATES {
         for l in 1..=depth() {
             assert_positive(
-                rate(p).at(l, "fold_half_lo"),
+                rate(p).at(l, "fold_half_lo").expect("field"),
                 &format!("p {p}, layer {l} lo"),
             );
             assert_positive(
-                rate(p).at(l, "fold_gain"),
+                rate(p).at(l, "fold_gain").expect("field"),
                 &format!("p {p}, layer {l} gain"),
             );
         }
     }
     for l in 1..=depth() {
         assert_positive(
-            rate(0.5).at(l, "fold_half_hi"),
+            rate(0.5).at(l, "fold_half_hi").expect("field"),
             &format!("p 0.5, layer {l} hi"),
         );
     }
@@ -185,7 +185,7 @@ fn layer_norm_in_place_of_bn_shifts_less() {
     for p in RATES {
         for l in 1..=depth() {
             assert_positive(
-                rate(p).at(l, "layer_norm_gain"),
+                rate(p).at(l, "layer_norm_gain").expect("field"),
                 &format!("p {p}, layer {l}"),
             );
         }
@@ -195,14 +195,14 @@ fn layer_norm_in_place_of_bn_shifts_less() {
 #[test]
 fn the_readout_shrinks_and_the_fold_restores_it() {
     for p in RATES {
-        let r = rate(p).get("readout_base");
+        let r = rate(p).get("readout_base").expect("field");
         let shrink = Estimate {
             value: 1.0 - r.value,
             ..r
         };
         assert_positive(shrink, &format!("p {p}: 1 - readout ratio"));
         assert_positive(
-            rate(p).get("readout_fold_gain"),
+            rate(p).get("readout_fold_gain").expect("field"),
             &format!("p {p}: readout fold gain"),
         );
     }

@@ -445,9 +445,10 @@ impl Sampler for SiteSampler<'_> {
             }
             Stat::V => out[0] = mean_and_variance(&s.y).1,
             Stat::R2 => out[0] = s.y.iter().map(|v| v * v).sum::<f64>() / s.y.len() as f64,
-            stat => {
-                let pipeline = self.config.pipeline(stat).expect("per-unit statistic");
-                pipeline.apply(&s.y, &mut s.tmp, out);
+            Stat::Ln => Pipeline::Ln(&self.config.ln).apply(&s.y, &mut s.tmp, out),
+            Stat::Rms => Pipeline::Rms(&self.config.rms).apply(&s.y, &mut s.tmp, out),
+            Stat::LnLn => {
+                Pipeline::LnLn(&self.config.ln, &self.config.ln2).apply(&s.y, &mut s.tmp, out)
             }
         }
         Ok(())

@@ -188,7 +188,12 @@ fn deep_stack(path: &Path) -> Result<(), Error> {
             ("base", "BN as trained (+/- 2 SE)", SeriesStyle::Points),
             ("fold", "after the fold", SeriesStyle::Line),
         ] {
-            let est: Vec<_> = (1..=rt.layers.len()).map(|l| rt.at(l, field)).collect();
+            let est: Vec<_> = (1..=rt.layers.len())
+                .map(|l| rt.at(l, field))
+                .collect::<Option<_>>()
+                .ok_or_else(|| Error::Degenerate {
+                    what: format!("no stack field {field}"),
+                })?;
             let points = est
                 .iter()
                 .enumerate()

@@ -618,22 +618,17 @@ pub struct RateTable {
 
 impl RateTable {
     /// The estimate of `field` (one of [`LAYER_FIELDS`]) at layer `layer`
-    /// (1-based).
-    pub fn at(&self, layer: usize, field: &str) -> Estimate {
-        let j = LAYER_FIELDS
-            .iter()
-            .position(|f| *f == field)
-            .unwrap_or_else(|| panic!("unknown stack field {field}"));
-        self.layers[layer - 1][j]
+    /// (1-based); `None` for an unknown field or a layer out of range.
+    pub fn at(&self, layer: usize, field: &str) -> Option<Estimate> {
+        let j = LAYER_FIELDS.iter().position(|f| *f == field)?;
+        self.layers.get(layer.checked_sub(1)?)?.get(j).copied()
     }
 
-    /// The estimate of `field` (one of [`RATE_FIELDS`]).
-    pub fn get(&self, field: &str) -> Estimate {
-        let j = RATE_FIELDS
-            .iter()
-            .position(|f| *f == field)
-            .unwrap_or_else(|| panic!("unknown stack field {field}"));
-        self.extra[j]
+    /// The estimate of `field` (one of [`RATE_FIELDS`]); `None` for an
+    /// unknown field.
+    pub fn get(&self, field: &str) -> Option<Estimate> {
+        let j = RATE_FIELDS.iter().position(|f| *f == field)?;
+        self.extra.get(j).copied()
     }
 }
 
@@ -711,8 +706,10 @@ pub fn run(
     })
 }
 
-fn cell(e: &Estimate) -> String {
-    crate::report::format_estimate(e.value, e.stderr)
+fn cell(e: Option<Estimate>) -> String {
+    e.map_or("-".into(), |e| {
+        crate::report::format_estimate(e.value, e.stderr)
+    })
 }
 
 /// The table `dropmc stack` prints: per rate and layer, the eval/train
@@ -747,19 +744,19 @@ pub fn table(t: &StackTable) -> String {
             rows.push(vec![
                 format!("{}", r.p),
                 format!("{l}"),
-                cell(&r.at(l, "base")),
-                cell(&r.at(l, "fold")),
-                cell(&r.at(l, "reestimate")),
-                cell(&r.at(l, "after_last")),
-                cell(&r.at(l, "layer_norm")),
+                cell(r.at(l, "base")),
+                cell(r.at(l, "fold")),
+                cell(r.at(l, "reestimate")),
+                cell(r.at(l, "after_last")),
+                cell(r.at(l, "layer_norm")),
             ]);
         }
         rows.push(vec![
             format!("{}", r.p),
             "readout".into(),
-            cell(&r.get("readout_base")),
-            cell(&r.get("readout_fold")),
-            cell(&r.get("readout_reestimate")),
+            cell(r.get("readout_base")),
+            cell(r.get("readout_fold")),
+            cell(r.get("readout_reestimate")),
             "-".into(),
             "-".into(),
         ]);
@@ -781,8 +778,8 @@ pub fn table(t: &StackTable) -> String {
         out.push_str(&format!(
             "p = {}: readout mean shift (eval - train) = {} train sd; first layer minus formula mean_k c_k^2 = {}\n",
             r.p,
-            cell(&r.get("readout_mean_shift")),
-            cell(&r.get("first_shift_minus_formula"))
+            cell(r.get("readout_mean_shift")),
+            cell(r.get("first_shift_minus_formula"))
         ));
     }
     out
