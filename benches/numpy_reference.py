@@ -7,7 +7,11 @@ do), processed in chunks of a few thousand masks, every statistic in float64.
 It prints mask elements per second per workload, in the same format as
 `dropmc bench` (text, or one JSON object with --json).
 
-    python3 benches/numpy_reference.py [--workload W1|W2|W3] [--masks N] [--json]
+    python3 benches/numpy_reference.py [--workload W1|W2|W3] [--masks N] [--repeat R] [--json]
+
+With --repeat R each workload runs R times and the median run is reported
+(default 1: a run lasts seconds, so one is stable; `dropmc bench`, whose
+runs last tens of milliseconds, adds an untimed warm-up and takes 3).
 """
 
 import argparse
@@ -101,22 +105,28 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", choices=sorted(WORKLOADS))
     ap.add_argument("--masks", type=int, help="masks (rows) per workload; default 10^6")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs per workload (median reported)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
     names = [args.workload] if args.workload else sorted(WORKLOADS)
     results = []
     for name in names:
         fn, default = WORKLOADS[name]
         masks = args.masks or default
-        rng = np.random.default_rng(1)
-        start = time.perf_counter()
-        cpu_start = time.process_time()
-        d, est = fn(masks, rng)
-        secs = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start
+        runs = []
+        for _ in range(args.repeat):
+            rng = np.random.default_rng(1)
+            start = time.perf_counter()
+            cpu_start = time.process_time()
+            d, est = fn(masks, rng)
+            runs.append((time.perf_counter() - start, time.process_time() - cpu_start, d, est))
+        secs, cpu, d, est = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
         results.append({
             "workload": name, "path": "numpy", "masks": masks, "elements": masks * d,
-            "seconds": secs, "elements_per_second": masks * d / secs, "cpu_seconds": cpu,
+            "seconds": secs, "runs": [r[0] for r in runs],
+            "elements_per_second": masks * d / secs, "cpu_seconds": cpu,
             "estimates": est,
         })
     if args.json:

@@ -7,8 +7,8 @@
 use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
 use dropmc::fast::{
-    BernoulliBits, FastAttention, FastNorm, MaskBits, NormEstimates, ReferenceAttention,
-    ReferenceNorm, WordSource,
+    BernoulliBits, FastAttention, FastNorm, Isa, MaskBits, NormEstimates, ReferenceAttention,
+    ReferenceNorm, Xoshiro8,
 };
 use dropmc::ops::Rate;
 use dropmc::stats::{Estimate, critical_z, z_test};
@@ -85,15 +85,22 @@ fn fast_norm_detects_the_missing_finite_d_term() {
     assert!(z_test(e.var, (s2 + p * mu * mu) / (1.0 - p)).rejected);
 }
 
-/// 13 assertions: E[LN(z)_k] for all 10 channels, E[M], E[V], E[R²] against
-/// the exact expectation over all 2^10 masks.
+/// 23 assertions: E[LN(z)_k] for all 10 channels, E[M], E[V], E[R²] against
+/// the exact expectation over all 2^10 masks; and the per-channel variance
+/// behind the batch-means standard error against the exact `Var LN_k`.
+///
+/// The fast path estimates `σ² = Var LN_k` from `B` block sums of 64 draws
+/// (`fast::estimate_from_batches`). Block sums are nearly normal, and for a
+/// sum of `n` iid draws the excess kurtosis is `κ/n` (κ: the draws' excess
+/// kurtosis), so `Var σ̂² ≈ σ⁴ (2/(B − 1) + κ/(64 B))`; σ², κ come exact
+/// from the enumeration.
 #[test]
 fn fast_layernorm_matches_full_enumeration() {
     let x = input(10, 0.4);
     let p = 0.3;
     let rate = Rate::new(p).unwrap();
     let d = x.len();
-    let oracle = enumerate_masks(d, rate, d + 3, |mask, out| {
+    let oracle = enumerate_masks(d, rate, 3 + 4 * d, |mask, out| {
         let z: Vec<f64> = x
             .iter()
             .zip(mask)
@@ -104,19 +111,35 @@ fn fast_layernorm_matches_full_enumeration() {
         out[1] = v;
         out[2] = r2;
         for k in 0..d {
-            out[3 + k] = (z[k] - m) / (v + EPS).sqrt();
+            let ln = (z[k] - m) / (v + EPS).sqrt();
+            for r in 0..4 {
+                out[3 + 4 * k + r] = ln.powi(r as i32 + 1);
+            }
         }
     })
     .unwrap();
+    let n = 400_000;
     let e = FastNorm::new(&x, p, EPS, true)
         .unwrap()
-        .estimate(Budget::new(400_000, 14).unwrap())
+        .estimate(Budget::new(n, 14).unwrap())
         .unwrap();
     assert_z("E[M]", e.mean, oracle.values[0]);
     assert_z("E[V]", e.var, oracle.values[1]);
     assert_z("E[R2]", e.r2, oracle.values[2]);
+    let blocks = (n as f64 / 64.0).ceil();
     for k in 0..d {
-        assert_z(&format!("E[LN_{k}]"), e.ln[k], oracle.values[3 + k]);
+        let [m1, m2, m3, m4] = [0, 1, 2, 3].map(|r| oracle.values[3 + 4 * k + r]);
+        assert_z(&format!("E[LN_{k}]"), e.ln[k], m1);
+        let var = m2 - m1 * m1;
+        let central4 = m4 - 4.0 * m1 * m3 + 6.0 * m1 * m1 * m2 - 3.0 * m1.powi(4);
+        let excess = central4 / (var * var) - 3.0;
+        let sd = var * (2.0 / (blocks - 1.0) + excess / (64.0 * blocks)).sqrt();
+        let estimated = e.ln[k].stderr.powi(2) * n as f64;
+        let z = (estimated - var) / sd;
+        assert!(
+            z.abs() <= critical_z(),
+            "Var LN_{k}: batch means {estimated} vs exact {var}: z = {z}"
+        );
     }
 }
 
@@ -197,10 +220,9 @@ fn bernoulli_bits_keep_with_probability_q() {
             .sum();
         assert_fraction(&format!("plain walk, q = {q}"), ones, words, q);
         let compact = MaskBits::new(q).unwrap();
-        let mut rng = dropmc::engine::stream(20, i as u64);
-        let mut src = WordSource::new(&mut rng);
+        let mut lanes = Xoshiro8::from_stream(&mut dropmc::engine::stream(20, i as u64));
         let (mut out, mut open) = (vec![0u64; words], vec![0u64; words]);
-        compact.fill(&mut src, &mut out, &mut open);
+        compact.fill(&mut lanes, &mut out, &mut open);
         let ones: u64 = out.iter().map(|w| u64::from(w.count_ones())).sum();
         assert_fraction(&format!("compacting, q = {q}"), ones, words, q);
     }
@@ -266,6 +288,34 @@ fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
         .estimate(Budget::new(10_000, 42).unwrap())
         .unwrap();
     assert_ne!(bits_of(&other), bits_of(&same));
+}
+
+/// Every instruction-set level this CPU has gives the same bits as the
+/// portable build (integer mask code, and the same `f64` operations in the
+/// same order: Rust never fuses a multiply and an add on its own).
+#[test]
+fn fast_path_is_bit_identical_on_every_instruction_set() {
+    let budget = Budget::new(2 * CHUNK + 77, 5).unwrap();
+    let x = input(130, 0.2);
+    let (a, v) = attention_row(72);
+    let norm = FastNorm::new(&x, 0.3, EPS, true).unwrap();
+    let attention = FastAttention::new(&a, &v, 0.1).unwrap();
+    let run = |isa: Isa| {
+        let mut bits: Vec<u64> = dropmc::fast::run_chunks_on(&norm, budget, isa)
+            .unwrap()
+            .iter()
+            .map(|s| s.to_bits())
+            .collect();
+        let attention = dropmc::fast::run_chunks_on(&attention, budget, isa).unwrap();
+        bits.extend(attention.iter().map(|s| s.to_bits()));
+        bits
+    };
+    let portable = run(Isa::Portable);
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if isa.available() {
+            assert_eq!(run(isa), portable, "{isa:?}");
+        }
+    }
 }
 
 #[test]

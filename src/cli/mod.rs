@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-mod progress;
+pub(crate) mod progress;
 
 use crate::engine::Budget;
 use crate::error::{Error, parse_list};

@@ -8,7 +8,8 @@
 //! `E[D²] = Var R` exactly, so the variance is a plain mean with a plain
 //! standard error (from `D⁴`).
 
-use super::bits::{MaskBits, WordSource};
+use super::compact::MaskBits;
+use super::lanes::Xoshiro8;
 use super::norm::tail_mask;
 use super::run::{ChunkKernel, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
@@ -73,18 +74,19 @@ impl ChunkKernel for FastAttention {
         5
     }
 
+    #[inline(always)]
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let nw = self.keys.div_ceil(64);
         let rows = 64;
         let mut words = vec![0u64; rows * nw];
         let mut open = vec![0u64; rows * nw];
-        let mut src = WordSource::new(rng);
+        let mut lanes = Xoshiro8::from_stream(rng);
         let tail = tail_mask(self.keys);
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(rows);
             self.bits
-                .fill(&mut src, &mut words[..nb * nw], &mut open[..nb * nw]);
+                .fill(&mut lanes, &mut words[..nb * nw], &mut open[..nb * nw]);
             for row in words.chunks_exact_mut(nw).take(nb) {
                 row[nw - 1] &= tail;
                 self.add_row(row, sums);
@@ -95,7 +97,7 @@ impl ChunkKernel for FastAttention {
 }
 
 impl FastAttention {
-    #[inline]
+    #[inline(always)]
     fn add_row(&self, row: &[u64], sums: &mut [f64]) {
         {
             let [r, o] = self.tables.masked_sum(row);

@@ -111,14 +111,18 @@ pub fn workload_attention(t: usize) -> (Vec<f64>, Vec<f64>) {
     (a, v)
 }
 
-/// One timed run of one workload on one engine path.
+/// Timed runs of one workload on one engine path: the figures are those of
+/// the run with the median wall time.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
     pub workload: &'static str,
     pub path: &'static str,
     pub masks: u64,
     pub elements: u64,
+    /// Wall seconds of the median run.
     pub seconds: f64,
+    /// Wall seconds of every timed run, in order (after one untimed warm-up).
+    pub runs: Vec<f64>,
     pub elements_per_second: f64,
     /// CPU seconds of the whole process (all threads) during the run, where
     /// the platform tells (Linux `/proc/self/stat`); less sensitive to other
@@ -186,6 +190,7 @@ pub fn run_one(
         masks,
         elements,
         seconds,
+        runs: vec![seconds],
         elements_per_second: elements as f64 / seconds,
         cpu_seconds: cpu,
         estimates,
@@ -206,18 +211,50 @@ fn cpu_seconds() -> Option<f64> {
     Some((utime + stime) / 100.0)
 }
 
+/// Runs `workload` on `path` once untimed (warm-up: thread pool, page
+/// faults, clock ramp-up), then `repeat` times (at least 1), and returns the
+/// median run with every run's wall time. `on_run` is called after each run.
+pub fn run_repeated(
+    workload: Workload,
+    path: EnginePath,
+    masks: u64,
+    seed: u64,
+    repeat: usize,
+    on_run: &mut dyn FnMut(),
+) -> Result<BenchRow, Error> {
+    run_one(workload, path, masks, seed)?;
+    on_run();
+    let mut rows = Vec::new();
+    for _ in 0..repeat.max(1) {
+        rows.push(run_one(workload, path, masks, seed)?);
+        on_run();
+    }
+    let runs: Vec<f64> = rows.iter().map(|r| r.seconds).collect();
+    rows.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let mut median = rows.swap_remove(rows.len() / 2);
+    median.runs = runs;
+    Ok(median)
+}
+
 /// Runs the given workloads on both paths: the fast path with `masks`
-/// masks, the reference with `reference_masks`.
+/// masks, the reference with `reference_masks`, each `repeat` times after a
+/// warm-up (see [`run_repeated`]).
 pub fn run_bench(
     workloads: &[Workload],
     masks: u64,
     reference_masks: u64,
     seed: u64,
+    repeat: usize,
+    on_run: &mut dyn FnMut(),
 ) -> Result<Vec<BenchRow>, Error> {
     let mut rows = Vec::new();
     for &w in workloads {
-        rows.push(run_one(w, EnginePath::Reference, reference_masks, seed)?);
-        rows.push(run_one(w, EnginePath::Fast, masks, seed)?);
+        for (path, n) in [
+            (EnginePath::Reference, reference_masks),
+            (EnginePath::Fast, masks),
+        ] {
+            rows.push(run_repeated(w, path, n, seed, repeat, on_run)?);
+        }
     }
     Ok(rows)
 }
@@ -244,8 +281,9 @@ pub fn table(rows: &[BenchRow]) -> String {
         ));
     }
     out.push_str(&format!(
-        "threads: {}; mask elements/s = masks x units / wall seconds\n",
-        rayon::current_num_threads()
+        "threads: {}; mask elements/s = masks x units / wall seconds of the median of {} runs (after a warm-up run)\n",
+        rayon::current_num_threads(),
+        rows.first().map_or(0, |r| r.runs.len())
     ));
     out
 }
@@ -266,6 +304,10 @@ pub struct BenchArgs {
     /// Seed of the random streams.
     #[arg(long, default_value_t = crate::report::DEFAULT_SEED)]
     pub seed: u64,
+    /// Timed runs per workload and path, after one untimed warm-up run; the
+    /// median is reported.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub repeat: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -278,10 +320,22 @@ pub fn run_cli(args: &BenchArgs) -> Result<ExitCode, Error> {
         None => Workload::ALL.to_vec(),
     };
     let reference = args.reference_masks.unwrap_or((args.masks / 10).max(2));
-    let rows = run_bench(&workloads, args.masks, reference, args.seed)?;
+    let repeat = args.repeat as usize;
+    let runs = workloads.len() as u64 * 2 * (args.repeat + 1);
+    let bar = crate::cli::progress::bar(runs, "bench runs", args.json);
+    let rows = run_bench(
+        &workloads,
+        args.masks,
+        reference,
+        args.seed,
+        repeat,
+        &mut || bar.inc(1),
+    )?;
+    bar.finish_and_clear();
     if args.json {
         let json = serde_json::json!({
             "threads": rayon::current_num_threads(),
+            "repeat": args.repeat,
             "results": rows,
         });
         println!(

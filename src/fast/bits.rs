@@ -93,6 +93,12 @@ impl BernoulliBits {
         self.digits.len()
     }
 
+    /// The digits, most significant first, each as a word of all ones
+    /// (digit 1) or all zeros (digit 0).
+    pub fn digit_words(&self) -> &[u64] {
+        &self.digits
+    }
+
     /// Sixty-four independent Bernoulli(q) bits (1 = keep).
     #[inline]
     pub fn word<R: Rng + ?Sized>(&self, rng: &mut R) -> u64 {
@@ -129,21 +135,33 @@ impl BernoulliBits {
 }
 
 /// Transposes a 64×64 bit matrix in place: afterwards bit `j` of `a[i]` is
-/// what bit `i` of `a[j]` was. Recursive block swap (six stages of 32 word
-/// pairs), as in Warren's *Hacker's Delight* §7-3.
+/// what bit `i` of `a[j]` was. Recursive block swap, as in Warren's
+/// *Hacker's Delight* §7-3: stage `J` (32, 16, …, 1) swaps the
+/// off-diagonal `J×J` sub-blocks of every `2J×2J` block. Each stage is its
+/// own loop over runs of `J` independent word pairs, so the wide stages
+/// compile to vector code.
+#[inline(always)]
 pub fn transpose64(a: &mut [u64; 64]) {
-    let mut j = 32;
-    let mut m: u64 = 0x0000_0000_FFFF_FFFF;
-    while j != 0 {
-        let mut k = 0;
-        while k < 64 {
-            let t = ((a[k] >> j) ^ a[k + j]) & m;
-            a[k] ^= t << j;
-            a[k + j] ^= t;
-            k = (k + j + 1) & !j;
+    swap_blocks::<32>(a, 0x0000_0000_FFFF_FFFF);
+    swap_blocks::<16>(a, 0x0000_FFFF_0000_FFFF);
+    swap_blocks::<8>(a, 0x00FF_00FF_00FF_00FF);
+    swap_blocks::<4>(a, 0x0F0F_0F0F_0F0F_0F0F);
+    swap_blocks::<2>(a, 0x3333_3333_3333_3333);
+    swap_blocks::<1>(a, 0x5555_5555_5555_5555);
+}
+
+/// One stage of [`transpose64`]: in rows `k` (with bit `J` of `k` clear)
+/// and `k + J`, exchanges the high `J` bits of each `2J`-bit field of row `k`
+/// (`m` selects the low ones) with the low `J` bits of row `k + J`.
+#[inline(always)]
+fn swap_blocks<const J: usize>(a: &mut [u64; 64], m: u64) {
+    for block in a.chunks_exact_mut(2 * J) {
+        let (low, high) = block.split_at_mut(J);
+        for (x, y) in low.iter_mut().zip(high.iter_mut()) {
+            let t = ((*x >> J) ^ *y) & m;
+            *x ^= t << J;
+            *y ^= t;
         }
-        j >>= 1;
-        m ^= m << j;
     }
 }
 
@@ -213,278 +231,6 @@ mod tests {
             for (j, col) in before.iter().enumerate() {
                 assert_eq!((row >> j) & 1, (col >> i) & 1, "{i},{j}");
             }
-        }
-    }
-}
-
-/// Random words read from a stream in bulk (2 KiB at a time), so the bit
-/// walk pays no per-word bookkeeping of the generator. Words are read
-/// little-endian, the same on every platform.
-pub struct WordSource<'a, R: Rng + ?Sized> {
-    rng: &'a mut R,
-    buf: [u8; 2048],
-    pos: usize,
-}
-
-impl<'a, R: Rng + ?Sized> WordSource<'a, R> {
-    /// A source over `rng` (nothing is read until the first word).
-    pub fn new(rng: &'a mut R) -> Self {
-        WordSource {
-            rng,
-            buf: [0; 2048],
-            pos: 2048,
-        }
-    }
-
-    /// The next 64 random bits.
-    #[inline]
-    pub fn next_word(&mut self) -> u64 {
-        if self.pos == self.buf.len() {
-            self.rng.fill_bytes(&mut self.buf);
-            self.pos = 0;
-        }
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&self.buf[self.pos..self.pos + 8]);
-        self.pos += 8;
-        u64::from_le_bytes(w)
-    }
-}
-
-/// How many leading digits of `q` every lane walks before the open lanes
-/// are compacted.
-const HEAD: usize = 2;
-
-/// Tail words at or below this count are drawn by the plain walk.
-const PLAIN_TAIL: usize = 2;
-
-/// Bernoulli(q) words in bulk with *compaction*: about
-/// `2 (1 + 1/4 + 1/16 + …) ≈ 2.7` random words per 64 lanes instead of
-/// about 7.3 for the plain walk of [`BernoulliBits`].
-///
-/// # The algorithm
-///
-/// ```text
-/// 1. Every word walks the first K = 2 digits of q (as BernoulliBits, no
-///    early exit): keep_w and open_w (the lanes whose two bits equal b₁b₂;
-///    a quarter of them on average).
-/// 2. Count the open lanes of all words, P = Σ_w popcount(open_w), and draw
-///    ⌈P/64⌉ words of Bernoulli(q_K) bits, q_K = frac(2^K q) = 0.b_{K+1}b_{K+2}…,
-///    by this same algorithm (recursively; the plain walk once at most
-///    PLAIN_TAIL words are needed).
-/// 3. Read those bits as one stream, in order: word w takes the next
-///    popcount(open_w) bits and deposits them on its open lanes,
-///    keep_w |= pdep(bits, open_w).
-/// ```
-///
-/// # Why it is exact
-///
-/// ```text
-/// An open lane has matched b₁…b_K; its comparison U < q then depends only on
-/// the rest of its bits, U' = 0.u_{K+1}…, uniform and independent of the first
-/// K: it keeps iff U' < q_K. Step 3 gives it one Bernoulli(q_K) bit, exact by
-/// induction on the recursion (the plain walk is exact, see BernoulliBits),
-/// made from random words drawn after step 1's and used by no other lane;
-/// which bit a lane gets depends only on step 1's words, which are
-/// independent of step 2's. So
-///     P(keep) = Σ_{i ≤ K, bᵢ = 1} 2^-i + 2^-K q_K = Σ_i bᵢ 2^-i = q,
-/// and lanes stay independent. Unused bits of the last tail word are dropped.
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct MaskBits {
-    q: f64,
-    /// The whole expansion (the plain walk).
-    full: BernoulliBits,
-    /// Bits for the lanes still open after K digits, when q has more than K.
-    tail: Option<Box<MaskBits>>,
-    bmi2: bool,
-}
-
-impl MaskBits {
-    /// Bits that are 1 with probability exactly `q` (`0 < q ≤ 1`).
-    pub fn new(q: f64) -> Result<Self, Error> {
-        let full = BernoulliBits::new(q)?;
-        let tail = if full.digits() > HEAD {
-            // 2^K q is exact, and so is its fractional part; it is > 0
-            // because q has digits after the K-th.
-            let scaled = q * (1u64 << HEAD) as f64;
-            Some(Box::new(MaskBits::new(scaled - scaled.floor())?))
-        } else {
-            None
-        };
-        Ok(MaskBits {
-            q,
-            full,
-            tail,
-            bmi2: has_bmi2(),
-        })
-    }
-
-    /// The keep probability.
-    pub fn q(&self) -> f64 {
-        self.q
-    }
-
-    /// Uses the portable bit deposit even where the CPU has BMI2 (for
-    /// testing that both give the same bits).
-    pub fn portable(mut self) -> Self {
-        self.bmi2 = false;
-        if let Some(t) = self.tail.take() {
-            self.tail = Some(Box::new(t.portable()));
-        }
-        self
-    }
-
-    /// Fills `out` with independent Bernoulli(q) words, using `open` (same
-    /// length) as scratch.
-    pub fn fill<R: Rng + ?Sized>(
-        &self,
-        src: &mut WordSource<'_, R>,
-        out: &mut [u64],
-        open: &mut [u64],
-    ) {
-        let Some(tail) = &self.tail else {
-            for w in out.iter_mut() {
-                *w = walk(&self.full.digits, || src.next_word());
-            }
-            return;
-        };
-        let b = &self.full.digits;
-        let mut need = 0usize;
-        for (k, o) in out.iter_mut().zip(open.iter_mut()) {
-            let mut keep = 0u64;
-            let mut op = !0u64;
-            for &bi in &b[..HEAD] {
-                let w = src.next_word();
-                keep |= op & !w & bi;
-                op &= !(w ^ bi);
-            }
-            *k = keep;
-            *o = op;
-            need += op.count_ones() as usize;
-        }
-        let words = need.div_ceil(64);
-        // One zero word of padding for the two-word window below.
-        let mut bits = vec![0u64; words + 1];
-        if words <= PLAIN_TAIL {
-            for w in &mut bits[..words] {
-                *w = walk(&tail.full.digits, || src.next_word());
-            }
-        } else {
-            let mut scratch = vec![0u64; words];
-            tail.fill(src, &mut bits[..words], &mut scratch);
-        }
-        #[cfg(target_arch = "x86_64")]
-        if self.bmi2 {
-            // SAFETY: the CPU has BMI2 (checked at construction).
-            unsafe { deposit_bmi2(&bits, out, open) };
-            return;
-        }
-        deposit(&bits, out, open, soft_pdep);
-    }
-}
-
-#[inline(always)]
-fn walk(digits: &[u64], mut next: impl FnMut() -> u64) -> u64 {
-    if digits.is_empty() {
-        return !0;
-    }
-    let mut keep = 0u64;
-    let mut open = !0u64;
-    for &b in digits {
-        let w = next();
-        keep |= open & !w & b;
-        open &= !(w ^ b);
-        if open == 0 {
-            break;
-        }
-    }
-    keep
-}
-
-/// Step 3 of [`MaskBits`]: deposits the tail bits, read as one stream, on
-/// the open lanes.
-#[inline(always)]
-fn deposit(bits: &[u64], out: &mut [u64], open: &[u64], pdep: impl Fn(u64, u64) -> u64) {
-    let mut pos = 0usize;
-    for (k, &o) in out.iter_mut().zip(open) {
-        if o == 0 {
-            continue;
-        }
-        let (i, off) = (pos >> 6, (pos & 63) as u32);
-        // `bits[i + 1]` exists: a word with open lanes starts before the
-        // last needed bit, and one padding word follows.
-        let hi = if off == 0 {
-            0
-        } else {
-            bits[i + 1] << (64 - off)
-        };
-        *k |= pdep((bits[i] >> off) | hi, o);
-        pos += o.count_ones() as usize;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "bmi2")]
-unsafe fn deposit_bmi2(bits: &[u64], out: &mut [u64], open: &[u64]) {
-    // The closure inherits this function's `bmi2` feature.
-    deposit(bits, out, open, |s, m| std::arch::x86_64::_pdep_u64(s, m));
-}
-
-fn has_bmi2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("bmi2")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Parallel bit deposit in portable code: the low bits of `src`, in order,
-/// placed on the set bits of `mask`.
-#[inline]
-pub fn soft_pdep(mut src: u64, mut mask: u64) -> u64 {
-    let mut out = 0u64;
-    while mask != 0 {
-        let low = mask & mask.wrapping_neg();
-        if src & 1 == 1 {
-            out |= low;
-        }
-        src >>= 1;
-        mask &= mask - 1;
-    }
-    out
-}
-
-#[cfg(test)]
-mod mask_tests {
-    use super::*;
-    use crate::engine::stream;
-
-    #[test]
-    fn soft_pdep_matches_its_definition() {
-        assert_eq!(soft_pdep(0b101, 0b1111_0000), 0b0101_0000);
-        assert_eq!(soft_pdep(!0, 0x8000_0000_0000_0001), 0x8000_0000_0000_0001);
-        assert_eq!(
-            soft_pdep(0b10, 0x8000_0000_0000_0001),
-            0x8000_0000_0000_0000
-        );
-    }
-
-    #[test]
-    fn hardware_and_portable_deposit_give_the_same_bits() {
-        for q in [0.9, 0.6, 0.5, 0.25, 1.0] {
-            let fast = MaskBits::new(q).unwrap();
-            let soft = fast.clone().portable();
-            let (mut a, mut b) = (stream(5, 1), stream(5, 1));
-            let (mut wa, mut wb) = (WordSource::new(&mut a), WordSource::new(&mut b));
-            let (mut oa, mut ob) = (vec![0u64; 999], vec![0u64; 999]);
-            let mut scratch = vec![0u64; 999];
-            fast.fill(&mut wa, &mut oa, &mut scratch);
-            soft.fill(&mut wb, &mut ob, &mut scratch);
-            assert_eq!(oa, ob, "q = {q}");
-            assert_eq!(wa.next_word(), wb.next_word());
         }
     }
 }

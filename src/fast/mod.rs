@@ -24,14 +24,20 @@
 pub mod attention;
 pub mod bench;
 pub mod bits;
+pub mod compact;
+pub mod lanes;
 pub mod norm;
 pub mod reference;
 pub mod run;
 pub mod tables;
 
 pub use attention::{AttentionEstimates, FastAttention};
-pub use bits::{BernoulliBits, MaskBits, WordSource, transpose64};
+pub use bits::{BernoulliBits, transpose64};
+pub use compact::MaskBits;
+pub use lanes::Xoshiro8;
 pub use norm::{FastNorm, NormEstimates};
 pub use reference::{ReferenceAttention, ReferenceNorm};
-pub use run::{ChunkKernel, estimate_from_sums, run_chunks};
+pub use run::{
+    ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,
+};
 pub use tables::SubsetTables;

@@ -54,7 +54,7 @@ impl<const W: usize> SubsetTables<W> {
 
     /// `Σ_k m_k c[k]` for each column, for the mask held in `words`
     /// (`words.len() · 8 ≥ groups`; bits past the last unit must be 0).
-    #[inline]
+    #[inline(always)]
     pub fn masked_sum(&self, words: &[u64]) -> [f64; W] {
         let mut part = [[0.0; W]; 4];
         let full = self.groups / 8;

@@ -301,9 +301,12 @@ pub fn rms_norm_expectation(
     check_len("gamma", gamma, d)?;
     let d_mean = positive_denominator("E[R^2] + eps", units.mean_square() + eps)?;
     let (var_a, cov) = (units.var_a(), units.cov_unit_a());
-    Ok((0..d)
-        .map(|k| gamma[k] * ratio_second_order(units.mean[k], cov[k], d_mean, var_a))
-        .collect())
+    finite(
+        "second-order E[RMSNorm]",
+        (0..d)
+            .map(|k| gamma[k] * ratio_second_order(units.mean[k], cov[k], d_mean, var_a))
+            .collect(),
+    )
 }
 
 /// Per-draw standard deviation of `LN(y)_k`, to leading order:
@@ -317,12 +320,15 @@ pub fn layer_norm_draw_sd(units: &NoisyUnits, gamma: &[f64], eps: f64) -> Result
     check_len("gamma", gamma, d)?;
     let d_mean = positive_denominator("E[V] + eps", units.expected_v() + eps)?;
     let var_m = units.s2.iter().sum::<f64>() / (units.d() * units.d());
-    Ok((0..d)
-        .map(|k| {
-            let var_n = units.s2[k] * (1.0 - 2.0 / units.d()) + var_m;
-            gamma[k].abs() * (var_n.max(0.0) / d_mean).sqrt()
-        })
-        .collect())
+    finite(
+        "the per-draw sd of LN",
+        (0..d)
+            .map(|k| {
+                let var_n = units.s2[k] * (1.0 - 2.0 / units.d()) + var_m;
+                gamma[k].abs() * (var_n.max(0.0) / d_mean).sqrt()
+            })
+            .collect(),
+    )
 }
 
 /// Per-draw standard deviation of `RMSNorm(y)_k`, to leading order:
@@ -331,9 +337,12 @@ pub fn rms_norm_draw_sd(units: &NoisyUnits, gamma: &[f64], eps: f64) -> Result<V
     let d = units.mean.len();
     check_len("gamma", gamma, d)?;
     let d_mean = positive_denominator("E[R^2] + eps", units.mean_square() + eps)?;
-    Ok((0..d)
-        .map(|k| gamma[k].abs() * (units.s2[k] / d_mean).sqrt())
-        .collect())
+    finite(
+        "the per-draw sd of RMSNorm",
+        (0..d)
+            .map(|k| gamma[k].abs() * (units.s2[k] / d_mean).sqrt())
+            .collect(),
+    )
 }
 
 /// The sample-size guide: how many masks a Monte Carlo run needs before it

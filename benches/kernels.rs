@@ -1,0 +1,93 @@
+//! Criterion benchmarks of the fast path's kernels, one piece at a time,
+//! with the same inputs as the `dropmc bench` workloads.
+//!
+//! ```text
+//! cargo bench --bench kernels              # all
+//! cargo bench --bench kernels -- chunk     # the whole per-chunk kernels
+//! ```
+//!
+//! Throughput is in mask elements (bits, for the generators). Timings are
+//! for one thread; `dropmc bench` measures whole runs on every core and
+//! `benches/compare.sh` puts them beside the numpy reference.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use dropmc::engine::{Budget, CHUNK, stream};
+use dropmc::fast::bench::{EPS, Workload, workload_attention, workload_x};
+use dropmc::fast::{FastAttention, FastNorm, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on};
+
+/// One W1 block: 64 masks of 512 units, as 512 words.
+fn mask_bits(c: &mut Criterion) {
+    let mut g = c.benchmark_group("mask_bits");
+    let words = 512;
+    g.throughput(Throughput::Elements(64 * words as u64));
+    for q in [0.9, 0.5] {
+        let bits = MaskBits::new(q).expect("q");
+        let mut lanes = Xoshiro8::from_stream(&mut stream(1, 0));
+        let (mut out, mut open) = (vec![0u64; words], vec![0u64; words]);
+        g.bench_function(format!("q={q}"), |b| {
+            b.iter(|| {
+                bits.fill(&mut lanes, &mut out, &mut open);
+                black_box(&out);
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The per-mask two-column masked sum of W1 (512 units, 8 words per mask).
+fn masked_sum(c: &mut Criterion) {
+    let x = workload_x(512);
+    let sq: Vec<f64> = x.iter().map(|v| v * v).collect();
+    let tables = SubsetTables::new([&x, &sq]);
+    let mut lanes = Xoshiro8::from_stream(&mut stream(2, 0));
+    let masks: Vec<u64> = (0..64).flat_map(|_| lanes.next_words()).collect();
+    let mut g = c.benchmark_group("masked_sum");
+    g.throughput(Throughput::Elements(64 * 512));
+    g.bench_function("d=512, 64 masks", |b| {
+        b.iter(|| {
+            let mut total = [0.0; 2];
+            for mask in masks.chunks_exact(8) {
+                let [a, s] = tables.masked_sum(black_box(mask));
+                total[0] += a;
+                total[1] += s;
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+/// One whole chunk of each workload's kernel, at every instruction-set
+/// level this CPU has (the same bits on each; the time differs).
+fn chunk(c: &mut Criterion) {
+    let mut g = c.benchmark_group("chunk");
+    g.sample_size(20);
+    let budget = Budget::new(CHUNK, 3).expect("budget");
+    let w1 = FastNorm::new(&workload_x(512), Workload::W1.p(), EPS, true).expect("W1");
+    let w2 = FastNorm::new(&workload_x(4096), Workload::W2.p(), EPS, false).expect("W2");
+    let (a, v) = workload_attention(128);
+    let w3 = FastAttention::new(&a, &v, Workload::W3.p()).expect("W3");
+    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+        if !isa.available() {
+            continue;
+        }
+        g.throughput(Throughput::Elements(CHUNK * 512));
+        g.bench_function(format!("W1 {isa:?}"), |b| {
+            b.iter(|| run_chunks_on(&w1, budget, isa).expect("run"))
+        });
+        g.throughput(Throughput::Elements(CHUNK * 4096));
+        g.bench_function(format!("W2 {isa:?}"), |b| {
+            b.iter(|| run_chunks_on(&w2, budget, isa).expect("run"))
+        });
+        g.throughput(Throughput::Elements(CHUNK * 128));
+        g.bench_function(format!("W3 {isa:?}"), |b| {
+            b.iter(|| run_chunks_on(&w3, budget, isa).expect("run"))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(kernels, mask_bits, masked_sum, chunk);
+criterion_main!(kernels);
