@@ -11,6 +11,9 @@
 //!   backend with autodiff (burn 0.22.1), and burn's `LayerNorm` and
 //!   `BatchNorm` (with its running statistics) on `f64` slices.
 //!
+//! [`rounding`] (no feature) bounds how far a framework's normalization of
+//! one row may be from the exact value, given the precision it computes in.
+//!
 //! # What goes through the trait, and what cannot
 //!
 //! The trait passes the generator in, so that a test controls every random
@@ -34,3 +37,4 @@
 pub mod burn;
 #[cfg(feature = "candle")]
 pub mod candle;
+pub mod rounding;
