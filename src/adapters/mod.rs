@@ -31,7 +31,9 @@
 //! mask tensor from the given mask and differentiates the framework's own
 //! product with the framework's autograd. The findings, each pinned by a
 //! test in `tests/frameworks_candle.rs` / `tests/frameworks_burn.rs`, are
-//! listed in the README's "Frameworks" section.
+//! listed in the README's "Frameworks" section; `tests/frameworks_norm.rs`
+//! runs the normalization layers against the normalization and BatchNorm
+//! claims.
 
 #[cfg(feature = "burn")]
 pub mod burn;
