@@ -33,8 +33,9 @@
 //!   closed forms (rounding bounds, no sampling); the `second_order`
 //!   claims' Monte Carlo runs in the registry (first bullet).
 //!
-//! `tests/frameworks_candle.rs` and `tests/frameworks_burn.rs` run only with
-//! `--features candle,burn` (a separate CI step) and state their own budgets.
+//! `tests/frameworks_candle.rs`, `tests/frameworks_burn.rs` and
+//! `tests/frameworks_norm.rs` run only with `--features candle,burn` (a
+//! separate CI step) and state their own budgets.
 
 use dropmc::claims::registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};

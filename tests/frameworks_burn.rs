@@ -30,8 +30,7 @@ use dropmc::adapters::burn::{
 };
 use dropmc::claims::registry;
 use dropmc::error::Error;
-use dropmc::exact::enumerate_masks;
-use dropmc::ops::{DropoutLayer, InvertedDropout, Rate, Subject};
+use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
 use dropmc::report::{Options, run};
 use dropmc::stats::assertion_alpha;
 use rand::SeedableRng;
@@ -258,74 +257,9 @@ fn pin_burn_layer_norm_eps_placement() {
     assert!((y[1] - want).abs() <= 4.0 * f64::EPSILON, "{y:?}");
 }
 
-const ENUM_P: f64 = 0.3;
-const ENUM_X: [f64; 10] = [0.9, -0.4, 1.7, 0.2, -1.1, 2.3, 0.6, -0.8, 1.2, 0.1];
-
-fn index_of(mask: &[bool]) -> usize {
-    mask.iter()
-        .enumerate()
-        .map(|(k, m)| usize::from(*m) << k)
-        .sum()
-}
-
-/// Exact E[LN(dropout(x))] over all 2^10 masks, with burn's LayerNorm and
-/// with a straightforward f64 LayerNorm. Both are two-pass in f64; per
-/// component their difference is at most
-/// `2ε [ (d + 2)(|z_k| + |M|)/s + (d + 4)|y_k| ]` (sums of d terms,
-/// centring, the last few operations; `s = sqrt(V + ε)`), averaged over the
-/// masks, plus the enumerations' own rounding. The leading-order value
-/// (FORMULAS.md §2) is printed as a gap only.
-#[test]
-fn burn_layer_norm_after_dropout_matches_f64_reference_exactly() {
-    let rate = Rate::new(ENUM_P).expect("rate");
-    let d = ENUM_X.len();
-    let eps = 1e-5;
-    let mut rows = Vec::with_capacity(d << d);
-    for bits in 0..(1usize << d) {
-        rows.extend(ENUM_X.iter().enumerate().map(|(k, v)| {
-            if (bits >> k) & 1 == 1 {
-                v / rate.q()
-            } else {
-                0.0
-            }
-        }));
-    }
-    let framework = layer_norm(&rows, d, eps).expect("runs");
-    let theirs = enumerate_masks(d, rate, d, |mask, out| {
-        let i = index_of(mask);
-        out.copy_from_slice(&framework[i * d..(i + 1) * d]);
-    })
-    .expect("enumerates");
-    let ours = enumerate_masks(d, rate, 2 * d, |mask, out| {
-        let i = index_of(mask);
-        let z = &rows[i * d..(i + 1) * d];
-        let n = d as f64;
-        let m = z.iter().sum::<f64>() / n;
-        let v = z.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / n;
-        let s = (v + eps).sqrt();
-        for k in 0..d {
-            let y = (z[k] - m) / s;
-            out[k] = y;
-            out[d + k] =
-                2.0 * f64::EPSILON * ((n + 2.0) * (z[k].abs() + m.abs()) / s + (n + 4.0) * y.abs());
-        }
-    })
-    .expect("enumerates");
-    for k in 0..d {
-        let gap = (theirs.values[k] - ours.values[k]).abs();
-        let allowed = ours.values[d + k] + theirs.rounding[k] + ours.rounding[k];
-        assert!(gap <= allowed, "[{k}]: gap {gap:e} > {allowed:e}");
-    }
-    let n = d as f64;
-    let mu = ENUM_X.iter().sum::<f64>() / n;
-    let s2 = ENUM_X.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / n;
-    let c = ((s2 + eps) / ((s2 + ENUM_P * mu * mu) / rate.q() + eps)).sqrt();
-    let worst = (0..d)
-        .map(|k| (c * (ENUM_X[k] - mu) / (s2 + eps).sqrt() - ours.values[k]).abs())
-        .fold(0.0, f64::max);
-    println!("burn LayerNorm, d = {d}, p = {ENUM_P}: leading-order gap max_k {worst:.3e}");
-    assert!(worst.is_finite());
-}
+// The expectation of burn's LayerNorm after dropout (exact and sampled), and
+// its BatchNorm buffers against the BatchNorm claims, are checked in
+// `tests/frameworks_norm.rs`.
 
 /// The module is on the autodiff device: sanity of the helpers' devices.
 #[test]

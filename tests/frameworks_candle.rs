@@ -27,7 +27,6 @@ use candle_core::{DType, Device, Tensor, Var};
 use dropmc::adapters::candle::{CandleDropout, Norm, accepts_rate, normalize, survivor_scale};
 use dropmc::claims::registry;
 use dropmc::error::Error;
-use dropmc::exact::enumerate_masks;
 use dropmc::ops::{DropoutLayer, InvertedDropout, Rate, Subject};
 use dropmc::report::{Options, run};
 use dropmc::stats::assertion_alpha;
@@ -247,22 +246,6 @@ fn candle_backward_matches_reference_up_to_its_scale() {
     }
 }
 
-/// Straightforward f64 LayerNorm / RMSNorm of one row (two-pass variance,
-/// ε inside the square root), unit weight, zero bias.
-fn reference_norm(norm: Norm, z: &[f64], eps: f64, out: &mut [f64]) {
-    let d = z.len() as f64;
-    let mean = if norm == Norm::RmsNorm {
-        0.0
-    } else {
-        z.iter().sum::<f64>() / d
-    };
-    let var = z.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d;
-    let denom = (var + eps).sqrt();
-    for (o, v) in out.iter_mut().zip(z) {
-        *o = (v - mean) / denom;
-    }
-}
-
 /// Findings: all three layers put ε inside the square root, added to the
 /// biased (population) variance; the fused `LayerNorm` (with bias) and
 /// `RmsNorm` compute in f32 even on f64 tensors, the bias-free `LayerNorm`
@@ -346,138 +329,6 @@ fn pin_candle_fused_layer_norm_is_f32_one_pass() {
     );
 }
 
-/// Drop rate and input of the enumeration checks (d = 10: 1 024 masks).
-const ENUM_P: f64 = 0.3;
-const ENUM_X: [f64; 10] = [0.9, -0.4, 1.7, 0.2, -1.1, 2.3, 0.6, -0.8, 1.2, 0.1];
-
-/// Every mask's dropped vector `z`, as rows in the bit order of
-/// `enumerate_masks` (unit k kept iff bit k of the row index is set).
-fn all_dropped_rows(x: &[f64], rate: Rate) -> Vec<f64> {
-    let d = x.len();
-    let mut rows = Vec::with_capacity(d << d);
-    for bits in 0..(1usize << d) {
-        rows.extend(x.iter().enumerate().map(|(k, v)| {
-            if (bits >> k) & 1 == 1 {
-                v / rate.q()
-            } else {
-                0.0
-            }
-        }));
-    }
-    rows
-}
-
-fn index_of(mask: &[bool]) -> usize {
-    mask.iter()
-        .enumerate()
-        .map(|(k, m)| usize::from(*m) << k)
-        .sum()
-}
-
-/// Rounding bound of candle's f32 kernel on one row (per component):
-/// inputs rounded to f32 (ε₃₂|z|), Σz and Σz² in f32 (Higham: d·ε₃₂ times
-/// Σ|z| resp. Σz²), the one-pass variance E[z²] − M² then carries an
-/// absolute error ≈ (d + 2) ε₃₂ E[z²], which the square root halves in
-/// relative terms over V + ε; the centring z − M carries (d + 2) ε₃₂ (|z| +
-/// |M|); the last four operations add 4 ε₃₂ |y|. Summed:
-/// `ε₃₂ [ (d+2)(|z_k| + |M|)/s + ((d+2) E[z²]/(V+ε)) |y_k| + 4 |y_k| ]`,
-/// `s = sqrt(V + ε)`; doubled for second-order terms.
-fn f32_kernel_bound(norm: Norm, z: &[f64], eps: f64, y: &[f64], out: &mut [f64]) {
-    let d = z.len() as f64;
-    let e32 = f64::from(f32::EPSILON);
-    let m = if norm == Norm::RmsNorm {
-        0.0
-    } else {
-        z.iter().sum::<f64>() / d
-    };
-    let ez2 = z.iter().map(|v| v * v).sum::<f64>() / d;
-    let v = z.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / d;
-    let s = (v + eps).sqrt();
-    for ((o, a), yk) in out.iter_mut().zip(z).zip(y) {
-        *o = 2.0
-            * e32
-            * ((d + 2.0) * (a.abs() + m.abs()) / s
-                + (d + 2.0) * ez2 / (v + eps) * yk.abs()
-                + 4.0 * yk.abs());
-    }
-}
-
-/// Two f64 two-pass LayerNorms of one row differ per component by at most
-/// `2ε [ (d + 2)(|z_k| + |M|)/s + (d + 4)|y_k| ]`: sums of d terms (d ε
-/// each), the centring, the last few operations; `s = sqrt(V + ε)`.
-fn f64_two_pass_bound(z: &[f64], eps: f64, y: &[f64], out: &mut [f64]) {
-    let d = z.len() as f64;
-    let m = z.iter().sum::<f64>() / d;
-    let v = z.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / d;
-    let s = (v + eps).sqrt();
-    for ((o, a), yk) in out.iter_mut().zip(z).zip(y) {
-        *o = 2.0 * f64::EPSILON * ((d + 2.0) * (a.abs() + m.abs()) / s + (d + 4.0) * yk.abs());
-    }
-}
-
-/// Exact E[norm(dropout(x))] by enumerating all 2^10 masks, once with
-/// candle's layer and once with the f64 reference above. They must agree
-/// within the enumerations' rounding plus the per-mask bound of the
-/// framework's arithmetic (f32 kernel or f64 two-pass, above), averaged
-/// with the same weights. The leading-order values (FORMULAS.md §2, §4) are
-/// printed as a gap, not asserted.
-#[test]
-fn candle_norms_after_dropout_match_f64_reference_exactly() {
-    let rate = Rate::new(ENUM_P).expect("rate");
-    let d = ENUM_X.len();
-    let eps = 1e-5;
-    let rows = all_dropped_rows(&ENUM_X, rate);
-    for norm in [Norm::LayerNorm, Norm::LayerNormNoBias, Norm::RmsNorm] {
-        let framework = normalize(norm, &rows, d, eps).expect("runs");
-        let theirs = enumerate_masks(d, rate, d, |mask, out| {
-            let i = index_of(mask);
-            out.copy_from_slice(&framework[i * d..(i + 1) * d]);
-        })
-        .expect("enumerates");
-        let ours = enumerate_masks(d, rate, 2 * d, |mask, out| {
-            let i = index_of(mask);
-            let z = &rows[i * d..(i + 1) * d];
-            let (y, bound) = out.split_at_mut(d);
-            reference_norm(norm, z, eps, y);
-            let y = y.to_vec();
-            if norm == Norm::LayerNormNoBias {
-                f64_two_pass_bound(z, eps, &y, bound);
-            } else {
-                f32_kernel_bound(norm, z, eps, &y, bound);
-            }
-        })
-        .expect("enumerates");
-        for k in 0..d {
-            let gap = (theirs.values[k] - ours.values[k]).abs();
-            let allowed = ours.values[d + k] + theirs.rounding[k] + ours.rounding[k];
-            assert!(
-                gap <= allowed,
-                "{norm:?}[{k}]: candle {} vs f64 {} (gap {gap:e} > {allowed:e})",
-                theirs.values[k],
-                ours.values[k]
-            );
-        }
-        // Reported only: the leading-order values and their gap.
-        let lead = leading_order(norm, &ENUM_X, rate, eps);
-        let worst = (0..d)
-            .map(|k| (lead[k] - ours.values[k]).abs())
-            .fold(0.0, f64::max);
-        println!("{norm:?}, d = {d}, p = {ENUM_P}: leading-order gap max_k {worst:.3e}");
-        assert!(worst.is_finite());
-    }
-}
-
-/// FORMULAS.md §2 (with ε: c_ε (x_k − μ)/sqrt(σ² + ε)) and §4
-/// (sqrt(q) · RMSNorm(x)).
-fn leading_order(norm: Norm, x: &[f64], rate: Rate, eps: f64) -> Vec<f64> {
-    let d = x.len() as f64;
-    if norm == Norm::RmsNorm {
-        let r = (x.iter().map(|v| v * v).sum::<f64>() / d + eps).sqrt();
-        return x.iter().map(|v| rate.q().sqrt() * v / r).collect();
-    }
-    let mu = x.iter().sum::<f64>() / d;
-    let s2 = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / d;
-    let (p, q) = (rate.p(), rate.q());
-    let c = ((s2 + eps) / ((s2 + p * mu * mu) / q + eps)).sqrt();
-    x.iter().map(|v| c * (v - mu) / (s2 + eps).sqrt()).collect()
-}
+// The expectation of candle's LayerNorm / RmsNorm after dropout (exact, by
+// enumerating every mask through candle, and sampled) is checked against the
+// crate's oracle and the normalization claims in `tests/frameworks_norm.rs`.

@@ -11,6 +11,9 @@
 //!   backend with autodiff (burn 0.22.1), and burn's `LayerNorm` and
 //!   `BatchNorm` (with its running statistics) on `f64` slices.
 //!
+//! [`rounding`] (no feature) bounds how far a framework's normalization of
+//! one row may be from the exact value, given the precision it computes in.
+//!
 //! # What goes through the trait, and what cannot
 //!
 //! The trait passes the generator in, so that a test controls every random
@@ -28,9 +31,12 @@
 //! mask tensor from the given mask and differentiates the framework's own
 //! product with the framework's autograd. The findings, each pinned by a
 //! test in `tests/frameworks_candle.rs` / `tests/frameworks_burn.rs`, are
-//! listed in the README's "Frameworks" section.
+//! listed in the README's "Frameworks" section; `tests/frameworks_norm.rs`
+//! runs the normalization layers against the normalization and BatchNorm
+//! claims.
 
 #[cfg(feature = "burn")]
 pub mod burn;
 #[cfg(feature = "candle")]
 pub mod candle;
+pub mod rounding;
