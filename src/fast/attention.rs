@@ -79,14 +79,14 @@ impl ChunkKernel for FastAttention {
         let nw = self.keys.div_ceil(64);
         let rows = 64;
         let mut words = vec![0u64; rows * nw];
-        let mut open = vec![0u64; rows * nw];
+        let mut scratch = Vec::new();
         let mut lanes = Xoshiro8::from_stream(rng);
         let tail = tail_mask(self.keys);
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(rows);
             self.bits
-                .fill(&mut lanes, &mut words[..nb * nw], &mut open[..nb * nw]);
+                .fill(&mut lanes, &mut words[..nb * nw], &mut scratch);
             for row in words.chunks_exact_mut(nw).take(nb) {
                 row[nw - 1] &= tail;
                 self.add_row(row, sums);

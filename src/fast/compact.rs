@@ -45,7 +45,7 @@
 //! about 10.3 steps for the plain walk alone.
 
 use super::bits::BernoulliBits;
-use super::lanes::{LANES, Xoshiro8, fill_walk};
+use super::lanes::{LANES, Xoshiro8, fill_walk, store_lanes};
 use crate::error::Error;
 
 /// How many leading digits of `q` every word walks before compaction.
@@ -98,14 +98,19 @@ impl MaskBits {
     }
 
     /// Fills `out` with independent Bernoulli(q) words drawn from `lanes`,
-    /// using `open` (same length) as scratch.
+    /// using `scratch` (resized as needed, so it can be kept across calls).
     #[inline(always)]
-    pub fn fill(&self, lanes: &mut Xoshiro8, out: &mut [u64], open: &mut [u64]) {
+    pub fn fill(&self, lanes: &mut Xoshiro8, out: &mut [u64], scratch: &mut Vec<u64>) {
         let Some(tail) = &self.tail else {
             // q = 1 (no digits) or q has at most HEAD digits: the plain walk.
             fill_walk(&self.head, lanes, out);
             return;
         };
+        // `open` (one word per output word), then the tail bits (at most one
+        // per output word, plus a zero word of padding for `deposit`).
+        scratch.clear();
+        scratch.resize(2 * out.len() + 1, 0);
+        let (open, bits) = scratch.split_at_mut(out.len());
         let mut need = 0usize;
         for (keep_group, open_group) in out.chunks_mut(LANES).zip(open.chunks_mut(LANES)) {
             let mut keep = [0u64; LANES];
@@ -117,24 +122,22 @@ impl MaskBits {
                     op[l] &= !(w[l] ^ b);
                 }
             }
-            keep_group.copy_from_slice(&keep[..keep_group.len()]);
-            open_group.copy_from_slice(&op[..open_group.len()]);
+            store_lanes(keep_group, &keep);
+            store_lanes(open_group, &op);
             need += op[..open_group.len()]
                 .iter()
                 .map(|o| o.count_ones() as usize)
                 .sum::<usize>();
         }
         let words = need.div_ceil(64);
-        // One zero word of padding for the two-word window of `deposit`.
-        let mut bits = vec![0u64; words + 1];
         fill_walk(tail.digit_words(), lanes, &mut bits[..words]);
         #[cfg(target_arch = "x86_64")]
         if self.bmi2 {
             // SAFETY: the CPU has BMI2 (checked at construction).
-            unsafe { deposit_bmi2(&bits, out, open) };
+            unsafe { deposit_bmi2(bits, out, open) };
             return;
         }
-        deposit(&bits, out, open, soft_pdep);
+        deposit(bits, out, open, soft_pdep);
     }
 }
 
@@ -216,7 +219,7 @@ mod tests {
             let mut a = Xoshiro8::from_stream(&mut stream(5, 1));
             let mut b = a.clone();
             let (mut oa, mut ob) = (vec![0u64; 999], vec![0u64; 999]);
-            let mut scratch = vec![0u64; 999];
+            let mut scratch = Vec::new();
             fast.fill(&mut a, &mut oa, &mut scratch);
             soft.fill(&mut b, &mut ob, &mut scratch);
             assert_eq!(oa, ob, "q = {q}");

@@ -3,13 +3,15 @@
 //!
 //! # Why a second generator
 //!
-//! The fast kernels need about ten random words per 64 mask bits (see
-//! below), so the generator is a large share of their time. ChaCha8 costs
-//! about six cycles per word here; xoshiro256++ (Blackman and Vigna 2021)
-//! costs one or two, and eight of them advanced together are eight-wide
-//! integer vector code (add, xor, shift, rotate) that the compiler maps to
-//! AVX-512 or AVX2 registers. The reference path and every claim keep
-//! reading ChaCha8; only the fast kernels read these lanes.
+//! Bit masks need several random words per 64 mask bits (about four per
+//! word of output at `q = 0.9` with [`super::MaskBits`]), so the generator
+//! is a large share of the fast kernels' time: ChaCha8's block function was
+//! about an eighth of W1's profile before this module. xoshiro256++
+//! (Blackman and Vigna 2021) needs a handful of adds, xors, shifts and
+//! rotates per word, and eight of them advanced together are eight-wide
+//! integer vector code that the compiler maps to AVX-512 or AVX2 registers.
+//! The reference path and every claim keep reading ChaCha8; only the fast
+//! kernels read these lanes.
 //!
 //! # Seeding, and why the chunk contract still holds
 //!
@@ -122,8 +124,19 @@ pub fn walk8(digits: &[u64], lanes: &mut Xoshiro8) -> [u64; LANES] {
 #[inline(always)]
 pub fn fill_walk(digits: &[u64], lanes: &mut Xoshiro8, out: &mut [u64]) {
     for group in out.chunks_mut(LANES) {
-        let words = walk8(digits, lanes);
-        group.copy_from_slice(&words[..group.len()]);
+        store_lanes(group, &walk8(digits, lanes));
+    }
+}
+
+/// Copies eight lane words into `dst` (at most eight long): a fixed-size
+/// copy for a whole group, so no call to `memcpy` in the hot loops.
+#[inline(always)]
+pub fn store_lanes(dst: &mut [u64], src: &[u64; LANES]) {
+    if let Some(whole) = dst.first_chunk_mut::<LANES>() {
+        *whole = *src;
+    } else {
+        let len = dst.len();
+        dst.copy_from_slice(&src[..len]);
     }
 }
 

@@ -6,17 +6,19 @@
 //!
 //! * [`BernoulliBits`] — 64 Bernoulli(q) bits at a time, exact for every
 //!   `f64` `q`, by walking `q`'s binary expansion (proof in its docs);
-//!   [`MaskBits`] — the same bits in bulk with fewer random words, by
-//!   compacting the lanes still undecided after two digits;
+//!   [`MaskBits`] — the same bits in bulk: three digits on every word, then
+//!   one walk for the lanes still open in the whole batch;
+//! * [`Xoshiro8`] — eight xoshiro256++ generators in lock-step (vector code),
+//!   seeded per chunk from the engine's ChaCha8 stream;
 //! * [`SubsetTables`] — sums of `x/q` and `(x/q)²` over every subset of each
 //!   8 channels, so a masked sum is one look-up per byte of the mask;
 //! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
-//!   from three per-channel sums over draws (64×64 bit transposes and
-//!   subset-sum tables over masks);
+//!   from one masked sum over masks per channel (64×64 bit transposes and
+//!   subset-sum tables over masks), with batch-means standard errors;
 //! * [`FastAttention`] — attention rows `R`, `o`;
 //! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
-//!   chunks: bit-identical on any thread count, memory independent of the
-//!   sample count;
+//!   chunks: bit-identical on any thread count and on every instruction-set
+//!   level ([`Isa`]), memory independent of the sample count;
 //! * [`ReferenceNorm`], [`ReferenceAttention`] — the obvious per-element
 //!   samplers the fast path is tested against;
 //! * [`mod@bench`] — the benchmark workloads W1–W3 behind `dropmc bench`.

@@ -153,7 +153,7 @@ impl ChunkKernel for FastNorm {
         let inv_d = 1.0 / d as f64;
         let mut lanes = Xoshiro8::from_stream(rng);
         let mut words = vec![0u64; 64 * nw];
-        let mut open = vec![0u64; 64 * nw];
+        let mut scratch = Vec::new();
         let tail = tail_mask(d);
         let mut per = [0.0f64; 64];
         let (mut mean, mut var) = ([0.0f64; 64], [0.0f64; 64]);
@@ -164,7 +164,7 @@ impl ChunkKernel for FastNorm {
         while done < draws {
             let nb = (draws - done).min(64);
             self.bits
-                .fill(&mut lanes, &mut words[..nb * nw], &mut open[..nb * nw]);
+                .fill(&mut lanes, &mut words[..nb * nw], &mut scratch);
             for mask in words.chunks_exact_mut(nw).take(nb) {
                 mask[nw - 1] &= tail;
             }
