@@ -95,11 +95,7 @@ pub fn compound(
     let noise = c1 * c1 * s / (s2 + ln1.eps());
     let rho2 = noise / signal;
     let c2 = ((signal + ln2.eps()) / (signal + rate.odds() * noise + ln2.eps())).sqrt();
-    if ![signal, s, rho2, c2].iter().all(|v| v.is_finite()) {
-        return Err(Error::Degenerate {
-            what: "the compound correction overflows f64 for this input".into(),
-        });
-    }
+    super::representable("the compound correction", vec![signal, s, rho2, c2])?;
     Ok(Compound {
         c1,
         c1_hat,

@@ -14,3 +14,17 @@ pub mod mask_shape;
 pub mod rmsnorm;
 pub mod second_order;
 pub mod semantics;
+
+use crate::error::Error;
+
+/// Passes a formula's computed `values` through when all are finite; an
+/// input whose moments overflow or underflow `f64` is a typed error, not NaN.
+pub(crate) fn representable(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Error> {
+    if values.iter().all(|v| v.is_finite()) {
+        Ok(values)
+    } else {
+        Err(Error::Degenerate {
+            what: format!("{what} is not representable in f64 for this input"),
+        })
+    }
+}

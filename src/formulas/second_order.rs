@@ -110,6 +110,7 @@
 //!   and the sample-size guide [`masks_to_resolve`], which uses the per-draw
 //!   spreads [`layer_norm_draw_sd`] and [`rms_norm_draw_sd`].
 
+use super::representable;
 use crate::error::{Error, check_finite_vec, check_len};
 use crate::ops::{Rate, Site};
 
@@ -269,7 +270,7 @@ pub fn layer_norm_expectation(
     check_len("beta", beta, d)?;
     let d_mean = positive_denominator("E[V] + eps", units.expected_v() + eps)?;
     let (mu, var_v, cov) = (units.mu(), units.var_v(), units.cov_centred_unit_v());
-    finite(
+    representable(
         "second-order E[LN]",
         (0..d)
             .map(|k| {
@@ -277,18 +278,6 @@ pub fn layer_norm_expectation(
             })
             .collect(),
     )
-}
-
-/// Passes `values` through when all are finite; an input whose moments
-/// overflow or underflow `f64` is a typed error, not NaN.
-fn finite(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Error> {
-    if values.iter().all(|v| v.is_finite()) {
-        Ok(values)
-    } else {
-        Err(Error::Degenerate {
-            what: format!("{what} is not representable in f64 for this input"),
-        })
-    }
 }
 
 /// Second-order `E[RMSNorm(y)]_k = γ_k E[y_k / sqrt(A + ε)]`.
@@ -301,7 +290,7 @@ pub fn rms_norm_expectation(
     check_len("gamma", gamma, d)?;
     let d_mean = positive_denominator("E[R^2] + eps", units.mean_square() + eps)?;
     let (var_a, cov) = (units.var_a(), units.cov_unit_a());
-    finite(
+    representable(
         "second-order E[RMSNorm]",
         (0..d)
             .map(|k| gamma[k] * ratio_second_order(units.mean[k], cov[k], d_mean, var_a))
@@ -320,7 +309,7 @@ pub fn layer_norm_draw_sd(units: &NoisyUnits, gamma: &[f64], eps: f64) -> Result
     check_len("gamma", gamma, d)?;
     let d_mean = positive_denominator("E[V] + eps", units.expected_v() + eps)?;
     let var_m = units.s2.iter().sum::<f64>() / (units.d() * units.d());
-    finite(
+    representable(
         "the per-draw sd of LN",
         (0..d)
             .map(|k| {
@@ -337,7 +326,7 @@ pub fn rms_norm_draw_sd(units: &NoisyUnits, gamma: &[f64], eps: f64) -> Result<V
     let d = units.mean.len();
     check_len("gamma", gamma, d)?;
     let d_mean = positive_denominator("E[R^2] + eps", units.mean_square() + eps)?;
-    finite(
+    representable(
         "the per-draw sd of RMSNorm",
         (0..d)
             .map(|k| gamma[k].abs() * (units.s2[k] / d_mean).sqrt())
