@@ -45,7 +45,7 @@
 //! about 10.3 steps for the plain walk alone.
 
 use super::bits::BernoulliBits;
-use super::lanes::{LANES, Xoshiro8, fill_walk, store_lanes};
+use super::lanes::{LANES, Xoshiro8, digit_step, fill_walk, store_lanes};
 use crate::error::Error;
 
 /// How many leading digits of `q` every word walks before compaction.
@@ -116,11 +116,7 @@ impl MaskBits {
             let mut keep = [0u64; LANES];
             let mut op = [!0u64; LANES];
             for &b in &self.head {
-                let w = lanes.next_words();
-                for l in 0..LANES {
-                    keep[l] |= op[l] & !w[l] & b;
-                    op[l] &= !(w[l] ^ b);
-                }
+                digit_step(&mut keep, &mut op, &lanes.next_words(), b);
             }
             store_lanes(keep_group, &keep);
             store_lanes(open_group, &op);

@@ -105,18 +105,24 @@ pub fn walk8(digits: &[u64], lanes: &mut Xoshiro8) -> [u64; LANES] {
     let mut keep = [0u64; LANES];
     let mut open = [!0u64; LANES];
     for &b in digits {
-        let w = lanes.next_words();
-        let mut any = 0;
-        for l in 0..LANES {
-            keep[l] |= open[l] & !w[l] & b;
-            open[l] &= !(w[l] ^ b);
-            any |= open[l];
-        }
-        if any == 0 {
+        digit_step(&mut keep, &mut open, &lanes.next_words(), b);
+        if open.iter().fold(0, |any, o| any | o) == 0 {
             break;
         }
     }
     keep
+}
+
+/// One digit of the walk on eight words: `w` holds each lane's next random
+/// bit, `b` the digit (all ones or all zeros). A lane still open keeps if
+/// its bit is 0 where the digit is 1, and stays open only while its bit
+/// equals the digit.
+#[inline(always)]
+pub fn digit_step(keep: &mut [u64; LANES], open: &mut [u64; LANES], w: &[u64; LANES], b: u64) {
+    for l in 0..LANES {
+        keep[l] |= open[l] & !w[l] & b;
+        open[l] &= !(w[l] ^ b);
+    }
 }
 
 /// Fills `out` with Bernoulli(q) words, eight at a time (a last partial
