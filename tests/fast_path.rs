@@ -235,6 +235,7 @@ fn assert_fraction(what: &str, ones: u64, words: usize, q: f64) {
         value: ones as f64 / n as f64,
         stderr: se,
         n,
+        dof: dropmc::stats::per_draw_dof(n),
     };
     assert_z(what, estimate, q);
 }

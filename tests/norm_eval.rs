@@ -272,6 +272,7 @@ fn exact_matches_an_independent_enumeration_and_mc_is_within_error() {
                     value: mc[k],
                     stderr: se[k],
                     n: output.samples,
+                    dof: dropmc::stats::per_draw_dof(output.samples),
                 };
                 let test = z_test(estimate, want[k]);
                 assert!(

@@ -175,6 +175,7 @@ pub fn independent_ratio(a: Estimate, b: Estimate) -> Estimate {
         value,
         stderr,
         n: a.n.min(b.n),
+        dof: a.dof.min(b.dof),
     }
 }
 

@@ -108,6 +108,7 @@ pub fn violation_counts(
             value: (e.value * e.n as f64).round(),
             stderr: 0.0,
             n: e.n,
+            dof: e.dof,
         })
         .collect())
 }

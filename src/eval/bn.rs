@@ -86,6 +86,7 @@ pub fn bn(
                 value,
                 stderr: 0.5 * value * v.stderr / v.value,
                 n: v.n,
+                dof: v.dof,
             }
         })
         .collect();
@@ -96,6 +97,7 @@ pub fn bn(
             value: rate.q() * v.value - rate.p() * rm * rm,
             stderr: rate.q() * v.stderr,
             n: v.n,
+            dof: v.dof,
         })
         .collect();
     // A subnormal running_var can make the sampled variance 0 (c = s²/0).

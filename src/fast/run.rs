@@ -164,6 +164,7 @@ pub fn estimate_from_sums(sum: f64, sum_sq: f64, n: u64) -> Estimate {
         value,
         stderr: (var / nf).sqrt(),
         n,
+        dof: crate::stats::per_draw_dof(n),
     }
 }
 
@@ -200,5 +201,13 @@ pub fn estimate_from_batches(
     } else {
         f64::INFINITY
     };
-    Estimate { value, stderr, n }
+    // Degrees of freedom of the batch-means variance: about one per batch,
+    // `N²/Σ n_b² − 1` (the effective number of batches less the mean's one).
+    let dof = (nf * nf / sum_n_sq - 1.0).max(0.0);
+    Estimate {
+        value,
+        stderr,
+        n,
+        dof,
+    }
 }

@@ -21,6 +21,18 @@ pub struct Estimate {
     pub value: f64,
     pub stderr: f64,
     pub n: u64,
+    /// Degrees of freedom of the variance behind `stderr`: `n − 1` for a
+    /// per-draw sample variance ([`per_draw_dof`]), about one per batch for
+    /// batch means, `∞` when the standard error is known rather than
+    /// estimated (a null-hypothesis standard error). A test of the estimate
+    /// against a target takes its critical value from Student-t with these
+    /// degrees of freedom.
+    pub dof: f64,
+}
+
+/// Degrees of freedom of a sample variance over `n` draws: `n − 1`.
+pub fn per_draw_dof(n: u64) -> f64 {
+    n.saturating_sub(1) as f64
 }
 
 impl Estimate {
@@ -30,6 +42,7 @@ impl Estimate {
             value: self.value * factor,
             stderr: self.stderr * factor.abs(),
             n: self.n,
+            dof: self.dof,
         }
     }
 }
@@ -118,6 +131,7 @@ impl MeanAccumulator {
                 value,
                 stderr: (var / n as f64).sqrt(),
                 n,
+                dof: per_draw_dof(n),
             })
             .collect()
     }
@@ -229,6 +243,7 @@ impl CovarianceAccumulator {
             value,
             stderr: (var.max(0.0) / self.n as f64).sqrt(),
             n: self.n,
+            dof: per_draw_dof(self.n),
         }
     }
 }

@@ -6,7 +6,7 @@ mod family;
 mod ks;
 mod ztest;
 
-pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator};
+pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
 pub use family::{
     FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, power_z,
 };

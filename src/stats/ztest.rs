@@ -103,6 +103,7 @@ mod tests {
             value: 1.0,
             stderr: 0.1,
             n: 100,
+            dof: f64::INFINITY,
         };
         assert!(!z_test(e, 1.0 + 0.1 * (critical_z() - 0.01)).rejected);
         assert!(z_test(e, 1.0 + 0.1 * (critical_z() + 0.01)).rejected);
@@ -114,6 +115,7 @@ mod tests {
             value: 0.1 + 0.2,
             stderr: 0.0,
             n: 10,
+            dof: 9.0,
         };
         assert!(!z_test(e, 0.3).rejected);
         assert!(z_test(e, 0.31).rejected);
