@@ -167,12 +167,13 @@ pub fn table(report: &Report) -> String {
         "z".into(),
         "p".into(),
         "MDE".into(),
+        "sampler".into(),
         "verdict".into(),
     ]];
     for r in &report.results {
         rows.push(row(r));
     }
-    let widths: Vec<usize> = (0..8)
+    let widths: Vec<usize> = (0..9)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut out = String::new();
@@ -237,7 +238,7 @@ fn pad(cell: &str, width: usize) -> String {
     format!("{cell}{}", " ".repeat(width.saturating_sub(n)))
 }
 
-fn row(r: &ClaimResult) -> [String; 8] {
+fn row(r: &ClaimResult) -> [String; 9] {
     let verdict = match r.verdict {
         Verdict::Pass => "pass",
         Verdict::Fail => "FAIL",
@@ -251,6 +252,7 @@ fn row(r: &ClaimResult) -> [String; 8] {
             "-".into(),
             "-".into(),
             "-".into(),
+            r.sampler.label().into(),
             verdict.into(),
         ];
     };
@@ -267,6 +269,7 @@ fn row(r: &ClaimResult) -> [String; 8] {
         format_z(test.z),
         format_p(test.p_value),
         format_significant(test.mde, 2),
+        r.sampler.label().into(),
         verdict.into(),
     ]
 }
@@ -294,6 +297,7 @@ pub fn to_json(report: &Report) -> Value {
                 "kind": r.kind.label(),
                 "formula": r.formula,
                 "samples": r.samples,
+                "sampler": r.sampler.label(),
                 "analytic": shaped(r.shape, &r.analytic),
                 "exact": r.exact.as_ref().map(|e| shaped(r.shape, e)),
                 "estimate": column(&|k| r.estimate[k].value),

@@ -36,7 +36,7 @@ pub mod semantics;
 mod verdict;
 
 pub use registry::{family_names, registry};
-pub use verdict::{ClaimResult, Verdict, check};
+pub use verdict::{ClaimResult, SamplerKind, Verdict, check};
 
 use serde::Serialize;
 
@@ -96,8 +96,18 @@ pub trait Claim: Sync {
     fn oracle(&self) -> Result<Option<Oracle>, Error> {
         Ok(None)
     }
-    /// Monte Carlo estimate(s) of the same quantity on `subject`.
+    /// Monte Carlo estimate(s) of the same quantity on `subject`, calling
+    /// the subject's own layers for every draw (the generic path).
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error>;
+    /// The same estimate from the fast sampler ([`crate::fast`]), for a
+    /// claim about the mathematics whose quantity has a bit-mask form; `None`
+    /// when it has none. [`check`] uses it when the subject is the
+    /// mathematics ([`Subject::reference`]), and the generic
+    /// [`estimate`](Claim::estimate) otherwise.
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        let _ = budget;
+        None
+    }
     /// A line the report prints under the table (for example a
     /// leading-order claim's measured gap and its slope in `d`).
     fn note(&self) -> Option<String> {

@@ -15,6 +15,26 @@ pub enum Verdict {
     Fail,
 }
 
+/// Which sampler produced a claim's estimate (see [`Subject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SamplerKind {
+    /// Bit masks and subset-sum tables ([`crate::fast`]), on the mathematics.
+    Fast,
+    /// One draw at a time through the subject's own layer.
+    Generic,
+}
+
+impl SamplerKind {
+    /// The name used in reports.
+    pub fn label(self) -> &'static str {
+        match self {
+            SamplerKind::Fast => "fast",
+            SamplerKind::Generic => "generic",
+        }
+    }
+}
+
 /// Everything known about one claim after a run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClaimResult {
@@ -24,6 +44,8 @@ pub struct ClaimResult {
     pub formula: &'static str,
     pub shape: Shape,
     pub samples: u64,
+    /// The sampler that produced [`estimate`](Self::estimate).
+    pub sampler: SamplerKind,
     /// The seed of this claim's streams (see [`crate::engine::derive_seed`]).
     pub seed: u64,
     /// The closed form (the approximation, for a leading-order claim).
@@ -86,6 +108,7 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         formula: claim.formula(),
         shape: claim.shape(),
         samples: budget.samples,
+        sampler: SamplerKind::Generic,
         seed: budget.seed,
         analytic: Vec::new(),
         exact: None,
@@ -128,7 +151,19 @@ fn fill(
         },
     };
     result.exact = oracle.map(|o| o.values);
-    result.estimate = claim.estimate(subject, budget).map_err(|e| e.to_string())?;
+    let fast = if subject.is_mathematics() {
+        claim.fast_estimate(budget)
+    } else {
+        None
+    };
+    result.estimate = match fast {
+        Some(estimate) => {
+            result.sampler = SamplerKind::Fast;
+            estimate
+        }
+        None => claim.estimate(subject, budget),
+    }
+    .map_err(|e| e.to_string())?;
     if result.estimate.len() != result.target.len() {
         return Err(format!(
             "estimator returned {} components for {} targets",

@@ -160,26 +160,68 @@ fn check_buffers(n: usize, out: &[f64], mask: &[bool]) -> Result<(), Error> {
     Ok(())
 }
 
-/// What the claims run against: the implementation(s) under test.
+/// What the claims run against.
+///
+/// Two kinds of subject go through the same claims:
+///
+/// * **the mathematics** ([`Subject::reference`]): masks are exact
+///   Bernoulli(q) draws made by the engine, and the question is whether a
+///   formula is right. A claim with a fast estimator
+///   ([`crate::claims::Claim::fast_estimate`]) uses it — bit masks and
+///   subset-sum tables, [`crate::fast`] — since every extra mask buys power;
+///   a claim about an implementation's own behaviour (eval mode, backward,
+///   the bits of a survivor) runs the reference layer [`InvertedDropout`];
+/// * **an implementation under test** ([`Subject::with_dropout`]): the
+///   reference layer, a mutant, a framework's layer. Its own forward pass is
+///   called for every draw (the generic path), so the claims judge what it
+///   computes.
+///
+/// Each row of a report says which sampler produced it
+/// ([`crate::claims::SamplerKind`]).
 #[derive(Clone, Copy)]
 pub struct Subject<'a> {
-    /// The dropout layer under test.
+    /// The dropout layer whose forward pass the generic path calls.
     pub dropout: &'a dyn DropoutLayer,
+    kind: SubjectKind,
+}
+
+/// Whether a subject is the mathematics or an implementation (see [`Subject`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubjectKind {
+    /// Exact Bernoulli(q) masks drawn by the engine; fast estimators allowed.
+    Mathematics,
+    /// A layer whose own forward pass must be called.
+    Implementation,
 }
 
 impl Subject<'static> {
-    /// The crate's reference implementations.
+    /// The mathematics: exact Bernoulli(q) masks, with the crate's reference
+    /// layer for the claims that are about a layer's behaviour.
     pub fn reference() -> Self {
         Subject {
             dropout: &InvertedDropout,
+            kind: SubjectKind::Mathematics,
         }
     }
 }
 
 impl<'a> Subject<'a> {
-    /// A subject whose dropout layer is `dropout`.
+    /// An implementation under test: every draw calls `dropout`'s forward.
     pub fn with_dropout(dropout: &'a dyn DropoutLayer) -> Self {
-        Subject { dropout }
+        Subject {
+            dropout,
+            kind: SubjectKind::Implementation,
+        }
+    }
+
+    /// Which kind of subject this is.
+    pub fn kind(&self) -> SubjectKind {
+        self.kind
+    }
+
+    /// True for the mathematics (fast estimators allowed).
+    pub fn is_mathematics(&self) -> bool {
+        self.kind == SubjectKind::Mathematics
     }
 
     /// The name reports use.

@@ -13,7 +13,7 @@ mod shape;
 mod site;
 
 pub use batchnorm::{BatchNorm, Linear, relu};
-pub use dropout::{DropoutLayer, InvertedDropout, Subject};
+pub use dropout::{DropoutLayer, InvertedDropout, Subject, SubjectKind};
 pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
 pub use rate::Rate;
 pub use shape::{CountingRng, MaskShape, default_positions, row_width};
