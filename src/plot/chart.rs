@@ -1,21 +1,62 @@
-//! One chart routine for every figure: labelled axes, optional log scales,
-//! series drawn as lines or as points with error bars, and a legend.
+//! One chart routine for every figure: one or more panels stacked
+//! vertically, each with labelled axes and optional log scales, series drawn
+//! as lines, markers with error bars or bars, and one legend below the
+//! panels, off the data.
+//!
+//! # Reading at a glance
+//!
+//! * The legend shows what the series looks like: a line segment in its dash
+//!   pattern for a line, its marker (with an error bar when it has one) for
+//!   points, a filled box for bars.
+//! * The legend sits in its own strip under the panels, so it can never hide
+//!   a curve, whatever the data.
+//! * Series that share a colour (a measurement and its prediction) are told
+//!   apart by style; series of one style are told apart by colour, dash
+//!   pattern and marker shape together, so a figure also reads in grey.
 
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::error::Error;
 
+/// How a line is stroked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dash {
+    Solid,
+    /// Long dashes (a prediction).
+    Dashed,
+    /// Short dots.
+    Dotted,
+}
+
+/// The marker drawn at each point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marker {
+    Circle,
+    Square,
+    Triangle,
+}
+
 /// How a series is drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum SeriesStyle {
-    /// A solid line through the points.
-    Line,
-    /// A dashed reference line (a prediction).
-    Dashed,
-    /// Markers with vertical error bars (`± err`).
-    Points,
+    /// A line through the points, optionally with a marker at each point.
+    Line(Dash, Option<Marker>),
+    /// Markers with vertical error bars (`± err`), no line.
+    Points(Marker),
+    /// Vertical bars from 0 to each point, `width` in x units.
+    Bars(f64),
+}
+
+impl SeriesStyle {
+    /// A solid line without markers.
+    pub const LINE: SeriesStyle = SeriesStyle::Line(Dash::Solid, None);
+    /// A dashed line without markers (a prediction or a reference value).
+    pub const DASHED: SeriesStyle = SeriesStyle::Line(Dash::Dashed, None);
+    /// Circles with error bars.
+    pub const POINTS: SeriesStyle = SeriesStyle::Points(Marker::Circle);
 }
 
 /// One named series.
@@ -54,6 +95,12 @@ impl Series {
         self.color = Some(index);
         self
     }
+
+    fn errors_or_zero(&self) -> Vec<f64> {
+        self.errors
+            .clone()
+            .unwrap_or_else(|| vec![0.0; self.points.len()])
+    }
 }
 
 /// An axis: its label and whether it is logarithmic.
@@ -63,6 +110,8 @@ pub struct Axis {
     pub log: bool,
     /// Label only whole numbers (for counts such as layers).
     pub integer: bool,
+    /// Include 0 in the range (bars, probabilities).
+    pub from_zero: bool,
 }
 
 impl Axis {
@@ -72,34 +121,86 @@ impl Axis {
             label: label.into(),
             log: false,
             integer: false,
+            from_zero: false,
         }
     }
 
     /// A logarithmic axis.
     pub fn log(label: impl Into<String>) -> Self {
         Axis {
-            label: label.into(),
             log: true,
-            integer: false,
+            ..Axis::linear(label)
         }
     }
 
     /// A linear axis labelled at whole numbers only.
     pub fn integer(label: impl Into<String>) -> Self {
         Axis {
-            label: label.into(),
-            log: false,
             integer: true,
+            ..Axis::linear(label)
         }
+    }
+
+    /// The same axis with 0 inside its range.
+    pub fn from_zero(mut self) -> Self {
+        self.from_zero = true;
+        self
     }
 }
 
-/// Tick text: whole numbers only on an integer axis.
+/// One panel: its axes and series.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub x: Axis,
+    pub y: Axis,
+    pub series: Vec<Series>,
+    /// Height in pixels.
+    pub height: u32,
+}
+
+impl Panel {
+    /// A panel of the default height.
+    pub fn new(x: Axis, y: Axis, series: Vec<Series>) -> Self {
+        Panel {
+            x,
+            y,
+            series,
+            height: PANEL_HEIGHT,
+        }
+    }
+
+    /// The same panel with another height.
+    pub fn with_height(mut self, height: u32) -> Self {
+        self.height = height;
+        self
+    }
+}
+
+const WIDTH: u32 = 900;
+const PANEL_HEIGHT: u32 = 520;
+const TITLE_HEIGHT: u32 = 44;
+const LEGEND_ROW: u32 = 24;
+const LEGEND_COLUMNS: usize = 2;
+
+/// Tick text: whole numbers only on an integer axis; on a linear axis at
+/// most six decimals, so a tick placed at `0.6000000000000001` by the mesh's
+/// step arithmetic reads `0.6`.
 fn tick(axis: &Axis, v: f64) -> String {
-    if !axis.integer {
+    if axis.log {
         return format!("{v}");
     }
-    if (v - v.round()).abs() < 1e-9 {
+    if !axis.integer {
+        let fixed = format!("{v:.6}");
+        let trimmed = fixed.trim_end_matches('0').trim_end_matches('.');
+        return if trimmed == "-0" {
+            "0".into()
+        } else {
+            trimmed.into()
+        };
+    }
+    // A tick value is an integer when it is one to the last bit of its
+    // magnitude (the mesh places ticks at exact multiples of its step).
+    if v == v.round() {
         format!("{}", v.round())
     } else {
         String::new()
@@ -112,20 +213,31 @@ fn plot_error(e: impl std::fmt::Display) -> Error {
     }
 }
 
-fn range(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+fn range(values: impl Iterator<Item = f64>, axis: &Axis) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for v in values.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
+    for v in values.filter(|v| v.is_finite() && (!axis.log || *v > 0.0)) {
         lo = lo.min(v);
         hi = hi.max(v);
     }
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
-    if log {
+    if axis.from_zero && !axis.log {
+        lo = lo.min(0.0);
+        hi = hi.max(0.0);
+    }
+    if axis.log {
         (lo / 1.5, hi * 1.5)
     } else {
-        let pad = 0.06 * (hi - lo).max(1e-12);
-        (lo - pad, hi + pad)
+        // 6 % of the span on each side; a zero span gets a unit one.
+        let span = if hi > lo { hi - lo } else { 1.0 };
+        let pad = 0.06 * span;
+        let lo = if axis.from_zero && lo == 0.0 {
+            0.0
+        } else {
+            lo - pad
+        };
+        (lo, hi + pad)
     }
 }
 
@@ -138,42 +250,175 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(23, 190, 207),
 ];
 
-/// Where the legend goes.
-pub use plotters::chart::SeriesLabelPosition as LegendPosition;
+fn color_of(s: &Series, i: usize) -> RGBColor {
+    COLORS[s.color.unwrap_or(i) % COLORS.len()]
+}
 
-/// Draws `series` into an 900×600 SVG at `path`.
-pub fn line_chart(
-    path: &Path,
-    title: &str,
-    x: &Axis,
-    y: &Axis,
-    series: &[Series],
-    legend_position: LegendPosition,
-) -> Result<(), Error> {
-    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+/// Draws `title` over `panels` (stacked, top first) with one legend of
+/// every series below them into an SVG at `path`.
+pub fn chart(path: &Path, title: &str, panels: &[Panel]) -> Result<(), Error> {
+    let entries: Vec<(String, SeriesStyle, RGBColor, bool)> = panels
+        .iter()
+        .flat_map(|p| {
+            p.series
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (s.name.clone(), s.style, color_of(s, i), s.errors.is_some()))
+        })
+        .collect();
+    let legend_rows = entries.len().div_ceil(LEGEND_COLUMNS) as u32;
+    let legend_height = legend_rows * LEGEND_ROW + 16;
+    let panels_height: u32 = panels.iter().map(|p| p.height).sum();
+    let height = TITLE_HEIGHT + panels_height + legend_height;
+    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
     root.fill(&WHITE).map_err(plot_error)?;
+    let (head, rest) = root.split_vertically(TITLE_HEIGHT);
+    head.titled(title, ("sans-serif", 24)).map_err(plot_error)?;
+    let (body, legend) = rest.split_vertically(panels_height);
+    let mut area = body;
+    for panel in panels {
+        let (top, below) = area.split_vertically(panel.height);
+        draw_panel(&top, panel)?;
+        area = below;
+    }
+    draw_legend(&legend, &entries)?;
+    root.present().map_err(plot_error)?;
+    Ok(())
+}
+
+/// The legend strip: entries in [`LEGEND_COLUMNS`] columns, filled column by
+/// column so that series drawn together stay together.
+fn draw_legend(
+    area: &DrawingArea<SVGBackend, Shift>,
+    entries: &[(String, SeriesStyle, RGBColor, bool)],
+) -> Result<(), Error> {
+    let column_width = (WIDTH as i32 - 100) / LEGEND_COLUMNS as i32;
+    let rows = entries.len().div_ceil(LEGEND_COLUMNS).max(1);
+    for (i, (name, style, color, has_errors)) in entries.iter().enumerate() {
+        let x = 90 + (i / rows) as i32 * column_width;
+        let y = 8 + (i % rows) as i32 * LEGEND_ROW as i32 + LEGEND_ROW as i32 / 2;
+        legend_symbol(area, (x, y), *style, *color, *has_errors)?;
+        area.draw(&Text::new(
+            name.clone(),
+            (x + 34, y - 8),
+            ("sans-serif", 15).into_font(),
+        ))
+        .map_err(plot_error)?;
+    }
+    Ok(())
+}
+
+/// The symbol of one legend entry, 28 pixels wide, centred on `y`.
+fn legend_symbol(
+    area: &DrawingArea<SVGBackend, Shift>,
+    (x, y): (i32, i32),
+    style: SeriesStyle,
+    color: RGBColor,
+    has_errors: bool,
+) -> Result<(), Error> {
+    match style {
+        SeriesStyle::Line(dash, marker) => {
+            let segments: Vec<(i32, i32)> = match dash {
+                Dash::Solid => vec![(0, 28)],
+                Dash::Dashed => vec![(0, 11), (17, 28)],
+                Dash::Dotted => vec![(0, 3), (8, 11), (16, 19), (24, 27)],
+            };
+            for (a, b) in segments {
+                area.draw(&PathElement::new(
+                    vec![(x + a, y), (x + b, y)],
+                    color.stroke_width(2),
+                ))
+                .map_err(plot_error)?;
+            }
+            if let Some(m) = marker {
+                draw_marker(area, (x + 14, y), m, color)?;
+            }
+        }
+        SeriesStyle::Points(m) => {
+            if has_errors {
+                area.draw(&PathElement::new(
+                    vec![(x + 14, y - 9), (x + 14, y + 9)],
+                    color.stroke_width(2),
+                ))
+                .map_err(plot_error)?;
+            }
+            draw_marker(area, (x + 14, y), m, color)?;
+        }
+        SeriesStyle::Bars(_) => {
+            area.draw(&Rectangle::new(
+                [(x + 6, y - 8), (x + 22, y + 8)],
+                color.mix(0.7).filled(),
+            ))
+            .map_err(plot_error)?;
+        }
+    }
+    Ok(())
+}
+
+fn draw_marker<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (x, y): (i32, i32),
+    marker: Marker,
+    color: RGBColor,
+) -> Result<(), Error> {
+    let style = color.filled();
+    match marker {
+        Marker::Circle => area.draw(&Circle::new((x, y), 4, style)),
+        Marker::Square => area.draw(&Rectangle::new([(x - 4, y - 4), (x + 4, y + 4)], style)),
+        Marker::Triangle => area.draw(&Polygon::new(
+            vec![(x, y - 5), (x - 5, y + 4), (x + 5, y + 4)],
+            style,
+        )),
+    }
+    .map_err(plot_error)
+}
+
+/// Draws a marker at each point of `$points` on `$chart`: the marker is in
+/// pixels relative to the point, so its size does not depend on the scales.
+macro_rules! draw_markers {
+    ($chart:expr, $points:expr, $marker:expr, $color:expr) => {{
+        let style = $color.filled();
+        match $marker {
+            Marker::Circle => $chart
+                .draw_series($points.map(|p| EmptyElement::at(p) + Circle::new((0, 0), 4, style)))
+                .map(|_| ()),
+            Marker::Square => $chart
+                .draw_series(
+                    $points
+                        .map(|p| EmptyElement::at(p) + Rectangle::new([(-4, -4), (4, 4)], style)),
+                )
+                .map(|_| ()),
+            Marker::Triangle => $chart
+                .draw_series($points.map(|p| {
+                    EmptyElement::at(p) + Polygon::new(vec![(0, -5), (-5, 4), (5, 4)], style)
+                }))
+                .map(|_| ()),
+        }
+        .map_err(plot_error)
+    }};
+}
+
+fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, panel: &Panel) -> Result<(), Error> {
     let xs = range(
-        series.iter().flat_map(|s| s.points.iter().map(|p| p.0)),
-        x.log,
+        panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0).collect::<Vec<_>>()),
+        &panel.x,
     );
     let ys = range(
-        series.iter().flat_map(|s| {
-            let errs = s
-                .errors
-                .clone()
-                .unwrap_or_else(|| vec![0.0; s.points.len()]);
+        panel.series.iter().flat_map(|s| {
             s.points
                 .iter()
-                .zip(errs)
+                .zip(s.errors_or_zero())
                 .flat_map(|(p, e)| [p.1 - e, p.1 + e])
                 .collect::<Vec<_>>()
         }),
-        y.log,
+        &panel.y,
     );
-    let mut builder = ChartBuilder::on(&root);
+    let mut builder = ChartBuilder::on(area);
     builder
-        .caption(title, ("sans-serif", 24))
-        .margin(20)
+        .margin(16)
         .x_label_area_size(50)
         .y_label_area_size(80);
     macro_rules! draw {
@@ -181,87 +426,91 @@ pub fn line_chart(
             let mut chart = $chart;
             chart
                 .configure_mesh()
-                .x_desc(x.label.as_str())
-                .x_label_formatter(&|v| tick(x, (*v).into()))
-                .y_desc(y.label.as_str())
+                .x_desc(panel.x.label.as_str())
+                .x_label_formatter(&|v| tick(&panel.x, (*v).into()))
+                .y_desc(panel.y.label.as_str())
                 .label_style(("sans-serif", 16))
                 .axis_desc_style(("sans-serif", 18))
                 .draw()
                 .map_err(plot_error)?;
-            for (i, s) in series.iter().enumerate() {
-                let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
-                let legend = match s.style {
-                    SeriesStyle::Line => chart
-                        .draw_series(LineSeries::new(
-                            s.points.iter().copied(),
-                            color.stroke_width(2),
-                        ))
-                        .map_err(plot_error)?,
-                    SeriesStyle::Dashed => chart
-                        .draw_series(DashedLineSeries::new(
-                            s.points.iter().copied(),
-                            8,
-                            6,
-                            color.stroke_width(2),
-                        ))
-                        .map_err(plot_error)?,
-                    SeriesStyle::Points => {
-                        let errs = s
-                            .errors
-                            .clone()
-                            .unwrap_or_else(|| vec![0.0; s.points.len()]);
+            for (i, s) in panel.series.iter().enumerate() {
+                let color = color_of(s, i);
+                let points = s.points.iter().copied();
+                match s.style {
+                    SeriesStyle::Line(dash, marker) => {
+                        let stroke = color.stroke_width(2);
+                        match dash {
+                            Dash::Solid => chart
+                                .draw_series(LineSeries::new(points, stroke))
+                                .map(|_| ()),
+                            Dash::Dashed => chart
+                                .draw_series(DashedLineSeries::new(points, 10, 6, stroke))
+                                .map(|_| ()),
+                            Dash::Dotted => chart
+                                .draw_series(DashedLineSeries::new(points, 3, 5, stroke))
+                                .map(|_| ()),
+                        }
+                        .map_err(plot_error)?;
+                        if let Some(m) = marker {
+                            draw_markers!(chart, s.points.iter().copied(), m, color)?;
+                        }
+                    }
+                    SeriesStyle::Points(m) => {
+                        let errs = s.errors_or_zero();
+                        // Each bar: a vertical line in data coordinates and
+                        // two caps 10 pixels wide (plotters' own error bar
+                        // would draw a circle over the point's marker).
+                        let stroke = color.stroke_width(2);
                         chart
                             .draw_series(s.points.iter().zip(&errs).map(|(&(px, py), &e)| {
-                                ErrorBar::new_vertical(px, py - e, py, py + e, color.filled(), 8)
+                                PathElement::new(vec![(px, py - e), (px, py + e)], stroke)
                             }))
                             .map_err(plot_error)?;
-                        chart
-                            .draw_series(
-                                s.points.iter().map(|&p| Circle::new(p, 4, color.filled())),
-                            )
-                            .map_err(plot_error)?
+                        for sign in [-1.0, 1.0] {
+                            chart
+                                .draw_series(s.points.iter().zip(&errs).map(|(&(px, py), &e)| {
+                                    EmptyElement::at((px, py + sign * e))
+                                        + PathElement::new(vec![(-5, 0), (5, 0)], stroke)
+                                }))
+                                .map_err(plot_error)?;
+                        }
+                        draw_markers!(chart, s.points.iter().copied(), m, color)?;
                     }
-                };
-                legend.label(s.name.as_str()).legend(move |(lx, ly)| {
-                    PathElement::new(vec![(lx, ly), (lx + 20, ly)], color.stroke_width(2))
-                });
+                    SeriesStyle::Bars(width) => {
+                        chart
+                            .draw_series(s.points.iter().map(|&(px, py)| {
+                                Rectangle::new(
+                                    [(px - width / 2.0, 0.0), (px + width / 2.0, py)],
+                                    color.mix(0.7).filled(),
+                                )
+                            }))
+                            .map_err(plot_error)?;
+                    }
+                }
             }
-            chart
-                .configure_series_labels()
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .label_font(("sans-serif", 16))
-                .position(legend_position)
-                .draw()
-                .map_err(plot_error)?;
         }};
     }
-    match (x.log, y.log) {
+    match (panel.x.log, panel.y.log) {
         (false, false) => draw!(
             builder
                 .build_cartesian_2d(xs.0..xs.1, ys.0..ys.1)
                 .map_err(plot_error)?
         ),
-        (true, false) => {
-            draw!(
-                builder
-                    .build_cartesian_2d((xs.0..xs.1).log_scale(), ys.0..ys.1)
-                    .map_err(plot_error)?
-            )
-        }
-        (false, true) => {
-            draw!(
-                builder
-                    .build_cartesian_2d(xs.0..xs.1, (ys.0..ys.1).log_scale())
-                    .map_err(plot_error)?
-            )
-        }
+        (true, false) => draw!(
+            builder
+                .build_cartesian_2d((xs.0..xs.1).log_scale(), ys.0..ys.1)
+                .map_err(plot_error)?
+        ),
+        (false, true) => draw!(
+            builder
+                .build_cartesian_2d(xs.0..xs.1, (ys.0..ys.1).log_scale())
+                .map_err(plot_error)?
+        ),
         (true, true) => draw!(
             builder
                 .build_cartesian_2d((xs.0..xs.1).log_scale(), (ys.0..ys.1).log_scale())
                 .map_err(plot_error)?
         ),
     }
-    root.present().map_err(plot_error)?;
     Ok(())
 }

@@ -3,11 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use super::chart::{Axis, LegendPosition, Series, SeriesStyle, line_chart};
+use super::chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
 use crate::claims::norm::{GapCurve, NormClaim, SWEEP_D, gap_curve};
 use crate::engine::Budget;
 use crate::error::Error;
-use crate::exact::enumerate_masks;
 use crate::formulas::layernorm::shrink;
 use crate::ops::{Rate, Subject};
 
@@ -83,28 +82,34 @@ fn leading_order_gap(path: &Path) -> Result<(), Error> {
             Series::new(
                 format!("{} (fitted slope {:.3})", claim.id, curve.slope),
                 measured,
-                SeriesStyle::Points,
+                SeriesStyle::Points(MARKERS[i % MARKERS.len()]),
             )
             .in_color(i),
         );
         series.push(
             Series::new(
-                format!("  A/d + B/d^2 fit, {}", claim.id),
+                format!("A/d + B/d^2 fit, {}", claim.id),
                 fitted,
-                SeriesStyle::Dashed,
+                SeriesStyle::DASHED,
             )
             .in_color(i),
         );
     }
-    line_chart(
+    chart(
         path,
         "Leading-order formulas: gap to the exact value falls like 1/d",
-        &Axis::log("width d (units)"),
-        &Axis::log("mean_k |formula_k - exact_k|"),
-        &series,
-        LegendPosition::LowerLeft,
+        &[Panel::new(
+            Axis::log("width d (units)"),
+            Axis::log("mean_k |formula_k - exact_k|"),
+            series,
+        )],
     )
 }
+
+/// Marker shapes in the order series take them.
+const MARKERS: [Marker; 3] = [Marker::Circle, Marker::Square, Marker::Triangle];
+/// Dash patterns in the order series take them.
+const DASHES: [Dash; 3] = [Dash::Solid, Dash::Dashed, Dash::Dotted];
 
 /// `c(μ, σ)` against `μ/σ` for several `p`: the closed form as lines and the
 /// Monte Carlo least-squares shrink factor (`eval ln`'s `c`) as points with
@@ -117,7 +122,7 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
     let (m, v) = crate::formulas::layernorm::input_moments(&raw)?;
     let u: Vec<f64> = raw.iter().map(|t| (t - m) / v.sqrt()).collect();
     let ratios: Vec<f64> = (0..=8).map(|i| i as f64 * 0.5).collect();
-    let mut series = Vec::new();
+    let (mut curves, mut gaps) = (Vec::new(), Vec::new());
     for (i, p) in [0.1, 0.3, 0.5].into_iter().enumerate() {
         let rate = Rate::new(p)?;
         let grid: Vec<(f64, f64)> = (0..=80)
@@ -128,6 +133,7 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
             .collect();
         let mut points = Vec::new();
         let mut errors = Vec::new();
+        let mut residuals = Vec::new();
         for (j, &r) in ratios.iter().enumerate() {
             let x: Vec<f64> = u.iter().map(|t| r + t).collect();
             let seed = 100 * i as u64 + j as u64;
@@ -139,34 +145,56 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
                 .ok_or_else(|| Error::Degenerate {
                     what: "eval ln returned no c".into(),
                 })?;
-            points.push((r, c.mc.as_slice()[0]));
-            errors.push(2.0 * c.stderr.as_slice()[0]);
+            let (mc, se) = (c.mc.as_slice()[0], c.stderr.as_slice()[0]);
+            points.push((r, mc));
+            errors.push(2.0 * se);
+            residuals.push((r, mc - shrink(r, 1.0, rate)?));
         }
-        series.push(
+        let marker = MARKERS[i % MARKERS.len()];
+        curves.push(
             Series::new(
                 format!("p = {p}: c = sqrt(q / (1 + p (mu/sigma)^2))"),
                 grid,
-                SeriesStyle::Line,
+                SeriesStyle::Line(DASHES[i % DASHES.len()], None),
             )
             .in_color(i),
         );
-        series.push(
+        curves.push(
             Series::new(
                 format!("p = {p}: Monte Carlo, d = {D}, +/- 2 SE"),
                 points,
-                SeriesStyle::Points,
+                SeriesStyle::Points(marker),
+            )
+            .with_errors(errors.clone())
+            .in_color(i),
+        );
+        gaps.push(
+            Series::new(
+                format!("p = {p}: Monte Carlo - closed form, +/- 2 SE"),
+                residuals,
+                SeriesStyle::Points(marker),
             )
             .with_errors(errors)
             .in_color(i),
         );
     }
-    line_chart(
+    gaps.push(Series::new("zero", vec![(0.0, 0.0), (4.0, 0.0)], SeriesStyle::DASHED).in_color(5));
+    chart(
         path,
         "LayerNorm after dropout: the shrink factor c(mu, sigma)",
-        &Axis::linear("mu / sigma of the pre-dropout vector"),
-        &Axis::linear("c  (E[LN(z)] = beta + c (LN(x) - beta))"),
-        &series,
-        LegendPosition::UpperRight,
+        &[
+            Panel::new(
+                Axis::linear("mu / sigma of the pre-dropout vector"),
+                Axis::linear("c  (E[LN(z)] = beta + c (LN(x) - beta))"),
+                curves,
+            ),
+            Panel::new(
+                Axis::linear("mu / sigma (the O(1/d) excess grows with mu/sigma)"),
+                Axis::linear("Monte Carlo - closed form"),
+                gaps,
+            )
+            .with_height(280),
+        ],
     )
 }
 
@@ -181,13 +209,11 @@ fn deep_stack(path: &Path) -> Result<(), Error> {
         &Subject::reference(),
         Budget::new(32, 1)?,
     )?;
-    let mut series = Vec::new();
+    let (mut trained, mut folded) = (Vec::new(), Vec::new());
     for (i, p) in rates.into_iter().enumerate() {
         let Some(rt) = table.rate(p) else { continue };
-        for (field, label, style) in [
-            ("base", "BN as trained (+/- 2 SE)", SeriesStyle::Points),
-            ("fold", "after the fold", SeriesStyle::Line),
-        ] {
+        let marker = MARKERS[i % MARKERS.len()];
+        for field in ["base", "fold"] {
             let est: Vec<_> = (1..=rt.layers.len())
                 .map(|l| rt.at(l, field))
                 .collect::<Option<_>>()
@@ -199,74 +225,100 @@ fn deep_stack(path: &Path) -> Result<(), Error> {
                 .enumerate()
                 .map(|(l, e)| ((l + 1) as f64, e.value))
                 .collect();
-            let mut s = Series::new(format!("p = {p}, {label}"), points, style).in_color(i);
-            if style == SeriesStyle::Points {
-                s = s.with_errors(est.iter().map(|e| 2.0 * e.stderr).collect());
+            let errors = est.iter().map(|e| 2.0 * e.stderr).collect();
+            if field == "base" {
+                trained.push(
+                    Series::new(
+                        format!("p = {p}, BN as trained, +/- 2 SE"),
+                        points,
+                        SeriesStyle::Points(marker),
+                    )
+                    .with_errors(errors)
+                    .in_color(i),
+                );
+            } else {
+                folded.push(
+                    Series::new(
+                        format!("p = {p}, after the fold q rv - p rm^2"),
+                        points,
+                        SeriesStyle::Line(DASHES[i % DASHES.len()], Some(marker)),
+                    )
+                    .in_color(i),
+                );
             }
-            series.push(s);
         }
     }
-    line_chart(
+    chart(
         path,
         "Dropout before BatchNorm: eval/train output variance by depth",
-        &Axis::integer("block (linear -> ReLU -> dropout -> BN)"),
-        &Axis::log("eval variance / train variance (log)"),
-        &series,
-        LegendPosition::LowerLeft,
+        &[
+            Panel::new(
+                Axis::integer("block (linear -> ReLU -> dropout -> BN)"),
+                Axis::log("eval / train variance, BN as trained (log)"),
+                trained,
+            ),
+            Panel::new(
+                Axis::integer("block"),
+                Axis::linear("eval / train variance, folded"),
+                folded,
+            )
+            .with_height(300),
+        ],
     )
 }
 
 /// The seed example: `a = (0.2, 0.3, 0.5)`, `p = 0.5`. The distribution of
-/// the row sum `R = Σ m_i a_i / q` over the 8 equally likely masks, as a
-/// cumulative distribution, with its mean `E[R] = 1`.
+/// the row sum `R = Σ m_i a_i / q` over the 8 equally likely masks, as bars,
+/// with its mean `E[R] = 1` marked on the axis.
+///
+/// The row sums are computed in exact integer arithmetic: with `a_i = n_i/10`
+/// and `q = 1/2`, `R = Σ m_i 2 n_i / 10`, so masks with the same numerator
+/// `Σ m_i 2 n_i` have the same `R` and their probabilities add (the two masks
+/// with `R = 1` make the tallest bar).
 fn attention_row_sum(path: &Path) -> Result<(), Error> {
-    let a = [0.2, 0.3, 0.5];
-    let rate = Rate::new(0.5)?;
-    let mut outcomes: Vec<(f64, f64)> = Vec::new();
-    enumerate_masks(3, rate, 1, |mask, out| {
-        let r: f64 = a
-            .iter()
-            .zip(mask)
-            .filter(|(_, m)| **m)
-            .map(|(v, _)| v / rate.q())
+    const TENTHS: [u32; 3] = [2, 3, 5];
+    // Each of the 2³ masks has probability q³ = 1/8 at p = 1/2.
+    let mut mass = std::collections::BTreeMap::<u32, f64>::new();
+    for mask in 0u32..8 {
+        let numerator: u32 = (0..3)
+            .filter(|i| mask >> i & 1 == 1)
+            .map(|i| 2 * TENTHS[i])
             .sum();
-        let kept = mask.iter().filter(|m| **m).count() as i32;
-        outcomes.push((r, rate.q().powi(kept) * rate.p().powi(3 - kept)));
-        out[0] = r;
-    })?;
-    outcomes.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let mut cdf = vec![(outcomes[0].0 - 0.2, 0.0)];
-    let mut total = 0.0;
-    for (r, w) in &outcomes {
-        cdf.push((*r, total));
-        total += w;
-        cdf.push((*r, total));
+        *mass.entry(numerator).or_insert(0.0) += 0.125;
     }
-    cdf.push((outcomes.last().map_or(2.0, |o| o.0) + 0.2, 1.0));
-    // Masks whose row sum is 1 up to rounding (the two with R = 1).
-    let p_one: f64 = outcomes
+    let bars: Vec<(f64, f64)> = mass
         .iter()
-        .filter(|(r, _)| (r - 1.0).abs() < 1e-12)
-        .map(|(_, w)| w)
-        .sum();
+        .map(|(&n, &w)| (f64::from(n) / 10.0, w))
+        .collect();
+    let mean: f64 = bars.iter().map(|(r, w)| r * w).sum();
+    let p_one = mass.get(&10).copied().unwrap_or(0.0);
     let series = vec![
         Series::new(
-            format!("P(R <= r) over the 8 masks; P(R = 1) = {p_one}"),
-            cdf,
-            SeriesStyle::Line,
-        ),
+            format!("P(R = r) over the 8 masks; P(R = 1) = {p_one}"),
+            bars,
+            SeriesStyle::Bars(0.12),
+        )
+        .in_color(0),
         Series::new(
-            "E[R] = 1",
-            vec![(1.0, 0.0), (1.0, 1.0)],
-            SeriesStyle::Dashed,
-        ),
+            format!("E[R] = {mean} (the mean, marked on the axis)"),
+            vec![(mean, 0.0)],
+            SeriesStyle::Points(Marker::Triangle),
+        )
+        .in_color(1),
+        Series::new(
+            "the mean's position",
+            vec![(mean, 0.0), (mean, 0.3)],
+            SeriesStyle::Line(Dash::Dotted, None),
+        )
+        .in_color(1),
     ];
-    line_chart(
+    chart(
         path,
         "Attention row sum after dropout: a = (0.2, 0.3, 0.5), p = 0.5",
-        &Axis::linear("row sum R = sum_i m_i a_i / q"),
-        &Axis::linear("cumulative probability"),
-        &series,
-        LegendPosition::UpperLeft,
+        &[Panel::new(
+            Axis::linear("row sum R = sum_i m_i a_i / q"),
+            Axis::linear("probability").from_zero(),
+            series,
+        )],
     )
 }

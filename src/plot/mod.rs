@@ -4,5 +4,5 @@
 mod chart;
 mod figures;
 
-pub use chart::{Axis, LegendPosition, Series, SeriesStyle, line_chart};
+pub use chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
 pub use figures::{FIGURES, write_all, write_figure};
