@@ -95,23 +95,35 @@ fn bad_input_exits_2_with_one_line() {
             "--samples",
             "0",
         ],
-        &[
-            "eval",
-            "moments",
-            "--x",
-            "1",
-            "--p",
-            "0.2",
-            "--samples",
-            "-5",
-        ],
-        &["eval", "moments", "--p", "0.2"],
-        &["eval", "nothing"],
         &["report", "--family", "no-such-family"],
-        &["--bogus"],
     ];
     for args in cases {
         assert_rejected(args);
+    }
+}
+
+#[test]
+fn argument_errors_exit_2_with_the_parsers_whole_message() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "eval",
+                "moments",
+                "--x",
+                "1",
+                "--p",
+                "0.2",
+                "--samples",
+                "-5",
+            ],
+            "-5",
+        ),
+        (&["eval", "moments", "--p", "0.2"], "--x <X>"),
+        (&["eval", "nothing"], "nothing"),
+        (&["--bogus"], "--bogus"),
+    ];
+    for (args, flag) in cases {
+        common::assert_usage_error(args, flag);
     }
 }
 

@@ -9,13 +9,15 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod input;
 pub(crate) mod progress;
 
 use crate::engine::Budget;
-use crate::error::{Error, parse_list};
+use crate::error::Error;
 use crate::eval;
 use crate::ops::Subject;
 use crate::report::{self, DEFAULT_SEED, Options};
+use input::{parse_count, read_eps, read_list, read_number};
 
 /// Dropout Monte Carlo: verifies the analytic results about dropout and the
 /// normalization layers after it.
@@ -60,10 +62,10 @@ pub struct StackArgs {
     #[arg(long, allow_hyphen_values = true)]
     pub p: Option<String>,
     /// Random networks (replicates).
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = parse_count)]
     pub replicates: u64,
     /// Seed of the random streams.
-    #[arg(long, default_value_t = DEFAULT_SEED)]
+    #[arg(long, default_value_t = DEFAULT_SEED, value_parser = parse_count)]
     pub seed: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -77,10 +79,10 @@ pub struct MutantsArgs {
     #[arg(long)]
     pub json: bool,
     /// Seed of the random streams.
-    #[arg(long, default_value_t = DEFAULT_SEED)]
+    #[arg(long, default_value_t = DEFAULT_SEED, value_parser = parse_count)]
     pub seed: u64,
     /// Cap on the draws per claim (each claim runs min(its default, this)).
-    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES)]
+    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES, value_parser = parse_count)]
     pub samples: u64,
 }
 
@@ -96,14 +98,14 @@ pub struct PlotArgs {
 #[derive(Debug, Args)]
 pub struct PowerArgs {
     /// Seeds per wrong implementation.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = parse_count)]
     pub seeds: u64,
     /// First seed.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 2000, value_parser = parse_count)]
     pub first_seed: u64,
     /// Cap on the draws per claim (each claim runs min(its default, this));
     /// the power at the default budget is extrapolated from the effect sizes.
-    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES)]
+    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES, value_parser = parse_count)]
     pub samples: u64,
     /// Run every claim at its full default budget (slow; ignores --samples).
     #[arg(long)]
@@ -120,13 +122,13 @@ pub struct PowerArgs {
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
     /// Number of independent seeds K.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = parse_count)]
     pub seeds: u64,
     /// First seed; the run uses first-seed .. first-seed + K.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = parse_count)]
     pub first_seed: u64,
     /// Draws per claim (default: each claim's own budget).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     pub samples: Option<u64>,
     /// Only this family.
     #[arg(long)]
@@ -143,10 +145,10 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
     /// Seed of the random streams.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     pub seed: Option<u64>,
     /// Draws per claim (default: each claim's own budget).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_count)]
     pub samples: Option<u64>,
     /// Run only this family.
     #[arg(long)]
@@ -290,7 +292,7 @@ pub struct CompoundArgs {
 }
 
 fn optional_list(what: &str, text: &Option<String>) -> Result<Option<Vec<f64>>, Error> {
-    text.as_deref().map(|t| parse_list(what, t)).transpose()
+    text.as_deref().map(|t| read_list(what, t)).transpose()
 }
 
 /// Runs one `eval` quantity; returns its output and whether to print JSON.
@@ -299,17 +301,17 @@ fn eval_output(command: EvalCommand) -> Result<(eval::EvalOutput, bool), Error> 
     Ok(match command {
         EvalCommand::Moments(a) => (
             eval::moments::moments(
-                &parse_list("--x", &a.x)?,
-                parse_number("--p", &a.p)?,
+                &read_list("--x", &a.x)?,
+                read_number("--p", &a.p)?,
                 budget(&a.sampling)?,
             )?,
             a.sampling.json,
         ),
         EvalCommand::Bn(a) => (
             eval::bn::bn(
-                &parse_list("--running-mean", &a.running_mean)?,
-                &parse_list("--running-var", &a.running_var)?,
-                parse_number("--p", &a.p)?,
+                &read_list("--running-mean", &a.running_mean)?,
+                &read_list("--running-var", &a.running_var)?,
+                read_number("--p", &a.p)?,
                 budget(&a.sampling)?,
             )?,
             a.sampling.json,
@@ -318,12 +320,12 @@ fn eval_output(command: EvalCommand) -> Result<(eval::EvalOutput, bool), Error> 
             let values = a
                 .values
                 .as_deref()
-                .map(|v| parse_list("--values", v))
+                .map(|v| read_list("--values", v))
                 .transpose()?;
             (
                 eval::attn::attn(
-                    &parse_list("--a", &a.a)?,
-                    parse_number("--p", &a.p)?,
+                    &read_list("--a", &a.a)?,
+                    read_number("--p", &a.p)?,
                     values.as_deref(),
                     budget(&a.sampling)?,
                 )?,
@@ -332,41 +334,41 @@ fn eval_output(command: EvalCommand) -> Result<(eval::EvalOutput, bool), Error> 
         }
         EvalCommand::Ln(a) => (
             norm::ln(
-                &parse_list("--x", &a.x)?,
-                parse_number("--p", &a.p)?,
+                &read_list("--x", &a.x)?,
+                read_number("--p", &a.p)?,
                 optional_list("--gamma", &a.gamma)?,
                 optional_list("--beta", &a.beta)?,
-                parse_number("--eps", &a.eps)?,
+                read_eps("--eps", &a.eps)?,
                 budget(&a.sampling)?,
             )?,
             a.sampling.json,
         ),
         EvalCommand::Rms(a) => (
             norm::rms(
-                &parse_list("--x", &a.x)?,
-                parse_number("--p", &a.p)?,
+                &read_list("--x", &a.x)?,
+                read_number("--p", &a.p)?,
                 optional_list("--gamma", &a.gamma)?,
-                parse_number("--eps", &a.eps)?,
+                read_eps("--eps", &a.eps)?,
                 budget(&a.sampling)?,
             )?,
             a.sampling.json,
         ),
         EvalCommand::Bypass(a) => (
             norm::bypass(
-                &parse_list("--h", &a.h)?,
-                &parse_list("--v", &a.v)?,
-                parse_number("--p", &a.p)?,
+                &read_list("--h", &a.h)?,
+                &read_list("--v", &a.v)?,
+                read_number("--p", &a.p)?,
                 budget(&a.sampling)?,
             )?,
             a.sampling.json,
         ),
         EvalCommand::Compound(a) => (
             norm::compound(
-                &parse_list("--x", &a.x)?,
-                parse_number("--p", &a.p)?,
+                &read_list("--x", &a.x)?,
+                read_number("--p", &a.p)?,
                 norm::CompoundParams {
-                    gamma1: parse_list("--gamma1", &a.gamma1)?,
-                    beta1: parse_list("--beta1", &a.beta1)?,
+                    gamma1: read_list("--gamma1", &a.gamma1)?,
+                    beta1: read_list("--beta1", &a.beta1)?,
                     gamma2: optional_list("--gamma2", &a.gamma2)?,
                     beta2: optional_list("--beta2", &a.beta2)?,
                 },
@@ -381,10 +383,10 @@ fn eval_output(command: EvalCommand) -> Result<(eval::EvalOutput, bool), Error> 
 #[derive(Debug, Args)]
 pub struct SamplingArgs {
     /// Monte Carlo draws.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = parse_count)]
     pub samples: u64,
     /// Seed of the random streams.
-    #[arg(long, default_value_t = DEFAULT_SEED)]
+    #[arg(long, default_value_t = DEFAULT_SEED, value_parser = parse_count)]
     pub seed: u64,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -418,9 +420,9 @@ where
                 print!("{e}");
                 return ExitCode::SUCCESS;
             }
-            let rendered = e.to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            eprintln!("{first}");
+            // clap's whole message: the missing arguments by name, the
+            // "did you mean" suggestion, the usage line.
+            eprint!("{e}");
             return ExitCode::from(2);
         }
     };
@@ -464,7 +466,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
 
 fn run_stack(args: StackArgs) -> Result<ExitCode, Error> {
     let rates = match &args.p {
-        Some(p) => vec![parse_number("--p", p)?],
+        Some(p) => vec![read_number("--p", p)?],
         None => vec![0.1, 0.3, 0.5],
     };
     let config = crate::stack::StackConfig {
@@ -509,17 +511,6 @@ fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {
 
 fn budget(args: &SamplingArgs) -> Result<Budget, Error> {
     Budget::new(args.samples, args.seed)
-}
-
-/// Parses one number (NaN and infinities are rejected).
-pub fn parse_number(what: &str, text: &str) -> Result<f64, Error> {
-    match parse_list(what, text)?.as_slice() {
-        [v] => Ok(*v),
-        _ => Err(Error::Parse {
-            what: what.to_string(),
-            token: text.to_string(),
-        }),
-    }
 }
 
 fn print_eval(output: &eval::EvalOutput, json: bool) {

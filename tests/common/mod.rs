@@ -41,6 +41,27 @@ pub fn numbers(v: &serde_json::Value) -> Vec<f64> {
     }
 }
 
+/// Asserts that `args` is refused by the argument parser (an unknown flag, a
+/// missing argument, a count that is not a count): exit 2, nothing on
+/// stdout, clap's whole message on stderr — its first line names `flag`,
+/// and it ends by pointing at `--help` — no panic.
+pub fn assert_usage_error(args: &[&str], flag: &str) {
+    let (code, stdout, stderr) = dropmc(args);
+    assert_eq!(code, 2, "{args:?}: exit {code}, stderr {stderr}");
+    assert!(stdout.is_empty(), "{args:?}: printed {stdout:?}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("error:"), "{args:?}: {stderr}");
+    assert!(
+        stderr.contains(flag),
+        "{args:?}: {flag} not named in {stderr}"
+    );
+    assert!(
+        stderr.trim_end().ends_with("try '--help'."),
+        "{args:?}: {stderr}"
+    );
+}
+
 /// Asserts that `args` is rejected as bad input: exit 2, nothing on stdout,
 /// exactly one line on stderr, no panic.
 pub fn assert_rejected(args: &[&str]) {

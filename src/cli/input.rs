@@ -1,0 +1,153 @@
+//! What the command line reads: counts written as `1000000` or `1e6`, lists
+//! of numbers given inline or from a file (`@PATH`, `@-` for stdin), and
+//! LayerNorm/RMSNorm ε by value or by framework name.
+
+use crate::error::Error;
+
+/// A whole count such as `--samples`: digits (`1000000`, `1_000_000`) or a
+/// power-of-ten form (`1e6`, `2.5e6`) whose value is a whole number.
+///
+/// The power-of-ten form is read as a decimal mantissa times `10^k`, in
+/// integer arithmetic: `2.5e6` is `25 · 10^5`, so no count is rounded
+/// through a float. A value that is not whole (`1.5e0`), negative, or beyond
+/// `u64` is refused with a message naming the forms that are accepted.
+pub fn parse_count(text: &str) -> Result<u64, String> {
+    let cleaned: String = text.trim().chars().filter(|c| *c != '_').collect();
+    let refuse =
+        || format!("{text:?} is not a whole number >= 0 (write it as 1000000, 1_000_000 or 1e6)");
+    let (mantissa, exponent) = match cleaned.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<u32>().map_err(|_| refuse())?),
+        None => (cleaned.as_str(), 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits_ok = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    if whole.is_empty() && fraction.is_empty() || !digits_ok(whole) || !digits_ok(fraction) {
+        return Err(refuse());
+    }
+    // mantissa = digits · 10^(−fraction.len()), so the value is
+    // digits · 10^(exponent − fraction.len()); whole only when the fraction's
+    // digits beyond the exponent are zeros.
+    let digits = format!("{whole}{fraction}");
+    let shift = i64::from(exponent) - fraction.len() as i64;
+    let (kept, dropped) = if shift >= 0 {
+        (digits.as_str(), "")
+    } else {
+        let cut = digits.len().saturating_sub((-shift) as usize);
+        digits.split_at(cut)
+    };
+    if dropped.chars().any(|c| c != '0') {
+        return Err(refuse());
+    }
+    let base: u64 = if kept.is_empty() {
+        0
+    } else {
+        kept.parse().map_err(|_| refuse())?
+    };
+    let scale = 10u64.checked_pow(shift.max(0) as u32).ok_or_else(refuse)?;
+    base.checked_mul(scale).ok_or_else(refuse)
+}
+
+/// A list of finite numbers: inline (`1,2,3`), or from a file with `@PATH`
+/// (`@-` reads standard input). In a file, numbers may be separated by
+/// commas, spaces, tabs or newlines, so a column written by numpy's
+/// `savetxt` or a JSON-free dump of `d = 10⁶` values works as it is.
+pub fn read_list(flag: &str, text: &str) -> Result<Vec<f64>, Error> {
+    let Some(path) = text.strip_prefix('@') else {
+        return crate::error::parse_list(flag, text);
+    };
+    let contents = if path == "-" {
+        let mut buf = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf).map_err(|e| {
+            Error::InvalidOption {
+                what: format!("{flag} @-: cannot read standard input: {e}"),
+            }
+        })?;
+        buf
+    } else {
+        std::fs::read_to_string(path).map_err(|e| Error::InvalidOption {
+            what: format!("{flag} @{path}: cannot read the file: {e}"),
+        })?
+    };
+    let tokens: Vec<&str> = contents
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|t| !t.is_empty())
+        .collect();
+    crate::error::parse_list(&format!("{flag} (from @{path})"), &tokens.join(","))
+}
+
+/// One finite number.
+pub fn read_number(flag: &str, text: &str) -> Result<f64, Error> {
+    match crate::error::parse_list(flag, text)?.as_slice() {
+        [v] => Ok(*v),
+        _ => Err(Error::Parse {
+            what: flag.to_string(),
+            token: text.to_string(),
+        }),
+    }
+}
+
+/// PyTorch's default ε of `nn.LayerNorm` (`eps=1e-05`).
+pub const TORCH_EPS: f64 = 1e-5;
+/// Flax's default ε of `nn.LayerNorm` and `nn.RMSNorm` (`epsilon=1e-6`).
+pub const FLAX_EPS: f64 = 1e-6;
+
+/// A normalization ε: a number, or `torch` (1e-5) / `flax` (1e-6) for the
+/// frameworks' defaults.
+pub fn read_eps(flag: &str, text: &str) -> Result<f64, Error> {
+    match text.trim() {
+        "torch" | "pytorch" => Ok(TORCH_EPS),
+        "flax" | "jax" => Ok(FLAX_EPS),
+        other => read_number(flag, other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_in_every_accepted_form() {
+        assert_eq!(parse_count("1000000"), Ok(1_000_000));
+        assert_eq!(parse_count("1_000_000"), Ok(1_000_000));
+        assert_eq!(parse_count("1e6"), Ok(1_000_000));
+        assert_eq!(parse_count("2.5e6"), Ok(2_500_000));
+        assert_eq!(parse_count("1E10"), Ok(10_000_000_000));
+        assert_eq!(parse_count("0"), Ok(0));
+        assert_eq!(parse_count("1.50e1"), Ok(15));
+    }
+
+    #[test]
+    fn counts_that_are_not_whole_or_too_large_are_refused() {
+        for bad in [
+            "-1", "1.5", "1.5e0", "e6", "", "1e", "1e-3", "1e20", "0x10", "nan",
+        ] {
+            let err = parse_count(bad).expect_err(bad);
+            assert!(err.contains("1e6"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn lists_come_from_files_with_any_separator() {
+        let path = std::env::temp_dir().join(format!("dropmc-list-{}.txt", std::process::id()));
+        std::fs::write(&path, "1, 2\n3\t4  5\n\n").unwrap();
+        let arg = format!("@{}", path.display());
+        assert_eq!(
+            read_list("--x", &arg).unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0]
+        );
+        std::fs::remove_file(&path).unwrap();
+        let missing = read_list("--x", &arg).unwrap_err().to_string();
+        assert!(
+            missing.contains("--x") && missing.contains("cannot read"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn eps_by_framework_name() {
+        assert_eq!(read_eps("--eps", "torch").unwrap(), TORCH_EPS);
+        assert_eq!(read_eps("--eps", "flax").unwrap(), FLAX_EPS);
+        assert_eq!(read_eps("--eps", "1e-3").unwrap(), 1e-3);
+        assert!(read_eps("--eps", "tf").is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! What the command line accepts and how it refuses: clap's whole message
+//! on argument errors, counts written as `1e6`, lists from files, ε by
+//! framework name. No statistical assertion: every check is exact.
+
+mod common;
+
+use common::{assert_usage_error, dropmc};
+use serde_json::Value;
+
+#[test]
+fn a_missing_argument_is_named() {
+    assert_usage_error(&["eval", "moments", "--x", "1,2,3"], "--p <P>");
+}
+
+#[test]
+fn a_misspelt_flag_gets_the_suggestion() {
+    let (_, _, stderr) = dropmc(&["report", "--sample", "10"]);
+    assert!(
+        stderr.contains("a similar argument exists: '--samples'"),
+        "{stderr}"
+    );
+    assert_usage_error(&["report", "--sample", "10"], "--sample");
+}
+
+#[test]
+fn a_negative_seed_is_refused_with_the_accepted_forms() {
+    let (_, _, stderr) = dropmc(&["report", "--seed=-1"]);
+    assert!(stderr.contains("1e6"), "{stderr}");
+    assert_usage_error(&["report", "--seed=-1"], "--seed");
+}
+
+fn eval_json(args: &[&str]) -> Value {
+    let (code, stdout, stderr) = dropmc(args);
+    assert_eq!(code, 0, "{args:?}: {stderr}");
+    serde_json::from_str(&stdout).expect("JSON")
+}
+
+#[test]
+fn counts_in_scientific_notation_are_the_same_count() {
+    let plain = eval_json(&[
+        "eval",
+        "moments",
+        "--x",
+        "1,2",
+        "--p",
+        "0.2",
+        "--samples",
+        "3000",
+        "--json",
+    ]);
+    let sci = eval_json(&[
+        "eval",
+        "moments",
+        "--x",
+        "1,2",
+        "--p",
+        "0.2",
+        "--samples",
+        "3e3",
+        "--json",
+    ]);
+    assert_eq!(plain["samples"], 3000);
+    // Same count, same seed: the same bits.
+    assert_eq!(plain, sci);
+}
+
+#[test]
+fn a_list_from_a_file_is_the_same_list() {
+    let path = std::env::temp_dir().join(format!("dropmc-cli-x-{}.txt", std::process::id()));
+    std::fs::write(&path, "0.5\n-1.25 2\n3,4\n").unwrap();
+    let file = format!("@{}", path.display());
+    let inline = eval_json(&[
+        "eval",
+        "ln",
+        "--x",
+        "0.5,-1.25,2,3,4",
+        "--p",
+        "0.1",
+        "--samples",
+        "2000",
+        "--json",
+    ]);
+    let from_file = eval_json(&[
+        "eval",
+        "ln",
+        "--x",
+        &file,
+        "--p",
+        "0.1",
+        "--samples",
+        "2000",
+        "--json",
+    ]);
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(inline["d"], 5);
+    assert_eq!(inline, from_file);
+}
+
+#[test]
+fn a_missing_list_file_is_one_line_naming_the_flag() {
+    common::assert_rejected(&[
+        "eval",
+        "ln",
+        "--x",
+        "@/nonexistent/dropmc-x.txt",
+        "--p",
+        "0.1",
+    ]);
+    let (_, _, stderr) = dropmc(&[
+        "eval",
+        "ln",
+        "--x",
+        "@/nonexistent/dropmc-x.txt",
+        "--p",
+        "0.1",
+    ]);
+    assert!(stderr.contains("--x"), "{stderr}");
+}
+
+#[test]
+fn eps_by_framework_name_is_that_eps() {
+    let named = eval_json(&[
+        "eval",
+        "ln",
+        "--x",
+        "1,2,4",
+        "--p",
+        "0.1",
+        "--eps",
+        "torch",
+        "--samples",
+        "2000",
+        "--json",
+    ]);
+    let number = eval_json(&[
+        "eval",
+        "ln",
+        "--x",
+        "1,2,4",
+        "--p",
+        "0.1",
+        "--eps",
+        "1e-5",
+        "--samples",
+        "2000",
+        "--json",
+    ]);
+    assert_eq!(named, number);
+}
