@@ -35,30 +35,17 @@ fn eval_json(args: &[&str]) -> Value {
     serde_json::from_str(&stdout).expect("JSON")
 }
 
+/// `dropmc eval QUANTITY --x X --p P --json` with `extra` flags.
+fn eval_x(quantity: &str, x: &str, p: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["eval", quantity, "--x", x, "--p", p, "--json"];
+    args.extend_from_slice(extra);
+    eval_json(&args)
+}
+
 #[test]
 fn counts_in_scientific_notation_are_the_same_count() {
-    let plain = eval_json(&[
-        "eval",
-        "moments",
-        "--x",
-        "1,2",
-        "--p",
-        "0.2",
-        "--samples",
-        "3000",
-        "--json",
-    ]);
-    let sci = eval_json(&[
-        "eval",
-        "moments",
-        "--x",
-        "1,2",
-        "--p",
-        "0.2",
-        "--samples",
-        "3e3",
-        "--json",
-    ]);
+    let plain = eval_x("moments", "1,2", "0.2", &["--samples", "3000"]);
+    let sci = eval_x("moments", "1,2", "0.2", &["--samples", "3e3"]);
     assert_eq!(plain["samples"], 3000);
     // Same count, same seed: the same bits.
     assert_eq!(plain, sci);
@@ -69,28 +56,8 @@ fn a_list_from_a_file_is_the_same_list() {
     let path = std::env::temp_dir().join(format!("dropmc-cli-x-{}.txt", std::process::id()));
     std::fs::write(&path, "0.5\n-1.25 2\n3,4\n").unwrap();
     let file = format!("@{}", path.display());
-    let inline = eval_json(&[
-        "eval",
-        "ln",
-        "--x",
-        "0.5,-1.25,2,3,4",
-        "--p",
-        "0.1",
-        "--samples",
-        "2000",
-        "--json",
-    ]);
-    let from_file = eval_json(&[
-        "eval",
-        "ln",
-        "--x",
-        &file,
-        "--p",
-        "0.1",
-        "--samples",
-        "2000",
-        "--json",
-    ]);
+    let inline = eval_x("ln", "0.5,-1.25,2,3,4", "0.1", &["--samples", "2000"]);
+    let from_file = eval_x("ln", &file, "0.1", &["--samples", "2000"]);
     std::fs::remove_file(&path).unwrap();
     assert_eq!(inline["d"], 5);
     assert_eq!(inline, from_file);
@@ -119,31 +86,17 @@ fn a_missing_list_file_is_one_line_naming_the_flag() {
 
 #[test]
 fn eps_by_framework_name_is_that_eps() {
-    let named = eval_json(&[
-        "eval",
+    let named = eval_x(
         "ln",
-        "--x",
         "1,2,4",
-        "--p",
         "0.1",
-        "--eps",
-        "torch",
-        "--samples",
-        "2000",
-        "--json",
-    ]);
-    let number = eval_json(&[
-        "eval",
+        &["--eps", "torch", "--samples", "2000"],
+    );
+    let number = eval_x(
         "ln",
-        "--x",
         "1,2,4",
-        "--p",
         "0.1",
-        "--eps",
-        "1e-5",
-        "--samples",
-        "2000",
-        "--json",
-    ]);
+        &["--eps", "1e-5", "--samples", "2000"],
+    );
     assert_eq!(named, number);
 }
