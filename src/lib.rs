@@ -53,7 +53,7 @@
 //! * [`claims`] — claims and the registry;
 //! * [`conformance`] — run the claims against any dropout layer;
 //! * [`mutants`] — known-wrong layers and the kill matrix;
-//! * [`report`], [`eval`], [`cli`] — what users see;
+//! * [`report`], [`eval`], [`cli`], [`table`] — what users see;
 //! * [`stack`] — the deep-stack BatchNorm experiment;
 //! * [`verify`] — calibration and power of the suite itself across seeds.
 
@@ -73,6 +73,7 @@ pub mod plot;
 pub mod report;
 pub mod stack;
 pub mod stats;
+pub mod table;
 pub mod verify;
 
 pub use error::Error;

@@ -100,3 +100,31 @@ fn eps_by_framework_name_is_that_eps() {
     );
     assert_eq!(named, number);
 }
+
+#[test]
+fn list_fits_the_width_and_speaks_json() {
+    for columns in ["120", "80"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dropmc"))
+            .arg("list")
+            .env("COLUMNS", columns)
+            .output()
+            .expect("runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let widest = text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+        assert!(
+            widest <= columns.parse().unwrap(),
+            "COLUMNS={columns}: {widest}\n{text}"
+        );
+    }
+    let (code, stdout, _) = dropmc(&["list", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).expect("JSON");
+    let ids: Vec<&str> = v["claims"]
+        .as_array()
+        .expect("claims")
+        .iter()
+        .map(|c| c["id"].as_str().expect("id"))
+        .collect();
+    let registry: Vec<&str> = dropmc::claims::registry().iter().map(|c| c.id()).collect();
+    assert_eq!(ids, registry);
+}

@@ -34,7 +34,7 @@ pub enum Command {
     /// Run every registered claim and print the verdicts (the default).
     Report(ReportArgs),
     /// List the registered claims with their formulas.
-    List,
+    List(ListArgs),
     /// Evaluate a family's formulas on your own numbers.
     #[command(subcommand)]
     Eval(EvalCommand),
@@ -50,6 +50,17 @@ pub enum Command {
     Stack(StackArgs),
     /// Time the benchmark workloads W1-W3 on the reference and fast paths.
     Bench(crate::fast::bench::BenchArgs),
+}
+
+/// Options of `list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not fit the table to the terminal (one line per claim).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Options of `stack`.
@@ -441,8 +452,20 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         .unwrap_or(Command::Report(ReportArgs::default()))
     {
         Command::Report(args) => run_report(args),
-        Command::List => {
-            print!("{}", list());
+        Command::List(args) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list_json()).unwrap_or_default()
+                );
+            } else {
+                let table = list_table();
+                if args.wide {
+                    print!("{}", table.render_wide());
+                } else {
+                    print!("{}", table.render(crate::table::output_width()));
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Calibrate(args) => run_calibrate(args),
@@ -624,19 +647,35 @@ fn run_power(args: PowerArgs) -> Result<ExitCode, Error> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The registry as a listing: id, kind, formula.
-pub fn list() -> String {
-    let claims = crate::claims::registry();
-    let width = claims.iter().map(|c| c.id().len()).max().unwrap_or(0);
-    claims
+/// The registry as a table: id, kind, default samples, formula (wrapped to fit).
+pub fn list_table() -> crate::table::Table {
+    let mut table = crate::table::Table::new(["claim", "kind", "samples", "formula"])
+        .wrap(3)
+        .spill(3);
+    for c in crate::claims::registry() {
+        table.row([
+            c.id().to_string(),
+            c.kind().label().to_string(),
+            c.default_samples().to_string(),
+            c.formula().to_string(),
+        ]);
+    }
+    table
+}
+
+/// The registered claims as JSON: id, family, kind, formula, default samples.
+pub fn list_json() -> serde_json::Value {
+    let claims: Vec<serde_json::Value> = crate::claims::registry()
         .iter()
         .map(|c| {
-            format!(
-                "{:width$}  {:13}  {}\n",
-                c.id(),
-                c.kind().label(),
-                c.formula()
-            )
+            serde_json::json!({
+                "id": c.id(),
+                "family": c.family(),
+                "kind": c.kind().label(),
+                "formula": c.formula(),
+                "samples": c.default_samples(),
+            })
         })
-        .collect()
+        .collect();
+    serde_json::json!({ "claims": claims })
 }
