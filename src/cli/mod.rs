@@ -471,7 +471,12 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Calibrate(args) => run_calibrate(args),
         Command::Power(args) => run_power(args),
         Command::Plot(args) => {
-            for path in crate::plot::write_all(&args.out)? {
+            let bar = progress::bar(crate::plot::FIGURES.len() as u64, "figures", false);
+            let written = crate::plot::write_all_with_progress(&args.out, |done, _| {
+                bar.set_position(done as u64)
+            });
+            bar.finish_and_clear();
+            for path in written? {
                 println!("wrote {}", path.display());
             }
             Ok(ExitCode::SUCCESS)
@@ -497,7 +502,13 @@ fn run_stack(args: StackArgs) -> Result<ExitCode, Error> {
         ..Default::default()
     };
     let budget = Budget::new(args.replicates, args.seed)?;
-    let table = crate::stack::run(config, &rates, &Subject::reference(), budget)?;
+    let bar = progress::bar(budget.samples, "replicates", args.json);
+    let table =
+        crate::stack::run_with_progress(config, &rates, &Subject::reference(), budget, &|n| {
+            bar.inc(n)
+        });
+    bar.finish_and_clear();
+    let table = table?;
     if args.json {
         println!(
             "{}",
@@ -516,7 +527,16 @@ fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {
         all_families: false,
         families: None,
     };
-    let matrix = crate::mutants::kill_matrix(&options)?;
+    let bar = progress::bar(
+        crate::mutants::gallery().len() as u64 + 1,
+        "reference and mutants",
+        args.json,
+    );
+    let matrix = crate::mutants::kill_matrix_with_progress(&options, |done, _| {
+        bar.set_position(done as u64)
+    });
+    bar.finish_and_clear();
+    let matrix = matrix?;
     if args.json {
         println!(
             "{}",

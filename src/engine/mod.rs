@@ -18,7 +18,7 @@
 mod runner;
 mod stream;
 
-pub use runner::{BLOCK, Budget, CHUNK, Sampler, estimate};
+pub use runner::{BLOCK, Budget, CHUNK, Sampler, estimate, estimate_with_progress};
 pub use stream::{Stream, derive_seed, keep, stream};
 
 pub use crate::stats::MeanAccumulator;

@@ -63,6 +63,18 @@ pub trait Sampler: Sync {
 /// Bit-identical for the same budget whatever the rayon thread count: see the
 /// module contract.
 pub fn estimate<S: Sampler>(sampler: &S, budget: Budget) -> Result<MeanAccumulator, Error> {
+    estimate_with_progress(sampler, budget, &|_| {})
+}
+
+/// [`estimate`], calling `progress(1)` after every draw (from whichever
+/// thread made it), for samplers whose draws are slow enough to show (a
+/// deep-stack replicate trains whole networks). The result is the same bits:
+/// the callback only observes.
+pub fn estimate_with_progress<S: Sampler>(
+    sampler: &S,
+    budget: Budget,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<MeanAccumulator, Error> {
     let budget = Budget::new(budget.samples, budget.seed)?;
     let dim = sampler.dim();
     let chunks = budget.samples.div_ceil(CHUNK);
@@ -72,7 +84,7 @@ pub fn estimate<S: Sampler>(sampler: &S, budget: Budget) -> Result<MeanAccumulat
         let last = (first + BLOCK).min(chunks);
         let block: Vec<Result<MeanAccumulator, Error>> = (first..last)
             .into_par_iter()
-            .map(|chunk| run_chunk(sampler, budget, chunk))
+            .map(|chunk| run_chunk(sampler, budget, chunk, progress))
             .collect();
         for acc in block {
             total.merge(&acc?);
@@ -86,6 +98,7 @@ fn run_chunk<S: Sampler>(
     sampler: &S,
     budget: Budget,
     chunk: u64,
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<MeanAccumulator, Error> {
     let start = chunk * CHUNK;
     let draws = CHUNK.min(budget.samples - start);
@@ -96,6 +109,7 @@ fn run_chunk<S: Sampler>(
     for _ in 0..draws {
         sampler.draw(&mut rng, &mut scratch, &mut out)?;
         acc.push(&out);
+        progress(1);
     }
     Ok(acc)
 }

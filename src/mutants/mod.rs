@@ -326,11 +326,25 @@ pub struct KillMatrix {
 /// mutant. A claim kills a mutant when it fails on the mutant and passes on
 /// the reference at the same budget and seed.
 pub fn kill_matrix(options: &Options) -> Result<KillMatrix, Error> {
+    kill_matrix_with_progress(options, |_, _| {})
+}
+
+/// [`kill_matrix`], calling `progress(done, total)` after the reference and
+/// after each mutant.
+pub fn kill_matrix_with_progress(
+    options: &Options,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<KillMatrix, Error> {
+    let mutants = gallery();
+    let total = mutants.len() + 1;
     let unusable = conformance::run(&REFERENCE, options)?.failed();
-    let rows = gallery()
+    progress(1, total);
+    let rows = mutants
         .into_iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             let run = conformance::run(m.layer, options)?;
+            progress(i + 2, total);
             let kills = run
                 .verdicts
                 .iter()

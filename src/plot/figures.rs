@@ -20,7 +20,20 @@ pub const FIGURES: [&str; 4] = [
 
 /// Writes every figure into `dir` (created if missing).
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    FIGURES.iter().map(|name| write_figure(name, dir)).collect()
+    write_all_with_progress(dir, |_, _| {})
+}
+
+/// [`write_all`], calling `progress(done, total)` after each figure.
+pub fn write_all_with_progress(
+    dir: &Path,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<PathBuf>, Error> {
+    let mut written = Vec::with_capacity(FIGURES.len());
+    for (i, name) in FIGURES.iter().enumerate() {
+        written.push(write_figure(name, dir)?);
+        progress(i + 1, FIGURES.len());
+    }
+    Ok(written)
 }
 
 /// Writes the figure `name` (one of [`FIGURES`]) into `dir`.

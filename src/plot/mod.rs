@@ -5,4 +5,4 @@ mod chart;
 mod figures;
 
 pub use chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
-pub use figures::{FIGURES, write_all, write_figure};
+pub use figures::{FIGURES, write_all, write_all_with_progress, write_figure};

@@ -40,7 +40,7 @@ use nalgebra::{DMatrix, DVector};
 use rand_distr::{Distribution, StandardNormal};
 use serde::Serialize;
 
-use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::engine::{Budget, Sampler, Stream, estimate_with_progress};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
 use crate::ops::{BatchNorm, Linear, Rate, Subject, relu};
@@ -661,6 +661,17 @@ pub fn run(
     subject: &Subject,
     budget: Budget,
 ) -> Result<StackTable, Error> {
+    run_with_progress(cfg, rates, subject, budget, &|_| {})
+}
+
+/// [`run`], calling `progress(1)` after each finished replicate.
+pub fn run_with_progress(
+    cfg: StackConfig,
+    rates: &[f64],
+    subject: &Subject,
+    budget: Budget,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<StackTable, Error> {
     cfg.validate()?;
     for &p in rates {
         Rate::new(p)?;
@@ -679,7 +690,7 @@ pub fn run(
         rates: all.clone(),
         subject,
     };
-    let est = estimate(&sampler, budget)?.estimates();
+    let est = estimate_with_progress(&sampler, budget, progress)?.estimates();
     let width = per_rate(cfg.depth);
     let nf = LAYER_FIELDS.len();
     let tables = all
