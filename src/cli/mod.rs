@@ -515,7 +515,10 @@ fn run_stack(args: StackArgs) -> Result<ExitCode, Error> {
             serde_json::to_string_pretty(&table).unwrap_or_default()
         );
     } else {
-        print!("{}", crate::stack::table(&table));
+        print!(
+            "{}",
+            crate::stack::table(&table, crate::table::output_width())
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

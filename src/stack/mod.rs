@@ -725,12 +725,12 @@ fn cell(e: Option<Estimate>) -> String {
 
 /// The table `dropmc stack` prints: per rate and layer, the eval/train
 /// variance ratio (the squared output scale) of every variant.
-pub fn table(t: &StackTable) -> String {
+pub fn table(t: &StackTable, width: usize) -> String {
+    use crate::table::{Table, wrap_text};
     let c = &t.config;
-    let mut out = format!(
+    let intro = format!(
         "deep stack: {} blocks [linear -> ReLU -> dropout(p) -> BN], width {}, batch {}, \
-         {} calibration batches, {} eval examples, input N({}, 1); {} random networks (seed {})\n\
-         cells: eval/train variance ratio per layer (1 = no shift; the first layer's is Delta = c^2), mean ± SE over networks\n\n",
+         {} calibration batches, {} eval examples, input N({}, 1); {} random networks (seed {})",
         c.depth,
         c.width,
         c.batch,
@@ -740,7 +740,18 @@ pub fn table(t: &StackTable) -> String {
         t.replicates,
         t.seed
     );
-    let header = [
+    let cells = "cells: eval/train variance ratio per layer (1 = no shift; the first layer's \
+                 is Delta = c^2), mean ± SE over networks";
+    let mut out = String::new();
+    for line in wrap_text(&intro, width)
+        .into_iter()
+        .chain(wrap_text(cells, width))
+    {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push('\n');
+    let mut rows = Table::new([
         "p",
         "layer",
         "dropout->BN",
@@ -748,11 +759,11 @@ pub fn table(t: &StackTable) -> String {
         "re-estimated",
         "dropout after last BN",
         "LayerNorm",
-    ];
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
+    ])
+    .wrap(5);
     for r in &t.rates {
         for l in 1..=c.depth {
-            rows.push(vec![
+            rows.row([
                 format!("{}", r.p),
                 format!("{l}"),
                 cell(r.at(l, "base")),
@@ -762,7 +773,7 @@ pub fn table(t: &StackTable) -> String {
                 cell(r.at(l, "layer_norm")),
             ]);
         }
-        rows.push(vec![
+        rows.row([
             format!("{}", r.p),
             "readout".into(),
             cell(r.get("readout_base")),
@@ -772,26 +783,20 @@ pub fn table(t: &StackTable) -> String {
             "-".into(),
         ]);
     }
-    let widths: Vec<usize> = (0..header.len())
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(s, w)| format!("{s}{}", " ".repeat(w - s.chars().count())))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&rows.render(width));
     out.push('\n');
     for r in &t.rates {
-        out.push_str(&format!(
-            "p = {}: readout mean shift (eval - train) = {} train sd; first layer minus formula mean_k c_k^2 = {}\n",
+        let line = format!(
+            "p = {}: readout mean shift (eval - train) = {} train sd; first layer minus formula \
+             mean_k c_k^2 = {}",
             r.p,
             cell(r.get("readout_mean_shift")),
             cell(r.get("first_shift_minus_formula"))
-        ));
+        );
+        for part in wrap_text(&line, width) {
+            out.push_str(&part);
+            out.push('\n');
+        }
     }
     out
 }
