@@ -50,14 +50,19 @@ fn family_claims() -> Vec<&'static dyn Claim> {
 }
 
 /// Every claim of the four families has a fast estimator, and no claim of
-/// the batchnorm or semantics families has one (they stay generic).
+/// the batchnorm or semantics families has one (they stay generic: see
+/// `claims::batchnorm`; semantics is about an implementation by design).
 #[test]
-fn the_fast_path_serves_exactly_these_families() {
+fn the_fast_path_serves_these_families_and_not_those() {
     let budget = Budget::new(1_000, 1).unwrap();
     for claim in registry() {
         let has_fast = claim.fast_estimate(budget).is_some();
-        let expected = FAST_FAMILIES.contains(&claim.family());
-        assert_eq!(has_fast, expected, "{}", claim.id());
+        if FAST_FAMILIES.contains(&claim.family()) {
+            assert!(has_fast, "{} has no fast estimator", claim.id());
+        }
+        if ["batchnorm", "semantics"].contains(&claim.family()) {
+            assert!(!has_fast, "{} has a fast estimator", claim.id());
+        }
     }
 }
 
