@@ -91,7 +91,10 @@ impl PowerSums {
 
     /// `Var statistic`: the unbiased sample variance `s²` with the standard
     /// error of the module docs. Needs `n ≥ 2` (every [`crate::engine::Budget`]
-    /// has it).
+    /// has it). Its `dof` is `n − 1`, as for a mean: the standard error is
+    /// itself estimated from the sample's moments (here the fourth), and
+    /// Student-t with `n − 1` degrees of freedom is the usual large-sample
+    /// stand-in; the claims run it at `n ≥ 10⁵`, where t and normal agree.
     pub fn variance(&self) -> Estimate {
         let nf = self.n as f64;
         let [a1, a2, a3, a4] = self.sums.map(|s| s / nf);
