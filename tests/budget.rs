@@ -29,6 +29,10 @@
 //!   `fast_layernorm_agrees_with_the_reference_sampler` (67),
 //!   `fast_attention_matches_the_formulas_and_the_reference` (6),
 //!   `bernoulli_bits_keep_with_probability_q` (8): 110;
+//! * `tests/fast_vs_generic_families.rs`: every component of the dropout,
+//!   attention, mask_shape and ensemble claims once more (fast against
+//!   generic), plus `eval moments` on 4 units (14), `eval attn` on 5 keys
+//!   (9) and one replicate check of a variance's standard error (1);
 //! * `tests/second_order.rs` makes none: it compares exact oracles with
 //!   closed forms (rounding bounds, no sampling); the `second_order`
 //!   claims' Monte Carlo runs in the registry (first bullet).
@@ -54,6 +58,10 @@ const FAST_PATH: u64 = 110;
 /// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
 const NORM_EVAL: u64 = 135;
 
+/// `tests/fast_vs_generic_families.rs` beyond the claims' components:
+/// `eval moments` (3·4 + 2), `eval attn` (5 + 4), the replicate check (1).
+const FAST_VS_GENERIC_EVAL: u64 = 14 + 9 + 1;
+
 /// Every statistical assertion the default suite makes.
 fn statistical_assertions() -> u64 {
     let dropout = components(Some("dropout"));
@@ -61,6 +69,11 @@ fn statistical_assertions() -> u64 {
         .into_iter()
         .map(|f| components(Some(f)))
         .sum();
+    let fast_vs_generic: u64 = ["dropout", "attention", "mask_shape", "ensemble"]
+        .into_iter()
+        .map(|f| components(Some(f)))
+        .sum::<u64>()
+        + FAST_VS_GENERIC_EVAL;
     // tests/stack.rs: 88; tests/cli.rs, eval bn: 4.
     let batchnorm = 88 + 4;
     components(None)
@@ -74,6 +87,7 @@ fn statistical_assertions() -> u64 {
         + 7
         + batchnorm
         + FAST_PATH
+        + fast_vs_generic
 }
 
 #[test]

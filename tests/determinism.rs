@@ -1,7 +1,10 @@
 //! Same seed and sample count, same bits, whatever the thread count.
 
+mod common;
+
 use dropmc::claims::dropout::{PairSampler, UNIT_P, UNIT_X};
 use dropmc::engine::{Budget, CHUNK, estimate};
+use dropmc::fast::Isa;
 use dropmc::ops::Subject;
 
 fn run_on(threads: usize, budget: Budget) -> (Vec<u64>, Vec<u64>) {
@@ -36,4 +39,26 @@ fn a_different_seed_gives_different_bits() {
     let a = run_on(2, Budget::new(10_000, 1).unwrap());
     let b = run_on(2, Budget::new(10_000, 2).unwrap());
     assert_ne!(a, b);
+}
+
+/// Every bit-mask kernel of the dropout, attention, mask-shape and ensemble
+/// families (and `eval moments|attn`) gives the same bits on 1, 2 and 4
+/// threads, and a different seed reads different streams.
+#[test]
+fn family_kernels_are_bit_identical_on_1_2_and_4_threads() {
+    let budget = Budget::new(70 * CHUNK + 123, 42).unwrap();
+    let run = |threads: usize, budget: Budget| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| common::family_kernels::family_kernel_bits(budget, Isa::best()))
+    };
+    let one = run(1, budget);
+    assert_eq!(one, run(2, budget));
+    assert_eq!(one, run(4, budget));
+    let other = run(2, Budget::new(70 * CHUNK + 123, 43).unwrap());
+    for ((name, a), (_, b)) in one.iter().zip(&other) {
+        assert_ne!(a, b, "{name}: seeds 42 and 43 gave the same bits");
+    }
 }

@@ -4,6 +4,8 @@
 //! Every statistical assertion here is a two-sided z-test at the suite's
 //! per-assertion level (`critical_z()`), counted in `tests/budget.rs`.
 
+mod common;
+
 use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
 use dropmc::fast::{
@@ -315,6 +317,23 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     for isa in [Isa::Avx2, Isa::Avx512] {
         if isa.available() {
             assert_eq!(run(isa), portable, "{isa:?}");
+        }
+    }
+}
+
+/// The same for every bit-mask kernel of the dropout, attention,
+/// mask-shape and ensemble families (and `eval moments|attn`).
+#[test]
+fn family_kernels_are_bit_identical_on_every_instruction_set() {
+    let budget = Budget::new(2 * CHUNK + 77, 6).unwrap();
+    let portable = common::family_kernels::family_kernel_bits(budget, Isa::Portable);
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if isa.available() {
+            assert_eq!(
+                common::family_kernels::family_kernel_bits(budget, isa),
+                portable,
+                "{isa:?}"
+            );
         }
     }
 }

@@ -3,16 +3,20 @@
 //! [`crate::formulas::attention`]. Every claim has an oracle that
 //! enumerates the 8 masks.
 //!
-//! Each draw runs the subject's [`forward_attention`] twice, independently
-//! (`b`, `b'`), for the variance statistics `(R − R')²/2`.
+//! On an implementation under test each draw runs the subject's
+//! [`forward_attention`] twice, independently (`b`, `b'`), for the variance
+//! statistics `(R − R')²/2`. On the mathematics every claim uses the
+//! bit-mask estimators of [`crate::fast::attention_row`] (one mask per
+//! sample; variances as sample variances, [`crate::fast::PowerSums`]).
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
 use super::Shape;
-use super::fn_claim::{FnClaim, half_sq, indicator, sample_means};
+use super::fn_claim::{FastFn, FastFnClaim, FnClaim, half_sq, indicator, sample_means, with_fast};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
+use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject};
 
@@ -187,9 +191,35 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
+/// The fast estimators (on the mathematics) by claim id: every claim of
+/// this family has one, from the bit-mask kernels of [`crate::fast::attention_row`].
+const FAST: [(&str, FastFn); 6] = [
+    ("attention.entry_mean", |b| {
+        Ok(fast::row(&A, &V, P, b)?.entry_mean)
+    }),
+    ("attention.row_sum_mean", |b| {
+        Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_mean])
+    }),
+    ("attention.row_sum_variance", |b| {
+        Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_variance])
+    }),
+    ("attention.row_sum_pmf", |b| {
+        fast::row_sum_distribution(&A, P, f::SEED_ROW_SUMS.len(), support_index, b)
+    }),
+    ("attention.output_mean", |b| {
+        Ok(vec![fast::row_sums(&A, &V, P, b)?.output_mean])
+    }),
+    ("attention.output_variance", |b| {
+        Ok(vec![fast::row_sums(&A, &V, P, b)?.output_variance])
+    }),
+];
+
+static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
+    std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
+
 /// This family's claims, in report order.
 pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
+    WITH_FAST
         .iter()
         .map(|c| c as &'static dyn super::Claim)
         .collect()

@@ -6,6 +6,19 @@
 //! dropout layer on Gaussian channels `x_k ~ N(μ_k, σ_k²)` (the formulas do
 //! not depend on the shape of the data's distribution; Gaussian data is just
 //! convenient to draw).
+//!
+//! # Why this family has no fast estimator
+//!
+//! The fast path ([`crate::fast`]) serves quantities that are functions of
+//! masked sums of a *fixed* vector: it tabulates `Σ_k m_k c_k` once and then
+//! pays one look-up per 8 units per mask. Here the input is a fresh Gaussian
+//! example on every draw, so there is no fixed column to tabulate: every
+//! element needs its own normal draw anyway, and a bit mask would replace
+//! only the cheap half of the per-element work (the keep decision). The
+//! buffer claims are, in addition, nonlinear in the whole batch (an
+//! unbiased batch variance per step, then 30 EMA updates), and the
+//! variance-shift claim draws no mask at all. So every claim here keeps the
+//! generic path, on the mathematics too.
 
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};

@@ -1,15 +1,19 @@
 //! The inverted-dropout family: moments of one unit, of a sum, the kept
 //! count, and the original scheme. Derivations: [`crate::formulas::dropout`].
 //!
-//! Each claim draws, per Monte Carlo sample, two independent training-mode
-//! passes `z` and `z'` of the subject's dropout layer over the claim's `x`,
-//! and reduces them to the statistic whose expectation is the claimed value
-//! (variances through `(t − t')² / 2`, see [`crate::engine::Sampler`]).
+//! On an implementation under test each claim draws, per Monte Carlo sample,
+//! two independent training-mode passes `z` and `z'` of the subject's
+//! dropout layer over the claim's `x`, and reduces them to the statistic
+//! whose expectation is the claimed value (variances through
+//! `(t − t')² / 2`, see [`crate::engine::Sampler`]). On the mathematics
+//! every claim uses its bit-mask estimator instead (`FAST` below): one mask
+//! per sample.
 
 use super::{Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, unit_expectation};
+use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{Rate, Subject};
 use crate::stats::Estimate;
@@ -85,6 +89,11 @@ impl Claim for DropoutClaim {
     fn oracle(&self) -> Result<Option<Oracle>, Error> {
         let rate = self.rate()?;
         self.oracle.map(|o| o(self.x, rate)).transpose()
+    }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        FAST.iter()
+            .find(|(id, _)| *id == self.id)
+            .map(|(_, fast)| fast(self.x, self.p, budget))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
@@ -382,6 +391,44 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
         },
     ]
 });
+
+/// A fast estimator at `(x, p)` (on the mathematics).
+type FastFn = fn(&[f64], f64, Budget) -> Result<Vec<Estimate>, Error>;
+
+/// The fast estimators by claim id: every claim of this family has one,
+/// from the bit-mask kernels of [`crate::fast::dropout`] (per-unit moments
+/// from keep counts, the sum from one masked sum per mask, `K` from a
+/// histogram). The variances are sample variances of single draws, not the
+/// pair form of [`PairSampler`] (standard error: [`crate::fast::PowerSums`]).
+const FAST: [(&str, FastFn); 11] = [
+    ("dropout.mean", |x, p, b| fast::unit_raw_moments(x, p, 1, b)),
+    ("dropout.second_moment", |x, p, b| {
+        fast::unit_raw_moments(x, p, 2, b)
+    }),
+    ("dropout.third_moment", |x, p, b| {
+        fast::unit_raw_moments(x, p, 3, b)
+    }),
+    ("dropout.fourth_moment", |x, p, b| {
+        fast::unit_raw_moments(x, p, 4, b)
+    }),
+    ("dropout.variance", fast::unit_variances),
+    ("dropout.sum_mean", |x, p, b| {
+        Ok(vec![fast::sum_power_sums(x, p, b)?.mean()])
+    }),
+    ("dropout.sum_variance", |x, p, b| {
+        Ok(vec![fast::sum_power_sums(x, p, b)?.variance()])
+    }),
+    ("dropout.worked_512_mean", |x, p, b| {
+        Ok(vec![fast::sum_power_sums(x, p, b)?.mean()])
+    }),
+    ("dropout.worked_512_variance", |x, p, b| {
+        Ok(vec![fast::sum_power_sums(x, p, b)?.variance()])
+    }),
+    ("dropout.kept_count", |x, p, b| {
+        fast::kept_count_pmf(x.len(), p, b)
+    }),
+    ("dropout.original_scheme", fast::original_scheme_means),
+];
 
 /// This family's claims, in report order.
 pub fn claims() -> Vec<&'static dyn super::Claim> {

@@ -1,5 +1,6 @@
-//! A claim assembled from plain functions, and the samplers the semantics,
-//! attention, mask-shape and ensemble families share.
+//! A claim assembled from plain functions (with a fast estimator where its
+//! quantity has a bit-mask form, [`FastFnClaim`]), and the samplers the
+//! semantics, attention, mask-shape and ensemble families share.
 //!
 //! Two kinds of estimate come out of these helpers:
 //!
@@ -63,6 +64,66 @@ impl Claim for FnClaim {
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         (self.estimate)(subject, budget)
+    }
+}
+
+/// A fast estimator of a claim about the mathematics (see
+/// [`Claim::fast_estimate`]).
+pub type FastFn = fn(Budget) -> Result<Vec<Estimate>, Error>;
+
+/// A [`FnClaim`] with, where its quantity has a bit-mask form, a fast
+/// estimator: the generic estimate on an implementation under test, `fast`
+/// on the mathematics. Every other part is the wrapped claim's.
+pub struct FastFnClaim {
+    pub claim: &'static FnClaim,
+    pub fast: Option<FastFn>,
+}
+
+/// Pairs each claim with the fast estimator listed under its id (none when
+/// its id is not listed).
+pub fn with_fast(claims: &'static [FnClaim], fast: &[(&str, FastFn)]) -> Vec<FastFnClaim> {
+    claims
+        .iter()
+        .map(|claim| FastFnClaim {
+            claim,
+            fast: fast.iter().find(|(id, _)| *id == claim.id).map(|(_, f)| *f),
+        })
+        .collect()
+}
+
+impl Claim for FastFnClaim {
+    fn id(&self) -> &'static str {
+        self.claim.id()
+    }
+    fn family(&self) -> &'static str {
+        self.claim.family()
+    }
+    fn formula(&self) -> &'static str {
+        self.claim.formula()
+    }
+    fn kind(&self) -> Kind {
+        self.claim.kind()
+    }
+    fn shape(&self) -> Shape {
+        self.claim.shape()
+    }
+    fn default_samples(&self) -> u64 {
+        self.claim.default_samples()
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        self.claim.analytic()
+    }
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        self.claim.oracle()
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        self.claim.estimate(subject, budget)
+    }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        self.fast.map(|f| f(budget))
+    }
+    fn note(&self) -> Option<String> {
+        self.claim.note()
     }
 }
 

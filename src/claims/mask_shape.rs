@@ -1,12 +1,15 @@
 //! The mask-shape family: independent versus shared-over-positions masks on
 //! a `4 × 3` block. Derivations: [`crate::formulas::mask_shape`]. Oracles
-//! enumerate all masks (2^12 independent, 2^3 shared).
+//! enumerate all masks (2^12 independent, 2^3 shared). On the mathematics
+//! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]
+//! (one mask per sample, the variances as sample variances).
 
 use super::Shape;
-use super::fn_claim::{FnClaim, half_sq, indicator, sample_means};
+use super::fn_claim::{FastFn, FastFnClaim, FnClaim, half_sq, indicator, sample_means, with_fast};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
+use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{DropoutLayer, MaskShape, Rate, Subject};
 
@@ -210,9 +213,29 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
+/// The fast estimators (on the mathematics) by claim id: every claim of
+/// this family has one, from the bit-mask kernels of [`crate::fast::mask_shape`].
+const FAST: [(&str, FastFn); 4] = [
+    ("mask_shape.independent_variance", |b| {
+        fast::column_sum_variances::<D>(&X, T, false, P, b)
+    }),
+    ("mask_shape.shared_variance", |b| {
+        fast::column_sum_variances::<D>(&X, T, true, P, b)
+    }),
+    ("mask_shape.independent_zero_column", |b| {
+        fast::zero_column_probabilities(T, D, false, P, b)
+    }),
+    ("mask_shape.shared_zero_column", |b| {
+        fast::zero_column_probabilities(T, D, true, P, b)
+    }),
+];
+
+static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
+    std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
+
 /// This family's claims, in report order.
 pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
+    WITH_FAST
         .iter()
         .map(|c| c as &'static dyn super::Claim)
         .collect()

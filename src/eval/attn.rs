@@ -3,55 +3,24 @@
 //! [`crate::formulas::attention`].
 
 use super::{EvalOutput, EvalResult, Values};
-use crate::claims::fn_claim::half_sq;
-use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::claims::SamplerKind;
+use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec, check_len};
 use crate::exact::{MAX_ENUMERATION_D, enumerate_masks};
+use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
-use crate::ops::{DropoutLayer, InvertedDropout, Rate};
+use crate::ops::Rate;
 
 /// How far `Σ a` may sit from 1: the precision of a typed-in row (values
 /// typed to about nine digits), not a statistical tolerance.
 pub const ROW_SUM_SLACK: f64 = 1e-9;
 
-struct AttnSampler<'a> {
-    a: &'a [f64],
-    v: &'a [f64],
-    p: f64,
-}
-
-impl AttnSampler<'_> {
-    fn pass(&self, rng: &mut Stream, b: &mut [f64], m: &mut [bool]) -> Result<(f64, f64), Error> {
-        InvertedDropout.forward_attention(self.a, self.p, rng, b, m)?;
-        Ok((b.iter().sum(), f::output_mean(b, self.v)))
-    }
-}
-
-impl Sampler for AttnSampler<'_> {
-    type Scratch = (Vec<f64>, Vec<bool>);
-    fn dim(&self) -> usize {
-        self.a.len() + 4
-    }
-    fn scratch(&self) -> Self::Scratch {
-        (vec![0.0; self.a.len()], vec![false; self.a.len()])
-    }
-    fn draw(&self, rng: &mut Stream, s: &mut Self::Scratch, out: &mut [f64]) -> Result<(), Error> {
-        let d = self.a.len();
-        let (r1, o1) = self.pass(rng, &mut s.0, &mut s.1)?;
-        out[..d].copy_from_slice(&s.0);
-        let (r2, o2) = self.pass(rng, &mut s.0, &mut s.1)?;
-        out[d] = r1;
-        out[d + 1] = half_sq(r1, r2);
-        out[d + 2] = o1;
-        out[d + 3] = half_sq(o1, o2);
-        Ok(())
-    }
-}
-
 /// Evaluates attention dropout on the probability row `a` at rate `p`;
 /// `values` (one per position) adds the output `o = Σ b_i v_i`.
 ///
-/// `exact` enumerates every mask when `d <= 22`, else is `null`.
+/// `exact` enumerates every mask when `d <= 22`, else is `null`. The
+/// estimates come from the fast sampler ([`crate::fast::attention_row::row`]:
+/// one mask per sample, the variances as sample variances).
 pub fn attn(
     a: &[f64],
     p: f64,
@@ -82,7 +51,7 @@ pub fn attn(
         }
         None => &zeros[..],
     };
-    let est = estimate(&AttnSampler { a, v, p }, budget)?.estimates();
+    let est = fast::row(a, v, p, budget)?;
     let exact = if d <= MAX_ENUMERATION_D {
         let raw = enumerate_masks(d, rate, d + 4, |mask, out| {
             let b: Vec<f64> = a
@@ -110,19 +79,19 @@ pub fn attn(
             "E[b]",
             Values::PerUnit(f::entry_mean(a)),
             exact.as_ref().map(|e| e.0.clone()),
-            &est[..d],
+            &est.entry_mean,
         ),
         EvalResult::new(
             "E[R]",
             Values::Scalar(f::row_sum_mean(a)),
             exact.as_ref().map(|e| vec![e.1]),
-            &est[d..d + 1],
+            &[est.row_sum_mean],
         ),
         EvalResult::new(
             "Var[R]",
             Values::Scalar(f::row_sum_variance(a, rate)),
             exact.as_ref().map(|e| vec![e.2]),
-            &est[d + 1..d + 2],
+            &[est.row_sum_variance],
         ),
     ];
     if values.is_some() {
@@ -130,15 +99,19 @@ pub fn attn(
             "E[o]",
             Values::Scalar(f::output_mean(a, v)),
             exact.as_ref().map(|e| vec![e.3]),
-            &est[d + 2..d + 3],
+            &[est.output_mean],
         ));
         results.push(EvalResult::new(
             "Var[o]",
             Values::Scalar(f::output_variance(a, v, rate)),
             exact.as_ref().map(|e| vec![e.4]),
-            &est[d + 3..],
+            &[est.output_variance],
         ));
     }
+    let results = results
+        .into_iter()
+        .map(|r| r.with_sampler(SamplerKind::Fast))
+        .collect();
     EvalOutput {
         quantity: "attn",
         p,

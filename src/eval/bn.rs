@@ -11,6 +11,11 @@
 //! rate `p`, estimates `Var z_k` (which must be `rv_k`), and reports
 //! `c_k = sqrt(σ_k² / Var̂ z_k)` (delta-method SE `c/2 · SE(Var̂)/Var̂`) and
 //! the fold `q Var̂ z_k − p rm_k²` (SE `q · SE(Var̂)`).
+//!
+//! The Monte Carlo column stays on the generic sampler (`"sampler":
+//! "generic"`): every draw is a fresh Gaussian example, so `z` is not a
+//! masked sum of a fixed vector and each element needs its own normal draw
+//! whatever makes the mask (see [`crate::claims::batchnorm`]).
 
 use rand_distr::{Distribution, StandardNormal};
 

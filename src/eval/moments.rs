@@ -1,14 +1,18 @@
 //! `eval moments`: `E[z]`, `E[z²]`, `Var z` per unit and `E[S]`, `Var S` of the sum.
 
 use super::{EvalOutput, EvalResult, Values, power_of_two_scale};
-use crate::claims::dropout::{PairSampler, sum_oracle};
-use crate::engine::{Budget, estimate};
+use crate::claims::SamplerKind;
+use crate::claims::dropout::sum_oracle;
+use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
 use crate::exact::{MAX_ENUMERATION_D, unit_expectation};
 use crate::formulas::dropout as f;
-use crate::ops::{Rate, Subject};
+use crate::ops::Rate;
+use crate::stats::Estimate;
 
-/// Evaluates the dropout moments of `x` at rate `p`.
+/// Evaluates the dropout moments of `x` at rate `p`, on the fast sampler
+/// ([`crate::fast::dropout::moments`]: keep counts and one masked sum per
+/// mask; the variances are sample variances of single masks).
 ///
 /// `exact` is the two-point expectation per unit (always) and the full
 /// enumeration of all masks for the sum (when `d <= 22`, else `null`).
@@ -22,30 +26,15 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
     // underflow; moments of order r scale back by s^r.
     let s = power_of_two_scale(x);
     let scaled: Vec<f64> = x.iter().map(|v| v / s).collect();
-    let subject = Subject::reference();
-    let sampler = PairSampler {
-        subject: &subject,
-        x: &scaled,
-        p,
-        dim: 3 * d + 2,
-        statistic: |draw, out| {
-            let d = draw.x.len();
-            let (s, s_alt): (f64, f64) = (draw.z.iter().sum(), draw.z_alt.iter().sum());
-            for k in 0..d {
-                let (a, b) = (draw.z[k], draw.z_alt[k]);
-                out[k] = a;
-                out[d + k] = a * a;
-                out[2 * d + k] = 0.5 * (a - b) * (a - b);
-            }
-            out[3 * d] = s;
-            out[3 * d + 1] = 0.5 * (s - s_alt) * (s - s_alt);
-        },
+    let fast = crate::fast::dropout::moments(&scaled, p, budget)?;
+    let back = |e: &[Estimate], order: i32| -> Vec<Estimate> {
+        e.iter().map(|e| e.scaled(s.powi(order))).collect()
     };
-    let mut est = estimate(&sampler, budget)?.estimates();
-    let orders = (0..3 * d + 2).map(|i| if i < d || i == 3 * d { 1 } else { 2 });
-    for (e, order) in est.iter_mut().zip(orders) {
-        *e = e.scaled(s.powi(order));
-    }
+    let unit_mean = back(&fast.unit_mean, 1);
+    let unit_second = back(&fast.unit_second, 2);
+    let unit_variance = back(&fast.unit_variance, 2);
+    let sum_mean = back(&[fast.sum_mean], 1);
+    let sum_variance = back(&[fast.sum_variance], 2);
     let unit = |g: fn(f64) -> f64| -> Vec<f64> {
         x.iter().map(|&a| unit_expectation(a, rate, g)).collect()
     };
@@ -63,33 +52,31 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
             "E[z]",
             per_unit(&f::unit_mean),
             Some(exact_mean),
-            &est[0..d],
+            &unit_mean,
         ),
         EvalResult::new(
             "E[z^2]",
             per_unit(&|a| f::unit_raw_moment(a, rate, 2)),
             Some(exact_second),
-            &est[d..2 * d],
+            &unit_second,
         ),
         EvalResult::new(
             "Var[z]",
             per_unit(&|a| f::unit_variance(a, rate)),
             Some(exact_var),
-            &est[2 * d..3 * d],
+            &unit_variance,
         ),
-        EvalResult::new(
-            "E[S]",
-            Values::Scalar(f::sum_mean(x)),
-            exact_sum,
-            &est[3 * d..3 * d + 1],
-        ),
+        EvalResult::new("E[S]", Values::Scalar(f::sum_mean(x)), exact_sum, &sum_mean),
         EvalResult::new(
             "Var[S]",
             Values::Scalar(f::sum_variance(x, rate)),
             exact_sum_var,
-            &est[3 * d + 1..],
+            &sum_variance,
         ),
-    ];
+    ]
+    .into_iter()
+    .map(|r| r.with_sampler(SamplerKind::Fast))
+    .collect();
     EvalOutput {
         quantity: "moments",
         p,

@@ -15,7 +15,13 @@
 //! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
 //!   from one masked sum over masks per channel (64×64 bit transposes and
 //!   subset-sum tables over masks), with batch-means standard errors;
-//! * [`FastAttention`] — attention rows `R`, `o`;
+//! * [`FastAttention`] — attention rows `R`, `o` (the benchmark's fused kernel);
+//! * [`MaskKernel`] — one mask at a time handed to a [`MaskStatistic`]
+//!   (keep counts, masked sums and their powers, histograms; short masks
+//!   packed several to a word), behind the claims of the dropout
+//!   ([`mod@dropout`]), attention ([`attention_row`]), mask-shape
+//!   ([`mod@mask_shape`]) and ensemble ([`mod@ensemble`]) families and `eval
+//!   moments|attn`; [`PowerSums`] turns its sums into means and variances;
 //! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
 //!   chunks: bit-identical on any thread count and on every instruction-set
 //!   level ([`Isa`]), memory independent of the sample count;
@@ -24,11 +30,18 @@
 //! * [`mod@bench`] — the benchmark workloads W1–W3 behind `dropmc bench`.
 
 pub mod attention;
+pub mod attention_row;
 pub mod bench;
 pub mod bits;
 pub mod compact;
+pub mod dropout;
+pub mod ensemble;
 pub mod lanes;
+pub mod mask_shape;
+pub mod mask_statistics;
+pub mod masks;
 pub mod norm;
+pub mod power_sums;
 pub mod reference;
 pub mod run;
 pub mod tables;
@@ -37,7 +50,9 @@ pub use attention::{AttentionEstimates, FastAttention};
 pub use bits::{BernoulliBits, transpose64};
 pub use compact::MaskBits;
 pub use lanes::Xoshiro8;
+pub use masks::{MaskKernel, MaskStatistic};
 pub use norm::{FastNorm, NormEstimates};
+pub use power_sums::PowerSums;
 pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
     ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,

@@ -1,6 +1,8 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod family_kernels;
+
 use dropmc::claims::{ClaimResult, Verdict};
 
 /// Panics with the full result (parameters, z, p, MDE) when a claim fails.
