@@ -141,9 +141,17 @@ pub fn format_significant(value: f64, digits: i32) -> String {
     format!("{value:.decimals$}")
 }
 
-fn format_z(z: f64) -> String {
+/// A z statistic as a table shows it: two decimals, `inf` / `-inf` for a
+/// zero-spread estimate that misses its target, and `> 10^6` (`< -10^6`)
+/// beyond a million, where more digits say nothing a reader can use.
+pub fn format_z(z: f64) -> String {
+    const HUGE: f64 = 1e6;
     if z.is_infinite() {
-        "inf".into()
+        if z > 0.0 { "inf".into() } else { "-inf".into() }
+    } else if z >= HUGE {
+        "> 10^6".into()
+    } else if z <= -HUGE {
+        "< -10^6".into()
     } else {
         format!("{z:.2}")
     }

@@ -546,7 +546,10 @@ fn run_mutants(args: &MutantsArgs) -> Result<ExitCode, Error> {
             serde_json::to_string_pretty(&crate::mutants::to_json(&matrix)).unwrap_or_default()
         );
     } else {
-        print!("{}", crate::mutants::table(&matrix));
+        print!(
+            "{}",
+            crate::mutants::table(&matrix, crate::table::output_width())
+        );
     }
     Ok(if matrix.rows.iter().all(|r| r.as_expected()) {
         ExitCode::SUCCESS

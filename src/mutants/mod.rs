@@ -394,7 +394,15 @@ pub fn to_json(matrix: &KillMatrix) -> serde_json::Value {
 }
 
 /// The kill matrix as text: one block per mutant with its killing claims.
-pub fn table(matrix: &KillMatrix) -> String {
+pub fn table(matrix: &KillMatrix, width: usize) -> String {
+    use crate::table::wrap_text;
+    let indented = |out: &mut String, text: &str| {
+        for line in wrap_text(text, width.saturating_sub(4)) {
+            out.push_str("    ");
+            out.push_str(&line);
+            out.push('\n');
+        }
+    };
     let rows = &matrix.rows;
     let mut out = String::new();
     for r in rows {
@@ -405,9 +413,9 @@ pub fn table(matrix: &KillMatrix) -> String {
             (false, false) => format!("killed by {} claims", r.kills.len()),
         };
         out.push_str(&format!("{:24} {status}\n", r.id));
-        out.push_str(&format!("    mistake: {} [{}]\n", r.mistake, r.source));
+        indented(&mut out, &format!("mistake: {} [{}]", r.mistake, r.source));
         if let Some(reason) = r.reason {
-            out.push_str(&format!("    why equivalent: {reason}\n"));
+            indented(&mut out, &format!("why equivalent: {reason}"));
         }
         if let Some(p) = &r.power {
             let miss = if p.miss > 0.0 {
@@ -418,19 +426,26 @@ pub fn table(matrix: &KillMatrix) -> String {
                     crate::stats::critical_z() - p.lambda
                 )
             };
-            out.push_str(&format!(
-                "    power of {} at {} draws: effect {:.4}, SE {:.2e}, lambda = {:.1}, \
-                 power = 1 - {miss}\n",
-                p.claim, p.samples, p.effect, p.stderr, p.lambda
-            ));
+            indented(
+                &mut out,
+                &format!(
+                    "power of {} at {} draws: effect {:.4}, SE {:.2e}, lambda = {:.1}, \
+                     power = 1 - {miss}",
+                    p.claim, p.samples, p.effect, p.stderr, p.lambda
+                ),
+            );
         }
         for k in &r.kills {
             let z = match (k.z, &k.error) {
-                (Some(z), _) => format!("z = {z:.1}"),
+                (Some(z), _) if z.is_infinite() => format!(
+                    "z = {} (no spread: every draw gave the same value, not the target)",
+                    crate::report::format_z(z)
+                ),
+                (Some(z), _) => format!("z = {}", crate::report::format_z(z)),
                 (None, Some(e)) => format!("error: {e}"),
                 (None, None) => "failed".to_string(),
             };
-            out.push_str(&format!("    {:40} {z}\n", k.claim));
+            indented(&mut out, &format!("{:40} {z}", k.claim));
         }
     }
     let killed = rows
