@@ -11,9 +11,23 @@ use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::Rate;
 
-/// How far `Σ a` may sit from 1: the precision of a typed-in row (values
-/// typed to about nine digits), not a statistical tolerance.
-pub const ROW_SUM_SLACK: f64 = 1e-9;
+/// How far `Σ a` may sit from 1 for a row of `d` probabilities that a
+/// float32 softmax produced.
+///
+/// A float32 softmax computes `e_i = fl(exp(l_i − max))` (one rounding,
+/// relative `u = 2⁻²⁴`), `S = fl(Σ e_i)` (at most `d − 1` roundings of the
+/// running sum, relative `(d − 1)u` to first order) and `a_i = fl(e_i / S)`
+/// (one more). Each `a_i` is therefore `e_i/S_exact · (1 + δ_i)` with
+/// `|δ_i| ≤ (d + 1)u + O(u²)`, and `Σ a_i = 1 + Σ (e_i/S_exact) δ_i`, so
+/// `|Σ a − 1| ≤ (d + 1)u`. Printing each float32 with nine significant
+/// digits (enough to round-trip) adds at most `5·10⁻⁹` relative per entry,
+/// `5·10⁻⁹` on the sum, and summing in `f64` adds `d·2⁻⁵³`. The bound is their
+/// sum, with one more `u` for the second-order terms.
+pub fn float32_row_sum_slack(d: usize) -> f64 {
+    const U32: f64 = 1.0 / 16_777_216.0; // 2⁻²⁴, float32's unit roundoff
+    const PRINTED: f64 = 5e-9; // half a unit in the ninth significant digit
+    (d as f64 + 2.0) * U32 + PRINTED + d as f64 * f64::EPSILON / 2.0
+}
 
 /// Evaluates attention dropout on the probability row `a` at rate `p`;
 /// `values` (one per position) adds the output `o = Σ b_i v_i`.
@@ -36,11 +50,20 @@ pub fn attn(
         });
     }
     let total: f64 = a.iter().sum();
-    if (total - 1.0).abs() > ROW_SUM_SLACK {
+    let slack = float32_row_sum_slack(a.len());
+    if (total - 1.0).abs() > slack {
         return Err(Error::Degenerate {
-            what: format!("a sums to {total}, not 1; a must be a probability row"),
+            what: format!(
+                "--a sums to {total}, not 1 (within a float32 softmax's rounding, {slack:.1e} \
+                 at d = {}); a must be a probability row",
+                a.len()
+            ),
         });
     }
+    // A row off by rounding is renormalised, so every formula sees Σ a = 1.
+    let renormalised: Option<Vec<f64>> =
+        (total != 1.0).then(|| a.iter().map(|v| v / total).collect());
+    let a = renormalised.as_deref().unwrap_or(a);
     let d = a.len();
     let zeros = vec![0.0; d];
     let v = match values {
@@ -108,9 +131,21 @@ pub fn attn(
             &[est.output_variance],
         ));
     }
+    let note = renormalised.as_ref().map(|_| {
+        format!(
+            "a summed to 1 {:+.1e} (float32 softmax rounding); it was renormalised to sum 1",
+            total - 1.0
+        )
+    });
     let results = results
         .into_iter()
-        .map(|r| r.with_sampler(SamplerKind::Fast))
+        .map(|r| {
+            let r = r.with_sampler(SamplerKind::Fast);
+            match &note {
+                Some(n) if r.name == "E[b]" => r.with_warning(n.clone()),
+                _ => r,
+            }
+        })
         .collect();
     EvalOutput {
         quantity: "attn",

@@ -85,6 +85,10 @@ pub struct EvalResult {
     /// first-order `formula` from the truth (see [`second_order`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub masks_to_resolve_first_order: Option<f64>,
+    /// Why this result should be read with care (an input adjusted before
+    /// evaluation, a formula outside its useful range); the table prints it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 impl EvalResult {
@@ -108,7 +112,14 @@ impl EvalResult {
             sampler: SamplerKind::Generic,
             second_order: None,
             masks_to_resolve_first_order: None,
+            warning: None,
         }
+    }
+
+    /// The same result with a warning line.
+    pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
+        self.warning = Some(warning.into());
+        self
     }
 
     /// The same result, marked as made by `sampler`.
@@ -214,5 +225,10 @@ pub fn table(output: &EvalOutput) -> String {
         out.push('\n');
     }
     out.push_str(&second_order::guide_lines(output));
+    for r in &output.results {
+        if let Some(w) = &r.warning {
+            out.push_str(&format!("warning ({}): {w}\n", r.name));
+        }
+    }
     out
 }
