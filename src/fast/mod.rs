@@ -15,6 +15,10 @@
 //! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
 //!   from one masked sum over masks per channel (64×64 bit transposes and
 //!   subset-sum tables over masks), with batch-means standard errors;
+//! * [`FastSite`] — the same for a whole dropout site
+//!   `y = h + Σ_j dropout(v_j)` before LayerNorm or RMSNorm (`ε ≥ 0`, the
+//!   constant-input rule by bit patterns, [`mod@constant`]), which the
+//!   normalization claims and `eval` use;
 //! * [`FastAttention`] — attention rows `R`, `o`;
 //! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
 //!   chunks: bit-identical on any thread count and on every instruction-set
@@ -27,10 +31,12 @@ pub mod attention;
 pub mod bench;
 pub mod bits;
 pub mod compact;
+pub mod constant;
 pub mod lanes;
 pub mod norm;
 pub mod reference;
 pub mod run;
+pub mod site;
 pub mod tables;
 
 pub use attention::{AttentionEstimates, FastAttention};
@@ -42,4 +48,5 @@ pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
     ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,
 };
+pub use site::{FastSite, SiteEstimates, SiteNorm};
 pub use tables::SubsetTables;
