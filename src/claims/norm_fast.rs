@@ -1,6 +1,7 @@
 //! The normalization claims on the fast path: each [`Stat`] of a
 //! [`Config`] as one run of [`FastSite`] (the bit-mask kernel of the site
-//! and its norm).
+//! and its norm); `LN2(LN1(y))` as one run of [`FastCompound`] (plain
+//! dropout sites only).
 //!
 //! A statistic falls back to the per-element path ([`super::norm::SiteSampler`])
 //! exactly when the kernel returns `None` (see [`FastSite::estimate`]: too
@@ -11,7 +12,7 @@
 use super::norm::{Config, Stat};
 use crate::engine::Budget;
 use crate::error::Error;
-use crate::fast::{FastSite, SiteNorm};
+use crate::fast::{FastCompound, FastSite, SiteNorm};
 use crate::stats::Estimate;
 
 /// The fast estimate of `stat` on `config`, or `None` where the fast path
@@ -26,7 +27,7 @@ pub fn fast_estimates(
         Stat::R2 => (SiteNorm::Rms(&config.rms), false),
         Stat::Ln => (SiteNorm::Ln(&config.ln), true),
         Stat::Rms => (SiteNorm::Rms(&config.rms), true),
-        Stat::LnLn => return Ok(None),
+        Stat::LnLn => return compound(config, budget),
     };
     let Some(e) = FastSite::new(&config.site, norm, per_channel)?.estimate(budget)? else {
         return Ok(None);
@@ -38,4 +39,19 @@ pub fn fast_estimates(
         Stat::R2 => vec![e.r2],
         _ => e.out,
     }))
+}
+
+/// `E[LN2(LN1(y))]` on the compound kernel (`y` plain dropout, `h = 0`, one
+/// term), else `None`.
+fn compound(config: &Config, budget: Budget) -> Result<Option<Vec<Estimate>>, Error> {
+    let site = &config.site;
+    let [(x, rate)] = site.terms() else {
+        return Ok(None);
+    };
+    if site.h().iter().any(|&h| h != 0.0) {
+        return Ok(None);
+    }
+    let zeros = vec![0.0; site.dim()];
+    let kernel = FastCompound::new(x, rate.p(), &config.ln, &config.ln2, &zeros, &zeros)?;
+    Ok(kernel.estimate(budget)?.map(|e| e.out))
 }

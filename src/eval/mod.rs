@@ -6,12 +6,14 @@
 //! ```json
 //! {"quantity": "moments", "p": 0.3, "d": 3, "samples": 1000000, "seed": 1,
 //!  "results": [{"name": "E[z]", "formula": [...], "exact": [...],
-//!               "mc": [...], "stderr": [...]}, ...]}
+//!               "mc": [...], "stderr": [...], "sampler": "generic"}, ...]}
 //! ```
 //!
 //! `formula` is the closed form (the leading-order value where the claim is
 //! leading order), `exact` an exact finite-`d` value where the crate can
-//! compute one (else `null`), `mc` and `stderr` the estimate. Scalars are
+//! compute one (else `null`), `mc` and `stderr` the estimate, `sampler` which
+//! sampler made it (`"fast"`: the bit-mask kernels; `"generic"`: one draw at a
+//! time through the reference layer). Scalars are
 //! numbers, per-unit quantities arrays.
 //!
 //! `E[LN(z)]`, `E[RMSNorm(z)]` and `E[LN(y)]` carry two more fields (absent
@@ -27,6 +29,7 @@ pub mod second_order;
 
 use serde::Serialize;
 
+use crate::claims::SamplerKind;
 use crate::report::{format_estimate, format_value};
 use crate::stats::Estimate;
 
@@ -73,6 +76,10 @@ pub struct EvalResult {
     pub exact: Option<Values>,
     pub mc: Values,
     pub stderr: Values,
+    /// The sampler that produced `mc` and `stderr`: `"fast"` (bit masks,
+    /// [`crate::fast`]) or `"generic"` (one draw at a time through the
+    /// reference layer).
+    pub sampler: SamplerKind,
     /// The next-order estimate, where the crate has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub second_order: Option<Values>,
@@ -100,6 +107,7 @@ impl EvalResult {
             exact,
             mc,
             stderr,
+            sampler: SamplerKind::Generic,
             second_order: None,
             masks_to_resolve_first_order: None,
         }
@@ -142,9 +150,16 @@ impl EvalOutput {
 
 /// Renders an output as a readable table, one line per component.
 pub fn table(output: &EvalOutput) -> String {
+    let mut samplers: Vec<&str> = output.results.iter().map(|r| r.sampler.label()).collect();
+    samplers.dedup();
     let mut out = format!(
-        "{} at p = {}, d = {} ({} samples, seed {})\n",
-        output.quantity, output.p, output.d, output.samples, output.seed
+        "{} at p = {}, d = {} ({} samples, seed {}, {} sampler)\n",
+        output.quantity,
+        output.p,
+        output.d,
+        output.samples,
+        output.seed,
+        samplers.join("/")
     );
     let header = [
         "quantity",

@@ -19,6 +19,7 @@
 //!   `y = h + Σ_j dropout(v_j)` before LayerNorm or RMSNorm (`ε ≥ 0`, the
 //!   constant-input rule by bit patterns, [`mod@constant`]), which the
 //!   normalization claims and `eval` use;
+//! * [`FastCompound`] — `LN2(LN1(dropout(x)))` per channel;
 //! * [`FastAttention`] — attention rows `R`, `o`;
 //! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
 //!   chunks: bit-identical on any thread count and on every instruction-set
@@ -31,6 +32,7 @@ pub mod attention;
 pub mod bench;
 pub mod bits;
 pub mod compact;
+pub mod compound;
 pub mod constant;
 pub mod lanes;
 pub mod norm;
@@ -42,6 +44,7 @@ pub mod tables;
 pub use attention::{AttentionEstimates, FastAttention};
 pub use bits::{BernoulliBits, transpose64};
 pub use compact::MaskBits;
+pub use compound::{CompoundEstimates, FastCompound};
 pub use lanes::Xoshiro8;
 pub use norm::{FastNorm, NormEstimates};
 pub use reference::{ReferenceAttention, ReferenceNorm};

@@ -114,7 +114,7 @@ pub enum SiteNorm<'a> {
 const SCALARS: usize = 10;
 const ILL: usize = 9;
 /// Relative rounding allowed in `V + ε` and in a channel's term: `2^-26`.
-const RESOLUTION: f64 = 1.0 / (1u64 << 26) as f64;
+pub(crate) const RESOLUTION: f64 = 1.0 / (1u64 << 26) as f64;
 
 /// Estimates of a site's normalization statistics.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,21 +182,12 @@ impl FastSite {
             .collect();
         let mut tables = Vec::with_capacity(terms.len());
         let mut bits = Vec::with_capacity(terms.len());
-        let (mut a1, mut a2) = (vec![0.0; d], vec![0.0; d]);
-        for (k, h) in centred.iter().enumerate() {
-            a1[k] = h.abs();
-            a2[k] = h * h;
-        }
         for (w, (_, rate)) in scaled.iter().zip(terms) {
             let square: Vec<f64> = w
                 .iter()
                 .zip(&centred)
                 .map(|(w, h)| 2.0 * h * w + w * w)
                 .collect();
-            for k in 0..d {
-                a1[k] += w[k].abs();
-                a2[k] += (2.0 * centred[k] * w[k]).abs() + w[k] * w[k];
-            }
             tables.push(SubsetTables::new([w, &square]));
             bits.push(MaskBits::new(rate.q())?);
         }
@@ -204,9 +195,6 @@ impl FastSite {
         for i in 0..scaled.len() {
             for j in i + 1..scaled.len() {
                 let cross: Vec<f64> = (0..d).map(|k| 2.0 * scaled[i][k] * scaled[j][k]).collect();
-                for (a, c) in a2.iter_mut().zip(&cross) {
-                    *a += c.abs();
-                }
                 pairs.push((i, j, SubsetTables::new([&cross])));
             }
         }
@@ -218,15 +206,8 @@ impl FastSite {
             }
             _ => Vec::new(),
         };
-        let df = d as f64;
-        let u = f64::EPSILON / 2.0;
-        let j = terms.len() as f64;
-        let n_terms = df * (1.0 + j + j * (j - 1.0) / 2.0);
-        let (sum_a1, sum_a2): (f64, f64) = (a1.iter().sum(), a2.iter().sum());
-        let kappa = (n_terms + 8.0) * u * (sum_a2 + 2.0 * sum_a1 * sum_a1 / df) / df;
-        let b = a1.iter().fold(0.0f64, |m, &a| m.max(a)) + sum_a1 / df;
-        let channel = 80.0 * u * b / RESOLUTION;
-        let floor = (kappa / RESOLUTION).max(channel * channel);
+        let columns: Vec<&[f64]> = scaled.iter().map(|w| &w[..]).collect();
+        let (floor, kappa) = site_floor(site.h(), &columns, shift);
         Ok(FastSite {
             d,
             nw: d.div_ceil(64),
@@ -247,7 +228,7 @@ impl FastSite {
             functionals: Vec::new(),
             kappa,
             floor,
-            usable: floor.is_finite() && sum_a2 <= 1e300,
+            usable: floor.is_finite(),
         })
     }
 
@@ -364,6 +345,43 @@ impl FastSite {
             1.0 / denom.sqrt()
         };
         (m, s)
+    }
+}
+
+/// The floor on `V + ε` below which a mask of the site `h + Σ_j m_j ⊙ w_j`
+/// (`w_j = v_j/q_j`), shifted by `c`, is ill-conditioned, and `κ`, the bound
+/// on the rounding of its `V` (see the module docs); an infinite floor when
+/// the sums would overflow.
+pub(crate) fn site_floor(h: &[f64], scaled: &[&[f64]], c: f64) -> (f64, f64) {
+    let d = h.len();
+    let centred: Vec<f64> = h.iter().map(|h| h - c).collect();
+    let mut a1: Vec<f64> = centred.iter().map(|h| h.abs()).collect();
+    let mut a2: Vec<f64> = centred.iter().map(|h| h * h).collect();
+    for w in scaled {
+        for k in 0..d {
+            a1[k] += w[k].abs();
+            a2[k] += (2.0 * centred[k] * w[k]).abs() + w[k] * w[k];
+        }
+    }
+    for (i, wi) in scaled.iter().enumerate() {
+        for wj in &scaled[i + 1..] {
+            for k in 0..d {
+                a2[k] += (2.0 * wi[k] * wj[k]).abs();
+            }
+        }
+    }
+    let (df, j) = (d as f64, scaled.len() as f64);
+    let u = f64::EPSILON / 2.0;
+    let n_terms = df * (1.0 + j + j * (j - 1.0) / 2.0);
+    let (sum_a1, sum_a2): (f64, f64) = (a1.iter().sum(), a2.iter().sum());
+    let kappa = (n_terms + 8.0) * u * (sum_a2 + 2.0 * sum_a1 * sum_a1 / df) / df;
+    let b = a1.iter().fold(0.0f64, |m, &a| m.max(a)) + sum_a1 / df;
+    let channel = 80.0 * u * b / RESOLUTION;
+    let floor = (kappa / RESOLUTION).max(channel * channel);
+    if sum_a2 <= 1e300 && floor.is_finite() {
+        (floor, kappa)
+    } else {
+        (f64::INFINITY, kappa)
     }
 }
 
