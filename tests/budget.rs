@@ -29,6 +29,9 @@
 //!   `fast_layernorm_agrees_with_the_reference_sampler` (67),
 //!   `fast_attention_matches_the_formulas_and_the_reference` (6),
 //!   `bernoulli_bits_keep_with_probability_q` (8): 110;
+//! * `tests/fast_vs_generic.rs`: every norm-family claim component (118)
+//!   and the `mc` components of `eval ln|rms|bypass|compound` at d = 12
+//!   (86), fast against generic: 204;
 //! * `tests/second_order.rs` makes none: it compares exact oracles with
 //!   closed forms (rounding bounds, no sampling); the `second_order`
 //!   claims' Monte Carlo runs in the registry (first bullet).
@@ -50,6 +53,9 @@ fn components(family: Option<&str>) -> u64 {
 
 /// Statistical assertions of `tests/fast_path.rs` (see the module docs).
 const FAST_PATH: u64 = 110;
+
+/// Statistical assertions of `tests/fast_vs_generic.rs` (see the module docs).
+const FAST_VS_GENERIC: u64 = 118 + 86;
 
 /// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
 const NORM_EVAL: u64 = 135;
@@ -74,6 +80,7 @@ fn statistical_assertions() -> u64 {
         + 7
         + batchnorm
         + FAST_PATH
+        + FAST_VS_GENERIC
 }
 
 #[test]
