@@ -17,7 +17,7 @@
 //!
 //! The other tests make no statistical assertion.
 
-use dropmc::claims::{Claim, registry};
+use dropmc::claims::registry;
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::error::Error;
 use dropmc::eval::EvalOutput;

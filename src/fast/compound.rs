@@ -53,7 +53,7 @@ use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
 use super::norm::{masked_sums_over_masks, tail_mask};
 use super::run::{ChunkKernel, estimate_from_batches, estimate_from_sums, run_chunks};
-use super::site::{RESOLUTION, site_floor};
+use super::site::{RESOLUTION, ill_conditioned, site_floor};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
@@ -230,7 +230,7 @@ impl FastCompound {
         let s = if constant {
             0.0
         } else {
-            if !(v + self.eps[0] >= self.floor) {
+            if ill_conditioned(v + self.eps[0], self.floor) {
                 scalars[ILL] += 1.0;
             }
             1.0 / (v + self.eps[0]).sqrt()
@@ -247,7 +247,7 @@ impl FastCompound {
         } else {
             let [k0, k1, k2, k3] = self.kappa2;
             let kappa = k0 * (s * s * k1 + s * k2 + k3);
-            if !(v2 + self.eps[1] >= kappa / RESOLUTION) {
+            if ill_conditioned(v2 + self.eps[1], kappa / RESOLUTION) {
                 scalars[ILL] += 1.0;
             }
             1.0 / (v2 + self.eps[1]).sqrt()

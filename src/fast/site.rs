@@ -339,7 +339,7 @@ impl FastSite {
         let s = if constant || !self.scales() {
             0.0
         } else {
-            if !(denom >= self.floor) {
+            if ill_conditioned(denom, self.floor) {
                 scalars[ILL] += 1.0;
             }
             1.0 / denom.sqrt()
@@ -383,6 +383,13 @@ pub(crate) fn site_floor(h: &[f64], scaled: &[&[f64]], c: f64) -> (f64, f64) {
     } else {
         (f64::INFINITY, kappa)
     }
+}
+
+/// Whether a mask's `V + ε` (or `R² + ε`, `V2 + ε2`) is below its floor, or
+/// not a number.
+#[inline(always)]
+pub(crate) fn ill_conditioned(value: f64, floor: f64) -> bool {
+    value.is_nan() || value < floor
 }
 
 impl ChunkKernel for FastSite {
