@@ -300,19 +300,26 @@ impl FastSite {
         }))
     }
 
-    /// `(M', s)` of one mask (`masks[j]` the mask of term `j`), adding its
-    /// scalar statistics into `scalars`.
+    /// `(M', s)` of one mask (term `j`'s mask at `words[j · stride..]`),
+    /// adding its scalar statistics into `scalars`.
     #[inline(always)]
-    fn one_mask(&self, masks: &[&[u64]], both: &mut [u64], scalars: &mut [f64]) -> (f64, f64) {
+    fn one_mask(
+        &self,
+        words: &[u64],
+        stride: usize,
+        both: &mut [u64],
+        scalars: &mut [f64],
+    ) -> (f64, f64) {
         let inv_d = 1.0 / self.d as f64;
+        let mask = |j: usize| &words[j * stride..j * stride + self.nw];
         let (mut lin, mut sq) = (self.sum_centred, self.sum_centred_sq);
-        for (t, mask) in self.tables.iter().zip(masks) {
-            let [a, b] = t.masked_sum(mask);
+        for (j, t) in self.tables.iter().enumerate() {
+            let [a, b] = t.masked_sum(mask(j));
             lin += a;
             sq += b;
         }
         for (i, j, t) in &self.pairs {
-            for ((o, a), b) in both.iter_mut().zip(masks[*i]).zip(masks[*j]) {
+            for ((o, a), b) in both.iter_mut().zip(mask(*i)).zip(mask(*j)) {
                 *o = a & b;
             }
             sq += t.masked_sum(both)[0];
@@ -321,7 +328,7 @@ impl FastSite {
         let r2_shifted = sq * inv_d;
         let mut v = r2_shifted - m * m;
         let mut r2 = r2_shifted + self.shift * (self.shift + 2.0 * m);
-        let constant = self.patterns.iter().any(|p| p.matches(masks[0]));
+        let constant = self.patterns.iter().any(|p| p.matches(mask(0)));
         if constant {
             if self.layer {
                 v = 0.0;
@@ -423,11 +430,9 @@ impl ChunkKernel for FastSite {
                     mask[nw - 1] &= tail;
                 }
             }
-            let mut masks: Vec<&[u64]> = Vec::with_capacity(terms);
             for b in 0..nb {
-                masks.clear();
-                masks.extend((0..terms).map(|j| &words[j * stride + b * nw..][..nw]));
-                (centre[b], scale[b]) = self.one_mask(&masks, &mut both, scalars);
+                let masks = &words[b * nw..];
+                (centre[b], scale[b]) = self.one_mask(masks, stride, &mut both, scalars);
             }
             for pair in centre[..nb].chunks_exact(2) {
                 let t = 0.5 * (pair[0] - pair[1]) * (pair[0] - pair[1]);
@@ -448,12 +453,15 @@ impl ChunkKernel for FastSite {
                     masked_sums_over_masks(&w[..nb * nw], nw, &scale, &mut mask_tables, k);
                 }
                 let n = nb as f64;
-                for k in 0..d {
-                    let mut sum = self.centred[k] * total - offset;
-                    for (w, a) in self.scaled.iter().zip(kept.chunks_exact(d)) {
-                        sum += w[k] * a[k];
+                // Term by term, so each pass is one vector loop over channels
+                // (the same additions in the same order for every channel).
+                for (t, h) in block.iter_mut().zip(&self.centred) {
+                    *t = h * total - offset;
+                }
+                for (w, a) in self.scaled.iter().zip(kept.chunks_exact(d)) {
+                    for ((t, w), a) in block.iter_mut().zip(w).zip(a) {
+                        *t += w * a;
                     }
-                    block[k] = sum;
                 }
                 if self.per_channel {
                     let (sum, rest) = per_channel.split_at_mut(d);
