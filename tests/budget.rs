@@ -31,7 +31,8 @@
 //!   `bernoulli_bits_keep_with_probability_q` (8): 110;
 //! * `tests/fast_vs_generic.rs`: every norm-family claim component (118)
 //!   and the `mc` components of `eval ln|rms|bypass|compound` at d = 12
-//!   (86), fast against generic: 204;
+//!   (86), fast against generic, and `eval bypass` with an often-constant
+//!   `y` against its exact value (8): 212;
 //! * `tests/second_order.rs` makes none: it compares exact oracles with
 //!   closed forms (rounding bounds, no sampling); the `second_order`
 //!   claims' Monte Carlo runs in the registry (first bullet).
@@ -55,7 +56,7 @@ fn components(family: Option<&str>) -> u64 {
 const FAST_PATH: u64 = 110;
 
 /// Statistical assertions of `tests/fast_vs_generic.rs` (see the module docs).
-const FAST_VS_GENERIC: u64 = 118 + 86;
+const FAST_VS_GENERIC: u64 = 118 + 86 + 8;
 
 /// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
 const NORM_EVAL: u64 = 135;

@@ -13,7 +13,9 @@
 //! * `eval_quantities_agree_on_the_fast_and_the_generic_path`: every `mc`
 //!   component of `eval ln | rms | bypass | compound` at d = 12, once at
 //!   ε = 0 and once at ε = 0.1 for ln and rms: `(4 + d) + (1 + d)` twice,
-//!   `(2 + d) + (2 + d)` once, 86 components.
+//!   `(2 + d) + (2 + d)` once, 86 components;
+//! * `a_bypass_whose_y_is_often_constant_matches_the_exact_value`: 8
+//!   components of `eval bypass` against the exact enumeration.
 //!
 //! The other tests make no statistical assertion.
 
@@ -275,4 +277,38 @@ fn the_fast_kernel_declines_what_it_cannot_compute_exactly() {
     // ... and eval then reports the generic sampler.
     let out = norm::ln(&v, 0.5, None, None, 0.0, Budget::new(100, 1).unwrap()).unwrap();
     assert!(out.results.iter().all(|r| r.sampler.label() == "generic"));
+}
+
+/// The constant-input rule with `ε = 0` on the fast path: `y = h + dropout(v)`
+/// with `h = (1, 1, 1, 1, 0, 0)`, `v = (0, 0, 0, 0, ½, ½)`, `p = ½`, so `y`
+/// is the constant 1 (LayerNorm gives `β`) whenever units 4 and 5 are both
+/// kept, a quarter of the masks. `eval bypass` must be on the fast path and
+/// its `mc` must match the exact enumeration of the 64 masks: 2 + 6 = 8
+/// z-tests.
+#[test]
+fn a_bypass_whose_y_is_often_constant_matches_the_exact_value() {
+    let h = [1.0, 1.0, 1.0, 1.0, 0.0, 0.0];
+    let v = [0.0, 0.0, 0.0, 0.0, 0.5, 0.5];
+    let out = norm::bypass(&h, &v, 0.5, Budget::new(400_000, 44).unwrap()).unwrap();
+    let mut tested = 0;
+    for r in &out.results {
+        assert_eq!(r.sampler.label(), "fast", "{}", r.name);
+        let exact = r.exact.as_ref().expect("6 mask bits are enumerated");
+        for (k, ((&mc, &se), &want)) in
+            r.mc.as_slice()
+                .iter()
+                .zip(r.stderr.as_slice())
+                .zip(exact.as_slice())
+                .enumerate()
+        {
+            let z = (mc - want) / se;
+            assert!(
+                z.abs() <= critical_z(),
+                "{}[{k}]: {mc} ± {se} vs {want}",
+                r.name
+            );
+            tested += 1;
+        }
+    }
+    assert_eq!(tested, 8);
 }

@@ -67,7 +67,8 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             family: "layernorm",
             formula: "Var M = p (sigma^2 + mu^2) / (q d)",
             kind: Kind::Exact,
-            samples: 10_000_000,
+            // Masks, two per draw of (M − M')²/2: 10⁷ pairs.
+            samples: 20_000_000,
             config,
             stat: Stat::VarM,
             analytic: |c| {
