@@ -54,7 +54,7 @@
 //! RMS(y)_k = γ_k y_k s:  Σ_b y_bk s_b = h_k Σ_b s_b + Σ_j w_jk Σ_{b: m_jbk = 1} s_b
 //! ```
 //!
-//! The inner sums over the masks keeping `k` are [`FastNorm`]'s transposed
+//! The inner sums over the masks keeping `k` are [`super::FastNorm`]'s transposed
 //! masked sums over masks (one per term). `γ`, `β` are applied after the
 //! run: `E[γ L + β] = γ E[L] + β`, `SE(γ L) = |γ| SE(L)`. Standard errors are
 //! batch means over the blocks of 64 ([`estimate_from_batches`]), and so are
