@@ -33,6 +33,10 @@
 //!   attention, mask_shape and ensemble claims once more (fast against
 //!   generic), plus `eval moments` on 4 units (14), `eval attn` on 5 keys
 //!   (9) and one replicate check of a variance's standard error (1);
+//! * `tests/fast_vs_generic.rs`: every norm-family claim component (118)
+//!   and the `mc` components of `eval ln|rms|bypass|compound` at d = 12
+//!   (86), fast against generic, and `eval bypass` with an often-constant
+//!   `y` against its exact value (8): 212;
 //! * `tests/second_order.rs` makes none: it compares exact oracles with
 //!   closed forms (rounding bounds, no sampling); the `second_order`
 //!   claims' Monte Carlo runs in the registry (first bullet).
@@ -54,6 +58,9 @@ fn components(family: Option<&str>) -> u64 {
 
 /// Statistical assertions of `tests/fast_path.rs` (see the module docs).
 const FAST_PATH: u64 = 110;
+
+/// Statistical assertions of `tests/fast_vs_generic.rs` (see the module docs).
+const FAST_VS_GENERIC: u64 = 118 + 86 + 8;
 
 /// `tests/norm_eval.rs`: Σ_{d ∈ {4, 9, 14}} (9 + 4d).
 const NORM_EVAL: u64 = 135;
@@ -88,6 +95,7 @@ fn statistical_assertions() -> u64 {
         + batchnorm
         + FAST_PATH
         + fast_vs_generic
+        + FAST_VS_GENERIC
 }
 
 #[test]

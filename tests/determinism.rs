@@ -62,3 +62,31 @@ fn family_kernels_are_bit_identical_on_1_2_and_4_threads() {
         assert_ne!(a, b, "{name}: seeds 42 and 43 gave the same bits");
     }
 }
+
+/// The norm-family claims on the fast path (`FastSite`, `FastCompound`):
+/// same bits on 1 and 3 threads, for every claim of those families.
+#[test]
+fn fast_norm_claims_are_bit_identical_on_1_and_3_threads() {
+    use dropmc::claims::registry;
+    let budget = Budget::new(3 * CHUNK + 71, 9).unwrap();
+    let run = |threads: usize| -> Vec<u64> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            registry()
+                .into_iter()
+                .filter(|c| {
+                    ["layernorm", "rmsnorm", "bypass", "compound", "second_order"]
+                        .contains(&c.family())
+                })
+                .flat_map(|c| c.fast_estimate(budget).expect("fast").unwrap())
+                .flat_map(|e| [e.value.to_bits(), e.stderr.to_bits()])
+                .collect()
+        })
+    };
+    let one = run(1);
+    assert_eq!(one.len(), 2 * 118);
+    assert_eq!(one, run(3));
+}

@@ -17,11 +17,16 @@ fn float32_softmax(logits: &[f32]) -> Vec<f64> {
 fn float32_softmax_rows_are_accepted_and_renormalised() {
     let mut off_by_rounding = 0;
     for d in [3usize, 17, 128, 1000] {
-        let logits: Vec<f32> = (0..d).map(|i| ((i * 37 % 11) as f32) * 0.37 - 1.5).collect();
+        let logits: Vec<f32> = (0..d)
+            .map(|i| ((i * 37 % 11) as f32) * 0.37 - 1.5)
+            .collect();
         let a = float32_softmax(&logits);
         let total: f64 = a.iter().sum();
         // The derived bound covers the row actually produced.
-        assert!((total - 1.0).abs() <= float32_row_sum_slack(d), "d = {d}: {total}");
+        assert!(
+            (total - 1.0).abs() <= float32_row_sum_slack(d),
+            "d = {d}: {total}"
+        );
         let out = attn(&a, 0.1, None, Budget::new(200, 1).unwrap()).expect("accepted");
         let warned = out.results.iter().any(|r| r.warning.is_some());
         assert_eq!(warned, total != 1.0, "d = {d}: sum {total}");

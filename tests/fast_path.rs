@@ -9,10 +9,10 @@ mod common;
 use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
 use dropmc::fast::{
-    BernoulliBits, FastAttention, FastNorm, Isa, MaskBits, NormEstimates, ReferenceAttention,
-    ReferenceNorm, Xoshiro8,
+    BernoulliBits, FastAttention, FastCompound, FastNorm, FastSite, Isa, MaskBits, NormEstimates,
+    ReferenceAttention, ReferenceNorm, SiteNorm, Xoshiro8,
 };
-use dropmc::ops::Rate;
+use dropmc::ops::{LayerNorm, Rate, RmsNorm, Site};
 use dropmc::stats::{Estimate, critical_z, z_test};
 
 const EPS: f64 = 1e-5;
@@ -242,6 +242,70 @@ fn assert_fraction(what: &str, ones: u64, words: usize, q: f64) {
     assert_z(what, estimate, q);
 }
 
+/// The site kernels every determinism test runs: a bypass site before
+/// LayerNorm (`ε = 0`, per-unit `γ`, `β`, a shrink-factor functional), two
+/// dropped terms before RMSNorm (`ε > 0`), and the compound site; `d` not a
+/// multiple of 64.
+struct SiteKernels {
+    bypass: FastSite,
+    terms: FastSite,
+    compound: FastCompound,
+}
+
+fn site_kernels(d: usize) -> SiteKernels {
+    let x = input(d, 0.7);
+    let h = input(d, -0.2);
+    let g: Vec<f64> = (0..d).map(|k| 1.0 + 0.1 * (k % 3) as f64).collect();
+    let b: Vec<f64> = (0..d).map(|k| 0.05 * (k % 4) as f64).collect();
+    let ln = LayerNorm::new(g.clone(), b.clone(), 0.0).unwrap();
+    let rms = RmsNorm::new(g.clone(), 1e-3).unwrap();
+    let bypass = Site::new(h.clone(), vec![(x.clone(), 0.1)]).unwrap();
+    let terms = Site::new(h.clone(), vec![(x.clone(), 0.3), (h.clone(), 0.5)]).unwrap();
+    SiteKernels {
+        bypass: FastSite::new(&bypass, SiteNorm::Ln(&ln), true)
+            .unwrap()
+            .with_functional(&b)
+            .unwrap(),
+        terms: FastSite::new(&terms, SiteNorm::Rms(&rms), true).unwrap(),
+        compound: FastCompound::new(&x, 0.2, &ln, &LayerNorm::plain(d, 0.0).unwrap(), &g, &b)
+            .unwrap(),
+    }
+}
+
+impl SiteKernels {
+    /// The raw chunk sums of every kernel, as bits.
+    fn sum_bits(&self, budget: Budget, isa: Isa) -> Vec<u64> {
+        let mut bits = Vec::new();
+        for sums in [
+            dropmc::fast::run_chunks_on(&self.bypass, budget, isa),
+            dropmc::fast::run_chunks_on(&self.terms, budget, isa),
+            dropmc::fast::run_chunks_on(&self.compound, budget, isa),
+        ] {
+            bits.extend(sums.unwrap().iter().map(|s| s.to_bits()));
+        }
+        bits
+    }
+
+    /// The estimates of every kernel, as bits (all must be on the fast path).
+    fn estimate_bits(&self, budget: Budget) -> Vec<u64> {
+        let mut all: Vec<Estimate> = Vec::new();
+        for kernel in [&self.bypass, &self.terms] {
+            let e = kernel.estimate(budget).unwrap().expect("fast path applies");
+            all.extend([e.mean, e.var_of_mean, e.var, e.r2]);
+            all.extend(e.out.iter().chain(&e.functionals));
+        }
+        let e = self
+            .compound
+            .estimate(budget)
+            .unwrap()
+            .expect("fast path applies");
+        all.extend(e.out.iter().chain(&e.factors));
+        all.iter()
+            .flat_map(|e| [e.value.to_bits(), e.stderr.to_bits()])
+            .collect()
+    }
+}
+
 fn bits_of(e: &NormEstimates) -> Vec<u64> {
     [e.mean, e.var, e.r2]
         .iter()
@@ -257,6 +321,7 @@ fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
     let budget = Budget::new(70 * CHUNK + 123, 42).unwrap();
     let x = input(100, 0.7);
     let (a, v) = attention_row(72);
+    let sites = site_kernels(100);
     let run = |threads: usize| {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -275,6 +340,7 @@ fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
             for e in [t.row_sum, t.row_sum_var, t.output] {
                 b.extend([e.value.to_bits(), e.stderr.to_bits()]);
             }
+            b.extend(sites.estimate_bits(budget));
             b
         })
     };
@@ -291,6 +357,8 @@ fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
         .estimate(Budget::new(10_000, 42).unwrap())
         .unwrap();
     assert_ne!(bits_of(&other), bits_of(&same));
+    let small = |seed| sites.estimate_bits(Budget::new(10_000, seed).unwrap());
+    assert_ne!(small(42), small(43));
 }
 
 /// Every instruction-set level this CPU has gives the same bits as the
@@ -303,6 +371,7 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     let (a, v) = attention_row(72);
     let norm = FastNorm::new(&x, 0.3, EPS, true).unwrap();
     let attention = FastAttention::new(&a, &v, 0.1).unwrap();
+    let sites = site_kernels(130);
     let run = |isa: Isa| {
         let mut bits: Vec<u64> = dropmc::fast::run_chunks_on(&norm, budget, isa)
             .unwrap()
@@ -311,6 +380,7 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
             .collect();
         let attention = dropmc::fast::run_chunks_on(&attention, budget, isa).unwrap();
         bits.extend(attention.iter().map(|s| s.to_bits()));
+        bits.extend(sites.sum_bits(budget, isa));
         bits
     };
     let portable = run(Isa::Portable);

@@ -57,7 +57,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
         family: "compound",
         formula: "E[LN2(LN1(z))] ~ beta2 + c2 (LN2(c1_hat) - beta2), c2 = sqrt(q / (q + p rho^2))",
         kind: Kind::LeadingOrder { order: 1 },
-        samples: 500_000,
+        samples: 5_000_000,
         config,
         stat: Stat::LnLn,
         analytic: |c| {

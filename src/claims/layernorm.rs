@@ -55,7 +55,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             family: "layernorm",
             formula: "E[M] = mu",
             kind: Kind::Exact,
-            samples: 1_000_000,
+            samples: 10_000_000,
             config,
             stat: Stat::M,
             analytic: |c| Ok(vec![f::mean_of_m(&c.site.clean())?]),
@@ -67,7 +67,8 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             family: "layernorm",
             formula: "Var M = p (sigma^2 + mu^2) / (q d)",
             kind: Kind::Exact,
-            samples: 1_000_000,
+            // Masks, two per draw of (M − M')²/2: 10⁷ pairs.
+            samples: 20_000_000,
             config,
             stat: Stat::VarM,
             analytic: |c| {
@@ -82,7 +83,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             family: "layernorm",
             formula: "E[V] = (sigma^2 + p mu^2)/q - p (sigma^2 + mu^2)/(q d)",
             kind: Kind::Exact,
-            samples: 1_000_000,
+            samples: 10_000_000,
             config,
             stat: Stat::V,
             analytic: |c| {
@@ -97,7 +98,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             family: "layernorm",
             formula: "E[LN(z)] ~ beta + c (LN(x) - beta), c = sqrt(q / (1 + p (mu/sigma)^2))",
             kind: Kind::LeadingOrder { order: 1 },
-            samples: 500_000,
+            samples: 5_000_000,
             config,
             stat: Stat::Ln,
             analytic: |c| {

@@ -29,6 +29,7 @@ pub mod fn_claim;
 pub mod layernorm;
 pub mod mask_shape;
 pub mod norm;
+pub mod norm_fast;
 mod registry;
 pub mod rmsnorm;
 pub mod second_order;

@@ -194,6 +194,11 @@ impl Claim for NormClaim {
         };
         Ok(estimate(&sampler, budget)?.estimates())
     }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        self.configuration()
+            .and_then(|config| super::norm_fast::fast_estimates(&config, self.stat, budget))
+            .transpose()
+    }
     fn note(&self) -> Option<String> {
         if !matches!(self.kind, Kind::LeadingOrder { .. }) {
             return None;

@@ -17,18 +17,24 @@
 //! `Σ_k (out_k − β_k) u_k / Σ u_k²`: the enumeration computes it exactly and
 //! the sampler estimates it with a plain standard error.
 //!
+//! `mc` comes from the fast bit-mask kernel ([`FastSite`]) where it applies,
+//! else from the per-element sampler; each result's `sampler` says which.
+//!
 //! With `ε = 0` the all-dropped mask feeds a constant vector to the norm; the
 //! crate's norms return `β` (LayerNorm) or 0 (RMSNorm) there, the `ε → 0⁺`
 //! limit (see [`crate::ops::LayerNorm`]).
 
 use super::second_order::{Norm, attach};
 use super::{EvalOutput, EvalResult, Values};
+use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
 use crate::exact::{MAX_ENUMERATION_D, site_expectation};
+use crate::fast::{FastCompound, FastSite, SiteEstimates, SiteNorm};
 use crate::formulas::second_order::NoisyUnits;
 use crate::formulas::{bypass as fb, compound as fc, layernorm as fl, rmsnorm as fr};
 use crate::ops::{LayerNorm, Rate, RmsNorm, Site, Subject, mean_and_variance};
+use crate::stats::Estimate;
 
 /// The largest number of mask bits for which `exact` is computed.
 pub const EXACT_LIMIT: usize = 20;
@@ -173,6 +179,33 @@ fn exact(site: &Site, plan: &Plan) -> Result<Option<Vec<f64>>, Error> {
     Ok(Some(values))
 }
 
+/// The plan's statistics from the fast kernels, in the generic sampler's
+/// order, or `None` where they do not apply (see [`FastSite::estimate`]).
+fn fast(site: &Site, plan: &Plan, budget: Budget) -> Result<Option<Vec<Estimate>>, Error> {
+    let run = |norm: SiteNorm, u: Option<&[f64]>| -> Result<Option<SiteEstimates>, Error> {
+        let mut kernel = FastSite::new(site, norm, true)?;
+        if let Some(u) = u {
+            kernel = kernel.with_functional(u)?;
+        }
+        kernel.estimate(budget)
+    };
+    Ok(match plan {
+        Plan::Ln { ln, u } => run(SiteNorm::Ln(ln), Some(u))?
+            .map(|e| [vec![e.mean, e.var_of_mean, e.var, e.functionals[0]], e.out].concat()),
+        Plan::Rms { rms } => run(SiteNorm::Rms(rms), None)?.map(|e| [vec![e.r2], e.out].concat()),
+        Plan::Bypass { ln, u } => {
+            run(SiteNorm::Ln(ln), Some(u))?.map(|e| [vec![e.var, e.functionals[0]], e.out].concat())
+        }
+        Plan::Compound { ln1, ln2, u1, u2 } => {
+            let x = &site.terms()[0].0;
+            let p = site.terms()[0].1.p();
+            FastCompound::new(x, p, ln1, ln2, u1, u2)?
+                .estimate(budget)?
+                .map(|e| [e.factors.to_vec(), e.out].concat())
+        }
+    })
+}
+
 fn run(
     quantity: &'static str,
     site: &Site,
@@ -181,19 +214,29 @@ fn run(
     formulas: Vec<(&str, Values)>,
 ) -> Result<EvalOutput, Error> {
     let budget = Budget::new(budget.samples, budget.seed)?;
-    let sampler = PlanSampler {
-        subject: Subject::reference(),
-        site,
-        plan,
+    let (est, sampler) = match fast(site, plan, budget)? {
+        Some(est) => (est, SamplerKind::Fast),
+        None => {
+            let sampler = PlanSampler {
+                subject: Subject::reference(),
+                site,
+                plan,
+            };
+            (
+                estimate(&sampler, budget)?.estimates(),
+                SamplerKind::Generic,
+            )
+        }
     };
-    let est = estimate(&sampler, budget)?.estimates();
     let exact = exact(site, plan)?;
     let mut results = Vec::with_capacity(formulas.len());
     let mut at = 0;
     for (name, formula) in formulas {
         let n = formula.as_slice().len();
         let ex = exact.as_ref().map(|e| e[at..at + n].to_vec());
-        results.push(EvalResult::new(name, formula, ex, &est[at..at + n]));
+        let mut result = EvalResult::new(name, formula, ex, &est[at..at + n]);
+        result.sampler = sampler;
+        results.push(result);
         at += n;
     }
     let p = site.terms()[0].1.p();

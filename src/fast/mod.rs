@@ -22,6 +22,12 @@
 //!   ([`mod@dropout`]), attention ([`attention_row`]), mask-shape
 //!   ([`mod@mask_shape`]) and ensemble ([`mod@ensemble`]) families and `eval
 //!   moments|attn`; [`PowerSums`] turns its sums into means and variances;
+//! * [`FastSite`] — the same for a whole dropout site
+//!   `y = h + Σ_j dropout(v_j)` before LayerNorm or RMSNorm (`ε ≥ 0`, the
+//!   constant-input rule by bit patterns, [`mod@constant`]), which the
+//!   normalization claims and `eval` use;
+//! * [`FastCompound`] — `LN2(LN1(dropout(x)))` per channel;
+//! * [`FastAttention`] — attention rows `R`, `o`;
 //! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
 //!   chunks: bit-identical on any thread count and on every instruction-set
 //!   level ([`Isa`]), memory independent of the sample count;
@@ -34,6 +40,8 @@ pub mod attention_row;
 pub mod bench;
 pub mod bits;
 pub mod compact;
+pub mod compound;
+pub mod constant;
 pub mod dropout;
 pub mod ensemble;
 pub mod lanes;
@@ -44,11 +52,13 @@ pub mod norm;
 pub mod power_sums;
 pub mod reference;
 pub mod run;
+pub mod site;
 pub mod tables;
 
 pub use attention::{AttentionEstimates, FastAttention};
 pub use bits::{BernoulliBits, transpose64};
 pub use compact::MaskBits;
+pub use compound::{CompoundEstimates, FastCompound};
 pub use lanes::Xoshiro8;
 pub use masks::{MaskKernel, MaskStatistic};
 pub use norm::{FastNorm, NormEstimates};
@@ -57,4 +67,5 @@ pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
     ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,
 };
+pub use site::{FastSite, SiteEstimates, SiteNorm};
 pub use tables::SubsetTables;

@@ -218,7 +218,7 @@ impl ChunkKernel for FastNorm {
 /// transposes each 64×64 block so one word holds a channel's keep bits
 /// across the masks, and reads 8 subset sums per channel.
 #[inline(always)]
-fn masked_sums_over_masks(
+pub(crate) fn masked_sums_over_masks(
     words: &[u64],
     nw: usize,
     per: &[f64; 64],
