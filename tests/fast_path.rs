@@ -299,6 +299,8 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     let x = input(130, 0.2);
     let (a, v) = attention_row(72);
     let norm = FastNorm::new(&x, 0.3, EPS, true).unwrap();
+    // Without the per-channel sums, and several words per mask.
+    let wide = FastNorm::new(&input(300, -0.4), 0.5, EPS, false).unwrap();
     let attention = FastAttention::new(&a, &v, 0.1).unwrap();
     let run = |isa: Isa| {
         let mut bits: Vec<u64> = dropmc::fast::run_chunks_on(&norm, budget, isa)
@@ -306,6 +308,8 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
             .iter()
             .map(|s| s.to_bits())
             .collect();
+        let wide = dropmc::fast::run_chunks_on(&wide, budget, isa).unwrap();
+        bits.extend(wide.iter().map(|s| s.to_bits()));
         let attention = dropmc::fast::run_chunks_on(&attention, budget, isa).unwrap();
         bits.extend(attention.iter().map(|s| s.to_bits()));
         bits

@@ -11,7 +11,8 @@
 //! * [`Xoshiro8`] — eight xoshiro256++ generators in lock-step (vector code),
 //!   seeded per chunk from the engine's ChaCha8 stream;
 //! * [`SubsetTables`] — sums of `x/q` and `(x/q)²` over every subset of each
-//!   8 channels, so a masked sum is one look-up per byte of the mask;
+//!   4 channels, so a masked sum is one look-up per nibble of the mask, and
+//!   64 masks' sums are vector permutes on AVX-512;
 //! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
 //!   from one masked sum over masks per channel (64×64 bit transposes and
 //!   subset-sum tables over masks), with batch-means standard errors;
@@ -41,5 +42,6 @@ pub use norm::{FastNorm, NormEstimates};
 pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
     ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,
+    run_chunks_with_progress,
 };
 pub use tables::SubsetTables;

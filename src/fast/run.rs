@@ -22,6 +22,17 @@ pub trait ChunkKernel: Sync {
     /// Makes `draws` draws from `rng` and adds their statistics into `sums`
     /// (zeroed by the caller), in a fixed order.
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]);
+
+    /// [`Self::chunk`], told the instruction-set level it is compiled for,
+    /// so that a kernel with explicit vector code can pick it. Must give
+    /// the same bits as `chunk` on every level; `isa` may be one this CPU
+    /// lacks (the kernel then checks [`Isa::available`] and falls back).
+    /// The default ignores `isa`.
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        let _ = isa;
+        self.chunk(rng, draws, sums);
+    }
 }
 
 /// Runs `budget.samples` draws of `kernel` and returns the total sums.
@@ -39,19 +50,46 @@ pub fn run_chunks_on<K: ChunkKernel>(
     budget: Budget,
     isa: Isa,
 ) -> Result<Vec<f64>, Error> {
+    run_chunks_with_progress(kernel, budget, isa, &|_| {})
+}
+
+/// Most bytes of chunk sum vectors held at once by one parallel block
+/// (wide kernels run fewer chunks per block; see [`run_chunks_with_progress`]).
+pub const BLOCK_BYTES: usize = 32 << 20;
+
+/// [`run_chunks_on`], calling `progress(done)` after each parallel block
+/// with the number of draws finished so far (the last call has
+/// `done = budget.samples`), from the calling thread.
+///
+/// A block runs `BLOCK` chunks, or fewer when the kernel is wide: at most
+/// `BLOCK_BYTES / (8 · width)` (but at least two per rayon thread), so that
+/// a run at d = 10^5 with per-channel sums (width ≈ 3·10^5) holds a few tens
+/// of megabytes of chunk results rather than `BLOCK · 8 · width` = 154 MB.
+/// The block length changes only how many chunks run in parallel between
+/// two merges, never the merge itself: chunk `c`'s sums are always added to
+/// the total right after chunk `c − 1`'s, so the bits do not depend on it.
+pub fn run_chunks_with_progress<K: ChunkKernel>(
+    kernel: &K,
+    budget: Budget,
+    isa: Isa,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<f64>, Error> {
     let isa = if isa.available() { isa } else { Isa::Portable };
     let budget = Budget::new(budget.samples, budget.seed)?;
     let chunks = budget.samples.div_ceil(CHUNK);
-    let mut total = vec![0.0; kernel.width()];
+    let width = kernel.width();
+    let fits = (BLOCK_BYTES / (8 * width.max(1))).max(2 * rayon::current_num_threads());
+    let block_len = BLOCK.min(fits as u64);
+    let mut total = vec![0.0; width];
     let mut first = 0;
     while first < chunks {
-        let last = (first + BLOCK).min(chunks);
+        let last = (first + block_len).min(chunks);
         let block: Vec<Vec<f64>> = (first..last)
             .into_par_iter()
             .map(|c| {
                 let draws = CHUNK.min(budget.samples - c * CHUNK) as usize;
                 let mut rng = stream(budget.seed, c);
-                let mut sums = vec![0.0; kernel.width()];
+                let mut sums = vec![0.0; width];
                 run_chunk(kernel, isa, &mut rng, draws, &mut sums);
                 sums
             })
@@ -62,6 +100,7 @@ pub fn run_chunks_on<K: ChunkKernel>(
             }
         }
         first = last;
+        progress((last * CHUNK).min(budget.samples));
     }
     Ok(total)
 }
@@ -86,6 +125,7 @@ impl Isa {
             Isa::Avx2 => {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("bmi2")
+                    && std::arch::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
@@ -125,15 +165,15 @@ fn run_chunk<K: ChunkKernel>(
         Isa::Portable => {}
     }
     let _ = isa;
-    kernel.chunk(rng, draws, sums);
+    kernel.chunk_on(Isa::Portable, rng, draws, sums);
 }
 
-// The kernels' `chunk` methods are `#[inline(always)]`, so each wrapper
+// The kernels' `chunk_on` methods are `#[inline(always)]`, so each wrapper
 // gets its own copy compiled with the wrapper's features.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi2,popcnt")]
 unsafe fn chunk_avx2<K: ChunkKernel>(kernel: &K, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
-    kernel.chunk(rng, draws, sums);
+    kernel.chunk_on(Isa::Avx2, rng, draws, sums);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -144,7 +184,7 @@ unsafe fn chunk_avx512<K: ChunkKernel>(
     draws: usize,
     sums: &mut [f64],
 ) {
-    kernel.chunk(rng, draws, sums);
+    kernel.chunk_on(Isa::Avx512, rng, draws, sums);
 }
 
 /// A mean and its standard error from `Σ t`, `Σ t²` over `n` draws:
