@@ -8,7 +8,7 @@ use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
 use dropmc::fast::{
     BernoulliBits, FastAttention, FastNorm, Isa, MaskBits, NormEstimates, ReferenceAttention,
-    ReferenceNorm, Xoshiro8,
+    ReferenceNorm, Xoshiro8, run_chunks_with_progress,
 };
 use dropmc::ops::Rate;
 use dropmc::stats::{Estimate, critical_z, z_test};
@@ -320,6 +320,26 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
             assert_eq!(run(isa), portable, "{isa:?}");
         }
     }
+}
+
+/// The progress callback sees every block's end, in order, ending at the
+/// sample count, and the sums are the same bits as without it.
+#[test]
+fn progress_reports_each_block_and_changes_no_bit() {
+    let budget = Budget::new(130 * CHUNK + 5, 8).unwrap();
+    let norm = FastNorm::new(&input(70, 0.3), 0.1, EPS, true).unwrap();
+    let seen = std::cell::RefCell::new(Vec::new());
+    let with = run_chunks_with_progress(&norm, budget, Isa::best(), &|done| {
+        seen.borrow_mut().push(done)
+    })
+    .unwrap();
+    let without = dropmc::fast::run_chunks_on(&norm, budget, Isa::best()).unwrap();
+    let bits = |v: &[f64]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&with), bits(&without));
+    let seen = seen.into_inner();
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&budget.samples));
 }
 
 #[test]

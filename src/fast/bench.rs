@@ -198,7 +198,7 @@ pub fn run_one(
 /// User + system CPU seconds of this process so far, from Linux's
 /// `/proc/self/stat` (fields 14 and 15, in ticks of 1/100 s, the fixed
 /// `USER_HZ` of the proc interface); `None` elsewhere.
-fn cpu_seconds() -> Option<f64> {
+pub fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The command name (field 2) is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')')?.1;

@@ -62,7 +62,8 @@ pub const BLOCK_BYTES: usize = 32 << 20;
 /// `done = budget.samples`), from the calling thread.
 ///
 /// A block runs `BLOCK` chunks, or fewer when the kernel is wide: at most
-/// `BLOCK_BYTES / (8 · width)` (but at least two per rayon thread), so that
+/// `BLOCK_BYTES / (8 · width)`, but at least two per rayon thread
+/// ([`block_len`]), so that
 /// a run at d = 10^5 with per-channel sums (width ≈ 3·10^5) holds a few tens
 /// of megabytes of chunk results rather than `BLOCK · 8 · width` = 154 MB.
 /// The block length changes only how many chunks run in parallel between
@@ -78,8 +79,7 @@ pub fn run_chunks_with_progress<K: ChunkKernel>(
     let budget = Budget::new(budget.samples, budget.seed)?;
     let chunks = budget.samples.div_ceil(CHUNK);
     let width = kernel.width();
-    let fits = (BLOCK_BYTES / (8 * width.max(1))).max(2 * rayon::current_num_threads());
-    let block_len = BLOCK.min(fits as u64);
+    let block_len = block_len(width, rayon::current_num_threads());
     let mut total = vec![0.0; width];
     let mut first = 0;
     while first < chunks {
@@ -103,6 +103,14 @@ pub fn run_chunks_with_progress<K: ChunkKernel>(
         progress((last * CHUNK).min(budget.samples));
     }
     Ok(total)
+}
+
+/// Chunks per parallel block for sum vectors of `width` on `threads`
+/// threads: [`BLOCK`], or as many as fit in [`BLOCK_BYTES`], but at least
+/// two per thread.
+pub fn block_len(width: usize, threads: usize) -> u64 {
+    let fits = (BLOCK_BYTES / (8 * width.max(1))).max(2 * threads.max(1));
+    BLOCK.min(fits as u64)
 }
 
 /// Instruction-set levels the kernels are compiled for.
@@ -241,4 +249,19 @@ pub fn estimate_from_batches(
         f64::INFINITY
     };
     Estimate { value, stderr, n }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_kernels_run_fewer_chunks_per_block() {
+        assert_eq!(block_len(7 + 3 * 512, 2), BLOCK);
+        // d = 10^5 with per-channel sums: 2.4 MB per chunk, 13 chunks.
+        assert_eq!(block_len(7 + 3 * 100_000, 2), 13);
+        // Never fewer than two per thread, never more than BLOCK.
+        assert_eq!(block_len(1 << 30, 4), 8);
+        assert_eq!(block_len(1, 1000), BLOCK);
+    }
 }
