@@ -35,7 +35,7 @@ pub mod run;
 pub mod tables;
 
 pub use attention::{AttentionEstimates, FastAttention};
-pub use bits::{BernoulliBits, transpose64};
+pub use bits::{BernoulliBits, transpose64, transpose64_on};
 pub use compact::MaskBits;
 pub use lanes::Xoshiro8;
 pub use norm::{FastNorm, NormEstimates};

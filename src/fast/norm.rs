@@ -47,7 +47,7 @@
 //! `E[M]`, `E[V]`, `E[R²]` keep per-draw sums. All arithmetic is `f64` in a
 //! fixed order.
 
-use super::bits::transpose64;
+use super::bits::transpose64_on;
 use super::compact::MaskBits;
 use super::lanes::Xoshiro8;
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
@@ -251,7 +251,7 @@ impl ChunkKernel for FastNorm {
 fn masked_sums_over_masks(isa: Isa, rows: &[u64], tables: &SubsetTables<1>, out: &mut [f64; 64]) {
     let mut block = [0u64; 64];
     block.copy_from_slice(rows);
-    transpose64(&mut block);
+    transpose64_on(isa, &mut block);
     let mut sums = [[0.0; 64]; 1];
     tables.block_sums(isa, &block, &mut sums);
     *out = sums[0];
