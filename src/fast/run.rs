@@ -3,11 +3,12 @@
 //!
 //! Exactly as [`crate::engine::estimate`]: the draws are cut into fixed chunks
 //! of [`CHUNK`]; chunk `c` reads only the ChaCha8 stream `(seed, c)`; chunks
-//! run on rayon in blocks of [`BLOCK`] and their sums are added to the total
-//! in chunk order. A kernel's chunk result is a vector of plain `f64` sums
-//! that starts from zero, so the total is the same sequence of additions on
-//! any number of threads: bit-identical results, memory of one block of sum
-//! vectors whatever the sample count.
+//! run on rayon in blocks of [`BLOCK`] (fewer for wide kernels, see
+//! [`block_len`]) and their sums are added to the total in chunk order. A
+//! kernel's chunk result is a vector of plain `f64` sums that starts from
+//! zero, so the total is the same sequence of additions on any number of
+//! threads and any block length: bit-identical results, memory of one block
+//! of sum vectors whatever the sample count.
 
 use rayon::prelude::*;
 
