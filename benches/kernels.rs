@@ -36,13 +36,18 @@ fn mask_bits(c: &mut Criterion) {
     g.finish();
 }
 
-/// The per-mask two-column masked sum of W1 (512 units, 8 words per mask).
-fn masked_sum(c: &mut Criterion) {
+/// W1's two-column tables (`x`, `x²`) and 64 random masks of 512 units.
+fn w1_tables_and_masks() -> (SubsetTables<2>, Vec<u64>) {
     let x = workload_x(512);
     let sq: Vec<f64> = x.iter().map(|v| v * v).collect();
-    let tables = SubsetTables::new([&x, &sq]);
     let mut lanes = Xoshiro8::from_stream(&mut stream(2, 0));
-    let masks: Vec<u64> = (0..64).flat_map(|_| lanes.next_words()).collect();
+    let masks = (0..64).flat_map(|_| lanes.next_words()).collect();
+    (SubsetTables::new([&x, &sq]), masks)
+}
+
+/// The per-mask two-column masked sum of W1 (512 units, 8 words per mask).
+fn masked_sum(c: &mut Criterion) {
+    let (tables, masks) = w1_tables_and_masks();
     let mut g = c.benchmark_group("masked_sum");
     g.throughput(Throughput::Elements(64 * 512));
     g.bench_function("d=512, 64 masks", |b| {
@@ -56,6 +61,27 @@ fn masked_sum(c: &mut Criterion) {
             total
         })
     });
+    g.finish();
+}
+
+/// 64 masks' two-column sums at once (W1's 512 units, word-major), at
+/// every instruction-set level this CPU has.
+fn block_sums(c: &mut Criterion) {
+    let (tables, words) = w1_tables_and_masks();
+    let mut g = c.benchmark_group("block_sums");
+    g.throughput(Throughput::Elements(64 * 512));
+    for isa in [Isa::Portable, Isa::Avx512] {
+        if !isa.available() {
+            continue;
+        }
+        let mut out = [[0.0; 64]; 2];
+        g.bench_function(format!("d=512, 64 masks {isa:?}"), |b| {
+            b.iter(|| {
+                tables.block_sums(isa, black_box(&words), &mut out);
+                out[0][0] + out[1][63]
+            })
+        });
+    }
     g.finish();
 }
 
@@ -89,5 +115,5 @@ fn chunk(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(kernels, mask_bits, masked_sum, chunk);
+criterion_group!(kernels, mask_bits, masked_sum, block_sums, chunk);
 criterion_main!(kernels);

@@ -7,11 +7,23 @@ do), processed in chunks of a few thousand masks, every statistic in float64.
 It prints mask elements per second per workload, in the same format as
 `dropmc bench` (text, or one JSON object with --json).
 
-    python3 benches/numpy_reference.py [--workload W1|W2|W3] [--masks N] [--repeat R] [--json]
+    python3 benches/numpy_reference.py [--workload W1|W2|W3|eval-ln|eval-rms|eval-attn]
+                                       [--masks N] [--repeat R] [--json]
+    python3 benches/numpy_reference.py --print-input x|a
 
 With --repeat R each workload runs R times and the median run is reported
 (default 1: a run lasts seconds, so one is stable; `dropmc bench`, whose
 runs last tens of milliseconds, adds an untimed warm-up and takes 3).
+
+The eval-* workloads compute, per draw, exactly what `dropmc eval ln|rms|attn`
+computes on W1's input with the commands' defaults (gamma = 1, beta = 0,
+eps = 0): the same statistics, each with its sum and sum of squares for a
+standard error, including the second independent mask per draw that `eval ln`
+uses for Var[M] (and `eval attn` for Var[R], Var[o]). `--print-input x` prints
+W1's 512 values of x, comma-separated, as `eval ln --x` and `eval rms --x`
+take them; `--print-input a` prints the attention row a = softmax(x) that
+`eval attn --a` takes (with `--values` x). They are not part of the default
+run (no --workload runs W1-W3 only).
 """
 
 import argparse
@@ -98,7 +110,95 @@ def w3(masks, rng):
     return t, {"E[R]": mean_r, "Var R": (s_r2 / masks - mean_r ** 2) * masks / (masks - 1), "E[o]": s_o / masks}
 
 
-WORKLOADS = {"W1": (w1, 1_000_000), "W2": (w2, 1_000_000), "W3": (w3, 1_000_000)}
+def w1_x():
+    """W1's input: d = 512 values x ~ N(0.7, 1.3^2) from X_SEED."""
+    return np.random.default_rng(X_SEED).normal(0.7, 1.3, 512)
+
+
+def attention_row(x):
+    """The attention row of the eval-attn workload: softmax(x)."""
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def eval_ln(masks, rng):
+    """`dropmc eval ln --x <W1> --p 0.1`: per draw [M, (M - M')^2/2, V, t_c, LN(z)],
+    M' from a second independent mask; t_c = sum_k LN(z)_k w_k with
+    w = LN(x) / |LN(x)|^2 (the least-squares shrink factor; beta = 0)."""
+    p, x = 0.1, w1_x()
+    d, q = x.size, 1.0 - p
+    u = (x - x.mean()) / np.sqrt(x.var())
+    w = u / (u * u).sum()
+    sums = np.zeros(4 + d)
+    squares = np.zeros(4 + d)
+    done = 0
+    while done < masks:
+        b = min(CHUNK, masks - done)
+        z = (rng.random((b, d)) >= p) * x / q
+        mean = z.mean(axis=1)
+        var = z.var(axis=1)
+        # eps = 0: a constant z (all dropped) gives LN = beta = 0.
+        inv = np.where(var > 0.0, 1.0 / np.sqrt(np.where(var > 0.0, var, 1.0)), 0.0)
+        ln = (z - mean[:, None]) * inv[:, None]
+        t_c = ln @ w
+        z2 = (rng.random((b, d)) >= p) * x / q
+        half_sq = 0.5 * (mean - z2.mean(axis=1)) ** 2
+        stats = np.concatenate([np.stack([mean, half_sq, var, t_c], axis=1), ln], axis=1)
+        sums += stats.sum(axis=0)
+        squares += (stats * stats).sum(axis=0)
+        done += b
+    m = sums / masks
+    return d, {"E[M]": m[0], "Var[M]": m[1], "E[V]": m[2], "c": m[3], "E[LN_0]": m[4]}
+
+
+def eval_rms(masks, rng):
+    """`dropmc eval rms --x <W1> --p 0.1`: per draw [R^2, RMSNorm(z)]."""
+    p, x = 0.1, w1_x()
+    d, q = x.size, 1.0 - p
+    sums = np.zeros(1 + d)
+    squares = np.zeros(1 + d)
+    done = 0
+    while done < masks:
+        b = min(CHUNK, masks - done)
+        z = (rng.random((b, d)) >= p) * x / q
+        r2 = (z * z).mean(axis=1)
+        inv = np.where(r2 > 0.0, 1.0 / np.sqrt(np.where(r2 > 0.0, r2, 1.0)), 0.0)
+        stats = np.concatenate([r2[:, None], z * inv[:, None]], axis=1)
+        sums += stats.sum(axis=0)
+        squares += (stats * stats).sum(axis=0)
+        done += b
+    m = sums / masks
+    return d, {"E[R^2]": m[0], "E[RMS_0]": m[1]}
+
+
+def eval_attn(masks, rng):
+    """`dropmc eval attn --a softmax(<W1>) --values <W1> --p 0.1`: per draw
+    [b, R, (R - R')^2/2, o, (o - o')^2/2], R', o' from a second mask."""
+    p, v = 0.1, w1_x()
+    a = attention_row(v)
+    d, q = a.size, 1.0 - p
+    sums = np.zeros(d + 4)
+    squares = np.zeros(d + 4)
+    done = 0
+    while done < masks:
+        n = min(CHUNK, masks - done)
+        b1 = (rng.random((n, d)) >= p) * a / q
+        b2 = (rng.random((n, d)) >= p) * a / q
+        r1, r2 = b1.sum(axis=1), b2.sum(axis=1)
+        o1, o2 = b1 @ v, b2 @ v
+        scalars = np.stack([r1, 0.5 * (r1 - r2) ** 2, o1, 0.5 * (o1 - o2) ** 2], axis=1)
+        stats = np.concatenate([b1, scalars], axis=1)
+        sums += stats.sum(axis=0)
+        squares += (stats * stats).sum(axis=0)
+        done += n
+    m = sums / masks
+    return d, {"E[R]": m[d], "Var[R]": m[d + 1], "E[o]": m[d + 2], "Var[o]": m[d + 3]}
+
+
+WORKLOADS = {"W1": (w1, 1_000_000), "W2": (w2, 1_000_000), "W3": (w3, 1_000_000),
+             "eval-ln": (eval_ln, 1_000_000), "eval-rms": (eval_rms, 1_000_000),
+             "eval-attn": (eval_attn, 1_000_000)}
+DEFAULT_RUN = ["W1", "W2", "W3"]
 
 
 def main():
@@ -107,10 +207,17 @@ def main():
     ap.add_argument("--masks", type=int, help="masks (rows) per workload; default 10^6")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per workload (median reported)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--print-input", choices=["x", "a"],
+                    help="print W1's x (or the row softmax(x)) comma-separated and exit")
     args = ap.parse_args()
+    if args.print_input:
+        x = w1_x()
+        values = x if args.print_input == "x" else attention_row(x)
+        print(",".join(repr(float(v)) for v in values))
+        return 0
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
-    names = [args.workload] if args.workload else sorted(WORKLOADS)
+    names = [args.workload] if args.workload else DEFAULT_RUN
     results = []
     for name in names:
         fn, default = WORKLOADS[name]

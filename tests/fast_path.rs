@@ -10,7 +10,7 @@ use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
 use dropmc::fast::{
     BernoulliBits, FastAttention, FastCompound, FastNorm, FastSite, Isa, MaskBits, NormEstimates,
-    ReferenceAttention, ReferenceNorm, SiteNorm, Xoshiro8,
+    ReferenceAttention, ReferenceNorm, SiteNorm, Xoshiro8, run_chunks_with_progress,
 };
 use dropmc::ops::{LayerNorm, Rate, RmsNorm, Site};
 use dropmc::stats::{Estimate, critical_z, z_test};
@@ -370,6 +370,8 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     let x = input(130, 0.2);
     let (a, v) = attention_row(72);
     let norm = FastNorm::new(&x, 0.3, EPS, true).unwrap();
+    // Without the per-channel sums, and several words per mask.
+    let wide = FastNorm::new(&input(300, -0.4), 0.5, EPS, false).unwrap();
     let attention = FastAttention::new(&a, &v, 0.1).unwrap();
     let sites = site_kernels(130);
     let run = |isa: Isa| {
@@ -378,6 +380,8 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
             .iter()
             .map(|s| s.to_bits())
             .collect();
+        let wide = dropmc::fast::run_chunks_on(&wide, budget, isa).unwrap();
+        bits.extend(wide.iter().map(|s| s.to_bits()));
         let attention = dropmc::fast::run_chunks_on(&attention, budget, isa).unwrap();
         bits.extend(attention.iter().map(|s| s.to_bits()));
         bits.extend(sites.sum_bits(budget, isa));
@@ -406,6 +410,26 @@ fn family_kernels_are_bit_identical_on_every_instruction_set() {
             );
         }
     }
+}
+
+/// The progress callback sees every block's end, in order, ending at the
+/// sample count, and the sums are the same bits as without it.
+#[test]
+fn progress_reports_each_block_and_changes_no_bit() {
+    let budget = Budget::new(130 * CHUNK + 5, 8).unwrap();
+    let norm = FastNorm::new(&input(70, 0.3), 0.1, EPS, true).unwrap();
+    let seen = std::cell::RefCell::new(Vec::new());
+    let with = run_chunks_with_progress(&norm, budget, Isa::best(), &|done| {
+        seen.borrow_mut().push(done)
+    })
+    .unwrap();
+    let without = dropmc::fast::run_chunks_on(&norm, budget, Isa::best()).unwrap();
+    let bits = |v: &[f64]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&with), bits(&without));
+    let seen = seen.into_inner();
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&budget.samples));
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+pub mod bench;
 pub mod input;
 pub(crate) mod progress;
 
@@ -49,7 +50,7 @@ pub enum Command {
     /// The deep-stack experiment: BatchNorm eval shrinkage per layer.
     Stack(StackArgs),
     /// Time the benchmark workloads W1-W3 on the reference and fast paths.
-    Bench(crate::fast::bench::BenchArgs),
+    Bench(bench::BenchArgs),
 }
 
 /// Options of `list`.
@@ -488,7 +489,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
         }
         Command::Mutants(args) => run_mutants(&args),
         Command::Stack(args) => run_stack(args),
-        Command::Bench(args) => crate::fast::bench::run_cli(&args),
+        Command::Bench(args) => bench::run_cli(&args),
     }
 }
 

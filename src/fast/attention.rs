@@ -11,7 +11,7 @@
 use super::compact::MaskBits;
 use super::lanes::Xoshiro8;
 use super::norm::tail_mask;
-use super::run::{ChunkKernel, estimate_from_sums, run_chunks};
+use super::run::{ChunkKernel, Isa, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_finite_vec, check_len};
@@ -76,38 +76,39 @@ impl ChunkKernel for FastAttention {
 
     #[inline(always)]
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        self.chunk_on(Isa::Portable, rng, draws, sums);
+    }
+
+    /// Rows come 64 at a time, word-major (word `j` of row `b` is
+    /// `words[64 j + b]`), and their two masked sums by
+    /// [`SubsetTables::block_sums`]; rows past the last draw are generated
+    /// and ignored.
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let nw = self.keys.div_ceil(64);
-        let rows = 64;
-        let mut words = vec![0u64; rows * nw];
+        let mut words = vec![0u64; 64 * nw];
         let mut scratch = Vec::new();
         let mut lanes = Xoshiro8::from_stream(rng);
         let tail = tail_mask(self.keys);
+        let mut per_row = [[0.0f64; 64]; 2];
         let mut done = 0;
         while done < draws {
-            let nb = (draws - done).min(rows);
-            self.bits
-                .fill(&mut lanes, &mut words[..nb * nw], &mut scratch);
-            for row in words.chunks_exact_mut(nw).take(nb) {
-                row[nw - 1] &= tail;
-                self.add_row(row, sums);
+            let nb = (draws - done).min(64);
+            self.bits.fill(&mut lanes, &mut words, &mut scratch);
+            for w in &mut words[64 * (nw - 1)..] {
+                *w &= tail;
+            }
+            self.tables.block_sums(isa, &words, &mut per_row);
+            for (&r, &o) in per_row[0].iter().zip(&per_row[1]).take(nb) {
+                let dev = r - self.total;
+                let dev2 = dev * dev;
+                sums[0] += dev;
+                sums[1] += dev2;
+                sums[2] += dev2 * dev2;
+                sums[3] += o;
+                sums[4] += o * o;
             }
             done += nb;
-        }
-    }
-}
-
-impl FastAttention {
-    #[inline(always)]
-    fn add_row(&self, row: &[u64], sums: &mut [f64]) {
-        {
-            let [r, o] = self.tables.masked_sum(row);
-            let dev = r - self.total;
-            let dev2 = dev * dev;
-            sums[0] += dev;
-            sums[1] += dev2;
-            sums[2] += dev2 * dev2;
-            sums[3] += o;
-            sums[4] += o * o;
         }
     }
 }

@@ -8,9 +8,10 @@
 //!
 //! A figure is *mask elements per second*: masks (rows) × d (T) / wall
 //! seconds, on all rayon threads. `benches/numpy_reference.py` prints the
-//! same figure for the obvious numpy code.
+//! same figure for the obvious numpy code. The command's options, progress
+//! bar and printing live in the command-line module (this one is the
+//! library side and imports nothing from it).
 
-use std::process::ExitCode;
 use std::time::Instant;
 
 use rand_distr::{Distribution, Normal};
@@ -27,13 +28,10 @@ pub const EPS: f64 = 1e-5;
 pub const INPUT_SEED: u64 = 20_261_130;
 
 /// The benchmark workloads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Workload {
-    #[value(name = "W1", alias = "w1")]
     W1,
-    #[value(name = "W2", alias = "w2")]
     W2,
-    #[value(name = "W3", alias = "w3")]
     W3,
 }
 
@@ -200,7 +198,7 @@ pub fn run_one(
 /// User + system CPU seconds of this process so far, from Linux's
 /// `/proc/self/stat` (fields 14 and 15, in ticks of 1/100 s, the fixed
 /// `USER_HZ` of the proc interface); `None` elsewhere.
-fn cpu_seconds() -> Option<f64> {
+pub fn cpu_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The command name (field 2) is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')')?.1;
@@ -257,93 +255,4 @@ pub fn run_bench(
         }
     }
     Ok(rows)
-}
-
-/// The rows as a text table.
-pub fn table(rows: &[BenchRow]) -> String {
-    let mut out = String::new();
-    for r in rows {
-        let est: Vec<String> = r
-            .estimates
-            .iter()
-            .map(|(n, v, s)| format!("{n} = {v:.6} ± {s:.1e}"))
-            .collect();
-        out.push_str(&format!(
-            "{}  {:9}  {:>10} masks  {:8.3} s  {:.3e} mask elements/s  cpu {}  ({})\n",
-            r.workload,
-            r.path,
-            r.masks,
-            r.seconds,
-            r.elements_per_second,
-            r.cpu_seconds
-                .map_or("n/a".to_string(), |c| format!("{c:.2} s")),
-            est.join(", ")
-        ));
-    }
-    out.push_str(&format!(
-        "threads: {}; mask elements/s = masks x units / wall seconds of the median of {} runs (after a warm-up run)\n",
-        rayon::current_num_threads(),
-        rows.first().map_or(0, |r| r.runs.len())
-    ));
-    out
-}
-
-/// Options of `dropmc bench`.
-#[derive(Debug, clap::Args)]
-pub struct BenchArgs {
-    /// Run only this workload (default: all three).
-    #[arg(long, value_enum)]
-    pub workload: Option<Workload>,
-    /// Masks (rows) per workload on the fast path.
-    #[arg(long, default_value_t = 1_000_000)]
-    pub masks: u64,
-    /// Masks per workload on the reference path (default: masks / 10, at
-    /// least 2; the reference is slow).
-    #[arg(long)]
-    pub reference_masks: Option<u64>,
-    /// Seed of the random streams.
-    #[arg(long, default_value_t = crate::report::DEFAULT_SEED)]
-    pub seed: u64,
-    /// Timed runs per workload and path, after one untimed warm-up run; the
-    /// median is reported.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub repeat: u64,
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Runs `dropmc bench`.
-pub fn run_cli(args: &BenchArgs) -> Result<ExitCode, Error> {
-    let workloads: Vec<Workload> = match args.workload {
-        Some(w) => vec![w],
-        None => Workload::ALL.to_vec(),
-    };
-    let reference = args.reference_masks.unwrap_or((args.masks / 10).max(2));
-    let repeat = args.repeat as usize;
-    let runs = workloads.len() as u64 * 2 * (args.repeat + 1);
-    let bar = crate::cli::progress::bar(runs, "bench runs", args.json);
-    let rows = run_bench(
-        &workloads,
-        args.masks,
-        reference,
-        args.seed,
-        repeat,
-        &mut || bar.inc(1),
-    )?;
-    bar.finish_and_clear();
-    if args.json {
-        let json = serde_json::json!({
-            "threads": rayon::current_num_threads(),
-            "repeat": args.repeat,
-            "results": rows,
-        });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json).unwrap_or_default()
-        );
-    } else {
-        print!("{}", table(&rows));
-    }
-    Ok(ExitCode::SUCCESS)
 }

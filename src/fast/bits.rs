@@ -48,6 +48,7 @@
 
 use rand::Rng;
 
+use super::run::Isa;
 use crate::error::Error;
 
 /// A source of 64 independent Bernoulli(q) bits per call.
@@ -150,6 +151,140 @@ pub fn transpose64(a: &mut [u64; 64]) {
     swap_blocks::<1>(a, 0x5555_5555_5555_5555);
 }
 
+/// [`transpose64`] on the level `isa`: with AVX-512 and GFNI (and VBMI),
+/// by byte shuffles and bit-matrix instructions (see
+/// [`transpose64_gfni`]); otherwise, or on a CPU without them, the portable
+/// block swap. Both give the same bits (a transpose is a fixed permutation
+/// of bits).
+#[inline(always)]
+pub fn transpose64_on(isa: Isa, a: &mut [u64; 64]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx512 && has_gfni() {
+        // SAFETY: the CPU has the features `transpose64_gfni` enables
+        // (checked by `has_gfni`).
+        unsafe { transpose64_gfni(a) };
+        return;
+    }
+    let _ = isa;
+    transpose64(a);
+}
+
+/// Whether the CPU runs [`transpose64_gfni`].
+#[cfg(target_arch = "x86_64")]
+fn has_gfni() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vbmi")
+        && std::arch::is_x86_feature_detected!("gfni")
+}
+
+/// `vpermb` indices that transpose the 8×8 bytes of a vector (byte `i` of
+/// qword `j` goes to byte `j` of qword `i`); with `reversed`, byte `i` of
+/// qword `j` goes to byte `7 − j` of qword `i`.
+const fn byte_transpose(reversed: bool) -> [u8; 64] {
+    let mut idx = [0u8; 64];
+    let mut j = 0;
+    while j < 8 {
+        let mut i = 0;
+        while i < 8 {
+            let to = if reversed { 8 * i + 7 - j } else { 8 * i + j };
+            idx[to] = (8 * j + i) as u8;
+            i += 1;
+        }
+        j += 1;
+    }
+    idx
+}
+
+/// `vpermt2q` indices of one stage of the 8×8 qword transpose across
+/// registers `r_a`, `r_b = r_{a+s}`: the new `r_a` keeps its elements
+/// `k` with bit `s` clear and takes `r_b[k − s]` elsewhere; the new `r_b`
+/// takes `r_a[k + s]` where bit `s` of `k` is clear and keeps the rest
+/// (indices ≥ 8 select `r_b`).
+const fn qword_stage(s: usize, high: bool) -> [u64; 8] {
+    let mut idx = [0u64; 8];
+    let mut k = 0;
+    while k < 8 {
+        idx[k] = match (high, k & s == 0) {
+            (false, true) => k as u64,
+            (false, false) => (8 + k - s) as u64,
+            (true, true) => (k + s) as u64,
+            (true, false) => (8 + k) as u64,
+        };
+        k += 1;
+    }
+    idx
+}
+
+const BYTES_PLAIN: [u8; 64] = byte_transpose(false);
+const BYTES_REVERSED: [u8; 64] = byte_transpose(true);
+const QWORD_STAGES: [(usize, [u64; 8], [u64; 8]); 3] = [
+    (4, qword_stage(4, false), qword_stage(4, true)),
+    (2, qword_stage(2, false), qword_stage(2, true)),
+    (1, qword_stage(1, false), qword_stage(1, true)),
+];
+
+/// [`transpose64`] with AVX-512 and GFNI. View the matrix as 8×8 blocks
+/// `B_IJ` of 8×8 bits: byte `J` of rows `8I … 8I+7`. The transpose moves
+/// block `B_IJ`, itself transposed, to block `(J, I)`:
+///
+/// ```text
+/// 1. vector I holds rows 8I…8I+7; one vpermb per vector gathers block
+///    B_IJ into qword J (bytes in reverse row order, as step 2 wants);
+/// 2. one gf2p8affineqb per vector transposes every qword as an 8×8 bit
+///    matrix: with x = 0x8040201008040201 (byte b = bit b alone) and A the
+///    qword, byte b of the result has bit i = parity(A.byte[7−i] & 2^b)
+///    = bit b of A.byte[7−i] = bit b of row i of the block (rows reversed
+///    in step 1): row b of the transposed block;
+/// 3. an 8×8 transpose of qwords across the 8 vectors (three stages of
+///    vpermt2q pairs) brings the transposed blocks (·, J) into vector J;
+/// 4. one vpermb per vector turns its 8 blocks back into rows.
+/// ```
+///
+/// # Safety
+///
+/// The CPU must have AVX-512 F, BW and VBMI, and GFNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,gfni")]
+unsafe fn transpose64_gfni(a: &mut [u64; 64]) {
+    use std::arch::x86_64::*;
+    // SAFETY (all loads and stores below): each pointer is to 64 bytes
+    // inside a 64-byte array or inside `a` (rows 8v … 8v+7); unaligned
+    // forms.
+    let (plain, reversed) = unsafe {
+        (
+            _mm512_loadu_si512(BYTES_PLAIN.as_ptr().cast()),
+            _mm512_loadu_si512(BYTES_REVERSED.as_ptr().cast()),
+        )
+    };
+    let unit = _mm512_set1_epi64(0x8040_2010_0804_0201_u64 as i64);
+    let mut v = [_mm512_setzero_si512(); 8];
+    for (i, vi) in v.iter_mut().enumerate() {
+        let rows = unsafe { _mm512_loadu_si512(a.as_ptr().add(8 * i).cast()) };
+        let blocks = _mm512_permutexvar_epi8(reversed, rows);
+        *vi = _mm512_gf2p8affine_epi64_epi8::<0>(unit, blocks);
+    }
+    for (s, low, high) in QWORD_STAGES {
+        let (low, high) = unsafe {
+            (
+                _mm512_loadu_si512(low.as_ptr().cast()),
+                _mm512_loadu_si512(high.as_ptr().cast()),
+            )
+        };
+        for r in 0..8 {
+            if r & s == 0 {
+                let (x, y) = (v[r], v[r + s]);
+                v[r] = _mm512_permutex2var_epi64(x, low, y);
+                v[r + s] = _mm512_permutex2var_epi64(x, high, y);
+            }
+        }
+    }
+    for (j, vj) in v.iter().enumerate() {
+        let rows = _mm512_permutexvar_epi8(plain, *vj);
+        unsafe { _mm512_storeu_si512(a.as_mut_ptr().add(8 * j).cast(), rows) };
+    }
+}
+
 /// One stage of [`transpose64`]: in rows `k` (with bit `J` of `k` clear)
 /// and `k + J`, exchanges the high `J` bits of each `2J`-bit field of row `k`
 /// (`m` selects the low ones) with the low `J` bits of row `k + J`.
@@ -226,10 +361,13 @@ mod tests {
             *w = rng.next_u64();
         }
         let before = a;
-        transpose64(&mut a);
-        for (i, row) in a.iter().enumerate() {
-            for (j, col) in before.iter().enumerate() {
-                assert_eq!((row >> j) & 1, (col >> i) & 1, "{i},{j}");
+        for isa in [Isa::Portable, Isa::Avx512] {
+            let mut a = before;
+            transpose64_on(isa, &mut a);
+            for (i, row) in a.iter().enumerate() {
+                for (j, col) in before.iter().enumerate() {
+                    assert_eq!((row >> j) & 1, (col >> i) & 1, "{isa:?} {i},{j}");
+                }
             }
         }
     }

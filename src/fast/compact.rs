@@ -45,7 +45,7 @@
 //! about 10.3 steps for the plain walk alone.
 
 use super::bits::BernoulliBits;
-use super::lanes::{LANES, Xoshiro8, digit_step, fill_walk, store_lanes};
+use super::lanes::{LANES, Xoshiro8, digit_step, fill_walk, store_lanes, whole};
 use crate::error::Error;
 
 /// How many leading digits of `q` every word walks before compaction.
@@ -90,6 +90,18 @@ impl MaskBits {
         self.q
     }
 
+    /// Step 1 on eight words: the first `K` digits, no early exit; returns
+    /// `(keep, open)`.
+    #[inline(always)]
+    fn head_step(&self, lanes: &mut Xoshiro8) -> ([u64; LANES], [u64; LANES]) {
+        let mut keep = [0u64; LANES];
+        let mut open = [!0u64; LANES];
+        for &b in &self.head {
+            digit_step(&mut keep, &mut open, &lanes.next_words(), b);
+        }
+        (keep, open)
+    }
+
     /// Uses the portable bit deposit even where the CPU has BMI2 (for
     /// testing that both give the same bits).
     pub fn portable(mut self) -> Self {
@@ -107,20 +119,28 @@ impl MaskBits {
             return;
         };
         // `open` (one word per output word), then the tail bits (at most one
-        // per output word, plus a zero word of padding for `deposit`).
-        scratch.clear();
-        scratch.resize(2 * out.len() + 1, 0);
-        let (open, bits) = scratch.split_at_mut(out.len());
+        // per output word, plus two words of padding for `deposit`). Stale
+        // words from an earlier call may follow the tail bits: `deposit`
+        // reads them but never uses them, so they are not cleared.
+        if scratch.len() < 2 * out.len() + 2 {
+            scratch.resize(2 * out.len() + 2, 0);
+        }
+        let (open, bits) = scratch[..2 * out.len() + 2].split_at_mut(out.len());
         let mut need = 0usize;
-        for (keep_group, open_group) in out.chunks_mut(LANES).zip(open.chunks_mut(LANES)) {
-            let mut keep = [0u64; LANES];
-            let mut op = [!0u64; LANES];
-            for &b in &self.head {
-                digit_step(&mut keep, &mut op, &lanes.next_words(), b);
-            }
-            store_lanes(keep_group, &keep);
-            store_lanes(open_group, &op);
-            need += op[..open_group.len()]
+        let mut keep_groups = out.chunks_exact_mut(LANES);
+        let mut open_groups = open.chunks_exact_mut(LANES);
+        for (keep_group, open_group) in (&mut keep_groups).zip(&mut open_groups) {
+            let (keep, op) = self.head_step(lanes);
+            *whole(keep_group) = keep;
+            *whole(open_group) = op;
+            need += op.iter().map(|o| o.count_ones() as usize).sum::<usize>();
+        }
+        let (keep_rest, open_rest) = (keep_groups.into_remainder(), open_groups.into_remainder());
+        if !keep_rest.is_empty() {
+            let (keep, op) = self.head_step(lanes);
+            store_lanes(keep_rest, &keep);
+            store_lanes(open_rest, &op);
+            need += op[..open_rest.len()]
                 .iter()
                 .map(|o| o.count_ones() as usize)
                 .sum::<usize>();
@@ -129,7 +149,7 @@ impl MaskBits {
         fill_walk(tail.digit_words(), lanes, &mut bits[..words]);
         #[cfg(target_arch = "x86_64")]
         if self.bmi2 {
-            // SAFETY: the CPU has BMI2 (checked at construction).
+            // SAFETY: the CPU has BMI2 and POPCNT (checked at construction).
             unsafe { deposit_bmi2(bits, out, open) };
             return;
         }
@@ -138,37 +158,34 @@ impl MaskBits {
 }
 
 /// Step 3: deposits the tail bits, read as one stream, on the open lanes.
+/// Word `k` reads the 64 stream bits from its position on (a funnel shift
+/// of two words); `pdep` uses only the lowest `popcount(open_k)` of them.
 #[inline(always)]
 fn deposit(bits: &[u64], out: &mut [u64], open: &[u64], pdep: impl Fn(u64, u64) -> u64) {
     let mut pos = 0usize;
     for (k, &o) in out.iter_mut().zip(open) {
-        if o == 0 {
-            continue;
-        }
         let (i, off) = (pos >> 6, (pos & 63) as u32);
-        // `bits[i + 1]` exists: a word with open lanes starts before the
-        // last needed bit, and one padding word follows.
-        let hi = if off == 0 {
-            0
-        } else {
-            bits[i + 1] << (64 - off)
-        };
-        *k |= pdep((bits[i] >> off) | hi, o);
+        // `bits[i + 1]` exists: `pos ≤ need ≤ 64 · out.len()`, so
+        // `i ≤ out.len()`, and `bits` has `out.len() + 2` words.
+        let pair = u128::from(bits[i]) | (u128::from(bits[i + 1]) << 64);
+        *k |= pdep((pair >> off) as u64, o);
         pos += o.count_ones() as usize;
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "bmi2")]
+#[target_feature(enable = "bmi2,popcnt")]
 unsafe fn deposit_bmi2(bits: &[u64], out: &mut [u64], open: &[u64]) {
-    // The closure inherits this function's `bmi2` feature.
+    // The closure inherits this function's `bmi2` feature, and the
+    // position count its `popcnt` (without it, `count_ones` is a dozen
+    // shifts and adds per word).
     deposit(bits, out, open, |s, m| std::arch::x86_64::_pdep_u64(s, m));
 }
 
 fn has_bmi2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        std::arch::is_x86_feature_detected!("bmi2")
+        std::arch::is_x86_feature_detected!("bmi2") && std::arch::is_x86_feature_detected!("popcnt")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

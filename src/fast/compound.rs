@@ -51,7 +51,8 @@
 use super::compact::MaskBits;
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{masked_sums_over_masks, tail_mask};
+use super::mask_major::mask_major_sums_over_masks;
+use super::norm::tail_mask;
 use super::run::{ChunkKernel, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::site::{RESOLUTION, ill_conditioned, site_floor};
 use super::tables::SubsetTables;
@@ -295,7 +296,7 @@ impl ChunkKernel for FastCompound {
                 block[2] += s2;
                 block[3] += mean_u * s2;
             }
-            masked_sums_over_masks(&words[..nb * nw], nw, &weight, &mut mask_tables, &mut kept);
+            mask_major_sums_over_masks(&words[..nb * nw], nw, &weight, &mut mask_tables, &mut kept);
             let n = nb as f64;
             let (sum, rest) = channels.split_at_mut(d);
             let (sum_sq, sum_weighted) = rest.split_at_mut(d);

@@ -129,9 +129,21 @@ pub fn digit_step(keep: &mut [u64; LANES], open: &mut [u64; LANES], w: &[u64; LA
 /// group is walked whole and cut).
 #[inline(always)]
 pub fn fill_walk(digits: &[u64], lanes: &mut Xoshiro8, out: &mut [u64]) {
-    for group in out.chunks_mut(LANES) {
-        store_lanes(group, &walk8(digits, lanes));
+    let mut groups = out.chunks_exact_mut(LANES);
+    for group in &mut groups {
+        *whole(group) = walk8(digits, lanes);
     }
+    let rest = groups.into_remainder();
+    if !rest.is_empty() {
+        store_lanes(rest, &walk8(digits, lanes));
+    }
+}
+
+/// A group of [`LANES`] words as an array (for fixed-size stores that the
+/// compiler keeps in vector registers instead of calling `memcpy`).
+#[inline(always)]
+pub fn whole(group: &mut [u64]) -> &mut [u64; LANES] {
+    group.try_into().expect("a whole group of lanes")
 }
 
 /// Copies eight lane words into `dst` (at most eight long): a fixed-size

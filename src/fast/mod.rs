@@ -11,7 +11,8 @@
 //! * [`Xoshiro8`] — eight xoshiro256++ generators in lock-step (vector code),
 //!   seeded per chunk from the engine's ChaCha8 stream;
 //! * [`SubsetTables`] — sums of `x/q` and `(x/q)²` over every subset of each
-//!   8 channels, so a masked sum is one look-up per byte of the mask;
+//!   4 channels, so a masked sum is one look-up per nibble of the mask, and
+//!   64 masks' sums are vector permutes on AVX-512;
 //! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
 //!   from one masked sum over masks per channel (64×64 bit transposes and
 //!   subset-sum tables over masks), with batch-means standard errors;
@@ -45,6 +46,7 @@ pub mod constant;
 pub mod dropout;
 pub mod ensemble;
 pub mod lanes;
+mod mask_major;
 pub mod mask_shape;
 pub mod mask_statistics;
 pub mod masks;
@@ -56,7 +58,7 @@ pub mod site;
 pub mod tables;
 
 pub use attention::{AttentionEstimates, FastAttention};
-pub use bits::{BernoulliBits, transpose64};
+pub use bits::{BernoulliBits, transpose64, transpose64_on};
 pub use compact::MaskBits;
 pub use compound::{CompoundEstimates, FastCompound};
 pub use lanes::Xoshiro8;
@@ -66,6 +68,7 @@ pub use power_sums::PowerSums;
 pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
     ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,
+    run_chunks_with_progress,
 };
 pub use site::{FastSite, SiteEstimates, SiteNorm};
 pub use tables::SubsetTables;

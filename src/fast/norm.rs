@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! z_k = m_k x_k / q
-//! M   = (1/d) Σ_k m_k (x_k/q)            one look-up per 8 channels
+//! M   = (1/d) Σ_k m_k (x_k/q)            one look-up per 4 channels
 //! R²  = (1/d) Σ_k m_k (x_k/q)²           (same look-up: two-column tables)
 //! V   = R² − M²
 //! s   = 1/√(V + ε)
@@ -23,8 +23,17 @@
 //! and the per-channel work is one masked sum over *masks* per channel:
 //! masks come 64 at a time, each 64×64 block of bits is transposed so that
 //! one word holds channel `k`'s keep bits across the 64 masks, and the
-//! sums of `s` over every subset of each 8 masks are tabulated, so a channel
-//! costs 8 look-ups per 64 masks instead of 64 conditional adds.
+//! sums of `s` over every subset of each 4 masks are tabulated, so a channel
+//! costs 16 look-ups per 64 masks instead of 64 conditional adds (and the
+//! AVX-512 path makes 8 channels' look-ups with one permute).
+//!
+//! # Layout of a block
+//!
+//! The generator's words are iid Bernoulli(q) bits whatever they are called,
+//! so a block's `64·⌈d/64⌉` words are read *word-major*: word `j` of mask `b`
+//! is `words[64 j + b]`. Then the 64 masks' word `j` are contiguous, which
+//! is what both the per-mask look-ups (8 masks per vector) and the
+//! transpose of block `j` (one contiguous 64×64 bit matrix) want.
 //!
 //! # Standard errors by batch means
 //!
@@ -38,10 +47,10 @@
 //! `E[M]`, `E[V]`, `E[R²]` keep per-draw sums. All arithmetic is `f64` in a
 //! fixed order.
 
-use super::bits::transpose64;
+use super::bits::transpose64_on;
 use super::compact::MaskBits;
 use super::lanes::Xoshiro8;
-use super::run::{ChunkKernel, estimate_from_batches, estimate_from_sums, run_chunks};
+use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_finite_vec};
@@ -148,30 +157,43 @@ impl ChunkKernel for FastNorm {
 
     #[inline(always)]
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        self.chunk_on(Isa::Portable, rng, draws, sums);
+    }
+
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let d = self.d();
         let nw = d.div_ceil(64);
         let inv_d = 1.0 / d as f64;
         let mut lanes = Xoshiro8::from_stream(rng);
+        // 64 masks, word-major: word j of mask b is words[64 j + b].
         let mut words = vec![0u64; 64 * nw];
         let mut scratch = Vec::new();
         let tail = tail_mask(d);
+        let mut per_mask = [[0.0f64; 64]; 2];
         let mut per = [0.0f64; 64];
         let (mut mean, mut var) = ([0.0f64; 64], [0.0f64; 64]);
-        let mut mask_tables = vec![0.0f64; 8 * 256];
-        let mut kept = vec![0.0f64; if self.ln { d } else { 0 }];
+        let mut mask_tables = SubsetTables::new([&per[..]]);
+        let mut kept = [0.0f64; 64];
         let (scalars, channels) = sums.split_at_mut(SCALARS);
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(64);
-            self.bits
-                .fill(&mut lanes, &mut words[..nb * nw], &mut scratch);
-            for mask in words.chunks_exact_mut(nw).take(nb) {
-                mask[nw - 1] &= tail;
+            self.bits.fill(&mut lanes, &mut words, &mut scratch);
+            for w in &mut words[64 * (nw - 1)..] {
+                *w &= tail;
             }
-            for (b, mask) in words.chunks_exact(nw).take(nb).enumerate() {
-                let [sx, sx2] = self.tables.masked_sum(mask);
-                let m = sx * inv_d;
-                let r2 = sx2 * inv_d;
+            if nb < 64 {
+                // Masks past the last draw do not exist: all dropped, so
+                // they add nothing to the per-channel sums.
+                for rows in words.chunks_exact_mut(64) {
+                    rows[nb..].fill(0);
+                }
+            }
+            self.tables.block_sums(isa, &words, &mut per_mask);
+            for b in 0..nb {
+                let m = per_mask[0][b] * inv_d;
+                let r2 = per_mask[1][b] * inv_d;
                 mean[b] = m;
                 var[b] = r2 - m * m;
                 scalars[0] += m;
@@ -194,17 +216,22 @@ impl ChunkKernel for FastNorm {
                 for (&m, &s) in mean.iter().zip(&per).take(nb) {
                     centre += m * s;
                 }
-                masked_sums_over_masks(&words[..nb * nw], nw, &per, &mut mask_tables, &mut kept);
+                mask_tables.refill([&per[..]]);
                 // Block sum of LN_k: (x_k/q)·Σ_{masks keeping k} s − Σ M s;
                 // the channel sums are three contiguous runs of d.
                 let n = nb as f64;
                 let (sum, rest) = channels.split_at_mut(d);
                 let (sum_sq, sum_weighted) = rest.split_at_mut(d);
-                for k in 0..d {
-                    let block = self.scaled[k] * kept[k] - centre;
-                    sum[k] += block;
-                    sum_sq[k] += block * block;
-                    sum_weighted[k] += n * block;
+                for (j, rows) in words.chunks_exact(64).enumerate() {
+                    masked_sums_over_masks(isa, rows, &mask_tables, &mut kept);
+                    let first = 64 * j;
+                    let last = d.min(first + 64);
+                    for (k, &a) in (first..last).zip(&kept) {
+                        let block = self.scaled[k] * a - centre;
+                        sum[k] += block;
+                        sum_sq[k] += block * block;
+                        sum_weighted[k] += n * block;
+                    }
                 }
                 scalars[6] += n * n;
             }
@@ -213,35 +240,21 @@ impl ChunkKernel for FastNorm {
     }
 }
 
-/// For every channel, the sum of `per[b]` over the masks `b` (at most 64,
-/// mask-major in `words`, `nw` words each) that keep it, written to `out`:
-/// transposes each 64×64 block so one word holds a channel's keep bits
-/// across the masks, and reads 8 subset sums per channel.
+/// For each of the 64 channels whose keep bits are word `j` of 64 masks
+/// (`rows[b]` = word `j` of mask `b`, the word-major layout), the sum of
+/// the per-mask values tabulated in `tables` over the masks that keep it,
+/// written to `out`: one 64×64 bit transpose turns the rows into one word
+/// per channel holding its keep bits across the masks, and
+/// [`SubsetTables::block_sums`] over those 64 words reads 16 subset sums
+/// of 4 masks per channel.
 #[inline(always)]
-pub(crate) fn masked_sums_over_masks(
-    words: &[u64],
-    nw: usize,
-    per: &[f64; 64],
-    tables: &mut [f64],
-    out: &mut [f64],
-) {
-    build_mask_tables(per, tables);
-    let masks = words.len() / nw;
+fn masked_sums_over_masks(isa: Isa, rows: &[u64], tables: &SubsetTables<1>, out: &mut [f64; 64]) {
     let mut block = [0u64; 64];
-    for (j, group) in out.chunks_mut(64).enumerate() {
-        for (b, row) in block.iter_mut().enumerate() {
-            *row = if b < masks { words[b * nw + j] } else { 0 };
-        }
-        transpose64(&mut block);
-        for (c, &w) in group.iter_mut().zip(&block) {
-            // Two interleaved partial sums halve the chain of dependent adds.
-            let mut acc = [0.0; 2];
-            for h in 0..8 {
-                acc[h & 1] += tables[h * 256 + ((w >> (8 * h)) & 0xff) as usize];
-            }
-            *c = acc[0] + acc[1];
-        }
-    }
+    block.copy_from_slice(rows);
+    transpose64_on(isa, &mut block);
+    let mut sums = [[0.0; 64]; 1];
+    tables.block_sums(isa, &block, &mut sums);
+    *out = sums[0];
 }
 
 /// The bits of a mask's last word that are units (`units % 64` low bits, or
@@ -253,23 +266,6 @@ pub fn tail_mask(units: usize) -> u64 {
     }
 }
 
-/// Subset sums of the per-mask values over each group of 8 masks, built by
-/// doubling: the entries with highest bit `j` are the entries below `2^j`
-/// plus mask `j`'s value (contiguous, independent additions).
-#[inline(always)]
-fn build_mask_tables(per: &[f64; 64], tables: &mut [f64]) {
-    for (h, t) in tables.chunks_exact_mut(256).enumerate() {
-        t[0] = 0.0;
-        for j in 0..8 {
-            let e = per[8 * h + j];
-            let (low, high) = t.split_at_mut(1 << j);
-            for (dst, src) in high[..1 << j].iter_mut().zip(low.iter()) {
-                *dst = src + e;
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,27 +273,32 @@ mod tests {
     use rand::Rng;
 
     /// Every channel gets the sum of the per-mask values over exactly the
-    /// masks that keep it (50 masks, so a partial block of the transpose).
+    /// masks that keep it, on every instruction-set level (50 masks: rows
+    /// 50-63 are zero, as in a partial block).
     #[test]
     fn channel_sums_add_exactly_the_keeping_masks() {
         let mut rng = stream(8, 0);
-        let nw = 3;
-        let words: Vec<u64> = (0..50 * nw).map(|_| rng.next_u64()).collect();
+        let mut rows = [0u64; 64];
+        for r in rows.iter_mut().take(50) {
+            *r = rng.next_u64();
+        }
         // Integer values: every partial sum is exact, so any order of
         // addition gives the same bits as the direct sum.
         let mut per = [0.0; 64];
         for (i, p) in per.iter_mut().enumerate().take(50) {
             *p = (i * 7 % 11) as f64 + 1.0;
         }
-        let mut tables = vec![0.0; 8 * 256];
-        let mut out = vec![0.0; 150];
-        masked_sums_over_masks(&words, nw, &per, &mut tables, &mut out);
-        for (k, got) in out.iter().enumerate() {
-            let direct: f64 = (0..50)
-                .filter(|&m| words[m * nw + k / 64] >> (k % 64) & 1 == 1)
-                .map(|m| per[m])
-                .sum();
-            assert_eq!(*got, direct, "channel {k}");
+        let tables = SubsetTables::new([&per[..]]);
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            let mut out = [0.0; 64];
+            masked_sums_over_masks(isa, &rows, &tables, &mut out);
+            for (k, got) in out.iter().enumerate() {
+                let direct: f64 = (0..50)
+                    .filter(|&m| rows[m] >> k & 1 == 1)
+                    .map(|m| per[m])
+                    .sum();
+                assert_eq!(*got, direct, "{isa:?} channel {k}");
+            }
         }
     }
 }

@@ -3,11 +3,12 @@
 //!
 //! Exactly as [`crate::engine::estimate`]: the draws are cut into fixed chunks
 //! of [`CHUNK`]; chunk `c` reads only the ChaCha8 stream `(seed, c)`; chunks
-//! run on rayon in blocks of [`BLOCK`] and their sums are added to the total
-//! in chunk order. A kernel's chunk result is a vector of plain `f64` sums
-//! that starts from zero, so the total is the same sequence of additions on
-//! any number of threads: bit-identical results, memory of one block of sum
-//! vectors whatever the sample count.
+//! run on rayon in blocks of [`BLOCK`] (fewer for wide kernels, see
+//! [`block_len`]) and their sums are added to the total in chunk order. A
+//! kernel's chunk result is a vector of plain `f64` sums that starts from
+//! zero, so the total is the same sequence of additions on any number of
+//! threads and any block length: bit-identical results, memory of one block
+//! of sum vectors whatever the sample count.
 
 use rayon::prelude::*;
 
@@ -22,6 +23,17 @@ pub trait ChunkKernel: Sync {
     /// Makes `draws` draws from `rng` and adds their statistics into `sums`
     /// (zeroed by the caller), in a fixed order.
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]);
+
+    /// [`Self::chunk`], told the instruction-set level it is compiled for,
+    /// so that a kernel with explicit vector code can pick it. Must give
+    /// the same bits as `chunk` on every level; `isa` may be one this CPU
+    /// lacks (the kernel then checks [`Isa::available`] and falls back).
+    /// The default ignores `isa`.
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        let _ = isa;
+        self.chunk(rng, draws, sums);
+    }
 }
 
 /// Runs `budget.samples` draws of `kernel` and returns the total sums.
@@ -39,19 +51,46 @@ pub fn run_chunks_on<K: ChunkKernel>(
     budget: Budget,
     isa: Isa,
 ) -> Result<Vec<f64>, Error> {
+    run_chunks_with_progress(kernel, budget, isa, &|_| {})
+}
+
+/// Most bytes of chunk sum vectors held at once by one parallel block
+/// (wide kernels run fewer chunks per block; see [`run_chunks_with_progress`]).
+pub const BLOCK_BYTES: usize = 32 << 20;
+
+/// [`run_chunks_on`], calling `progress(done)` after each parallel block
+/// with the number of draws finished so far (the last call has
+/// `done = budget.samples`), from the calling thread.
+///
+/// A block runs `BLOCK` chunks, or fewer when the kernel is wide: at most
+/// `BLOCK_BYTES / (8 · width)`, but at least two per rayon thread
+/// ([`block_len`]), so that
+/// a run at d = 10^5 with per-channel sums (width ≈ 3·10^5) holds a few tens
+/// of megabytes of chunk results rather than `BLOCK · 8 · width` = 154 MB.
+/// The block length changes only how many chunks run in parallel between
+/// two merges, never the merge itself: chunk `c`'s sums are always added to
+/// the total right after chunk `c − 1`'s, so the bits do not depend on it.
+pub fn run_chunks_with_progress<K: ChunkKernel>(
+    kernel: &K,
+    budget: Budget,
+    isa: Isa,
+    progress: &dyn Fn(u64),
+) -> Result<Vec<f64>, Error> {
     let isa = if isa.available() { isa } else { Isa::Portable };
     let budget = Budget::new(budget.samples, budget.seed)?;
     let chunks = budget.samples.div_ceil(CHUNK);
-    let mut total = vec![0.0; kernel.width()];
+    let width = kernel.width();
+    let block_len = block_len(width, rayon::current_num_threads());
+    let mut total = vec![0.0; width];
     let mut first = 0;
     while first < chunks {
-        let last = (first + BLOCK).min(chunks);
+        let last = (first + block_len).min(chunks);
         let block: Vec<Vec<f64>> = (first..last)
             .into_par_iter()
             .map(|c| {
                 let draws = CHUNK.min(budget.samples - c * CHUNK) as usize;
                 let mut rng = stream(budget.seed, c);
-                let mut sums = vec![0.0; kernel.width()];
+                let mut sums = vec![0.0; width];
                 run_chunk(kernel, isa, &mut rng, draws, &mut sums);
                 sums
             })
@@ -62,8 +101,17 @@ pub fn run_chunks_on<K: ChunkKernel>(
             }
         }
         first = last;
+        progress((last * CHUNK).min(budget.samples));
     }
     Ok(total)
+}
+
+/// Chunks per parallel block for sum vectors of `width` on `threads`
+/// threads: [`BLOCK`], or as many as fit in [`BLOCK_BYTES`], but at least
+/// two per thread.
+pub fn block_len(width: usize, threads: usize) -> u64 {
+    let fits = (BLOCK_BYTES / (8 * width.max(1))).max(2 * threads.max(1));
+    BLOCK.min(fits as u64)
 }
 
 /// Instruction-set levels the kernels are compiled for.
@@ -86,6 +134,7 @@ impl Isa {
             Isa::Avx2 => {
                 std::arch::is_x86_feature_detected!("avx2")
                     && std::arch::is_x86_feature_detected!("bmi2")
+                    && std::arch::is_x86_feature_detected!("popcnt")
             }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
@@ -125,15 +174,15 @@ fn run_chunk<K: ChunkKernel>(
         Isa::Portable => {}
     }
     let _ = isa;
-    kernel.chunk(rng, draws, sums);
+    kernel.chunk_on(Isa::Portable, rng, draws, sums);
 }
 
-// The kernels' `chunk` methods are `#[inline(always)]`, so each wrapper
+// The kernels' `chunk_on` methods are `#[inline(always)]`, so each wrapper
 // gets its own copy compiled with the wrapper's features.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi2,popcnt")]
 unsafe fn chunk_avx2<K: ChunkKernel>(kernel: &K, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
-    kernel.chunk(rng, draws, sums);
+    kernel.chunk_on(Isa::Avx2, rng, draws, sums);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -144,7 +193,7 @@ unsafe fn chunk_avx512<K: ChunkKernel>(
     draws: usize,
     sums: &mut [f64],
 ) {
-    kernel.chunk(rng, draws, sums);
+    kernel.chunk_on(Isa::Avx512, rng, draws, sums);
 }
 
 /// A mean and its standard error from `Σ t`, `Σ t²` over `n` draws:
@@ -209,5 +258,20 @@ pub fn estimate_from_batches(
         stderr,
         n,
         dof,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wide_kernels_run_fewer_chunks_per_block() {
+        assert_eq!(block_len(7 + 3 * 512, 2), BLOCK);
+        // d = 10^5 with per-channel sums: 2.4 MB per chunk, 13 chunks.
+        assert_eq!(block_len(7 + 3 * 100_000, 2), 13);
+        // Never fewer than two per thread, never more than BLOCK.
+        assert_eq!(block_len(1 << 30, 4), 8);
+        assert_eq!(block_len(1, 1000), BLOCK);
     }
 }

@@ -94,7 +94,8 @@
 use super::compact::MaskBits;
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{masked_sums_over_masks, tail_mask};
+use super::mask_major::mask_major_sums_over_masks;
+use super::norm::tail_mask;
 use super::run::{ChunkKernel, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
@@ -450,7 +451,7 @@ impl ChunkKernel for FastSite {
                     offset = 0.0;
                 }
                 for (w, k) in words.chunks_exact(stride).zip(kept.chunks_exact_mut(d)) {
-                    masked_sums_over_masks(&w[..nb * nw], nw, &scale, &mut mask_tables, k);
+                    mask_major_sums_over_masks(&w[..nb * nw], nw, &scale, &mut mask_tables, k);
                 }
                 let n = nb as f64;
                 // Term by term, so each pass is one vector loop over channels
