@@ -131,6 +131,15 @@ pub struct CalibrateArgs {
     /// Only this family.
     #[arg(long)]
     pub family: Option<String>,
+    /// The implementation: `reference` or a mutant of the gallery (`dropmc mutants`).
+    #[arg(long, default_value = crate::verify::REFERENCE_SUBJECT)]
+    pub subject: String,
+    /// Append each finished seed to FILE as a JSON line (header first).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Continue the run journaled in FILE (same options), appending to it.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -561,7 +570,14 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
 }
 
 fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
-    use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate, table};
+    use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate_claims, table};
+    let subject = crate::verify::subject(&args.subject)?;
+    let journal = crate::verify::journal::Mode::from_args(args.out, args.resume)?;
+    let claims = report::select(&Options {
+        seed: None,
+        samples: args.samples,
+        family: args.family.clone(),
+    })?;
     let options = CalibrationOptions {
         seeds: args.seeds,
         first_seed: args.first_seed,
@@ -569,8 +585,8 @@ fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
         family: args.family,
         flag_alpha: KS_FAMILY_ALPHA,
     };
-    let bar = progress::bar(options.seeds, "seeds", args.json);
-    let result = calibrate(&Subject::reference(), &options, |done, _| {
+    let bar = progress::bar(options.seeds * claims.len() as u64, "claims", args.json);
+    let result = calibrate_claims(&claims, &subject, &options, journal.as_ref(), |done, _| {
         bar.set_position(done)
     })?;
     bar.finish_and_clear();
