@@ -85,6 +85,36 @@ pub fn header(command: &str, options: Value) -> Value {
     serde_json::json!({ "journal": command, "version": VERSION, "options": options })
 }
 
+/// What differs between a journal's header and this run's: the options
+/// that differ, with both values.
+fn mismatch(journal: &Value, run: &Value) -> String {
+    let (Some(a), Some(b)) = (journal["options"].as_object(), run["options"].as_object()) else {
+        return format!("not a journal of this command (header {journal})");
+    };
+    if journal["journal"] != run["journal"] || journal["version"] != run["version"] {
+        return format!(
+            "written by {} (version {}), not by {} (version {})",
+            journal["journal"], journal["version"], run["journal"], run["version"]
+        );
+    }
+    let differ: Vec<String> = b
+        .iter()
+        .filter(|(k, v)| a.get(*k) != Some(*v))
+        .map(|(k, v)| {
+            let had = a.get(k).map_or("nothing".to_string(), Value::to_string);
+            format!("{k} (journal {had}, this run {v})")
+        })
+        .collect();
+    format!(
+        "its options differ from this run's: {}",
+        if differ.is_empty() {
+            "the journal has options this run does not".to_string()
+        } else {
+            differ.join("; ")
+        }
+    )
+}
+
 impl Journal {
     /// Opens the journal `mode` names, with `header` as its first line.
     pub fn open(mode: &Mode, header: &Value) -> Result<Journal, Error> {
@@ -121,13 +151,7 @@ impl Journal {
             match serde_json::from_str::<Value>(line) {
                 Ok(value) if line_no == 1 => {
                     if &value != header {
-                        return Err(journal_error(
-                            path,
-                            format!(
-                                "its header does not match this run's options: it has {value}, \
-                                 this run has {header}"
-                            ),
-                        ));
+                        return Err(journal_error(path, mismatch(&value, header)));
                     }
                 }
                 Ok(value) => finished.push(value),
