@@ -188,3 +188,41 @@ fn calibrate_flags_the_claims_a_mutant_breaks() {
     assert_eq!(mean["failure"]["rate"], 1.0, "{mean}");
     assert_eq!(mean["flagged"], true, "{mean}");
 }
+
+#[test]
+fn a_resumed_power_run_ends_with_the_same_bits() {
+    use dropmc::verify::power::{PowerOptions, mutant_candidates, power, power_with};
+    let candidates: Vec<_> = mutant_candidates().into_iter().take(2).collect();
+    let options = PowerOptions {
+        seeds: 2,
+        first_seed: 6400,
+        samples: Some(500),
+        family: Some("dropout".into()),
+    };
+    let whole = temp("power-whole.jsonl");
+    let resumed = temp("power-resumed.jsonl");
+    let plain = serde_json::to_string(&power(&candidates, &options, |_, _| {}).unwrap()).unwrap();
+    let create = Mode::Create(whole.clone());
+    let journaled = power_with(&candidates, &options, Some(&create), |_, _| {}).unwrap();
+    assert_eq!(serde_json::to_string(&journaled).unwrap(), plain);
+    let text = std::fs::read_to_string(&whole).unwrap();
+    // Header plus (reference + 2 candidates) × 2 seeds.
+    assert_eq!(text.lines().count(), 1 + 3 * 2);
+    for keep in [1, 4] {
+        cut(&whole, &resumed, keep);
+        let resume = Mode::Resume(resumed.clone());
+        let again = power_with(&candidates, &options, Some(&resume), |_, _| {}).unwrap();
+        assert_eq!(serde_json::to_string(&again).unwrap(), plain, "keep {keep}");
+        assert_eq!(std::fs::read_to_string(&resumed).unwrap(), text);
+    }
+    let other = PowerOptions {
+        samples: Some(501),
+        ..options.clone()
+    };
+    let resume = Mode::Resume(whole.clone());
+    let err = power_with(&candidates, &other, Some(&resume), |_, _| {}).unwrap_err();
+    assert!(matches!(err, Error::Journal { .. }), "{err:?}");
+    for path in [whole, resumed] {
+        std::fs::remove_file(path).unwrap();
+    }
+}

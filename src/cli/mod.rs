@@ -111,6 +111,12 @@ pub struct PowerArgs {
     /// Only this family (default: the conformance families).
     #[arg(long)]
     pub family: Option<String>,
+    /// Append each finished (subject, seed) run to FILE as a JSON line (header first).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Continue the run journaled in FILE (same options), appending to it.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -624,7 +630,10 @@ fn run_power(args: PowerArgs) -> Result<ExitCode, Error> {
         "runs",
         args.json,
     );
-    let run = power::power(&candidates, &options, |done, _| bar.set_position(done))?;
+    let journal = crate::verify::journal::Mode::from_args(args.out, args.resume)?;
+    let run = power::power_with(&candidates, &options, journal.as_ref(), |done, _| {
+        bar.set_position(done)
+    })?;
     bar.finish_and_clear();
     // The detectable effects are those of the default budget (whole registry).
     let report_options = Options {
