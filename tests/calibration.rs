@@ -204,6 +204,36 @@ fn a_halved_standard_error_is_flagged_by_ks() {
 }
 
 #[test]
+fn a_slightly_wrong_count_is_flagged_by_ks_on_randomized_p_values() {
+    // P(K = k) claimed 2 % too high. The kept count's components are
+    // indicators (scaled counts), so their p-values are the randomized
+    // binomial ones, not the z-test's tied ones. At 20 000 draws component
+    // 4 (P = 0.3241) has SE √(0.3241·0.6759/20000) = 0.0033 and a planted
+    // shift of 0.0065, δ ≈ 1.96 SE: a seed fails only with
+    // Φ(1.96 − 6.47) ≈ 3·10⁻⁶, but the p-values pile up near 0 (P(p ≤
+    // 0.05) = P(|Z + 1.96| ≥ 1.96) = 0.516, so D ≥ 0.46). Level 0.01/9 (one
+    // claim, 7 components, pooled): λ = √(ln(1800)/2) = 1.94, D > 0.19 at K
+    // = 100, against D's sampling SD of about 0.05: a miss needs a 5-SD
+    // fluctuation. No budget spent (power).
+    let planted = Planted {
+        id: "planted.kept_count_2pct_high",
+        analytic_factor: 1.02,
+        ..Planted::budgeted(registered("dropout.kept_count"), 20_000)
+    };
+    let claims: [&dyn Claim; 1] = [&planted];
+    let c = run(&claims, 100, 5400, 0.01);
+    let shown = table(&c);
+    let component = c.claims[0]
+        .components
+        .iter()
+        .find(|x| x.component == 4)
+        .expect("component 4");
+    assert!(component.randomized, "{shown}");
+    assert!(component.flagged, "{shown}");
+    assert!(!c.calibrated(), "{shown}");
+}
+
+#[test]
 fn deterministic_rules_are_explained_not_ks_tested() {
     // No statistical assertion: only the notes are checked (the verdicts of
     // this run are not asserted, so it spends no false-alarm budget).
