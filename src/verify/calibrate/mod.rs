@@ -58,7 +58,7 @@
 //! records alone ([`summarize`]), so a run resumed from its journal ends with
 //! the same bits as one that was not interrupted.
 
-mod lattice;
+pub mod lattice;
 mod summary;
 mod table;
 

@@ -30,6 +30,16 @@
 //! layer). `dropmc power` caps each claim at [`crate::mutants::KILL_SAMPLES`]
 //! draws by default and extrapolates to the default budget conservatively
 //! (see [`PowerRow::at_default_budget`]); `--full` runs the default budget.
+//!
+//! # Journal and resume
+//!
+//! [`power_with`] can append every finished (subject, seed) run to a JSON
+//! Lines journal ([`crate::verify::journal`]) as one [`RunRecord`] (per
+//! claim: failed, errored, draws, each component's z), reference first,
+//! then the candidates in order. Every row is computed from these records
+//! alone, in the same order, so a run resumed with
+//! [`journal::Mode::Resume`] ends with the same bits as one that was not
+//! interrupted.
 
 mod table;
 
