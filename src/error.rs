@@ -37,6 +37,12 @@ pub enum Error {
     },
     /// A command option outside its domain (for example `--seeds 0`).
     InvalidOption { what: String },
+    /// A subject name (`--subject`) that is neither `reference` nor a
+    /// mutant of the gallery; `known` lists the accepted names.
+    UnknownSubject { name: String, known: String },
+    /// A run journal (`--out`, `--resume`) that cannot be written or read,
+    /// or whose header does not match the run's options.
+    Journal { path: String, message: String },
     /// A framework behind an adapter (`candle`, `burn`) returned an error.
     Framework {
         framework: &'static str,
@@ -74,6 +80,10 @@ impl fmt::Display for Error {
                 write!(f, "{what} = {got} is larger than the limit {limit}")
             }
             Error::InvalidOption { what } => write!(f, "invalid option: {what}"),
+            Error::UnknownSubject { name, known } => {
+                write!(f, "unknown subject {name:?}; known subjects: {known}")
+            }
+            Error::Journal { path, message } => write!(f, "journal {path}: {message}"),
             Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
         }
     }

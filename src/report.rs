@@ -74,22 +74,35 @@ pub fn run(subject: &Subject, options: &Options) -> Result<Report, Error> {
 pub fn run_with_progress(
     subject: &Subject,
     options: &Options,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<Report, Error> {
     let claims = select(options)?;
     let seed = options.seed.unwrap_or(DEFAULT_SEED);
-    let mut results = Vec::with_capacity(claims.len());
-    for (i, claim) in claims.iter().enumerate() {
-        let samples = options.samples.unwrap_or(claim.default_samples());
-        let budget = Budget::new(samples, derive_seed(seed, claim.id()))?;
-        results.push(check(*claim, subject, budget));
-        progress(i + 1, claims.len());
-    }
     Ok(Report {
         seed,
         subject: subject.name().to_string(),
-        results,
+        results: run_claims(&claims, subject, seed, options.samples, progress)?,
     })
+}
+
+/// Runs `claims` against `subject` under the run seed `seed` as [`run`]
+/// does (each claim at `samples` draws, or its default budget when `None`),
+/// calling `progress(done, total)` after each claim.
+pub fn run_claims(
+    claims: &[&dyn Claim],
+    subject: &Subject,
+    seed: u64,
+    samples: Option<u64>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<ClaimResult>, Error> {
+    let mut results = Vec::with_capacity(claims.len());
+    for (i, claim) in claims.iter().enumerate() {
+        let n = samples.unwrap_or(claim.default_samples());
+        let budget = Budget::new(n, derive_seed(seed, claim.id()))?;
+        results.push(check(*claim, subject, budget));
+        progress(i + 1, claims.len());
+    }
+    Ok(results)
 }
 
 /// Formats `value ± stderr` with the standard error to two significant
@@ -157,7 +170,8 @@ pub fn format_z(z: f64) -> String {
     }
 }
 
-fn format_p(p: f64) -> String {
+/// A p-value to three decimals, or in scientific notation below 0.001.
+pub(crate) fn format_p(p: f64) -> String {
     if p >= 0.001 {
         format!("{p:.3}")
     } else {

@@ -1,54 +1,236 @@
-//! A reduced calibration run in CI: the dropout family under several seeds
-//! fails nowhere and its p-values are uniform.
+//! Calibration in CI: the dropout family is calibrated across seeds, and a
+//! planted miscalibrated claim is flagged.
 //!
-//! Budget (counted in tests/budget.rs): every component of every dropout
-//! claim once per seed (`SEEDS` runs), plus one KS test per component and
-//! one pooled KS test, each at the per-assertion level.
+//! Budget (counted in tests/budget.rs): the reference check asserts only
+//! that nothing is flagged. Calibration splits its `flag_alpha` over `m` =
+//! claims + components + 1 tests (a failure count per claim, a KS test per
+//! component, the pooled KS), and the check sets `flag_alpha = m · α`, so it
+//! spends `m` assertions at the per-assertion level α: 11 + 41 + 1 = 53 for
+//! the dropout family. The planted-claim tests assert flags on wrong claims
+//! (power, not size) and spend nothing; their miss probabilities are stated
+//! beside them. The notes test asserts no verdict.
 
+use dropmc::claims::{Claim, Kind, Shape, registry};
+use dropmc::engine::Budget;
+use dropmc::error::Error;
+use dropmc::exact::Oracle;
 use dropmc::ops::Subject;
-use dropmc::stats::assertion_alpha;
-use dropmc::verify::calibrate::{CalibrationOptions, calibrate};
+use dropmc::stats::{Estimate, assertion_alpha};
+use dropmc::verify::calibrate::{
+    Calibration, CalibrationOptions, calibrate, calibrate_claims, table,
+};
 
-/// Seeds of the reduced run.
-pub const SEEDS: u64 = 8;
+/// Seeds of the reference check: at least the 11 seeds at which a KS test
+/// at the level 10⁻¹⁰ can flag at all (`dropmc::stats::min_sample_for`).
+pub const SEEDS: u64 = 12;
 
-#[test]
-fn the_dropout_family_is_calibrated_across_seeds() {
-    let components: usize = dropmc::claims::registry()
-        .iter()
-        .filter(|c| c.family() == "dropout")
-        .map(|c| c.analytic().unwrap().len())
-        .sum();
+/// Draws per claim in the reference check, except [`KEPT_COUNT_SAMPLES`].
+const SAMPLES: u64 = 30_000;
+
+/// `dropout.kept_count` tests `P(K = 0) = 0.3⁶ = 7.3·10⁻⁴` with the sample
+/// standard error, whose real size at |z| > 6.47 is 6.5·10⁻⁵ at 3·10⁴ draws
+/// but 3.3·10⁻⁸ at 2·10⁵ (issue 14): at 3·10⁴ two failures among 12 seeds
+/// (which the failure-count test flags at 10⁻¹⁰) would have probability
+/// 66·(6.5·10⁻⁵)² = 3·10⁻⁷, beyond this test's budget; at 2·10⁵ it is
+/// 66·(3.3·10⁻⁸)² = 7·10⁻¹⁴.
+const KEPT_COUNT_SAMPLES: u64 = 200_000;
+
+/// A registry claim with another default budget, and optionally planted
+/// mistakes: a scaled analytic value or a scaled standard error. A planted
+/// claim has no oracle, so it can fail only through its z-tests.
+struct Planted {
+    inner: &'static dyn Claim,
+    samples: u64,
+    id: &'static str,
+    analytic_factor: f64,
+    stderr_factor: f64,
+}
+
+impl Planted {
+    fn budgeted(inner: &'static dyn Claim, samples: u64) -> Self {
+        Planted {
+            inner,
+            samples,
+            id: inner.id(),
+            analytic_factor: 1.0,
+            stderr_factor: 1.0,
+        }
+    }
+
+    fn planted(&self) -> bool {
+        self.analytic_factor != 1.0 || self.stderr_factor != 1.0
+    }
+}
+
+impl Claim for Planted {
+    fn id(&self) -> &'static str {
+        self.id
+    }
+    fn family(&self) -> &'static str {
+        self.inner.family()
+    }
+    fn formula(&self) -> &'static str {
+        self.inner.formula()
+    }
+    fn kind(&self) -> Kind {
+        self.inner.kind()
+    }
+    fn shape(&self) -> Shape {
+        self.inner.shape()
+    }
+    fn default_samples(&self) -> u64 {
+        self.samples
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        let a = self.inner.analytic()?;
+        Ok(a.into_iter().map(|v| v * self.analytic_factor).collect())
+    }
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        if self.planted() {
+            Ok(None)
+        } else {
+            self.inner.oracle()
+        }
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        let e = self.inner.estimate(subject, budget)?;
+        Ok(e.into_iter()
+            .map(|x| Estimate {
+                stderr: x.stderr * self.stderr_factor,
+                ..x
+            })
+            .collect())
+    }
+}
+
+fn registered(id: &str) -> &'static dyn Claim {
+    registry()
+        .into_iter()
+        .find(|c| c.id() == id)
+        .expect("registered")
+}
+
+/// Calibrates `claims` against the reference, each claim at its own
+/// (planted) budget.
+fn run(claims: &[&dyn Claim], seeds: u64, first_seed: u64, flag_alpha: f64) -> Calibration {
     let options = CalibrationOptions {
-        seeds: SEEDS,
-        first_seed: 5000,
-        samples: Some(30_000),
-        family: Some("dropout".into()),
-        // All KS tests together spend the false-alarm budget of
-        // `components + 1` assertions.
-        flag_alpha: assertion_alpha() * (components + 1) as f64,
+        seeds,
+        first_seed,
+        samples: None,
+        family: None,
+        flag_alpha,
     };
-    let c = calibrate(&Subject::reference(), &options, |_, _| {}).unwrap();
-    assert_eq!(c.failed_runs, 0, "{}", dropmc::verify::calibrate::table(&c));
-    assert!(c.calibrated(), "{}", dropmc::verify::calibrate::table(&c));
+    calibrate_claims(claims, &Subject::reference(), &options, None, |_, _| {}).unwrap()
 }
 
 #[test]
-fn a_wrong_standard_error_is_flagged() {
-    // Power, not size: the statistic's estimator is right but a test that
-    // used half the true standard error would put p-values near 0. We
-    // emulate it by checking that the pooled KS of z-scores doubled is
-    // rejected, using the same KS routine the calibration uses.
-    let z: Vec<f64> = (1..=400)
-        .map(|i| {
-            let u = i as f64 / 401.0;
-            let normal = statrs::distribution::Normal::standard();
-            2.0 * statrs::distribution::ContinuousCDF::inverse_cdf(&normal, u)
+fn the_dropout_family_is_calibrated_across_seeds() {
+    let owned: Vec<Planted> = registry()
+        .into_iter()
+        .filter(|c| c.family() == "dropout")
+        .map(|c| {
+            let n = if c.id() == "dropout.kept_count" {
+                KEPT_COUNT_SAMPLES
+            } else {
+                SAMPLES
+            };
+            Planted::budgeted(c, n)
         })
         .collect();
-    let p: Vec<f64> = z.iter().map(|&z| dropmc::stats::two_sided_p(z)).collect();
-    let ks = dropmc::stats::ks_uniform(&p).unwrap();
-    assert!(ks.p_value < assertion_alpha(), "{ks:?}");
+    let claims: Vec<&dyn Claim> = owned.iter().map(|c| c as &dyn Claim).collect();
+    let components: usize = claims.iter().map(|c| c.analytic().unwrap().len()).sum();
+    let m = claims.len() + components + 1;
+    assert_eq!(m, 53, "update the budget comment and tests/budget.rs");
+    let flag_alpha = assertion_alpha() * m as f64;
+    let c = run(&claims, SEEDS, 5000, flag_alpha);
+    let shown = table(&c);
+    // Not statistical: at K = 12 the KS tests can reach the level 10⁻¹⁰.
+    assert_eq!(c.tests, m, "{shown}");
+    assert!(c.ks_skipped.is_none(), "{shown}");
+    assert!(c.claims.iter().all(|x| !x.components.is_empty()), "{shown}");
+    // The one statistical assertion: nothing flagged.
+    assert!(c.calibrated(), "{shown}");
+}
+
+#[test]
+fn a_wrong_analytic_value_is_flagged_at_two_seeds() {
+    // Var z = x² p instead of x² p / q. At 20 000 draws the unit x = 3 has
+    // the true Var 3.857 against the planted 2.700; the per-draw statistic
+    // (z − z')²/2 ∈ {0, 9.18} with P = 2pq = 0.42 has SD 4.53, SE 0.032, so
+    // z ≈ 36 under every seed: the claim fails both seeds with probability
+    // 1 − Φ(6.47 − 36)² ≈ 1. Two failures of two have binomial tail
+    // (5·10⁻¹⁰)² < 10⁻¹⁸, below any level. No budget spent (power).
+    let planted = Planted {
+        id: "planted.variance_without_q",
+        analytic_factor: 1.0 - 0.3,
+        ..Planted::budgeted(registered("dropout.variance"), 20_000)
+    };
+    let claims: [&dyn Claim; 1] = [&planted];
+    let c = run(&claims, 2, 5200, 0.01);
+    let shown = table(&c);
+    let claim = &c.claims[0];
+    assert_eq!(claim.failure.failures, 2, "{shown}");
+    assert!(claim.failure.flagged && claim.flagged, "{shown}");
+    assert!(!c.calibrated(), "{shown}");
+    assert!(c.ks_skipped.is_some(), "{shown}");
+    assert!(
+        shown.contains("NOT calibrated: 1 flagged: planted.variance_without_q"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_halved_standard_error_is_flagged_by_ks() {
+    // E[S] tested with half its standard error: z ~ N(0, 4), so the
+    // p-values have CDF P(|Z| ≥ Φ⁻¹(1 − t/2)/2); at t = 0.2 that is
+    // P(|Z| ≥ 0.64) = 0.522, so D ≥ 0.32. The claim fails a seed only with
+    // P(|Z| > 3.23) = 1.2·10⁻³, which the failure count cannot tell from
+    // noise at 200 seeds; the KS test can. Level 0.01/3 (one claim, one
+    // component, pooled): λ = √(ln(600)/2) = 1.79, i.e. D > 1.79/14.27 =
+    // 0.125 at K = 200, while D's sampling SD is about 0.5/√200 = 0.035:
+    // a miss needs a 5-SD fluctuation. No budget spent (power).
+    let planted = Planted {
+        id: "planted.sum_mean_half_se",
+        stderr_factor: 0.5,
+        ..Planted::budgeted(registered("dropout.sum_mean"), 2_000)
+    };
+    let claims: [&dyn Claim; 1] = [&planted];
+    let c = run(&claims, 200, 5300, 0.01);
+    let shown = table(&c);
+    let claim = &c.claims[0];
+    assert!(!claim.components[0].randomized, "{shown}");
+    assert!(claim.components[0].flagged, "{shown}");
+    assert!(!c.calibrated(), "{shown}");
+}
+
+#[test]
+fn a_slightly_wrong_count_is_flagged_by_ks_on_randomized_p_values() {
+    // P(K = k) claimed 2 % too high. The kept count's components are
+    // indicators (scaled counts), so their p-values are the randomized
+    // binomial ones, not the z-test's tied ones. At 20 000 draws component
+    // 4 (P = 0.3241) has SE √(0.3241·0.6759/20000) = 0.0033 and a planted
+    // shift of 0.0065, δ ≈ 1.96 SE: a seed fails only with
+    // Φ(1.96 − 6.47) ≈ 3·10⁻⁶, but the p-values pile up near 0 (P(p ≤
+    // 0.05) = P(|Z + 1.96| ≥ 1.96) = 0.516, so D ≥ 0.46). Level 0.01/9 (one
+    // claim, 7 components, pooled): λ = √(ln(1800)/2) = 1.94, D > 0.19 at K
+    // = 100, against D's sampling SD of about 0.05: a miss needs a 5-SD
+    // fluctuation. No budget spent (power).
+    let planted = Planted {
+        id: "planted.kept_count_2pct_high",
+        analytic_factor: 1.02,
+        ..Planted::budgeted(registered("dropout.kept_count"), 20_000)
+    };
+    let claims: [&dyn Claim; 1] = [&planted];
+    let c = run(&claims, 100, 5400, 0.01);
+    let shown = table(&c);
+    let component = c.claims[0]
+        .components
+        .iter()
+        .find(|x| x.component == 4)
+        .expect("component 4");
+    assert!(component.randomized, "{shown}");
+    assert!(component.flagged, "{shown}");
+    assert!(!c.calibrated(), "{shown}");
 }
 
 #[test]
@@ -69,7 +251,6 @@ fn deterministic_rules_are_explained_not_ks_tested() {
         .find(|x| x.id == "semantics.eval_identity")
         .expect("registered");
     assert!(rule.components.is_empty(), "{rule:?}");
-    assert!(!rule.flagged);
     assert!(
         rule.note
             .as_deref()

@@ -125,6 +125,12 @@ pub struct PowerArgs {
     /// Only this family (default: the conformance families).
     #[arg(long)]
     pub family: Option<String>,
+    /// Append each finished (subject, seed) run to FILE as a JSON line (header first).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Continue the run journaled in FILE (same options), appending to it.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -145,6 +151,15 @@ pub struct CalibrateArgs {
     /// Only this family.
     #[arg(long)]
     pub family: Option<String>,
+    /// The implementation: `reference` or a mutant of the gallery (`dropmc mutants`).
+    #[arg(long, default_value = crate::verify::REFERENCE_SUBJECT)]
+    pub subject: String,
+    /// Append each finished seed to FILE as a JSON line (header first).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Continue the run journaled in FILE (same options), appending to it.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<std::path::PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -602,7 +617,14 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
 }
 
 fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
-    use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate, table};
+    use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate_claims, table};
+    let subject = crate::verify::subject(&args.subject)?;
+    let journal = crate::verify::journal::Mode::from_args(args.out, args.resume)?;
+    let claims = report::select(&Options {
+        seed: None,
+        samples: args.samples,
+        family: args.family.clone(),
+    })?;
     let options = CalibrationOptions {
         seeds: args.seeds,
         first_seed: args.first_seed,
@@ -610,8 +632,8 @@ fn run_calibrate(args: CalibrateArgs) -> Result<ExitCode, Error> {
         family: args.family,
         flag_alpha: KS_FAMILY_ALPHA,
     };
-    let bar = progress::bar(options.seeds, "seeds", args.json);
-    let result = calibrate(&Subject::reference(), &options, |done, _| {
+    let bar = progress::bar(options.seeds * claims.len() as u64, "claims", args.json);
+    let result = calibrate_claims(&claims, &subject, &options, journal.as_ref(), |done, _| {
         bar.set_position(done)
     })?;
     bar.finish_and_clear();
@@ -649,7 +671,10 @@ fn run_power(args: PowerArgs) -> Result<ExitCode, Error> {
         "runs",
         args.json,
     );
-    let run = power::power(&candidates, &options, |done, _| bar.set_position(done))?;
+    let journal = crate::verify::journal::Mode::from_args(args.out, args.resume)?;
+    let run = power::power_with(&candidates, &options, journal.as_ref(), |done, _| {
+        bar.set_position(done)
+    })?;
     bar.finish_and_clear();
     // The detectable effects are those of the default budget (whole registry).
     let report_options = Options {

@@ -30,17 +30,31 @@
 //! layer). `dropmc power` caps each claim at [`crate::mutants::KILL_SAMPLES`]
 //! draws by default and extrapolates to the default budget conservatively
 //! (see [`PowerRow::at_default_budget`]); `--full` runs the default budget.
+//!
+//! # Journal and resume
+//!
+//! [`power_with`] can append every finished (subject, seed) run to a JSON
+//! Lines journal ([`crate::verify::journal`]) as one [`RunRecord`] (per
+//! claim: failed, errored, draws, each component's z), reference first,
+//! then the candidates in order. Every row is computed from these records
+//! alone, in the same order, so a run resumed with
+//! [`journal::Mode::Resume`] ends with the same bits as one that was not
+//! interrupted.
 
-use serde::Serialize;
+mod table;
+
+pub use table::{DetectableEffect, detectable_effects, effects_table, table};
+
+use serde::{Deserialize, Serialize};
 use statrs::distribution::DiscreteCDF;
 
-use crate::claims::{Claim, ClaimResult, Verdict, check};
+use crate::claims::{Claim, Verdict, check};
 use crate::conformance;
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
-use crate::report;
 use crate::stats::critical_z;
+use crate::verify::journal::{self, Journal};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -170,84 +184,113 @@ fn selected_claims(options: &PowerOptions) -> Vec<&'static dyn Claim> {
         .collect()
 }
 
+/// One claim under one seed, as the journal keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimOutcome {
+    pub id: String,
+    pub failed: bool,
+    pub errored: bool,
+    pub samples: u64,
+    /// Each component's z; a violated deterministic rule's `±∞` is written
+    /// as `±10⁶` (what the effect-size power uses, and finite for JSON).
+    pub z: Vec<f64>,
+}
+
+/// One candidate under one seed: a journal line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub subject: String,
+    pub seed: u64,
+    pub claims: Vec<ClaimOutcome>,
+}
+
 /// One seed's results of every selected claim against `layer`.
 fn run_once(
-    layer: &dyn DropoutLayer,
+    candidate: &Candidate,
     claims: &[&'static dyn Claim],
     seed: u64,
     samples: Option<u64>,
-) -> Result<Vec<ClaimResult>, Error> {
-    let subject = Subject::with_dropout(layer);
+) -> Result<RunRecord, Error> {
+    let subject = Subject::with_dropout(candidate.layer);
     let options = conformance::Options {
         seed,
         samples,
         ..conformance::Options::default()
     };
-    claims
-        .iter()
-        .map(|&claim| {
-            let budget = Budget::new(
-                conformance::samples_for(claim, &options),
-                derive_seed(seed, claim.id()),
-            )?;
-            Ok(check(claim, &subject, budget))
+    let outcome = |claim: &dyn Claim| -> Result<ClaimOutcome, Error> {
+        let budget = Budget::new(
+            conformance::samples_for(claim, &options),
+            derive_seed(seed, claim.id()),
+        )?;
+        let r = check(claim, &subject, budget);
+        Ok(ClaimOutcome {
+            id: r.id.to_string(),
+            failed: r.verdict == Verdict::Fail,
+            errored: r.error.is_some(),
+            samples: r.samples,
+            z: r.tests
+                .iter()
+                .map(|t| {
+                    if t.z.is_finite() {
+                        t.z
+                    } else {
+                        t.z.signum() * 1e6
+                    }
+                })
+                .collect(),
         })
-        .collect()
+    };
+    Ok(RunRecord {
+        subject: candidate.name.clone(),
+        seed,
+        claims: claims
+            .iter()
+            .map(|&c| outcome(c))
+            .collect::<Result<_, _>>()?,
+    })
 }
 
-/// Measures one candidate over the seeds, ignoring the claims in `unusable`.
+/// One candidate's row from its runs (one per seed), ignoring the claims in
+/// `unusable`.
 fn measure(
     candidate: &Candidate,
     claims: &[&'static dyn Claim],
     unusable: &[&'static str],
-    options: &PowerOptions,
-    mut tick: impl FnMut(),
-) -> Result<PowerRow, Error> {
+    runs: &[RunRecord],
+) -> PowerRow {
     let mut detections = 0;
     let mut killed: Vec<(String, u64)> = Vec::new();
     // Sum of z per (claim, component), and the draws behind it.
     let mut z_sums: Vec<Vec<f64>> = vec![Vec::new(); claims.len()];
     let mut scale: Vec<f64> = vec![1.0; claims.len()];
     let mut errored = false;
-    for i in 0..options.seeds {
-        let results = run_once(
-            candidate.layer,
-            claims,
-            options.first_seed + i,
-            options.samples,
-        )?;
+    for run in runs {
         let mut detected = false;
-        for (c, r) in results.iter().enumerate() {
-            if unusable.contains(&r.id) {
+        for (c, r) in run.claims.iter().enumerate() {
+            if unusable.contains(&r.id.as_str()) {
                 continue;
             }
-            errored |= r.error.is_some();
+            errored |= r.errored;
             if z_sums[c].is_empty() {
-                z_sums[c] = vec![0.0; r.tests.len()];
+                z_sums[c] = vec![0.0; r.z.len()];
             }
             scale[c] = (claims[c].default_samples() as f64 / r.samples.max(1) as f64)
                 .sqrt()
                 .max(1.0);
-            for (sum, t) in z_sums[c].iter_mut().zip(&r.tests) {
-                // A violated deterministic rule has z = ±inf.
-                *sum += if t.z.is_finite() {
-                    t.z
-                } else {
-                    t.z.signum() * 1e6
-                };
+            for (sum, z) in z_sums[c].iter_mut().zip(&r.z) {
+                *sum += z;
             }
-            if r.verdict == Verdict::Fail {
+            if r.failed {
                 detected = true;
-                match killed.iter_mut().find(|(id, _)| id == r.id) {
+                match killed.iter_mut().find(|(id, _)| *id == r.id) {
                     Some((_, n)) => *n += 1,
-                    None => killed.push((r.id.to_string(), 1)),
+                    None => killed.push((r.id.clone(), 1)),
                 }
             }
         }
         detections += u64::from(detected);
-        tick();
     }
-    let seeds = options.seeds as f64;
+    let seeds = runs.len() as f64;
     let power_at = |scaled: bool| {
         if errored {
             return 1.0; // a claim that cannot even be evaluated fails under every seed
@@ -272,17 +315,17 @@ fn measure(
             .product();
         1.0 - miss
     };
-    Ok(PowerRow {
+    PowerRow {
         subject: candidate.name.clone(),
         equivalent: candidate.equivalent.is_some(),
-        seeds: options.seeds,
+        seeds: runs.len() as u64,
         detections,
         empirical: detections as f64 / seeds,
-        empirical_lower_95: clopper_pearson_lower(detections, options.seeds),
+        empirical_lower_95: clopper_pearson_lower(detections, runs.len() as u64),
         from_effect: power_at(false),
         at_default_budget: power_at(true),
         killed_by: killed,
-    })
+    }
 }
 
 /// Measures the power of the selected claims against each candidate, after
@@ -291,6 +334,39 @@ fn measure(
 pub fn power(
     candidates: &[Candidate],
     options: &PowerOptions,
+    progress: impl FnMut(u64, u64),
+) -> Result<PowerRun, Error> {
+    power_with(candidates, options, None, progress)
+}
+
+/// The journal header of a power run: options, candidates and claims.
+fn header(
+    all: &[&Candidate],
+    claims: &[&'static dyn Claim],
+    options: &PowerOptions,
+) -> serde_json::Value {
+    journal::header(
+        "dropmc power",
+        serde_json::json!({
+            "seeds": options.seeds,
+            "first_seed": options.first_seed,
+            "samples": options.samples,
+            "family": options.family,
+            "subjects": all.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            "claims": claims.iter().map(|c| c.id()).collect::<Vec<_>>(),
+        }),
+    )
+}
+
+/// [`power`], writing each finished (candidate, seed) run to the journal
+/// `journal` names (reference first, then the candidates in order, seeds in
+/// order) and, with [`journal::Mode::Resume`], first reading the runs it
+/// already holds. The result is a function of the runs alone, so a resumed
+/// run ends with the same bits as one that was not interrupted.
+pub fn power_with(
+    candidates: &[Candidate],
+    options: &PowerOptions,
+    journal: Option<&journal::Mode>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PowerRun, Error> {
     if options.seeds == 0 {
@@ -307,26 +383,67 @@ pub fn power(
             ),
         });
     }
-    let total = options.seeds * (candidates.len() as u64 + 1);
-    let mut done = 0;
     let reference = Candidate::new(&crate::ops::InvertedDropout);
-    let mut reference_row = measure(&reference, &claims, &[], options, || {
-        done += 1;
-        progress(done, total);
-    })?;
+    let all: Vec<&Candidate> = std::iter::once(&reference).chain(candidates).collect();
+    let mut journal = journal
+        .map(|mode| Journal::open(mode, &header(&all, &claims, options)))
+        .transpose()?;
+    let finished = journal
+        .as_mut()
+        .map(Journal::take_finished)
+        .unwrap_or_default();
+    let total = options.seeds * all.len() as u64;
+    if finished.len() as u64 > total {
+        return Err(Error::InvalidOption {
+            what: format!(
+                "the journal holds {} runs, more than this run's {total}",
+                finished.len()
+            ),
+        });
+    }
+    let mut finished = finished.into_iter().enumerate();
+    let mut runs: Vec<Vec<RunRecord>> = Vec::with_capacity(all.len());
+    for (index, candidate) in all.iter().enumerate() {
+        let mut own = Vec::with_capacity(options.seeds as usize);
+        for i in 0..options.seeds {
+            let seed = options.first_seed + i;
+            let record = match (finished.next(), journal.as_mut()) {
+                (Some((k, value)), Some(j)) => {
+                    let record: RunRecord =
+                        serde_json::from_value(value).map_err(|e| j.bad_record(k, e))?;
+                    if record.subject != candidate.name || record.seed != seed {
+                        return Err(j.bad_record(
+                            k,
+                            format!("expected subject {} under seed {seed}", candidate.name),
+                        ));
+                    }
+                    record
+                }
+                (_, j) => {
+                    let record = run_once(candidate, &claims, seed, options.samples)?;
+                    if let Some(j) = j {
+                        j.append(&record)?;
+                    }
+                    record
+                }
+            };
+            own.push(record);
+            progress(index as u64 * options.seeds + i + 1, total);
+        }
+        runs.push(own);
+    }
+    let mut reference_row = measure(&reference, &claims, &[], &runs[0]);
     reference_row.subject = "reference (false alarms)".into();
     let unusable: Vec<&'static str> = claims
         .iter()
         .map(|c| c.id())
         .filter(|id| reference_row.killed_by.iter().any(|(k, _)| k == id))
         .collect();
-    let mut rows = Vec::new();
-    for candidate in candidates {
-        rows.push(measure(candidate, &claims, &unusable, options, || {
-            done += 1;
-            progress(done, total);
-        })?);
-    }
+    let rows = all[1..]
+        .iter()
+        .zip(&runs[1..])
+        .map(|(candidate, own)| measure(candidate, &claims, &unusable, own))
+        .collect();
     Ok(PowerRun {
         samples_cap: options.samples,
         claims: claims.iter().map(|c| c.id()).collect(),
@@ -334,157 +451,6 @@ pub fn power(
         rows,
         unusable,
     })
-}
-
-/// The power table: the reference's false-alarm row, then every candidate.
-pub fn table(run: &PowerRun) -> String {
-    let rows: Vec<&PowerRow> = std::iter::once(&run.reference).chain(&run.rows).collect();
-    let width = rows
-        .iter()
-        .map(|r| r.subject.len())
-        .max()
-        .unwrap_or(7)
-        .max(7);
-    let budget = run
-        .samples_cap
-        .map_or("each claim's default budget".to_string(), |n| {
-            format!("at most {n} draws per claim")
-        });
-    let mut out = format!(
-        "power of the {} conformance claims ({budget}; seeds {}):\n",
-        run.claims.len(),
-        run.reference.seeds
-    );
-    out.push_str(&format!(
-        "{:width$}  {:>9}  {:>13}  {:>12}  {:>14}  killed by (seeds)\n",
-        "subject", "detected", "95% lower bnd", "from effect", "default budget"
-    ));
-    for r in rows {
-        let killers: Vec<String> = r
-            .killed_by
-            .iter()
-            .map(|(id, n)| format!("{id} ({n})"))
-            .collect();
-        let (effect, default) = if r.equivalent {
-            ("equivalent".to_string(), "-".to_string())
-        } else {
-            (
-                format_power(r.from_effect),
-                format_power(r.at_default_budget),
-            )
-        };
-        out.push_str(&format!(
-            "{:width$}  {:>4}/{:<4}  {:>13.3}  {:>12}  {:>14}  {}\n",
-            r.subject,
-            r.detections,
-            r.seeds,
-            r.empirical_lower_95,
-            effect,
-            default,
-            killers.join(", ")
-        ));
-    }
-    if !run.unusable.is_empty() {
-        out.push_str(&format!(
-            "Left out (the reference fails them at this cap; see `conformance::Options::samples`): {}\n",
-            run.unusable.join(", ")
-        ));
-    }
-    let live = run.rows.iter().filter(|r| !r.equivalent).count();
-    let weak = run.below(0.999);
-    out.push_str(&format!(
-        "{} of {live} non-equivalent candidates caught with power >= 0.999 at the default budget{}\n",
-        live - weak.len(),
-        if weak.is_empty() {
-            ".".to_string()
-        } else {
-            format!(
-                "; below: {}",
-                weak.iter().map(|r| r.subject.as_str()).collect::<Vec<_>>().join(", ")
-            )
-        }
-    ));
-    out
-}
-
-fn format_power(p: f64) -> String {
-    if p >= 1.0 - 1e-12 {
-        "> 1 - 1e-12".into()
-    } else if p > 0.999 {
-        format!("1 - {:.1e}", 1.0 - p)
-    } else {
-        format!("{p:.4}")
-    }
-}
-
-/// A claim's minimum detectable effect at one budget.
-#[derive(Debug, Clone, Serialize)]
-pub struct DetectableEffect {
-    pub claim: &'static str,
-    pub samples: u64,
-    /// The component with the smallest relative MDE.
-    pub component: usize,
-    pub mde: f64,
-    /// `mde / |target|` for that component (`None` when the target is 0).
-    pub relative: Option<f64>,
-}
-
-/// Minimum detectable effects of every claim in a report (most sensitive
-/// component of each).
-pub fn detectable_effects(report: &report::Report) -> Vec<DetectableEffect> {
-    report
-        .results
-        .iter()
-        .filter(|r| !r.tests.is_empty())
-        .map(|r| {
-            let relative = |k: usize| {
-                let t = r.target[k].abs();
-                (t > 0.0 && r.tests[k].mde > 0.0).then(|| r.tests[k].mde / t)
-            };
-            let component = (0..r.tests.len())
-                .min_by(|&a, &b| {
-                    let (ra, rb) = (
-                        relative(a).unwrap_or(f64::INFINITY),
-                        relative(b).unwrap_or(f64::INFINITY),
-                    );
-                    ra.total_cmp(&rb)
-                })
-                .unwrap_or(0);
-            DetectableEffect {
-                claim: r.id,
-                samples: r.samples,
-                component,
-                mde: r.tests[component].mde,
-                relative: relative(component),
-            }
-        })
-        .collect()
-}
-
-/// The detectable-effect table.
-pub fn effects_table(effects: &[DetectableEffect]) -> String {
-    let width = effects
-        .iter()
-        .map(|e| e.claim.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let mut out = format!(
-        "{:width$}  {:>9}  {:>4}  {:>10}  {:>9}\n",
-        "claim", "samples", "[k]", "MDE", "MDE/|x|"
-    );
-    for e in effects {
-        out.push_str(&format!(
-            "{:width$}  {:>9}  {:>4}  {:>10.3e}  {:>9}\n",
-            e.claim,
-            e.samples,
-            e.component,
-            e.mde,
-            e.relative
-                .map_or("-".into(), |r| format!("{:.3}%", 100.0 * r))
-        ));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,207 @@
+//! From the per-seed records to the calibration: the failure-count test,
+//! the per-component p-values and KS tests, the pooled KS test (the module
+//! docs of [`super`] derive each).
+
+use serde::Serialize;
+use statrs::distribution::{Binomial, DiscreteCDF};
+
+use super::{
+    Calibration, CalibrationOptions, ClaimCalibration, ComponentCalibration, ComponentRecord,
+    SeedRecord, lattice,
+};
+use crate::claims::Claim;
+use crate::stats::{FAMILY_ALPHA, assertion_alpha, ks_uniform, min_sample_for};
+
+/// The failure-count test of one claim (module docs, test 1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FailureTest {
+    /// Seeds under which the claim failed, F.
+    pub failures: u64,
+    /// `F / K`.
+    pub rate: f64,
+    /// Bound on the per-seed failure probability under H0, `k · α`.
+    pub alpha: f64,
+    /// `P(Binomial(K, alpha) ≥ F)`.
+    pub p_value: f64,
+    /// The smallest `F` this test flags at its level (`None`: none up to K).
+    pub threshold: Option<u64>,
+    pub flagged: bool,
+}
+
+impl FailureTest {
+    /// The test of `failures` out of `seeds` at per-seed bound `alpha`.
+    pub fn new(failures: u64, seeds: u64, alpha: f64, level: f64) -> Self {
+        let tail = |f: u64| -> f64 {
+            if f == 0 {
+                1.0
+            } else if alpha <= 0.0 {
+                0.0
+            } else {
+                Binomial::new(alpha.min(1.0), seeds).map_or(1.0, |b| b.sf(f - 1))
+            }
+        };
+        let p_value = tail(failures);
+        FailureTest {
+            failures,
+            rate: failures as f64 / seeds.max(1) as f64,
+            alpha,
+            p_value,
+            threshold: (1..=seeds).find(|&f| tail(f) < level),
+            flagged: p_value < level,
+        }
+    }
+}
+
+/// The calibration computed from the per-seed records alone (module docs).
+pub fn summarize(
+    records: &[SeedRecord],
+    claims: &[&dyn Claim],
+    options: &CalibrationOptions,
+    subject: &str,
+) -> Calibration {
+    let seeds = records.len() as u64;
+    let width = |c: usize| {
+        records
+            .iter()
+            .map(|r| r.claims[c].components.len())
+            .max()
+            .unwrap_or(0)
+    };
+    let tests = claims.len() + (0..claims.len()).map(width).sum::<usize>() + 1;
+    let level = options.flag_alpha / tests as f64;
+    let ks_min_seeds = min_sample_for(level);
+    let ks_can_flag = |n: usize| ks_min_seeds.is_some_and(|m| n >= m);
+    let mut pooled_values = Vec::new();
+    let mut out = Vec::with_capacity(claims.len());
+    for (c, claim) in claims.iter().enumerate() {
+        let failures = records.iter().filter(|r| r.claims[c].failed).count() as u64;
+        let failure = FailureTest::new(failures, seeds, width(c) as f64 * assertion_alpha(), level);
+        let mut components = Vec::new();
+        let mut constant = 0;
+        for k in 0..width(c) {
+            let seen: Vec<(u64, &ComponentRecord)> = records
+                .iter()
+                .filter_map(|r| r.claims[c].components.get(k).map(|x| (r.seed, x)))
+                .collect();
+            if seen.iter().all(|(_, x)| x.stderr == 0.0) {
+                constant += 1;
+                continue;
+            }
+            let (values, randomized) = component_p_values(&seen, claim.id(), k);
+            pooled_values.extend_from_slice(&values);
+            let ks = if ks_can_flag(values.len()) {
+                ks_uniform(&values)
+            } else {
+                None
+            };
+            let flagged = ks.is_some_and(|t| t.p_value < level);
+            components.push(ComponentCalibration {
+                component: k,
+                p_values: values.len(),
+                randomized,
+                ks,
+                flagged,
+            });
+        }
+        let flagged = failure.flagged || components.iter().any(|x| x.flagged);
+        out.push(ClaimCalibration {
+            id: claim.id().to_string(),
+            kind: claim.kind().label(),
+            note: note(&components, constant),
+            failure,
+            components,
+            flagged,
+            constant_components: constant,
+        });
+    }
+    let pooled = if ks_can_flag(pooled_values.len()) {
+        ks_uniform(&pooled_values)
+    } else {
+        None
+    };
+    let ks_skipped = (!ks_can_flag(seeds as usize)).then(|| {
+        format!(
+            "per-component KS skipped: at K = {seeds} seeds its smallest attainable p-value \
+             ({:.1e}, at D = 1) is not below the level {level:.1e}; it can flag from K = {} on",
+            crate::stats::smallest_p_value(seeds as usize),
+            ks_min_seeds.map_or("(never)".to_string(), |m| m.to_string())
+        )
+    });
+    let below = pooled_values.iter().filter(|&&p| p < 0.05).count();
+    Calibration {
+        subject: subject.to_string(),
+        seeds,
+        first_seed: options.first_seed,
+        family_alpha: FAMILY_ALPHA,
+        flag_alpha: options.flag_alpha,
+        tests,
+        flag_level: level,
+        ks_min_seeds,
+        ks_skipped,
+        failed_runs: records
+            .iter()
+            .filter(|r| r.claims.iter().any(|c| c.failed))
+            .count() as u64,
+        expected_failed_runs: FAMILY_ALPHA * seeds as f64,
+        fraction_below_5_percent: below as f64 / pooled_values.len().max(1) as f64,
+        pooled_flagged: pooled.is_some_and(|t| t.p_value < level),
+        pooled,
+        claims: out,
+    }
+}
+
+/// One component's p-values across seeds: randomized binomial ones for a
+/// scaled count, else the z-test's (from the seeds with spread).
+fn component_p_values(seen: &[(u64, &ComponentRecord)], id: &str, k: usize) -> (Vec<f64>, bool) {
+    let observation = |x: &ComponentRecord| lattice::Observation {
+        value: x.value,
+        stderr: x.stderr,
+        n: x.n,
+    };
+    let observations: Vec<_> = seen.iter().map(|(_, x)| observation(x)).collect();
+    if let Some(a) = lattice::scale(&observations) {
+        let randomized: Option<Vec<f64>> = seen
+            .iter()
+            .map(|&(seed, x)| {
+                lattice::p_value(&observation(x), a, x.target, lattice::uniform(seed, id, k))
+            })
+            .collect();
+        if let Some(values) = randomized {
+            return (values, true);
+        }
+    }
+    let values = seen
+        .iter()
+        .filter(|(_, x)| x.stderr > 0.0)
+        .map(|(_, x)| x.p)
+        .collect();
+    (values, false)
+}
+
+/// Why some of a claim's p-values are special, if any are.
+fn note(components: &[ComponentCalibration], constant: usize) -> Option<String> {
+    let mut notes = Vec::new();
+    if components.is_empty() && constant > 0 {
+        notes.push(
+            "no spread under any seed (a deterministic rule's violation count, or constant \
+             outputs): no p-values; judged by its failure count"
+                .to_string(),
+        );
+    } else if constant > 0 {
+        notes.push(format!(
+            "{constant} component(s) without spread (a constant estimate): no p-value"
+        ));
+    }
+    let randomized: Vec<String> = components
+        .iter()
+        .filter(|x| x.randomized)
+        .map(|x| x.component.to_string())
+        .collect();
+    if !randomized.is_empty() {
+        notes.push(format!(
+            "component(s) {}: a scaled count (two-valued statistic), randomized binomial p-values",
+            randomized.join(", ")
+        ));
+    }
+    (!notes.is_empty()).then(|| notes.join("; "))
+}

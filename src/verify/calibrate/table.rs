@@ -1,0 +1,116 @@
+//! The calibration as a readable table.
+
+use super::Calibration;
+use crate::report::format_p;
+
+/// The calibration as a readable table: one row per claim with its failure
+/// count and rate, the failure test's p-value and threshold, the smallest
+/// per-component KS p-value, and the flag.
+pub fn table(c: &Calibration) -> String {
+    let mut out = format!(
+        "subject {}, {} seeds ({}..{}): {} failing runs (the whole suite expects at most {:.1e} \
+         at family alpha {:.0e})\n",
+        c.subject,
+        c.seeds,
+        c.first_seed,
+        (c.first_seed + c.seeds).saturating_sub(1),
+        c.failed_runs,
+        c.expected_failed_runs,
+        c.family_alpha
+    );
+    out.push_str(&format!(
+        "flag level {:.1e} per test ({:.0e} over {} tests: a failure count per claim, a KS per \
+         component, the pooled KS)\n",
+        c.flag_level, c.flag_alpha, c.tests
+    ));
+    match &c.pooled {
+        Some(t) => out.push_str(&format!(
+            "pooled p-values: n = {}, KS D = {:.4}, p = {}; {:.2} % below 0.05 (5 % expected){}\n",
+            t.n,
+            t.d,
+            format_p(t.p_value),
+            100.0 * c.fraction_below_5_percent,
+            if c.pooled_flagged {
+                "  NON-UNIFORM"
+            } else {
+                ""
+            }
+        )),
+        None => out.push_str("pooled KS skipped: too few p-values to reach the level\n"),
+    }
+    if let Some(skip) = &c.ks_skipped {
+        out.push_str(&format!("{skip}\n"));
+    }
+    out.push('\n');
+    let width = c
+        .claims
+        .iter()
+        .map(|x| x.id.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    out.push_str(&format!(
+        "{:width$}  {:13}  {:>9}  {:>6}  {:>8}  {:>7}  {:>9}  flag\n",
+        "claim", "kind", "failures", "rate", "fail p", "flag at", "min KS p"
+    ));
+    for claim in &c.claims {
+        let f = &claim.failure;
+        let min_ks = claim
+            .components
+            .iter()
+            .filter_map(|x| x.ks.map(|t| t.p_value))
+            .reduce(f64::min)
+            .map_or_else(
+                || {
+                    if claim.components.is_empty() {
+                        "-".to_string()
+                    } else {
+                        "skipped".to_string()
+                    }
+                },
+                format_p,
+            );
+        let flag = match (f.flagged, claim.components.iter().any(|x| x.flagged)) {
+            (true, true) => "FAILS TOO OFTEN, NON-UNIFORM",
+            (true, false) => "FAILS TOO OFTEN",
+            (false, true) => "NON-UNIFORM",
+            (false, false) => "ok",
+        };
+        out.push_str(&format!(
+            "{:width$}  {:13}  {:>4}/{:<4}  {:>6.3}  {:>8}  {:>7}  {:>9}  {flag}\n",
+            claim.id,
+            claim.kind,
+            f.failures,
+            c.seeds,
+            f.rate,
+            format_p(f.p_value),
+            f.threshold.map_or("-".to_string(), |t| format!("F>={t}")),
+            min_ks,
+        ));
+        if let Some(note) = &claim.note {
+            out.push_str(&format!("{:width$}    note: {note}\n", ""));
+        }
+    }
+    let flagged = c.flagged();
+    out.push_str(&format!(
+        "\n{}\n",
+        if c.calibrated() {
+            "calibrated: no claim fails more often than its level allows, every tested p-value \
+             distribution uniform"
+                .to_string()
+        } else if flagged.is_empty() {
+            "NOT calibrated: the pooled p-values are not uniform".to_string()
+        } else {
+            format!(
+                "NOT calibrated: {} flagged: {}",
+                flagged.len(),
+                flagged
+                    .iter()
+                    .map(|x| x.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
+    ));
+    out
+}

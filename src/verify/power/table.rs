@@ -1,0 +1,157 @@
+//! The power run and the detectable effects as tables.
+
+use serde::Serialize;
+
+use super::{PowerRow, PowerRun};
+use crate::report;
+
+/// The power table: the reference's false-alarm row, then every candidate.
+pub fn table(run: &PowerRun) -> String {
+    let rows: Vec<&PowerRow> = std::iter::once(&run.reference).chain(&run.rows).collect();
+    let width = rows
+        .iter()
+        .map(|r| r.subject.len())
+        .max()
+        .unwrap_or(7)
+        .max(7);
+    let budget = run
+        .samples_cap
+        .map_or("each claim's default budget".to_string(), |n| {
+            format!("at most {n} draws per claim")
+        });
+    let mut out = format!(
+        "power of the {} conformance claims ({budget}; seeds {}):\n",
+        run.claims.len(),
+        run.reference.seeds
+    );
+    out.push_str(&format!(
+        "{:width$}  {:>9}  {:>13}  {:>12}  {:>14}  killed by (seeds)\n",
+        "subject", "detected", "95% lower bnd", "from effect", "default budget"
+    ));
+    for r in rows {
+        let killers: Vec<String> = r
+            .killed_by
+            .iter()
+            .map(|(id, n)| format!("{id} ({n})"))
+            .collect();
+        let (effect, default) = if r.equivalent {
+            ("equivalent".to_string(), "-".to_string())
+        } else {
+            (
+                format_power(r.from_effect),
+                format_power(r.at_default_budget),
+            )
+        };
+        out.push_str(&format!(
+            "{:width$}  {:>4}/{:<4}  {:>13.3}  {:>12}  {:>14}  {}\n",
+            r.subject,
+            r.detections,
+            r.seeds,
+            r.empirical_lower_95,
+            effect,
+            default,
+            killers.join(", ")
+        ));
+    }
+    if !run.unusable.is_empty() {
+        out.push_str(&format!(
+            "Left out (the reference fails them at this cap; see `conformance::Options::samples`): {}\n",
+            run.unusable.join(", ")
+        ));
+    }
+    let live = run.rows.iter().filter(|r| !r.equivalent).count();
+    let weak = run.below(0.999);
+    out.push_str(&format!(
+        "{} of {live} non-equivalent candidates caught with power >= 0.999 at the default budget{}\n",
+        live - weak.len(),
+        if weak.is_empty() {
+            ".".to_string()
+        } else {
+            format!(
+                "; below: {}",
+                weak.iter().map(|r| r.subject.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        }
+    ));
+    out
+}
+
+fn format_power(p: f64) -> String {
+    if p >= 1.0 - 1e-12 {
+        "> 1 - 1e-12".into()
+    } else if p > 0.999 {
+        format!("1 - {:.1e}", 1.0 - p)
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+/// A claim's minimum detectable effect at one budget.
+#[derive(Debug, Clone, Serialize)]
+pub struct DetectableEffect {
+    pub claim: &'static str,
+    pub samples: u64,
+    /// The component with the smallest relative MDE.
+    pub component: usize,
+    pub mde: f64,
+    /// `mde / |target|` for that component (`None` when the target is 0).
+    pub relative: Option<f64>,
+}
+
+/// Minimum detectable effects of every claim in a report (most sensitive
+/// component of each).
+pub fn detectable_effects(report: &report::Report) -> Vec<DetectableEffect> {
+    report
+        .results
+        .iter()
+        .filter(|r| !r.tests.is_empty())
+        .map(|r| {
+            let relative = |k: usize| {
+                let t = r.target[k].abs();
+                (t > 0.0 && r.tests[k].mde > 0.0).then(|| r.tests[k].mde / t)
+            };
+            let component = (0..r.tests.len())
+                .min_by(|&a, &b| {
+                    let (ra, rb) = (
+                        relative(a).unwrap_or(f64::INFINITY),
+                        relative(b).unwrap_or(f64::INFINITY),
+                    );
+                    ra.total_cmp(&rb)
+                })
+                .unwrap_or(0);
+            DetectableEffect {
+                claim: r.id,
+                samples: r.samples,
+                component,
+                mde: r.tests[component].mde,
+                relative: relative(component),
+            }
+        })
+        .collect()
+}
+
+/// The detectable-effect table.
+pub fn effects_table(effects: &[DetectableEffect]) -> String {
+    let width = effects
+        .iter()
+        .map(|e| e.claim.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let mut out = format!(
+        "{:width$}  {:>9}  {:>4}  {:>10}  {:>9}\n",
+        "claim", "samples", "[k]", "MDE", "MDE/|x|"
+    );
+    for e in effects {
+        out.push_str(&format!(
+            "{:width$}  {:>9}  {:>4}  {:>10.3e}  {:>9}\n",
+            e.claim,
+            e.samples,
+            e.component,
+            e.mde,
+            e.relative
+                .map_or("-".into(), |r| format!("{:.3}%", 100.0 * r))
+        ));
+    }
+    out
+}
