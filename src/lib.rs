@@ -73,6 +73,7 @@ pub mod plot;
 pub mod report;
 pub mod stack;
 pub mod stats;
+pub mod tolerance;
 pub mod verify;
 
 pub use error::Error;

@@ -30,9 +30,18 @@ pub struct Report {
 }
 
 impl Report {
-    /// True when every claim passed.
+    /// True when no claim failed (an inconclusive claim, below its
+    /// minimum budget, is not a failure).
     pub fn passed(&self) -> bool {
-        self.results.iter().all(|r| r.verdict == Verdict::Pass)
+        self.failures() == 0
+    }
+
+    /// Number of claims below their minimum budget.
+    pub fn inconclusive(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.verdict == Verdict::Inconclusive)
+            .count()
     }
 
     /// Number of claims that failed.
@@ -191,9 +200,15 @@ pub fn table(report: &Report) -> String {
             out.push('\n');
         }
     }
-    let passed = report.results.len() - report.failures();
+    let inconclusive = report.inconclusive();
+    let passed = report.results.len() - report.failures() - inconclusive;
+    let below = if inconclusive > 0 {
+        format!(", {inconclusive} inconclusive (below their minimum budget)")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "\n{passed} of {} claims pass (subject: {}, seed {}).\n",
+        "\n{passed} of {} claims pass{below} (subject: {}, seed {}).\n",
         report.results.len(),
         report.subject,
         report.seed
@@ -210,6 +225,11 @@ pub fn table(report: &Report) -> String {
             ));
         }
     }
+    for r in &report.results {
+        if let Some(reason) = r.inconclusive_reason() {
+            out.push_str(&format!("{}: {reason}\n", r.id));
+        }
+    }
     for r in report.results.iter().filter(|r| r.error.is_some()) {
         out.push_str(&format!(
             "{}: {}\n",
@@ -223,9 +243,11 @@ pub fn table(report: &Report) -> String {
 /// How to read the numbers: the family rate and the critical value.
 pub fn fine_print() -> String {
     format!(
-        "Each component is a two-sided z-test at alpha = {:.0e} (family alpha {:.0e} split by \
-         Bonferroni over at most {} assertions; |z| > {:.2} fails). Vector claims show their \
-         largest-|z| component [k]. MDE: the smallest deviation detected with power 0.8.\n",
+        "Each component is a two-sided test at alpha = {:.0e} (family alpha {:.0e} split by \
+         Bonferroni over at most {} assertions): Student-t at the standard error's degrees of \
+         freedom for means (|z| > {:.2} in the normal limit fails), exact binomial for counts \
+         (z is the normal score of the exact p). Vector claims show their largest-|z| component \
+         [k]. MDE: the smallest deviation detected with power 0.8.\n",
         assertion_alpha(),
         FAMILY_ALPHA,
         SUITE_ASSERTION_BUDGET,
@@ -242,6 +264,7 @@ fn row(r: &ClaimResult) -> [String; 9] {
     let verdict = match r.verdict {
         Verdict::Pass => "pass",
         Verdict::Fail => "FAIL",
+        Verdict::Inconclusive => "inconclusive",
     };
     let Some(k) = r.worst() else {
         return [
@@ -305,7 +328,9 @@ pub fn to_json(report: &Report) -> Value {
                 "z": column(&|k| r.tests[k].z),
                 "p_value": column(&|k| r.tests[k].p_value),
                 "mde": column(&|k| r.tests[k].mde),
-                "verdict": if r.verdict == Verdict::Pass { "pass" } else { "fail" },
+                "verdict": r.verdict.label(),
+                "test": r.statistic.label(),
+                "min_samples": r.min_samples,
                 "error": r.error,
                 "note": r.note,
             })

@@ -209,7 +209,8 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         BnClaim {
             id: "batchnorm.running_stats",
             formula: "E[rm_t], E[rv_t] = (1-m)^t (0, 1) + (1-(1-m)^t) (mu_k, Var z_k)",
-            samples: 20_000,
+            // At least the default mean test's minimum budget (37 490).
+            samples: 40_000,
             analytic: || {
                 let r = rate()?;
                 let mut v = per_channel(|m, _| Ok(f::ema_expectation(STEPS, MOMENTUM, 0.0, m)))?;
@@ -236,7 +237,8 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
         BnClaim {
             id: "batchnorm.fold_buffers",
             formula: "E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
-            samples: 20_000,
+            // At least the default mean test's minimum budget (37 490).
+            samples: 40_000,
             analytic: || {
                 let r = rate()?;
                 per_channel(|m, s| {

@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::exact::Oracle;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject};
+use crate::stats::Statistic;
 
 /// The input, `d = 6`.
 pub const X: [f64; 6] = [0.8, -0.4, 1.2, 0.3, -1.0, 0.6];
@@ -63,6 +64,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || Ok(vec![0.0]),
             oracle: Some(|| {
                 let (gap, rounding) = f::enumerated_gap(&X, rate()?, affine)?;
@@ -84,6 +86,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || convex_gap(relu),
             oracle: None,
             estimate: |s, b| {
@@ -99,6 +102,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || convex_gap(f::log_sum_exp),
             oracle: None,
             estimate: |s, b| {

@@ -18,6 +18,7 @@ use crate::engine::Stream;
 use crate::error::Error;
 use crate::formulas::semantics as f;
 use crate::ops::{CountingRng, Rate, Subject};
+use crate::stats::Statistic;
 
 /// Drop rate of the semantics claims.
 pub const P: f64 = 0.3;
@@ -172,6 +173,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "eval: [bits of z differing from x, generator draws] = [0, 0]",
             shape: Shape::Vector,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0, 0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 2, eval_identity),
@@ -182,6 +184,9 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "d=64, p=0.3: #kept / d = q (binomial test)",
             shape: Shape::Scalar,
             samples: 100_000,
+            statistic: Statistic::Indicator {
+                trials: KEEP_D as u64,
+            },
             analytic: || Ok(vec![Rate::new(P)?.q()]),
             oracle: None,
             estimate: |s, b| sample_means(s, b, 1, keep_fraction),
@@ -192,6 +197,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "kept z_k = x_k / q bit for bit, dropped z_k = 0: 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, survivors),
@@ -202,6 +208,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "backward = g m / q with the forward's mask (2 roundings): 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, backward_mask),
@@ -212,6 +219,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "backward = central difference of the replayed masked forward: 0 violations",
             shape: Shape::Scalar,
             samples: 5_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, finite_difference),
@@ -222,6 +230,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, p_zero),
@@ -232,6 +241,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
             shape: Shape::Scalar,
             samples: 64,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, rate_rule),

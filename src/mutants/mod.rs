@@ -33,7 +33,6 @@ pub use power::rejection_power;
 use rand::{Rng, RngExt};
 use serde::Serialize;
 
-use crate::claims::Verdict;
 use crate::conformance::{self, Options};
 use crate::error::{Error, check_len};
 use crate::ops::{DropoutLayer, InvertedDropout, MaskShape, Rate, default_positions};
@@ -326,7 +325,10 @@ pub struct KillMatrix {
 /// mutant. A claim kills a mutant when it fails on the mutant and passes on
 /// the reference at the same budget and seed.
 pub fn kill_matrix(options: &Options) -> Result<KillMatrix, Error> {
-    let unusable = conformance::run(&REFERENCE, options)?.failed();
+    // A kill is a rejection at the per-assertion critical value; below a
+    // claim's minimum budget its size is not controlled, which the
+    // reference's own rejections (unusable claims) guard against.
+    let unusable = conformance::run(&REFERENCE, options)?.rejected();
     let rows = gallery()
         .into_iter()
         .map(|m| {
@@ -334,7 +336,7 @@ pub fn kill_matrix(options: &Options) -> Result<KillMatrix, Error> {
             let kills = run
                 .verdicts
                 .iter()
-                .filter(|v| v.verdict == Verdict::Fail && !unusable.contains(&v.id))
+                .filter(|v| v.result.rejected() && !unusable.contains(&v.id))
                 .map(|v| Kill {
                     claim: v.id,
                     z: v.z,

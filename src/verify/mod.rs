@@ -4,3 +4,4 @@
 pub mod calibrate;
 pub mod perturb;
 pub mod power;
+pub mod size;
