@@ -1,9 +1,12 @@
 //! A reduced calibration run in CI: the dropout family under several seeds
 //! fails nowhere and its p-values are uniform.
 //!
-//! Budget (counted in tests/budget.rs): every component of every dropout
-//! claim once per seed (`SEEDS` runs), plus one KS test per component and
-//! one pooled KS test, each at the per-assertion level.
+//! Budget (recorded by `tests/common`, summed by `tests/zz_budget.rs`):
+//! every component of every dropout claim once per seed (`SEEDS` runs), at
+//! its test's size, plus one KS test per component and one pooled KS test,
+//! each at the per-assertion level.
+
+mod common;
 
 use dropmc::ops::Subject;
 use dropmc::stats::assertion_alpha;
@@ -28,6 +31,13 @@ fn the_dropout_family_is_calibrated_across_seeds() {
         // `components + 1` assertions.
         flag_alpha: assertion_alpha() * (components + 1) as f64,
     };
+    for claim in dropmc::claims::registry() {
+        if claim.family() == "dropout" {
+            let n = claim.analytic().unwrap().len() as u64;
+            common::record(SEEDS * n, claim.statistic().size_factor());
+        }
+    }
+    common::record(components as u64 + 1, 1.0);
     let c = calibrate(&Subject::reference(), &options, |_, _| {}).unwrap();
     assert_eq!(c.failed_runs, 0, "{}", dropmc::verify::calibrate::table(&c));
     assert!(c.calibrated(), "{}", dropmc::verify::calibrate::table(&c));

@@ -18,6 +18,6 @@ pub use statistic::{
     DEFAULT_SKEWNESS, MEAN_SIZE_FACTOR, Statistic, mean_min_samples, two_point_skewness,
 };
 pub use ztest::{
-    NORMAL_DOF, ZTest, critical_value, exact_agreement, minimum_detectable_effect,
-    rejection_probability, two_sided_p, two_sided_t_p, z_test,
+    NORMAL_DOF, ZTest, critical_value, critical_value_at, exact_agreement,
+    minimum_detectable_effect, rejection_probability, two_sided_p, two_sided_t_p, z_test,
 };

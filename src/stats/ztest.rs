@@ -93,15 +93,22 @@ pub fn two_sided_t_p(t: f64, dof: f64) -> f64 {
 /// Two-sided critical value of Student-t with `dof` degrees of freedom at
 /// [`assertion_alpha`] (∞ below one degree of freedom: no test is possible).
 pub fn critical_value(dof: f64) -> f64 {
-    if dof.is_nan() || dof < 1.0 {
+    critical_value_at(assertion_alpha(), dof)
+}
+
+/// Two-sided critical value of Student-t with `dof` degrees of freedom at
+/// level `alpha` (a one-sided test at level `a` uses `alpha = 2a`).
+pub fn critical_value_at(alpha: f64, dof: f64) -> f64 {
+    if dof.is_nan() || dof < 1.0 || !(alpha > 0.0 && alpha < 1.0) {
         return f64::INFINITY;
     }
+    let normal = Normal::standard().inverse_cdf(1.0 - alpha / 2.0);
     if dof > NORMAL_DOF {
-        return critical_z();
+        return normal;
     }
-    let target = assertion_alpha().ln();
+    let target = alpha.ln();
     let excess = |t: f64| two_sided_t_p(t, dof).ln() - target;
-    let mut lo = critical_z();
+    let mut lo = normal;
     let mut hi = 2.0 * lo;
     while excess(hi) > 0.0 {
         lo = hi;
