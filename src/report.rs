@@ -214,7 +214,11 @@ pub fn table(report: &Report) -> String {
         report.seed
     ));
     out.push_str(&fine_print());
-    let notes: Vec<&ClaimResult> = report.results.iter().filter(|r| r.note.is_some()).collect();
+    let (notes, other_notes): (Vec<&ClaimResult>, Vec<&ClaimResult>) = report
+        .results
+        .iter()
+        .filter(|r| r.note.is_some())
+        .partition(|r| r.kind != crate::claims::Kind::Exact);
     if !notes.is_empty() {
         out.push_str("Leading-order claims are z-tested against the exact oracle; their gap (mean_k |closed form - exact|) is measured, with d = 16…4096 on the grouped oracle:\n");
         for r in notes {
@@ -224,6 +228,13 @@ pub fn table(report: &Report) -> String {
                 r.note.as_deref().unwrap_or_default()
             ));
         }
+    }
+    for r in other_notes {
+        out.push_str(&format!(
+            "{}: {}\n",
+            r.id,
+            r.note.as_deref().unwrap_or_default()
+        ));
     }
     for r in &report.results {
         if let Some(reason) = r.inconclusive_reason() {

@@ -212,7 +212,7 @@ fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutC
 
 fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
     for (o, v) in out.iter_mut().zip(z) {
-        *o = v.powi(r);
+        *o = crate::formulas::ipow(*v, r.max(0) as u32);
     }
 }
 

@@ -119,6 +119,13 @@ pub trait Claim: Sync {
     fn min_samples(&self) -> u64 {
         self.statistic().min_samples()
     }
+    /// The note for a run on `subject` (by default [`note`](Claim::note));
+    /// a claim that can say something about the subject itself (which
+    /// rounding its layer uses, say) overrides this.
+    fn note_on(&self, subject: &Subject) -> Option<String> {
+        let _ = subject;
+        self.note()
+    }
     /// A line the report prints under the table (for example a
     /// leading-order claim's measured gap and its slope in `d`).
     fn note(&self) -> Option<String> {

@@ -167,7 +167,7 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         min_samples: claim.min_samples(),
         verdict: Verdict::Fail,
         error: None,
-        note: claim.note(),
+        note: claim.note_on(subject),
     };
     if let Err(message) = fill(claim, subject, budget, &mut result) {
         result.error = Some(message);
