@@ -116,12 +116,22 @@ fn explained(e: &Error) -> bool {
         match e {
             Error::Empty { .. } => c.vectors.iter().any(|v| v.is_empty()),
             Error::NonFinite { index, value, .. } => {
-                !value.is_finite()
-                    && (c
-                        .vectors
+                // An input holding that value, or an overflow of a derived
+                // quantity (a sum or square of the inputs): possible once
+                // some input exceeds √f64::MAX / 12 ≈ 1.1e153 (12 terms at
+                // most), charged from 1e150.
+                let overflow = value.is_infinite()
+                    && c.vectors
                         .iter()
-                        .any(|v| v.get(*index).is_some_and(|x| same(*x, *value)))
-                        || c.scalars.iter().chain(&c.rates).any(|x| same(*x, *value)))
+                        .flatten()
+                        .chain(&c.scalars)
+                        .any(|x| x.abs() > 1e150);
+                let held = c
+                    .vectors
+                    .iter()
+                    .any(|v| v.get(*index).is_some_and(|x| same(*x, *value)))
+                    || c.scalars.iter().chain(&c.rates).any(|x| same(*x, *value));
+                !value.is_finite() && (overflow || held)
             }
             Error::LengthMismatch { .. } => c
                 .vectors

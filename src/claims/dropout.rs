@@ -13,6 +13,7 @@ use crate::exact::{Oracle, enumerate_masks, unit_expectation};
 use crate::formulas::dropout as f;
 use crate::ops::{Rate, Subject};
 use crate::stats::{Estimate, Statistic, two_point_skewness};
+use crate::tolerance;
 
 /// The per-unit configuration: mixed signs, a zero unit (whose output must
 /// be exactly zero) and a large one.
@@ -171,11 +172,24 @@ fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
     x.iter().map(|&a| g(a)).collect()
 }
 
+/// Roundings of the per-unit oracle `q · g(a/q) + p · g(0)` for the raw
+/// moments `g(z) = z^r`, `r ≤ 4`: the division `a/q` (1), the power (at most
+/// 3 multiplications, [`crate::formulas::ipow`]-style), the product by `q`
+/// (1); `g(0) = 0`, so `p · g(0)` and the addition are exact. A chain of 5
+/// roundings, charged as 6: relative error `γ_6` (Higham, Lemma 3.1).
+const UNIT_ORACLE_ROUNDINGS: f64 = 6.0;
+
+/// Roundings of the per-unit variance oracle `m2 − m1²`: `m2` carries `γ_6`,
+/// `m1²` twice `m1`'s `γ_6` plus its own rounding, and the subtraction one
+/// more; every term is at most `|m2|` (`m1² ≤ m2`), so the sum is at most
+/// `(6 + 12 + 1 + 1) u |m2| = γ_20 |m2|` to first order.
+const UNIT_VARIANCE_ROUNDINGS: f64 = 20.0;
+
 fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
     let values = per_unit(x, |a| unit_expectation(a, rate, &g));
     let rounding = values
         .iter()
-        .map(|v| 8.0 * f64::EPSILON * v.abs())
+        .map(|v| tolerance::bound(UNIT_ORACLE_ROUNDINGS, *v))
         .collect();
     Oracle { values, rounding }
 }
@@ -311,7 +325,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                 let rounding = m2
                     .values
                     .iter()
-                    .map(|v| 16.0 * f64::EPSILON * v.abs())
+                    .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
                     .collect();
                 Ok(Oracle { values, rounding })
             }),
