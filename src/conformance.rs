@@ -113,6 +113,16 @@ impl Conformance {
         self.verdicts.iter().all(|v| v.verdict == Verdict::Pass)
     }
 
+    /// The ids of the claims whose test rejects at any budget (a failure,
+    /// or an inconclusive claim whose rejection is below its minimum budget).
+    pub fn rejected(&self) -> Vec<&'static str> {
+        self.verdicts
+            .iter()
+            .filter(|v| v.result.rejected())
+            .map(|v| v.id)
+            .collect()
+    }
+
     /// The ids of the failed claims.
     pub fn failed(&self) -> Vec<&'static str> {
         self.verdicts
@@ -183,6 +193,7 @@ pub fn table(run: &Conformance) -> String {
         let verdict = match v.verdict {
             Verdict::Pass => "pass",
             Verdict::Fail => "FAIL",
+            Verdict::Inconclusive => "inconclusive",
         };
         let detail = match (v.z, &v.error) {
             (_, Some(e)) => format!("error: {e}"),

@@ -74,6 +74,7 @@ pub mod report;
 pub mod stack;
 pub mod stats;
 pub mod table;
+pub mod tolerance;
 pub mod verify;
 
 pub use error::Error;

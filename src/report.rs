@@ -30,9 +30,18 @@ pub struct Report {
 }
 
 impl Report {
-    /// True when every claim passed.
+    /// True when no claim failed (an inconclusive claim, below its
+    /// minimum budget, is not a failure).
     pub fn passed(&self) -> bool {
-        self.results.iter().all(|r| r.verdict == Verdict::Pass)
+        self.failures() == 0
+    }
+
+    /// Number of claims below their minimum budget.
+    pub fn inconclusive(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.verdict == Verdict::Inconclusive)
+            .count()
     }
 
     /// Number of claims that failed.
@@ -213,15 +222,25 @@ pub fn table(report: &Report) -> String {
             out.push('\n');
         }
     }
-    let passed = report.results.len() - report.failures();
+    let inconclusive = report.inconclusive();
+    let passed = report.results.len() - report.failures() - inconclusive;
+    let below = if inconclusive > 0 {
+        format!(", {inconclusive} inconclusive (below their minimum budget)")
+    } else {
+        String::new()
+    };
     out.push_str(&format!(
-        "\n{passed} of {} claims pass (subject: {}, seed {}).\n",
+        "\n{passed} of {} claims pass{below} (subject: {}, seed {}).\n",
         report.results.len(),
         report.subject,
         report.seed
     ));
     out.push_str(&fine_print());
-    let notes: Vec<&ClaimResult> = report.results.iter().filter(|r| r.note.is_some()).collect();
+    let (notes, other_notes): (Vec<&ClaimResult>, Vec<&ClaimResult>) = report
+        .results
+        .iter()
+        .filter(|r| r.note.is_some())
+        .partition(|r| r.kind != crate::claims::Kind::Exact);
     if !notes.is_empty() {
         out.push_str("Leading-order claims are z-tested against the exact oracle; their gap (mean_k |closed form - exact|) is measured, with d = 16…4096 on the grouped oracle:\n");
         for r in notes {
@@ -231,6 +250,18 @@ pub fn table(report: &Report) -> String {
                 r.note.as_deref().unwrap_or_default(),
                 resolution(r).unwrap_or_default()
             ));
+        }
+    }
+    for r in other_notes {
+        out.push_str(&format!(
+            "{}: {}\n",
+            r.id,
+            r.note.as_deref().unwrap_or_default()
+        ));
+    }
+    for r in &report.results {
+        if let Some(reason) = r.inconclusive_reason() {
+            out.push_str(&format!("{}: {reason}\n", r.id));
         }
     }
     for r in report.results.iter().filter(|r| r.error.is_some()) {
@@ -246,9 +277,11 @@ pub fn table(report: &Report) -> String {
 /// How to read the numbers: the family rate and the critical value.
 pub fn fine_print() -> String {
     format!(
-        "Each component is a two-sided z-test at alpha = {:.0e} (family alpha {:.0e} split by \
-         Bonferroni over at most {} assertions; |z| > {:.2} fails). Vector claims show their \
-         largest-|z| component [k]. MDE: the smallest deviation detected with power 0.8.\n",
+        "Each component is a two-sided test at alpha = {:.0e} (family alpha {:.0e} split by \
+         Bonferroni over at most {} assertions): Student-t at the standard error's degrees of \
+         freedom for means (|z| > {:.2} in the normal limit fails), exact binomial for counts \
+         (z is the normal score of the exact p). Vector claims show their largest-|z| component \
+         [k]. MDE: the smallest deviation detected with power 0.8.\n",
         assertion_alpha(),
         FAMILY_ALPHA,
         SUITE_ASSERTION_BUDGET,
@@ -265,6 +298,7 @@ fn row(r: &ClaimResult) -> [String; 9] {
     let verdict = match r.verdict {
         Verdict::Pass => "pass",
         Verdict::Fail => "FAIL",
+        Verdict::Inconclusive => "inconclusive",
     };
     let Some(k) = r.worst() else {
         return [
@@ -365,7 +399,9 @@ pub fn to_json(report: &Report) -> Value {
                 "z": column(&|k| r.tests[k].z),
                 "p_value": column(&|k| r.tests[k].p_value),
                 "mde": column(&|k| r.tests[k].mde),
-                "verdict": if r.verdict == Verdict::Pass { "pass" } else { "fail" },
+                "verdict": r.verdict.label(),
+                "test": r.statistic.label(),
+                "min_samples": r.min_samples,
                 "error": r.error,
                 "note": r.note,
                 "gap_over_mde": gap_over_mde(r).map(|g| shaped(r.shape, &g)),

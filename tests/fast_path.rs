@@ -2,7 +2,9 @@
 //! sampler, and with itself on any number of threads.
 //!
 //! Every statistical assertion here is a two-sided z-test at the suite's
-//! per-assertion level (`critical_z()`), counted in `tests/budget.rs`.
+//! per-assertion level (Student-t at each estimate's degrees of freedom, exact
+//! binomial for bit counts), recorded by `tests/common` and summed by
+//! `tests/zz_budget.rs`.
 
 mod common;
 
@@ -13,7 +15,7 @@ use dropmc::fast::{
     ReferenceAttention, ReferenceNorm, SiteNorm, Xoshiro8, run_chunks_with_progress,
 };
 use dropmc::ops::{LayerNorm, Rate, RmsNorm, Site};
-use dropmc::stats::{Estimate, critical_z, z_test};
+use dropmc::stats::{Estimate, z_test};
 
 const EPS: f64 = 1e-5;
 
@@ -24,21 +26,7 @@ fn input(d: usize, shift: f64) -> Vec<f64> {
         .collect()
 }
 
-fn assert_z(what: &str, estimate: Estimate, target: f64) {
-    let t = z_test(estimate, target);
-    assert!(
-        !t.rejected,
-        "{what}: estimate {estimate:?} vs target {target}: z = {}",
-        t.z
-    );
-}
-
-/// Two independent estimates of the same expectation.
-fn assert_same(what: &str, a: Estimate, b: Estimate) {
-    let se = (a.stderr * a.stderr + b.stderr * b.stderr).sqrt();
-    let z = (a.value - b.value) / se;
-    assert!(z.abs() <= critical_z(), "{what}: {a:?} vs {b:?}: z = {z}");
-}
+use common::{assert_consistent as assert_z, assert_same};
 
 /// μ, σ² (population), mean x², computed here by two passes.
 fn moments(x: &[f64]) -> (f64, f64, f64) {
@@ -137,11 +125,13 @@ fn fast_layernorm_matches_full_enumeration() {
         let excess = central4 / (var * var) - 3.0;
         let sd = var * (2.0 / (blocks - 1.0) + excess / (64.0 * blocks)).sqrt();
         let estimated = e.ln[k].stderr.powi(2) * n as f64;
-        let z = (estimated - var) / sd;
-        assert!(
-            z.abs() <= critical_z(),
-            "Var LN_{k}: batch means {estimated} vs exact {var}: z = {z}"
-        );
+        let variance = Estimate {
+            value: estimated,
+            stderr: sd,
+            n: blocks as u64,
+            dof: blocks - 1.0,
+        };
+        assert_z(&format!("Var LN_{k}: batch means vs exact"), variance, var);
     }
 }
 
@@ -208,7 +198,7 @@ fn fast_attention_matches_the_formulas_and_the_reference() {
     assert_same("E[o]", fast.output, slow.output);
 }
 
-/// 8 assertions: the fraction of 1 bits is q (binomial z-test), for q with
+/// 8 assertions: the fraction of 1 bits is q (exact binomial test), for q with
 /// one digit, a short and a long expansion, and a repeating one, by the plain
 /// walk (`BernoulliBits`) and by the compacting generator (`MaskBits`).
 #[test]
@@ -231,15 +221,7 @@ fn bernoulli_bits_keep_with_probability_q() {
 }
 
 fn assert_fraction(what: &str, ones: u64, words: usize, q: f64) {
-    let n = words as u64 * 64;
-    let se = (q * (1.0 - q) / n as f64).sqrt();
-    let estimate = Estimate {
-        value: ones as f64 / n as f64,
-        stderr: se,
-        n,
-        dof: dropmc::stats::per_draw_dof(n),
-    };
-    assert_z(what, estimate, q);
+    common::assert_count(what, ones, words as u64 * 64, q);
 }
 
 /// The site kernels every determinism test runs: a bypass site before

@@ -6,11 +6,12 @@
 //! The two estimates read independent streams (different seeds), so each
 //! component is a two-sided z-test of their difference,
 //! `z = (a − b)/√(se_a² + se_b²)`, at the suite's per-assertion level
-//! (`critical_z()`). Statistical assertions, counted in `tests/budget.rs`:
+//! (`common::assert_same`: Student-t at the smaller dof). Statistical
+//! assertions, recorded by `tests/common` and summed by `tests/zz_budget.rs`:
 //!
 //! * `every_claim_estimate_agrees_with_the_generic_path`: every component of
 //!   every claim of the four families, once (41 + 14 + 12 + 3 = 70 today;
-//!   `tests/budget.rs` counts them from the registry);
+//!   counted as they run);
 //! * `eval_moments_agrees_with_a_per_element_sampler`: `E[z]`, `E[z²]`,
 //!   `Var z` for 4 units, `E[S]`, `Var S`: 14;
 //! * `eval_attn_agrees_with_a_per_element_sampler`: `E[b]` for 5 keys,
@@ -24,7 +25,9 @@ use dropmc::claims::{Claim, registry};
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
 use dropmc::fast::{attention_row, dropout};
 use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
-use dropmc::stats::{Estimate, critical_z};
+use dropmc::stats::Estimate;
+
+mod common;
 
 /// The families whose claims have a fast estimator.
 const FAST_FAMILIES: [&str; 4] = ["dropout", "attention", "mask_shape", "ensemble"];
@@ -35,11 +38,7 @@ fn assert_agree(what: &str, fast: Estimate, generic: Estimate) {
         assert_eq!(fast.value, generic.value, "{what}: both exact, yet differ");
         return;
     }
-    let z = (fast.value - generic.value) / se;
-    assert!(
-        z.abs() <= critical_z(),
-        "{what}: fast {fast:?} vs generic {generic:?}: z = {z}"
-    );
+    common::assert_same(&format!("{what} (fast vs generic)"), fast, generic);
 }
 
 fn family_claims() -> Vec<&'static dyn Claim> {
@@ -240,9 +239,13 @@ fn a_variance_standard_error_matches_the_spread_of_replicates() {
         .sum::<f64>()
         / (rf - 1.0);
     let reported = estimates.iter().map(|e| e.stderr.powi(2)).sum::<f64>() / rf;
+    // The sample variance of the replicates has SE ≈ σ²√(2/(R − 1)) (normal
+    // replicates), so z is a normal score; one assertion at the per-assertion
+    // level through the suite's critical value.
     let z = (spread - reported) / (reported * (2.0 / (rf - 1.0)).sqrt());
+    common::record(1, 1.0);
     assert!(
-        z.abs() <= critical_z(),
+        z.abs() <= dropmc::stats::critical_z(),
         "spread {spread} vs reported SE² {reported}: z = {z}"
     );
 }

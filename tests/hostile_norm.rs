@@ -76,11 +76,90 @@ fn all_finite(output: &EvalOutput) -> bool {
     })
 }
 
-/// `Ok` values must be finite; errors must say something.
+/// The inputs of the running proptest case, which an error must be
+/// explained by.
+#[derive(Default, Clone)]
+struct Case {
+    vectors: Vec<Vec<f64>>,
+    scalars: Vec<f64>,
+    rates: Vec<f64>,
+    samples: Option<u64>,
+}
+
+thread_local! {
+    static CASE: std::cell::RefCell<Case> = std::cell::RefCell::new(Case::default());
+}
+
+/// Declares the running case's inputs: vectors, finite-or-not scalars,
+/// drop rates and the sample count (if any).
+fn case(vectors: &[&[f64]], scalars: &[f64], rates: &[f64], samples: Option<u64>) {
+    CASE.with(|c| {
+        *c.borrow_mut() = Case {
+            vectors: vectors.iter().map(|v| v.to_vec()).collect(),
+            scalars: scalars.to_vec(),
+            rates: rates.to_vec(),
+            samples,
+        }
+    });
+}
+
+/// True when the case's inputs can cause `e`: `Empty` needs an empty
+/// vector, `NonFinite { index, value }` a vector holding that non-finite
+/// value at that index (or a non-finite scalar), `LengthMismatch` two
+/// vectors of different lengths, `InvalidRate` an invalid rate,
+/// `TooFewSamples` fewer than 2 samples; `Degenerate` and `TooLarge`
+/// (σ = 0, a constant input, a size limit) are always possible.
+fn explained(e: &Error) -> bool {
+    CASE.with(|c| {
+        let c = c.borrow();
+        let same = |a: f64, b: f64| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan());
+        match e {
+            Error::Empty { .. } => c.vectors.iter().any(|v| v.is_empty()),
+            Error::NonFinite { index, value, .. } => {
+                // An input holding that value, or an overflow of a derived
+                // quantity (a sum or square of the inputs): possible once
+                // some input exceeds √f64::MAX / 12 ≈ 1.1e153 (12 terms at
+                // most), charged from 1e150.
+                let overflow = value.is_infinite()
+                    && c.vectors
+                        .iter()
+                        .flatten()
+                        .chain(&c.scalars)
+                        .any(|x| x.abs() > 1e150);
+                let held = c
+                    .vectors
+                    .iter()
+                    .any(|v| v.get(*index).is_some_and(|x| same(*x, *value)))
+                    || c.scalars.iter().chain(&c.rates).any(|x| same(*x, *value));
+                !value.is_finite() && (overflow || held)
+            }
+            Error::LengthMismatch { .. } => c
+                .vectors
+                .iter()
+                .any(|v| c.vectors.iter().any(|w| w.len() != v.len())),
+            Error::InvalidRate { p } => c
+                .rates
+                .iter()
+                .any(|r| same(*r, *p) && !(r.is_finite() && (0.0..1.0).contains(r))),
+            Error::TooFewSamples { got, .. } => c.samples == Some(*got) && *got < 2,
+            Error::Degenerate { .. } | Error::TooLarge { .. } | Error::InvalidOption { .. } => true,
+            Error::Parse { .. }
+            | Error::Framework { .. }
+            | Error::UnknownSubject { .. }
+            | Error::Journal { .. } => false,
+        }
+    })
+}
+
+/// `Ok` values must be finite; an error must be one the inputs explain
+/// ([`explained`]) and say something.
 fn finite_or_error(result: Result<Vec<f64>, Error>) -> Result<(), TestCaseError> {
     match result {
         Ok(values) => prop_assert!(values.iter().all(|v| v.is_finite()), "{values:?}"),
-        Err(e) => prop_assert!(!e.to_string().is_empty()),
+        Err(e) => prop_assert!(
+            explained(&e) && !e.to_string().is_empty(),
+            "unexplained {e:?}"
+        ),
     }
     Ok(())
 }
@@ -88,7 +167,10 @@ fn finite_or_error(result: Result<Vec<f64>, Error>) -> Result<(), TestCaseError>
 fn eval_ok(result: Result<EvalOutput, Error>) -> Result<(), TestCaseError> {
     match result {
         Ok(output) => prop_assert!(all_finite(&output)),
-        Err(e) => prop_assert!(!e.to_string().is_empty()),
+        Err(e) => prop_assert!(
+            explained(&e) && !e.to_string().is_empty(),
+            "unexplained {e:?}"
+        ),
     }
     Ok(())
 }
@@ -129,6 +211,7 @@ proptest! {
     fn layernorm_and_rmsnorm_formulas_are_errors_or_finite(
         x in hostile_vec(), p in hostile_p(), mu in hostile_f64(), sigma in hostile_f64(), eps in hostile_f64()
     ) {
+        case(&[&x], &[mu, sigma, eps], &[p], None);
         finite_or_error(fl::input_moments(&x).map(|(a, b)| vec![a, b]))?;
         finite_or_error(fl::mean_of_m(&x).map(|v| vec![v]))?;
         finite_or_error(fr::mean_square(&x).map(|v| vec![v]))?;
@@ -152,6 +235,7 @@ proptest! {
     fn site_and_bypass_formulas_are_errors_or_finite(
         h in hostile_vec(), v in hostile_vec(), p in hostile_p(), eps in hostile_f64()
     ) {
+        case(&[&h, &v], &[eps], &[p], None);
         if let Ok(site) = Site::new(h.clone(), vec![(v, p)]) {
             finite_or_error(fb::mean_of_v(&site).map(|v| vec![v]))?;
             finite_or_error(fb::rho2(&site).map(|v| vec![v]))?;
@@ -172,6 +256,7 @@ proptest! {
         eps in hostile_f64(), momentum in hostile_f64(), p in hostile_p(),
         mean in hostile_vec(), var in hostile_vec(), mu in hostile_f64(), sigma in hostile_f64()
     ) {
+        case(&[&gamma, &beta, &mean, &var], &[eps, momentum, mu, sigma], &[p], None);
         if let Ok(bn) = BatchNorm::new(channels) {
             prop_assert_eq!(bn.channels(), channels);
             let _ = bn.clone().with_affine(&gamma, &beta);
@@ -198,6 +283,7 @@ proptest! {
         x in hostile_vec(), h in hostile_vec(), g in prop::option::of(hostile_vec()),
         b in prop::option::of(hostile_vec()), p in hostile_p(), eps in hostile_f64(), budget in budget()
     ) {
+        case(&[&x, &h, g.as_deref().unwrap_or(&[]), b.as_deref().unwrap_or(&[])], &[eps], &[p], Some(budget.samples));
         eval_ok(eval::norm::ln(&x, p, g.clone(), b.clone(), eps, budget))?;
         eval_ok(eval::norm::rms(&x, p, g.clone(), eps, budget))?;
         eval_ok(eval::norm::bypass(&h, &x, p, budget))?;
@@ -215,6 +301,7 @@ proptest! {
         a in hostile_vec(), values in prop::option::of(hostile_vec()), mean in hostile_vec(),
         var in hostile_vec(), p in hostile_p(), budget in budget()
     ) {
+        case(&[&a, values.as_deref().unwrap_or(&[]), &mean, &var], &[], &[p], Some(budget.samples));
         eval_ok(eval::attn::attn(&a, p, values.as_deref(), budget))?;
         // A probability row built from the vector, to get past validation.
         let total: f64 = a.iter().map(|v| if v.is_finite() { v.abs() } else { 0.0 }).sum();

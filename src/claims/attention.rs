@@ -19,6 +19,7 @@ use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject};
+use crate::stats::{Statistic, two_point_skewness};
 
 /// The seed's attention row.
 pub const A: [f64; 3] = [0.2, 0.3, 0.5];
@@ -29,6 +30,14 @@ pub const P: f64 = 0.5;
 
 fn rate() -> Result<Rate, Error> {
     Rate::new(P)
+}
+
+/// `b_i` takes two values, `a_i / q` with probability `q` and 0: its
+/// skewness is [`two_point_skewness`]`(q)` (0 at the seed's `p = 1/2`).
+fn entry_statistic() -> Statistic {
+    Statistic::Mean {
+        skewness: two_point_skewness(1.0 - P),
+    }
 }
 
 /// Row sum, output, and the row itself of one pass.
@@ -80,6 +89,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
             shape: Shape::Vector,
             samples: 400_000,
+            statistic: entry_statistic(),
             analytic: || Ok(f::entry_mean(&A)),
             oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
             estimate: |s, b| {
@@ -95,6 +105,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "E[R] = sum_i a_i = 1",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || Ok(vec![f::row_sum_mean(&A)]),
             oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
             estimate: |s, b| {
@@ -110,6 +121,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "Var R = (p/q) sum_i a_i^2 = 0.38",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
             oracle: Some(|| {
                 Ok(variance_oracle(oracle(2, |b, out| {
@@ -132,6 +144,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
             shape: Shape::Vector,
             samples: 400_000,
+            statistic: Statistic::Indicator { trials: 1 },
             analytic: || Ok(f::seed_row_sum_pmf()),
             oracle: Some(|| {
                 oracle(7, |b, out| {
@@ -157,6 +170,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "v=(1,-2,3): E[o] = sum_i a_i v_i",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || Ok(vec![f::output_mean(&A, &V)]),
             oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
             estimate: |s, b| {
@@ -172,6 +186,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
             oracle: Some(|| {
                 Ok(variance_oracle(oracle(2, |b, out| {

@@ -16,7 +16,8 @@ use crate::exact::{Oracle, enumerate_masks, unit_expectation};
 use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{Rate, Subject};
-use crate::stats::Estimate;
+use crate::stats::{Estimate, Statistic, two_point_skewness};
+use crate::tolerance;
 
 /// The per-unit configuration: mixed signs, a zero unit (whose output must
 /// be exactly zero) and a large one.
@@ -53,6 +54,8 @@ pub struct DropoutClaim {
     pub x: &'static [f64],
     pub p: f64,
     pub samples: u64,
+    /// The per-draw statistic's kind, which decides the test.
+    pub statistic_kind: Statistic,
     /// The closed form at `(x, rate)`.
     pub analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
     /// An independent exact computation, if any.
@@ -82,6 +85,9 @@ impl Claim for DropoutClaim {
     }
     fn default_samples(&self) -> u64 {
         self.samples
+    }
+    fn statistic(&self) -> Statistic {
+        self.statistic_kind
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)(self.x, self.rate()?)
@@ -153,15 +159,46 @@ impl Sampler for PairSampler<'_> {
     }
 }
 
+/// A per-unit statistic `g(z_k)` with `g(0) = 0` takes two values: `g(x_k/q)`
+/// with probability `q` and 0, so its skewness is
+/// [`two_point_skewness`]`(q)` (0.87 at `p = 0.3`; the same for `m_k x_k`).
+fn unit_statistic() -> Statistic {
+    Statistic::Mean {
+        skewness: two_point_skewness(1.0 - UNIT_P),
+    }
+}
+
+/// The half squared difference `(z_k − z'_k)²/2` of two independent passes
+/// is `x_k²/(2q²)` when exactly one keeps the unit (probability `2pq`) and
+/// 0 otherwise: skewness [`two_point_skewness`]`(2pq)` (0.32 at `p = 0.3`).
+fn unit_half_square_statistic() -> Statistic {
+    Statistic::Mean {
+        skewness: two_point_skewness(2.0 * UNIT_P * (1.0 - UNIT_P)),
+    }
+}
+
 fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
     x.iter().map(|&a| g(a)).collect()
 }
+
+/// Roundings of the per-unit oracle `q · g(a/q) + p · g(0)` for the raw
+/// moments `g(z) = z^r`, `r ≤ 4`: the division `a/q` (1), the power (at most
+/// 3 multiplications, [`crate::formulas::ipow`]-style), the product by `q`
+/// (1); `g(0) = 0`, so `p · g(0)` and the addition are exact. A chain of 5
+/// roundings, charged as 6: relative error `γ_6` (Higham, Lemma 3.1).
+const UNIT_ORACLE_ROUNDINGS: f64 = 6.0;
+
+/// Roundings of the per-unit variance oracle `m2 − m1²`: `m2` carries `γ_6`,
+/// `m1²` twice `m1`'s `γ_6` plus its own rounding, and the subtraction one
+/// more; every term is at most `|m2|` (`m1² ≤ m2`), so the sum is at most
+/// `(6 + 12 + 1 + 1) u |m2| = γ_20 |m2|` to first order.
+const UNIT_VARIANCE_ROUNDINGS: f64 = 20.0;
 
 fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
     let values = per_unit(x, |a| unit_expectation(a, rate, &g));
     let rounding = values
         .iter()
-        .map(|v| 8.0 * f64::EPSILON * v.abs())
+        .map(|v| tolerance::bound(UNIT_ORACLE_ROUNDINGS, *v))
         .collect();
     Oracle { values, rounding }
 }
@@ -174,6 +211,7 @@ fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutC
         x: &UNIT_X,
         p: UNIT_P,
         samples: 1_000_000,
+        statistic_kind: unit_statistic(),
         analytic: match r {
             1 => |x, _| Ok(per_unit(x, f::unit_mean)),
             2 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 2))),
@@ -197,7 +235,7 @@ fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutC
 
 fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
     for (o, v) in out.iter_mut().zip(z) {
-        *o = v.powi(r);
+        *o = crate::formulas::ipow(*v, r.max(0) as u32);
     }
 }
 
@@ -282,6 +320,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &UNIT_X,
             p: UNIT_P,
             samples: 1_000_000,
+            statistic_kind: unit_half_square_statistic(),
             analytic: |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
             oracle: Some(|x, rate| {
                 let m1 = unit_oracle(x, rate, |z| z);
@@ -295,7 +334,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                 let rounding = m2
                     .values
                     .iter()
-                    .map(|v| 16.0 * f64::EPSILON * v.abs())
+                    .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
                     .collect();
                 Ok(Oracle { values, rounding })
             }),
@@ -312,6 +351,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &UNIT_X,
             p: UNIT_P,
             samples: 1_000_000,
+            statistic_kind: Statistic::default(),
             analytic: |x, _| Ok(vec![f::sum_mean(x)]),
             oracle: Some(|x, rate| sum_oracle(x, rate, false)),
             statistic: |d, out| out[0] = sum_of(d.z),
@@ -323,6 +363,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &UNIT_X,
             p: UNIT_P,
             samples: 1_000_000,
+            statistic_kind: Statistic::default(),
             analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
             oracle: Some(|x, rate| sum_oracle(x, rate, true)),
             statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
@@ -334,6 +375,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &WORKED_X,
             p: WORKED_P,
             samples: 200_000,
+            statistic_kind: Statistic::default(),
             analytic: |x, _| Ok(vec![f::sum_mean(x)]),
             oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, false)),
             statistic: |d, out| out[0] = sum_of(d.z),
@@ -345,6 +387,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &WORKED_X,
             p: WORKED_P,
             samples: 200_000,
+            statistic_kind: Statistic::default(),
             analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
             oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, true)),
             statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
@@ -356,6 +399,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &COUNT_X,
             p: COUNT_P,
             samples: 1_000_000,
+            statistic_kind: Statistic::Indicator { trials: 1 },
             analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
             oracle: Some(|x, rate| {
                 enumerate_masks(x.len(), rate, x.len() + 1, |mask, out| {
@@ -375,6 +419,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             x: &UNIT_X,
             p: UNIT_P,
             samples: 1_000_000,
+            statistic_kind: unit_statistic(),
             analytic: |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
             oracle: Some(|x, rate| {
                 enumerate_masks(x.len(), rate, x.len(), |mask, out| {

@@ -17,6 +17,7 @@ use crate::exact::Oracle;
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject};
+use crate::stats::Statistic;
 
 /// The input, `d = 6`.
 pub const X: [f64; 6] = [0.8, -0.4, 1.2, 0.3, -1.0, 0.6];
@@ -66,6 +67,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || Ok(vec![0.0]),
             oracle: Some(|| {
                 let (gap, rounding) = f::enumerated_gap(&X, rate()?, affine)?;
@@ -87,6 +89,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || convex_gap(relu),
             oracle: None,
             estimate: |s, b| {
@@ -102,6 +105,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
             shape: Shape::Scalar,
             samples: 400_000,
+            statistic: Statistic::default(),
             analytic: || convex_gap(f::log_sum_exp),
             oracle: None,
             estimate: |s, b| {

@@ -8,8 +8,8 @@
 //!   statistic with its standard error, z-tested as usual;
 //! * a **deterministic** check ([`violation_counts`]): each draw counts the
 //!   violations of a rule that must hold on every draw (a bit that differs,
-//!   a random number drawn in evaluation). The estimate is the total count
-//!   with standard error 0, which [`crate::stats::z_test`] compares with the
+//!   a random number drawn in evaluation). The estimate is the total count;
+//!   a claim declaring [`Statistic::Violations`] compares it with the
 //!   target 0 exactly: a single violation anywhere refutes the claim.
 
 use super::{Claim, Kind, Shape};
@@ -17,7 +17,7 @@ use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::Oracle;
 use crate::ops::Subject;
-use crate::stats::Estimate;
+use crate::stats::{Estimate, Statistic};
 
 /// One draw: writes the per-draw statistics into the slice.
 pub type DrawFn = fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error>;
@@ -29,6 +29,8 @@ pub struct FnClaim {
     pub formula: &'static str,
     pub shape: Shape,
     pub samples: u64,
+    /// The per-draw statistic's kind, which decides the test.
+    pub statistic: Statistic,
     /// The closed form.
     pub analytic: fn() -> Result<Vec<f64>, Error>,
     /// An independent exact computation, if any.
@@ -55,6 +57,9 @@ impl Claim for FnClaim {
     }
     fn default_samples(&self) -> u64 {
         self.samples
+    }
+    fn statistic(&self) -> Statistic {
+        self.statistic
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)()
@@ -121,6 +126,15 @@ impl Claim for FastFnClaim {
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         self.fast.map(|f| f(budget))
+    }
+    fn statistic(&self) -> Statistic {
+        self.claim.statistic()
+    }
+    fn min_samples(&self) -> u64 {
+        self.claim.min_samples()
+    }
+    fn note_on(&self, subject: &Subject) -> Option<String> {
+        self.claim.note_on(subject)
     }
     fn note(&self) -> Option<String> {
         self.claim.note()

@@ -12,6 +12,7 @@ use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{DropoutLayer, MaskShape, Rate, Subject};
+use crate::stats::Statistic;
 
 /// Positions `T`.
 pub const T: usize = 4;
@@ -160,6 +161,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
             shape: Shape::Vector,
             samples: 200_000,
+            statistic: Statistic::default(),
             analytic: || Ok(f::independent_variance(&X, D, rate()?)),
             oracle: Some(|| variance_oracle(false)),
             estimate: |s, b| {
@@ -174,6 +176,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
             shape: Shape::Vector,
             samples: 200_000,
+            statistic: Statistic::default(),
             analytic: || Ok(f::shared_variance(&X, D, rate()?)),
             oracle: Some(|| variance_oracle(true)),
             estimate: |s, b| {
@@ -188,6 +191,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "independent: P(column k all zero) = p^T",
             shape: Shape::Vector,
             samples: 200_000,
+            statistic: Statistic::Indicator { trials: 1 },
             analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
             oracle: Some(|| zero_column_oracle(false)),
             estimate: |s, b| {
@@ -202,6 +206,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "shared: P(column k all zero) = p",
             shape: Shape::Vector,
             samples: 200_000,
+            statistic: Statistic::Indicator { trials: 1 },
             analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
             oracle: Some(|| zero_column_oracle(true)),
             estimate: |s, b| {

@@ -45,7 +45,7 @@ use crate::engine::Budget;
 use crate::error::Error;
 use crate::exact::Oracle;
 use crate::ops::Subject;
-use crate::stats::Estimate;
+use crate::stats::{Estimate, Statistic};
 
 /// Whether a statement is exact or an approximation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -108,6 +108,24 @@ pub trait Claim: Sync {
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         let _ = budget;
         None
+    }
+    /// The kind of per-draw statistic, which decides the test (see
+    /// [`crate::stats::Statistic`]): a mean with sample standard error and
+    /// the default skewness bound unless the claim says otherwise.
+    fn statistic(&self) -> Statistic {
+        Statistic::default()
+    }
+    /// The smallest budget at which the claim's test has its stated size;
+    /// below it [`check`] reports [`Verdict::Inconclusive`].
+    fn min_samples(&self) -> u64 {
+        self.statistic().min_samples()
+    }
+    /// The note for a run on `subject` (by default [`note`](Claim::note));
+    /// a claim that can say something about the subject itself (which
+    /// rounding its layer uses, say) overrides this.
+    fn note_on(&self, subject: &Subject) -> Option<String> {
+        let _ = subject;
+        self.note()
     }
     /// A line the report prints under the table (for example a
     /// leading-order claim's measured gap and its slope in `d`).

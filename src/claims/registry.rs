@@ -29,3 +29,21 @@ pub fn family_names() -> Vec<&'static str> {
     }
     names
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_claim_is_conclusive_at_its_default_budget() {
+        for claim in registry() {
+            assert!(
+                claim.default_samples() >= claim.min_samples(),
+                "{}: default {} draws is below its minimum budget {}",
+                claim.id(),
+                claim.default_samples(),
+                claim.min_samples()
+            );
+        }
+    }
+}

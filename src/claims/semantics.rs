@@ -12,12 +12,15 @@
 
 use rand::RngExt;
 
-use super::Shape;
 use super::fn_claim::{FnClaim, sample_means, violation_counts};
+use super::{Claim, Shape};
+use crate::engine::Budget;
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::formulas::semantics as f;
 use crate::ops::{CountingRng, Rate, Subject};
+use crate::stats::Estimate;
+use crate::stats::Statistic;
 
 /// Drop rate of the semantics claims.
 pub const P: f64 = 0.3;
@@ -63,25 +66,67 @@ fn keep_fraction(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), E
     Ok(())
 }
 
-fn survivors(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+/// Which accepted rounding a kept output is: 1 for `fl(x/q)` only, 2 for
+/// `fl(x · fl(1/q))` only, 3 for both (they coincide), 0 for neither (or
+/// the two more than one ulp apart, which [`f::kept_roundings`] rules out).
+fn kept_rounding(x: f64, z: f64, rate: Rate) -> u8 {
+    let (division, reciprocal) = f::kept_roundings(x, rate);
+    if f::ulp_distance(division, reciprocal) > 1 {
+        return 0;
+    }
+    u8::from(z.to_bits() == division.to_bits())
+        | (u8::from(z.to_bits() == reciprocal.to_bits()) << 1)
+}
+
+/// Per kept or dropped unit of one draw: violations and the roundings seen.
+fn survivors_draw(s: &Subject, rng: &mut Stream) -> Result<[usize; 3], Error> {
     let x = inputs(rng);
-    let q = Rate::new(P)?.q();
+    let rate = Rate::new(P)?;
     let mut z = vec![f64::NAN; x.len()];
     let mut m = vec![false; x.len()];
     s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
-    out[0] = x
-        .iter()
-        .zip(&z)
-        .zip(&m)
-        .filter(|((a, b), kept)| {
-            if **kept {
-                (*a / q).to_bits() != b.to_bits()
-            } else {
-                **b != 0.0
-            }
-        })
-        .count() as f64;
+    let mut seen = [0; 3];
+    for ((a, b), kept) in x.iter().zip(&z).zip(&m) {
+        let kind = if *kept {
+            kept_rounding(*a, *b, rate)
+        } else {
+            3 * u8::from(*b == 0.0)
+        };
+        match (*kept, kind) {
+            (_, 0) => seen[0] += 1,
+            (true, 1) => seen[1] += 1,
+            (true, 2) => seen[2] += 1,
+            _ => {}
+        }
+    }
+    Ok(seen)
+}
+
+fn survivors(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    out[0] = survivors_draw(s, rng)?[0] as f64;
     Ok(())
+}
+
+/// The rounding a subject's kept outputs use, from a few draws of the
+/// claim's inputs (the inputs where the two roundings differ tell them
+/// apart): the line `semantics.survivors_exact` prints.
+pub fn survivors_rounding(s: &Subject) -> Result<String, Error> {
+    let mut rng = crate::engine::stream(crate::engine::derive_seed(0, "survivors/rounding"), 0);
+    let mut totals = [0; 3];
+    for _ in 0..64 {
+        let seen = survivors_draw(s, &mut rng)?;
+        for (t, v) in totals.iter_mut().zip(seen) {
+            *t += v;
+        }
+    }
+    Ok(match (totals[1] > 0, totals[2] > 0) {
+        (true, false) => "kept outputs rounded as fl(x/q) (one division)".into(),
+        (false, true) => {
+            "kept outputs rounded as fl(x * fl(1/q)) (reciprocal, within 1 ulp)".into()
+        }
+        (true, true) => "kept outputs mix fl(x/q) and fl(x * fl(1/q))".into(),
+        (false, false) => "the two roundings agree on every kept output drawn".into(),
+    })
 }
 
 fn backward_mask(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
@@ -172,6 +217,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "eval: [bits of z differing from x, generator draws] = [0, 0]",
             shape: Shape::Vector,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0, 0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 2, eval_identity),
@@ -182,19 +228,12 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "d=64, p=0.3: #kept / d = q (binomial test)",
             shape: Shape::Scalar,
             samples: 100_000,
+            statistic: Statistic::Indicator {
+                trials: KEEP_D as u64,
+            },
             analytic: || Ok(vec![Rate::new(P)?.q()]),
             oracle: None,
             estimate: |s, b| sample_means(s, b, 1, keep_fraction),
-        },
-        FnClaim {
-            id: "semantics.survivors_exact",
-            family: family(),
-            formula: "kept z_k = x_k / q bit for bit, dropped z_k = 0: 0 violations",
-            shape: Shape::Scalar,
-            samples: 20_000,
-            analytic: || Ok(vec![0.0]),
-            oracle: None,
-            estimate: |s, b| violation_counts(s, b, 1, survivors),
         },
         FnClaim {
             id: "semantics.backward_mask",
@@ -202,6 +241,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "backward = g m / q with the forward's mask (2 roundings): 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, backward_mask),
@@ -212,6 +252,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "backward = central difference of the replayed masked forward: 0 violations",
             shape: Shape::Scalar,
             samples: 5_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, finite_difference),
@@ -222,6 +263,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, p_zero),
@@ -232,6 +274,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             formula: "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
             shape: Shape::Scalar,
             samples: 64,
+            statistic: Statistic::Violations,
             analytic: || Ok(vec![0.0]),
             oracle: None,
             estimate: |s, b| violation_counts(s, b, 1, rate_rule),
@@ -239,10 +282,60 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
+/// `semantics.survivors_exact`, which also says which rounding the subject
+/// uses ([`survivors_rounding`]).
+pub struct Survivors(FnClaim);
+
+impl Claim for Survivors {
+    fn id(&self) -> &'static str {
+        self.0.id()
+    }
+    fn family(&self) -> &'static str {
+        self.0.family()
+    }
+    fn formula(&self) -> &'static str {
+        self.0.formula()
+    }
+    fn shape(&self) -> Shape {
+        self.0.shape()
+    }
+    fn default_samples(&self) -> u64 {
+        self.0.default_samples()
+    }
+    fn statistic(&self) -> Statistic {
+        self.0.statistic()
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        self.0.analytic()
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        self.0.estimate(subject, budget)
+    }
+    fn note_on(&self, subject: &Subject) -> Option<String> {
+        survivors_rounding(subject).ok()
+    }
+}
+
+static SURVIVORS: std::sync::LazyLock<Survivors> = std::sync::LazyLock::new(|| {
+    Survivors(FnClaim {
+        id: "semantics.survivors_exact",
+        family: family(),
+        formula: "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit, dropped z_k = 0: 0 violations",
+        shape: Shape::Scalar,
+        samples: 20_000,
+        statistic: Statistic::Violations,
+        analytic: || Ok(vec![0.0]),
+        oracle: None,
+        estimate: |s, b| violation_counts(s, b, 1, survivors),
+    })
+});
+
 /// This family's claims, in report order.
 pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
+    let mut all: Vec<&'static dyn super::Claim> = CLAIMS
         .iter()
         .map(|c| c as &'static dyn super::Claim)
-        .collect()
+        .collect();
+    all.insert(2, &*SURVIVORS as &'static dyn super::Claim);
+    all
 }

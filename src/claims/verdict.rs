@@ -1,18 +1,38 @@
 //! Judging one claim: analytic value, exact oracle and estimate side by side.
+//!
+//! Each component is tested as the claim's [`Statistic`] says (Student-t
+//! for a mean, exact binomial for counts, exact for violations). A budget
+//! below the claim's [`Claim::min_samples`] gives [`Verdict::Inconclusive`]
+//! instead of a verdict whose false-alarm rate is not the stated one.
 
 use serde::Serialize;
 
 use super::{Claim, Kind, Shape};
 use crate::engine::Budget;
 use crate::ops::Subject;
-use crate::stats::{Estimate, ZTest, z_test};
+use crate::stats::{Estimate, Statistic, ZTest};
 
-/// Pass or fail.
+/// Pass, fail, or too few draws for the test to have its stated size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Pass,
     Fail,
+    /// The budget is below the claim's [`Claim::min_samples`]: its test
+    /// would not have its stated size, so no verdict is given either way
+    /// (a deterministic disagreement still fails).
+    Inconclusive,
+}
+
+impl Verdict {
+    /// The name used in reports and JSON.
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+            Verdict::Inconclusive => "inconclusive",
+        }
+    }
 }
 
 /// Which sampler produced a claim's estimate (see [`Subject`]).
@@ -60,6 +80,10 @@ pub struct ClaimResult {
     pub target: Vec<f64>,
     pub estimate: Vec<Estimate>,
     pub tests: Vec<ZTest>,
+    /// The kind of per-draw statistic and so the test ([`Claim::statistic`]).
+    pub statistic: Statistic,
+    /// The smallest budget at which the test has its stated size.
+    pub min_samples: u64,
     pub verdict: Verdict,
     /// Why the claim could not be evaluated, if it could not.
     pub error: Option<String>,
@@ -68,6 +92,29 @@ pub struct ClaimResult {
 }
 
 impl ClaimResult {
+    /// True when some component's test rejects, the oracle disagrees or the
+    /// claim could not be evaluated, whatever the budget. Below
+    /// [`min_samples`](Self::min_samples) a rejection is at an uncontrolled
+    /// size: the verdict is then [`Verdict::Inconclusive`], but a mutant's
+    /// kill may still read it.
+    pub fn rejected(&self) -> bool {
+        self.error.is_some()
+            || self.oracle_agrees == Some(false)
+            || self.tests.iter().any(|t| t.rejected)
+    }
+
+    /// The line that explains an inconclusive verdict.
+    pub fn inconclusive_reason(&self) -> Option<String> {
+        (self.verdict == Verdict::Inconclusive).then(|| {
+            format!(
+                "inconclusive: {} draws is below the {} at which its {} test has its stated size",
+                self.samples,
+                self.min_samples,
+                self.statistic.label()
+            )
+        })
+    }
+
     /// Index of the component with the largest `|z|` (the one a table shows).
     pub fn worst(&self) -> Option<usize> {
         (0..self.tests.len()).max_by(|&a, &b| {
@@ -116,19 +163,25 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         target: Vec::new(),
         estimate: Vec::new(),
         tests: Vec::new(),
+        statistic: claim.statistic(),
+        min_samples: claim.min_samples(),
         verdict: Verdict::Fail,
         error: None,
-        note: claim.note(),
+        note: claim.note_on(subject),
     };
     if let Err(message) = fill(claim, subject, budget, &mut result) {
         result.error = Some(message);
         return result;
     }
-    let rejected = result.tests.iter().any(|t| t.rejected);
-    let oracle_ok = result.oracle_agrees != Some(false);
-    if !rejected && oracle_ok {
-        result.verdict = Verdict::Pass;
-    }
+    result.verdict = if result.oracle_agrees == Some(false) {
+        Verdict::Fail
+    } else if budget.samples < result.min_samples {
+        Verdict::Inconclusive
+    } else if result.tests.iter().any(|t| t.rejected) {
+        Verdict::Fail
+    } else {
+        Verdict::Pass
+    };
     result
 }
 
@@ -182,7 +235,7 @@ fn fill(
         .estimate
         .iter()
         .zip(&result.target)
-        .map(|(&e, &t)| z_test(e, t))
+        .map(|(&e, &t)| result.statistic.test(e, t))
         .collect();
     Ok(())
 }

@@ -41,6 +41,8 @@ pub enum Command {
     Eval(EvalCommand),
     /// Run the registry under K seeds: failure rate and p-value uniformity.
     Calibrate(CalibrateArgs),
+    /// The measured size at small budgets: fail / inconclusive / pass counts.
+    Size(SizeArgs),
     /// How likely the suite is to catch wrong implementations; detectable effects.
     Power(PowerArgs),
     /// Write the SVG figures.
@@ -132,6 +134,26 @@ pub struct PowerArgs {
     #[arg(long, value_name = "FILE")]
     pub resume: Option<std::path::PathBuf>,
     /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `size`.
+#[derive(Debug, Args)]
+pub struct SizeArgs {
+    /// Budgets (draws per claim), comma-separated.
+    #[arg(long, default_value = "500,1000,2000,5000,20000")]
+    pub budgets: String,
+    /// Number of seeds per budget.
+    #[arg(long, default_value_t = 40, value_parser = parse_count)]
+    pub seeds: u64,
+    /// First seed; the run uses first-seed .. first-seed + seeds.
+    #[arg(long, default_value_t = 1, value_parser = parse_count)]
+    pub first_seed: u64,
+    /// Only this family.
+    #[arg(long)]
+    pub family: Option<String>,
+    /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
@@ -485,6 +507,7 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Calibrate(args) => run_calibrate(args),
+        Command::Size(args) => run_size(args),
         Command::Power(args) => run_power(args),
         Command::Plot(args) => {
             let bar = progress::bar(crate::plot::FIGURES.len() as u64, "figures", false);
@@ -610,6 +633,44 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
         print!("{}", report::table(&report));
     }
     Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_size(args: SizeArgs) -> Result<ExitCode, Error> {
+    use crate::verify::size::{SizeOptions, measure, table};
+    let budgets = args
+        .budgets
+        .split(',')
+        .map(|b| {
+            parse_count(b).map_err(|e| Error::InvalidOption {
+                what: format!("--budgets: {e}"),
+            })
+        })
+        .collect::<Result<Vec<u64>, Error>>()?;
+    let options = SizeOptions {
+        budgets,
+        seeds: args.seeds,
+        first_seed: args.first_seed,
+        family: args.family,
+    };
+    let bar = progress::bar(
+        options.seeds * options.budgets.len() as u64,
+        "reports",
+        args.json,
+    );
+    let run = measure(&Subject::reference(), &options, |done, _| {
+        bar.set_position(done)
+    })?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&run).unwrap_or_default());
+    } else {
+        print!("{}", table(&run));
+    }
+    Ok(if run.honest() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

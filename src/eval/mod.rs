@@ -40,7 +40,12 @@ pub fn power_of_two_scale(x: &[f64]) -> f64 {
     if largest == 0.0 || !largest.is_finite() {
         return 1.0;
     }
-    2f64.powi(largest.log2().round() as i32)
+    // 2^e built from its bits, with e kept to the normal exponents
+    // [−1022, 1023]: dividing by a normal power of two is exact even for a
+    // subnormal x (the quotient gains exponent, loses no digit), and the
+    // scale itself never underflows to 0 or overflows to ∞.
+    let e = (largest.log2().round() as i64).clamp(-1022, 1023);
+    f64::from_bits(((e + 1023) as u64) << 52)
 }
 
 /// One number or one per unit.

@@ -11,6 +11,23 @@
 
 use crate::error::Error;
 use crate::ops::Rate;
+use crate::tolerance;
+
+/// Roundings a registered closed form may make, relative to its value.
+///
+/// # Derivation (and its assumption)
+///
+/// The registry's closed forms are products and quotients of at most a few
+/// powers (`x^r / q^(r−1)`, `p/q`, `q^k p^(d−k)`: at most `d + 4 ≤ 24`
+/// factors for `d ≤ 20`), or sums of at most `d ≤ 20` such terms of one
+/// sign (`(p/q) Σ x_k²`, `Σ a_i² v_i²`), or one subtraction of two such
+/// sums at most a factor 2 apart (`E[V]`, `Var M`). Recursive summation of
+/// `N` terms of one sign adds `γ_{N−1}` on the sum (Higham 4.4), products add
+/// `γ_n` (Lemma 3.1), and a subtraction of quantities at most twice the
+/// result triples the relative bound: `3 (24 + 20) = 132` roundings,
+/// `γ_132 ≈ 66 ε` (the check used a bare `64 ε` before; now it is counted). A closed form outside this shape states its own bound
+/// through its oracle's `rounding`.
+pub const CLOSED_FORM_ROUNDINGS: f64 = 132.0;
 
 /// Largest `d` the full enumeration accepts (2^22 ≈ 4·10^6 masks).
 pub const MAX_ENUMERATION_D: usize = 22;
@@ -25,8 +42,8 @@ pub struct Oracle {
 
 impl Oracle {
     /// True when `closed_form` agrees with every value within the rounding of
-    /// both computations (the closed form's own rounding is taken as
-    /// `64 ε |value|`, a few dozen operations).
+    /// both computations: the oracle's own bound plus the closed form's,
+    /// [`tolerance::bound`]`(`[`CLOSED_FORM_ROUNDINGS`]`, max(|c|, |v|))`.
     pub fn agrees_with(&self, closed_form: &[f64]) -> bool {
         closed_form.len() == self.values.len()
             && self
@@ -34,7 +51,10 @@ impl Oracle {
                 .iter()
                 .zip(&self.rounding)
                 .zip(closed_form)
-                .all(|((v, r), c)| (v - c).abs() <= r + 64.0 * f64::EPSILON * c.abs().max(v.abs()))
+                .all(|((v, r), c)| {
+                    (v - c).abs()
+                        <= r + tolerance::bound(CLOSED_FORM_ROUNDINGS, c.abs().max(v.abs()))
+                })
     }
 }
 

@@ -4,6 +4,8 @@ mod enumerate;
 mod grouped;
 mod norm;
 
-pub use enumerate::{MAX_ENUMERATION_D, Oracle, enumerate_masks, unit_expectation};
+pub use enumerate::{
+    CLOSED_FORM_ROUNDINGS, MAX_ENUMERATION_D, Oracle, enumerate_masks, unit_expectation,
+};
 pub use grouped::{MAX_GROUPED_TERMS, NEGLIGIBLE_WEIGHT, binomial_weights, enumerate_counts};
 pub use norm::{Pipeline, grouped_pipeline, site_expectation, site_pipeline};

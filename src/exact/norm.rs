@@ -7,8 +7,10 @@
 //! `ε = 0` the all-dropped mask (probability `p^d`) contributes `p^d β_k`
 //! rather than an undefined `0/0`.
 
+use crate::adapters::rounding::{Centring, Precision, norm_bound};
 use crate::error::Error;
 use crate::ops::{LayerNorm, RmsNorm, Site};
+use crate::tolerance;
 
 use super::grouped::enumerate_counts;
 use super::{MAX_ENUMERATION_D, Oracle};
@@ -111,28 +113,108 @@ where
 
 /// `E[pipeline(y)]` per unit by full enumeration.
 ///
-/// The rounding bound adds, to the enumeration's, the pipeline's own
-/// rounding per mask, taken as `(8 d + 32) ε |output|` (two reductions over
-/// `d` units, a square root and a few operations per unit, per norm).
+/// # Rounding bound (absolute and relative)
+///
+/// Per mask, the pipeline's own rounding is bounded component by component
+/// with the computation's own row passed in, not as a multiple of the
+/// output (which is invalid where the output is near zero by cancellation,
+/// `β_k ≈ −γ_k u_k`, or where the row's mean dominates its spread):
+///
+/// ```text
+/// standardized u_k:   |δu_k| ≤ b_k(y)          (adapters::rounding::norm_bound:
+///                                               centring, variance, ε, 1/√ — first
+///                                               order, doubled)
+/// affine γ_k u_k + β_k: + γ_2 (|γ_k u_k| + |β_k|)   (one product, one sum)
+/// output error_k ≤ |γ_k| b_k(y) + γ_2 (|γ_k u_k| + |β_k|)
+/// ```
+///
+/// For `LN2 ∘ LN1` the first stage's error vector `e₁` enters the second
+/// through the standardization's Jacobian `(I − 11ᵀ/d − u uᵀ/d)/s₂`, whose
+/// spectral norm is at most `1/s₂`, so stage 2 adds `‖e₁‖₂ / s₂` to its own
+/// `b_k(t)` on the LN1 output `t`. The oracle's bound is the weighted mean
+/// of these per-mask bounds plus the enumeration's own.
 pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
     let d = site.dim();
     pipeline.check(d)?;
-    let mut tmp = vec![0.0; d];
-    let stages = if matches!(pipeline, Pipeline::LnLn(..)) {
-        2.0
-    } else {
-        1.0
-    };
-    let mut oracle = site_expectation(site, d, |y, out| pipeline.apply(y, &mut tmp, out))?;
-    // The enumeration's bound is factor · Σ w |f|, so Σ w |f| is recovered
-    // from it and the per-mask rounding is added on the same magnitude.
-    let bits = d * site.terms().len();
-    let factor = ((1u64 << bits) as f64 + bits as f64) * f64::EPSILON;
-    let per_mask = stages * (8.0 * d as f64 + 32.0) * f64::EPSILON;
-    for r in &mut oracle.rounding {
-        *r += per_mask * *r / factor;
+    let (mut tmp, mut first, mut stage) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+    let raw = site_expectation(site, 2 * d, |y, out| {
+        let (value, bound) = out.split_at_mut(d);
+        pipeline.apply(y, &mut tmp, value);
+        match pipeline {
+            Pipeline::Ln(ln) => affine_bound(
+                Centring::LayerNorm,
+                y,
+                ln.eps(),
+                ln.gamma(),
+                Some(ln.beta()),
+                value,
+                bound,
+            ),
+            Pipeline::Rms(rms) => affine_bound(
+                Centring::RmsNorm,
+                y,
+                rms.eps(),
+                rms.gamma(),
+                None,
+                value,
+                bound,
+            ),
+            Pipeline::LnLn(ln1, ln2) => {
+                affine_bound(
+                    Centring::LayerNorm,
+                    y,
+                    ln1.eps(),
+                    ln1.gamma(),
+                    Some(ln1.beta()),
+                    &tmp,
+                    &mut first,
+                );
+                affine_bound(
+                    Centring::LayerNorm,
+                    &tmp,
+                    ln2.eps(),
+                    ln2.gamma(),
+                    Some(ln2.beta()),
+                    value,
+                    &mut stage,
+                );
+                let (_, v) = crate::ops::mean_and_variance(&tmp);
+                let s2 = (v + ln2.eps()).sqrt();
+                let carried = if s2 > 0.0 {
+                    first.iter().map(|e| e * e).sum::<f64>().sqrt() / s2
+                } else {
+                    0.0
+                };
+                for ((b, st), g) in bound.iter_mut().zip(&stage).zip(ln2.gamma()) {
+                    *b = st + g.abs() * carried;
+                }
+            }
+        }
+    })?;
+    let values = raw.values[..d].to_vec();
+    let rounding = (0..d)
+        .map(|k| raw.rounding[k] + raw.values[d + k] + raw.rounding[d + k])
+        .collect();
+    Ok(Oracle { values, rounding })
+}
+
+/// Per-component rounding bound of `γ_k u_k + β_k` computed from the row
+/// `y` (see [`site_pipeline`]); `output` is the computed value.
+fn affine_bound(
+    centring: Centring,
+    y: &[f64],
+    eps: f64,
+    gamma: &[f64],
+    beta: Option<&[f64]>,
+    output: &[f64],
+    bound: &mut [f64],
+) {
+    norm_bound(centring, Precision::F64, y, eps, bound);
+    for (k, b) in bound.iter_mut().enumerate() {
+        let shift = beta.map_or(0.0, |b| b[k]);
+        *b = gamma[k].abs() * *b
+            + tolerance::bound(2.0, (output[k] - shift).abs() + 2.0 * shift.abs());
     }
-    Ok(oracle)
 }
 
 /// Interchangeable units: same `h`, `v` (and `γ1`, `β1` for `LN2∘LN1`).

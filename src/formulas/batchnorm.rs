@@ -130,14 +130,14 @@ pub fn train_variance(mu: f64, sigma2: f64, rate: Rate) -> f64 {
 /// `E[b_t]` of an EMA `b_t = (1 − m) b_{t−1} + m u_t` with `E[u_t] = target`,
 /// after `t` updates from `init`: `(1 − m)^t init + (1 − (1 − m)^t) target`.
 pub fn ema_expectation(t: u32, momentum: f64, init: f64, target: f64) -> f64 {
-    let decay = (1.0 - momentum).powi(t as i32);
+    let decay = super::ipow(1.0 - momentum, t);
     decay * init + (1.0 - decay) * target
 }
 
 /// `Var rm_t = m (1 − (1 − m)^{2t}) / (2 − m) · v / B` for batch means of
 /// variance `v / B`.
 pub fn running_mean_variance(t: u32, momentum: f64, v: f64, batch: usize) -> f64 {
-    let decay2 = (1.0 - momentum).powi(2 * t as i32);
+    let decay2 = super::ipow(1.0 - momentum, 2 * t);
     momentum * (1.0 - decay2) / (2.0 - momentum) * v / batch as f64
 }
 

@@ -60,7 +60,7 @@ use crate::ops::Rate;
 
 /// `E[z^r] = a^r / q^(r−1)` for one unit with value `a`, `r ≥ 1`.
 pub fn unit_raw_moment(a: f64, rate: Rate, r: i32) -> f64 {
-    a.powi(r) / rate.q().powi(r - 1)
+    super::ipow(a, r.max(0) as u32) / super::ipow(rate.q(), (r - 1).max(0) as u32)
 }
 
 /// `E[z] = a`.

@@ -57,7 +57,7 @@ pub fn zero_column_probability(positions: usize, d: usize, shared: bool, rate: R
     let p = if shared {
         rate.p()
     } else {
-        rate.p().powi(positions as i32)
+        super::ipow(rate.p(), positions as u32)
     };
     vec![p; d]
 }

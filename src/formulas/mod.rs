@@ -15,6 +15,21 @@ pub mod rmsnorm;
 pub mod second_order;
 pub mod semantics;
 
+/// `x^n` by `n` multiplications from the left, `((1·x)·x)·…`: a fixed
+/// sequence of IEEE 754 roundings (each correctly rounded), so the same bits
+/// on every platform and ISA level, with relative error at most `γ_n`
+/// ([`crate::tolerance::gamma`]). `f64::powi` is documented as having
+/// unspecified precision (it may lower to a libm call or a different
+/// multiplication order), so results under the determinism contract
+/// ([`crate::engine`]) use this instead.
+pub fn ipow(x: f64, n: u32) -> f64 {
+    let mut r = 1.0;
+    for _ in 0..n {
+        r *= x;
+    }
+    r
+}
+
 use crate::error::Error;
 
 /// Passes a formula's computed `values` through when all are finite; an

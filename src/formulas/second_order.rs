@@ -140,11 +140,11 @@ impl NoisyUnits {
             s2: v.iter().map(|b| b * b * p / q).collect(),
             t3: v
                 .iter()
-                .map(|b| b.powi(3) * p * (p - q) / (q * q))
+                .map(|b| super::ipow(*b, 3) * p * (p - q) / (q * q))
                 .collect(),
             f4: v
                 .iter()
-                .map(|b| b.powi(4) * p * (1.0 - 3.0 * p * q) / q.powi(3))
+                .map(|b| super::ipow(*b, 4) * p * (1.0 - 3.0 * p * q) / super::ipow(q, 3))
                 .collect(),
         })
     }
@@ -244,7 +244,7 @@ impl NoisyUnits {
 /// (8 D̄²)) − ½ Cov(N, D) D̄^(−3/2)`.
 fn ratio_second_order(numerator_mean: f64, cov_n_d: f64, d_mean: f64, var_d: f64) -> f64 {
     numerator_mean / d_mean.sqrt() * (1.0 + 3.0 * var_d / (8.0 * d_mean * d_mean))
-        - 0.5 * cov_n_d / d_mean.powf(1.5)
+        - 0.5 * cov_n_d / (d_mean * d_mean.sqrt())
 }
 
 fn positive_denominator(what: &str, value: f64) -> Result<f64, Error> {
@@ -356,5 +356,5 @@ pub fn masks_to_resolve(gap: &[f64], draw_sd: &[f64]) -> Option<f64> {
         .filter(|(g, s)| **s > 0.0 && g.abs() > 0.0)
         .map(|(g, s)| g.abs() / s)
         .fold(0.0, f64::max);
-    (best > 0.0).then(|| (factor / best).powi(2))
+    (best > 0.0).then(|| (factor / best) * (factor / best))
 }

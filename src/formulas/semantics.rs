@@ -5,8 +5,10 @@
 //! ```text
 //! eval:      z = x bit for bit, and the generator is called 0 times
 //! keep rule: K = #kept of n units ~ Binomial(n, q), so K/n → q
-//! survivors: kept z_k = x_k / q (one division, exact to the last bit);
-//!            dropped z_k = 0; the returned mask says which is which
+//! survivors: kept z_k = fl(x_k / q) (one division) or fl(x_k · fl(1/q))
+//!            (the reciprocal rule of candle, burn and most frameworks),
+//!            which is within one ulp of x_k / q; dropped z_k = 0; the
+//!            returned mask says which is which
 //! backward:  ∂L/∂x_k = g_k · m_k / q with the forward pass's mask m
 //! p = 0:     q = 1, every unit kept, z = x and ∂L/∂x = g bit for bit
 //! p = 1:     rejected with Error::InvalidRate (the rule dropmc specifies)
@@ -68,6 +70,35 @@ pub fn finite_difference_bound(x: f64, g: f64, h: f64, rate: Rate) -> f64 {
 /// `ε/2` each on `|g_k|/q`.
 pub fn backward_bound(g: f64, rate: Rate) -> f64 {
     f64::EPSILON * g.abs() / rate.q()
+}
+
+/// The two accepted roundings of a kept unit, `fl(x/q)` and
+/// `fl(x · fl(1/q))`.
+///
+/// # Why within one ulp
+///
+/// `fl(1/q) = (1/q)(1 + δ₁)` and the product `x · fl(1/q)` rounds once more,
+/// so `x · fl(1/q) = (x/q)(1 + δ₁)(1 + δ₂)`, `|δ_i| ≤ u = ε/2`: relative
+/// error at most `2u + u²` against the exact `x/q`, while `fl(x/q)` has at
+/// most `u`. Two values that are both within `2u` relative of `x/q` differ
+/// by at most `3u + O(u²)` relative, under two units in the last place;
+/// [`ulp_distance`] of the two is 0 or 1 on every input this crate tries
+/// (checked by the claim itself), and a layer whose kept outputs are
+/// either of them passes.
+pub fn kept_roundings(x: f64, rate: Rate) -> (f64, f64) {
+    (x / rate.q(), x * (1.0 / rate.q()))
+}
+
+/// Distance in units in the last place between two finite doubles of the
+/// same sign (the difference of their bit patterns; `u64::MAX` otherwise).
+pub fn ulp_distance(a: f64, b: f64) -> u64 {
+    if a == b {
+        return 0;
+    }
+    if !(a.is_finite() && b.is_finite()) || a.is_sign_negative() != b.is_sign_negative() {
+        return u64::MAX;
+    }
+    a.to_bits().abs_diff(b.to_bits())
 }
 
 /// The invalid drop rates every operation must reject.

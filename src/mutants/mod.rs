@@ -33,7 +33,6 @@ pub use power::rejection_power;
 use rand::{Rng, RngExt};
 use serde::Serialize;
 
-use crate::claims::Verdict;
 use crate::conformance::{self, Options};
 use crate::error::{Error, check_len};
 use crate::ops::{DropoutLayer, InvertedDropout, MaskShape, Rate, default_positions};
@@ -337,7 +336,10 @@ pub fn kill_matrix_with_progress(
 ) -> Result<KillMatrix, Error> {
     let mutants = gallery();
     let total = mutants.len() + 1;
-    let unusable = conformance::run(&REFERENCE, options)?.failed();
+    // A kill is a rejection at the per-assertion critical value; below a
+    // claim's minimum budget its size is not controlled, which the
+    // reference's own rejections (unusable claims) guard against.
+    let unusable = conformance::run(&REFERENCE, options)?.rejected();
     progress(1, total);
     let rows = mutants
         .into_iter()
@@ -348,7 +350,7 @@ pub fn kill_matrix_with_progress(
             let kills = run
                 .verdicts
                 .iter()
-                .filter(|v| v.verdict == Verdict::Fail && !unusable.contains(&v.id))
+                .filter(|v| v.result.rejected() && !unusable.contains(&v.id))
                 .map(|v| Kill {
                     claim: v.id,
                     z: v.z,

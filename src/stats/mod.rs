@@ -1,14 +1,23 @@
-//! Statistics: mergeable accumulators, z-tests, and the suite-wide
-//! false-alarm budget.
+//! Statistics: mergeable accumulators, Student-t and exact binomial tests,
+//! minimum budgets, and the suite-wide false-alarm budget.
 
 mod accumulator;
+mod binomial;
 mod family;
 mod ks;
+mod statistic;
 mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
+pub use binomial::{BinomialTest, binomial_test, proportion_test};
 pub use family::{
     FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, power_z,
 };
 pub use ks::{KsTest, ks_uniform, min_sample_for, smallest_p_value};
-pub use ztest::{ZTest, minimum_detectable_effect, rejection_probability, two_sided_p, z_test};
+pub use statistic::{
+    DEFAULT_SKEWNESS, MEAN_SIZE_FACTOR, Statistic, mean_min_samples, two_point_skewness,
+};
+pub use ztest::{
+    NORMAL_DOF, ZTest, critical_value, critical_value_at, exact_agreement,
+    minimum_detectable_effect, rejection_probability, two_sided_p, two_sided_t_p, z_test,
+};

@@ -5,6 +5,7 @@ pub mod calibrate;
 pub mod journal;
 pub mod perturb;
 pub mod power;
+pub mod size;
 
 use crate::error::Error;
 use crate::ops::Subject;

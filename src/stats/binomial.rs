@@ -1,0 +1,177 @@
+//! The exact two-sided binomial test of a count against `Binomial(N, p₀)`.
+//!
+//! A per-draw statistic in `{0, 1}` (an indicator: "the kept count is 0",
+//! "column k is all zero") has a mean whose sample standard error is 0 when
+//! the event never happened, and a normal approximation that is far from its
+//! stated size in the tails for small `N p₀`: `P(K = 0) = 0.3⁶` at 2000
+//! draws expects 1.5 events. The count itself is exactly binomial under the
+//! null, so it is tested exactly.
+//!
+//! # The test
+//!
+//! ```text
+//! k   = round(p̂ · N)                         (the observed count)
+//! lo  = P(X ≤ k),  hi = P(X ≥ k),  X ~ Binomial(N, p₀)
+//! p   = min(1, 2 · min(lo, hi))              (doubling the smaller tail)
+//! reject when p ≤ α
+//! ```
+//!
+//! Doubling keeps the size at most α for every `N` and `p₀` (each tail is
+//! rejected with probability at most α/2 because `P(lo ≤ α/2) ≤ α/2` for a
+//! discrete cdf), so no minimum budget is needed: at a small `N` the test is
+//! merely powerless. The reported `z` is the signed normal score of `p`,
+//! `sign(k − N p₀) Φ⁻¹(1 − p/2)`, so tables compare it with
+//! [`critical_z`](super::critical_z).
+//!
+//! # Computation of a tail
+//!
+//! On the side of the mode the count lies on, the tail's terms decrease
+//! monotonically away from `k`, with ratio
+//!
+//! ```text
+//! P(j−1)/P(j) = j (1−p₀) / ((N−j+1) p₀)        (downwards, j ≤ mode)
+//! P(j+1)/P(j) = (N−j) p₀ / ((j+1) (1−p₀))      (upwards, j ≥ mode)
+//! ```
+//!
+//! which itself decreases away from the mode, so once a term `t` has ratio
+//! `r < 1` the rest of the tail is below `t r / (1 − r)`; the sum stops when
+//! that is below `10⁻¹⁷` of the sum. `P(k)` comes from `ln Γ` (statrs),
+//! relative error about `10⁻¹⁶ · ln Γ(N) ≤ 10⁻⁷` for `N ≤ 10⁹`, ample for a
+//! comparison with α = 10⁻¹⁰.
+
+use serde::Serialize;
+use statrs::distribution::{ContinuousCDF, Normal};
+use statrs::function::gamma::ln_gamma;
+
+use super::family::{assertion_alpha, critical_z, power_z};
+use super::ztest::ZTest;
+
+/// An observed count with its null distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BinomialTest {
+    pub count: u64,
+    pub trials: u64,
+    pub p0: f64,
+    pub p_value: f64,
+}
+
+/// `ln P(X = k)` for `X ~ Binomial(n, p)`, `0 < p < 1`.
+fn ln_pmf(n: u64, k: u64, p: f64) -> f64 {
+    let (nf, kf) = (n as f64, k as f64);
+    ln_gamma(nf + 1.0) - ln_gamma(kf + 1.0) - ln_gamma(nf - kf + 1.0)
+        + kf * p.ln()
+        + (nf - kf) * (-p).ln_1p()
+}
+
+/// `P(X ≤ k)` when `down`, else `P(X ≥ k)`, summed from `k` away from the
+/// mode (the caller picks the side `k` is on).
+fn tail(n: u64, k: u64, p: f64, down: bool) -> f64 {
+    let mut term = ln_pmf(n, k, p).exp();
+    let mut sum = term;
+    let mut j = k;
+    loop {
+        if (down && j == 0) || (!down && j == n) {
+            return sum.min(1.0);
+        }
+        let (jf, nf) = (j as f64, n as f64);
+        let ratio = if down {
+            jf * (1.0 - p) / ((nf - jf + 1.0) * p)
+        } else {
+            (nf - jf) * p / ((jf + 1.0) * (1.0 - p))
+        };
+        term *= ratio;
+        sum += term;
+        j = if down { j - 1 } else { j + 1 };
+        if ratio < 1.0 && term * ratio / (1.0 - ratio) < 1e-17 * sum {
+            return sum.min(1.0);
+        }
+    }
+}
+
+/// The exact two-sided p-value of `count` successes in `trials` trials
+/// against success probability `p0` (see the module docs).
+pub fn binomial_test(count: u64, trials: u64, p0: f64) -> BinomialTest {
+    let p_value = if count > trials || !(0.0..=1.0).contains(&p0) {
+        0.0
+    } else if p0 == 0.0 || p0 == 1.0 {
+        let certain = if p0 == 0.0 { 0 } else { trials };
+        if count == certain { 1.0 } else { 0.0 }
+    } else {
+        let mode = ((trials as f64 + 1.0) * p0).floor() as u64;
+        let smaller = if count <= mode {
+            tail(trials, count, p0, true)
+        } else {
+            tail(trials, count, p0, false)
+        };
+        (2.0 * smaller).min(1.0)
+    };
+    BinomialTest {
+        count,
+        trials,
+        p0,
+        p_value,
+    }
+}
+
+/// Tests the observed proportion `p_hat` of `trials` Bernoulli trials
+/// against `p0`, as a [`ZTest`] row: `z` is the signed normal score of the
+/// exact p-value and the MDE is `(z_crit + z_power) √(p₀(1−p₀)/N)`, the
+/// normal-limit effect at the null's standard error.
+pub fn proportion_test(p_hat: f64, trials: u64, p0: f64) -> ZTest {
+    let expected = p0 * trials as f64;
+    let observed = p_hat * trials as f64;
+    let count = if observed.is_finite() && observed >= 0.0 {
+        observed.round() as u64
+    } else {
+        u64::MAX
+    };
+    let test = binomial_test(count, trials, p0);
+    let score = if test.p_value >= 1.0 {
+        0.0
+    } else if test.p_value <= 0.0 {
+        f64::INFINITY
+    } else {
+        Normal::standard().inverse_cdf(1.0 - test.p_value / 2.0)
+    };
+    let sign = if observed < expected { -1.0 } else { 1.0 };
+    let null_se = (p0 * (1.0 - p0) / trials.max(1) as f64).sqrt();
+    ZTest {
+        z: sign * score,
+        p_value: test.p_value,
+        mde: (critical_z() + power_z()) * null_se,
+        rejected: test.p_value <= assertion_alpha(),
+        critical: critical_z(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference tails by mpmath 1.3 (40 digits, exact sums of
+    /// `binomial(n, j) p^j (1−p)^(n−j)`).
+    #[test]
+    fn tails_match_exact_sums() {
+        // n = 2000, p = 0.3^6 = 0.000729: P(X = 0) = (1 − p)^2000.
+        let p = 0.000729;
+        let t = binomial_test(0, 2000, p);
+        let want = 2.0 * 0.232_577_517_848_691_7;
+        assert!((t.p_value - want).abs() < 1e-12, "{t:?}");
+        // n = 10⁶, p = 0.7, k = 700 000 + 3000: upper tail 2.8468e-11, doubled.
+        let t = binomial_test(703_000, 1_000_000, 0.7);
+        let want = 2.0 * 2.846_753_646_622_116_8e-11;
+        assert!((t.p_value - want).abs() < 1e-6 * want, "{t:?}");
+    }
+
+    #[test]
+    fn the_test_never_rejects_the_expected_count_and_always_an_impossible_one() {
+        assert_eq!(binomial_test(700, 1000, 0.7).p_value, 1.0);
+        assert_eq!(binomial_test(1001, 1000, 0.7).p_value, 0.0);
+        assert_eq!(binomial_test(0, 10, 0.0).p_value, 1.0);
+        assert_eq!(binomial_test(1, 10, 0.0).p_value, 0.0);
+        let z = proportion_test(0.0, 2000, 0.000729);
+        assert!(!z.rejected && z.z <= 0.0 && z.p_value > 0.4, "{z:?}");
+        let z = proportion_test(0.05, 2000, 0.000729);
+        assert!(z.rejected && z.z > critical_z(), "{z:?}");
+    }
+}

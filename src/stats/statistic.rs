@@ -1,0 +1,190 @@
+//! What a claim's per-draw statistic is, which test it gets, and the
+//! smallest budget at which that test has its stated size.
+//!
+//! # Three kinds
+//!
+//! * [`Statistic::Mean`]: the mean of a per-draw statistic with a sample
+//!   standard error, tested with Student-t ([`z_test`]). Valid from
+//!   [`mean_min_samples`] draws on (derivation below).
+//! * [`Statistic::Indicator`]: each draw counts successes of `trials`
+//!   Bernoulli(p₀) events and reports the fraction (an indicator when
+//!   `trials = 1`); the total count is tested exactly against
+//!   `Binomial(n · trials, p₀)` ([`proportion_test`]). Valid at every `n`.
+//! * [`Statistic::Violations`]: the estimate is a count of violations of a
+//!   rule that must hold on every draw; any violation refutes the claim, no
+//!   sampling error is involved. Valid at every `n`.
+//!
+//! # The minimum budget of a mean test
+//!
+//! At α = 10⁻¹⁰ no Berry–Esseen bound helps: the non-uniform bound
+//! `|P(T > x) − Φ̄(x)| ≤ C ρ / (σ³ √n (1 + x)³)` is about `0.06/√n` at
+//! `x = 6.47`, which is below 10⁻¹⁰ only from `n ≈ 4·10¹⁷`. The size is
+//! therefore controlled to leading order by the Cramér-type moderate
+//! deviation of the self-normalized mean (Jing, Shao & Wang 2003, *Ann.
+//! Probab.* 31; refined by Wang 2005): for i.i.d. draws with skewness `γ`
+//!
+//! ```text
+//! P(T_n > x) / Φ̄(x) = exp(−γ x³ / (3 √n)) (1 + O((1 + x)⁴ / n))
+//! P(T_n < −x) / Φ(−x) = exp(+γ x³ / (3 √n)) (1 + O((1 + x)⁴ / n))
+//! ```
+//!
+//! so the two-sided size at the critical value `c` is, to that order,
+//!
+//! ```text
+//! size / α = cosh(γ c³ / (3 √n)).
+//! ```
+//!
+//! Step by step, the rule this module applies:
+//!
+//! 1. Allow the size at most [`MEAN_SIZE_FACTOR`] `= 2` times nominal:
+//!    `γ c³ / (3 √n) ≤ acosh 2 = 1.3170`.
+//! 2. Solve for `n` with `c = z_crit = 6.4670` (the t critical value is
+//!    larger, which only helps): `n ≥ (γ c³ / (3 acosh 2))² = 4686 γ²`.
+//! 3. Keep the neglected term small: `c⁴ / n ≤ 1`, i.e. `n ≥ c⁴ ≈ 1750`
+//!    (the `O(x⁴/n)` term, whose coefficient involves the excess kurtosis
+//!    and `γ²`, is then of the order of those moments over 12).
+//!
+//! The budget test (`tests/budget.rs`) charges each mean assertion twice
+//! its nominal α, so the family rate still holds.
+//!
+//! The skewness is the claim's declaration about its own statistic under
+//! the null ([`two_point_skewness`] for a statistic with two values). The
+//! default, [`DEFAULT_SKEWNESS`] `= 2√2`, is that of `χ²₁`, the limit of the
+//! registry's most skewed statistic: a half squared difference `(t − t')²/2`
+//! of two independent, nearly normal copies (the variance claims). It gives
+//! `n_min = 37 490`.
+
+use serde::Serialize;
+
+use super::accumulator::Estimate;
+use super::binomial::proportion_test;
+use super::family::critical_z;
+use super::ztest::{ZTest, exact_agreement, z_test};
+
+/// Largest real size of a mean test at or above its minimum budget, as a
+/// multiple of the nominal per-assertion level (step 1 of the module docs).
+pub const MEAN_SIZE_FACTOR: f64 = 2.0;
+
+/// The skewness a claim's mean statistic is assumed to have at most when it
+/// declares none (the `χ²₁` value `2√2`; see the module docs).
+pub const DEFAULT_SKEWNESS: f64 = 2.0 * std::f64::consts::SQRT_2;
+
+/// The kind of a claim's per-draw statistic (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Statistic {
+    /// A mean with a sample standard error, skewness at most `skewness` in
+    /// absolute value under the null.
+    Mean { skewness: f64 },
+    /// The fraction of `trials` Bernoulli events per draw; exact binomial.
+    Indicator { trials: u64 },
+    /// A count of violations of a rule that holds on every draw.
+    Violations,
+}
+
+impl Default for Statistic {
+    fn default() -> Self {
+        Statistic::Mean {
+            skewness: DEFAULT_SKEWNESS,
+        }
+    }
+}
+
+impl Statistic {
+    /// Tests one component's estimate against its target.
+    pub fn test(self, estimate: Estimate, target: f64) -> ZTest {
+        match self {
+            Statistic::Mean { .. } => z_test(estimate, target),
+            Statistic::Indicator { trials } => proportion_test(
+                estimate.value,
+                estimate.n.saturating_mul(trials.max(1)),
+                target,
+            ),
+            Statistic::Violations => exact_agreement(estimate.value - target),
+        }
+    }
+
+    /// The smallest number of draws at which the test has its stated size
+    /// (1 for the exact tests).
+    pub fn min_samples(self) -> u64 {
+        match self {
+            Statistic::Mean { skewness } => mean_min_samples(skewness),
+            Statistic::Indicator { .. } | Statistic::Violations => 1,
+        }
+    }
+
+    /// How the report names the test.
+    pub fn label(self) -> &'static str {
+        match self {
+            Statistic::Mean { .. } => "student-t",
+            Statistic::Indicator { .. } => "exact binomial",
+            Statistic::Violations => "deterministic",
+        }
+    }
+
+    /// How many multiples of the per-assertion level one component's test
+    /// may spend: [`MEAN_SIZE_FACTOR`] for a mean, 1 for the exact binomial
+    /// test, 0 for a deterministic rule.
+    pub fn size_factor(self) -> f64 {
+        match self {
+            Statistic::Mean { .. } => MEAN_SIZE_FACTOR,
+            Statistic::Indicator { .. } => 1.0,
+            Statistic::Violations => 0.0,
+        }
+    }
+}
+
+/// Skewness of a statistic that takes one value with probability `r` and
+/// another with `1 − r`: `|1 − 2r| / √(r (1 − r))` (0 at `r = 1/2`).
+pub fn two_point_skewness(r: f64) -> f64 {
+    (1.0 - 2.0 * r).abs() / (r * (1.0 - r)).sqrt()
+}
+
+/// The minimum budget of a mean test with skewness at most `skewness`:
+/// `max((γ c³ / (3 acosh 2))², c⁴)` rounded up, `c = z_crit` (module docs).
+pub fn mean_min_samples(skewness: f64) -> u64 {
+    let c = critical_z();
+    let acosh2 = MEAN_SIZE_FACTOR.acosh();
+    let root = skewness.abs() * c * c * c / (3.0 * acosh2);
+    let skew = root * root;
+    let tail = (c * c) * (c * c);
+    skew.max(tail).ceil() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimum_budgets_follow_the_derivation() {
+        // c = 6.466951, c³ = 270.4573, acosh 2 = 1.3169579 (Python math):
+        // (c³/(3 acosh 2))² = 4686.3 per unit γ², c⁴ = 1749.0.
+        assert_eq!(mean_min_samples(0.0), 1750);
+        let chi2 = mean_min_samples(DEFAULT_SKEWNESS);
+        assert!((37_480..=37_500).contains(&chi2), "{chi2}");
+        // A Bernoulli(0.7) unit: γ = 0.4 / √0.21 = 0.8729, n = 3571.
+        let unit = mean_min_samples(two_point_skewness(0.7));
+        assert!((3565..=3580).contains(&unit), "{unit}");
+        assert_eq!(Statistic::Violations.min_samples(), 1);
+        assert_eq!(Statistic::Indicator { trials: 1 }.min_samples(), 1);
+    }
+
+    #[test]
+    fn two_point_skewness_is_zero_at_one_half_and_grows_for_rare_events() {
+        assert_eq!(two_point_skewness(0.5), 0.0);
+        assert!((two_point_skewness(0.3) - 0.4 / 0.21f64.sqrt()).abs() < 1e-15);
+        assert!(two_point_skewness(0.01) > 9.0);
+    }
+
+    #[test]
+    fn violations_fail_on_one_and_pass_on_none() {
+        let e = |value| Estimate {
+            value,
+            stderr: 0.0,
+            n: 100,
+            dof: 99.0,
+        };
+        assert!(!Statistic::Violations.test(e(0.0), 0.0).rejected);
+        assert!(Statistic::Violations.test(e(1.0), 0.0).rejected);
+    }
+}

@@ -1,0 +1,88 @@
+//! Every non-statistical comparison bound of the crate, named once and
+//! derived next to its definition (in the manner of statrs' `prec.rs`).
+//!
+//! # The model
+//!
+//! IEEE 754 binary64 with round-to-nearest: each operation `∘ ∈ {+, −, ×, ÷,
+//! √}` returns `fl(a ∘ b) = (a ∘ b)(1 + δ)` with `|δ| ≤ u = ε/2`
+//! ([`UNIT_ROUNDOFF`]). Higham (*Accuracy and Stability of Numerical
+//! Algorithms*, 2nd ed., Lemma 3.1) bounds `n` such factors:
+//!
+//! ```text
+//! Π_{i≤n} (1 + δ_i)^{±1} = 1 + θ_n,   |θ_n| ≤ γ_n = n u / (1 − n u)     (n u < 1)
+//! ```
+//!
+//! so a product / quotient chain of `n` roundings has relative error
+//! `γ_n`, and recursive summation of `N` terms `t_i` has absolute error at
+//! most `γ_{N−1} Σ |t_i|` (Higham, eq. 4.4). A bound on a difference of two
+//! computed values adds both sides' bounds. Every function here takes the
+//! count of roundings of the computation it guards; none is tuned.
+
+/// Unit roundoff `u = ε/2` of binary64 with round-to-nearest.
+pub const UNIT_ROUNDOFF: f64 = f64::EPSILON / 2.0;
+
+/// Higham's `γ_n = n u / (1 − n u)`: the relative error of `n` roundings
+/// (∞ when `n u ≥ 1`, where the bound says nothing).
+pub fn gamma(n: f64) -> f64 {
+    let nu = n * UNIT_ROUNDOFF;
+    if nu >= 1.0 {
+        f64::INFINITY
+    } else {
+        nu / (1.0 - nu)
+    }
+}
+
+/// Absolute error bound of a value computed by `roundings` roundings whose
+/// terms have absolute sum `magnitude` (for a product chain, `magnitude` is
+/// the value itself): `γ_roundings · magnitude`.
+pub fn bound(roundings: f64, magnitude: f64) -> f64 {
+    gamma(roundings) * magnitude.abs()
+}
+
+/// Roundings allowed on *each* side when a zero-spread Monte Carlo estimate
+/// (every draw gave the same value `v`) is compared with its closed form.
+///
+/// # Derivation
+///
+/// * The estimate: the Welford mean of identical values is `v` exactly
+///   (`δ = v − mean = 0` after the first draw; merging equal means adds
+///   `0 · n_b / n`), so its only rounding is that of one draw's statistic.
+/// * The registry's zero-spread statistics are a dropout output of a zero
+///   or deterministic unit (`x · (1/q)` or `x / q`, at most two roundings),
+///   a count of violations (exact integers) or a normalized output of a
+///   constant vector (LayerNorm/RMSNorm: sums of `d ≤ 8` terms, a square
+///   root, a division: at most `d + 8 ≤ 16` roundings, Higham 4.4 with the
+///   terms' magnitude bounded by the output's when every term has one sign).
+/// * The closed form: at most the same 16 roundings.
+///
+/// Hence `|v − target| ≤ γ_16 (|v| + |target|) ≤ 2 γ_16 max(|v|, |target|)`,
+/// which is `16.0000…02 ε · max`: the 16 ulp the z-test used, now derived.
+pub const ZERO_SPREAD_ROUNDINGS: f64 = 16.0;
+
+/// The tolerance of [`ZERO_SPREAD_ROUNDINGS`]:
+/// `γ_16 (|value| + |target|)`.
+pub fn zero_spread(value: f64, target: f64) -> f64 {
+    gamma(ZERO_SPREAD_ROUNDINGS) * (value.abs() + target.abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gamma_is_n_u_to_first_order_and_infinite_past_its_domain() {
+        // γ_1 = u/(1−u) exactly representable as computed: about 1.11e-16.
+        assert!((gamma(1.0) - 2f64.powi(-53)).abs() <= 2f64.powi(-105));
+        assert!(
+            gamma(16.0) > 8.0 * f64::EPSILON && gamma(16.0) < 8.0 * f64::EPSILON * (1.0 + 1e-14)
+        );
+        assert_eq!(gamma(2f64.powi(53)), f64::INFINITY);
+    }
+
+    #[test]
+    fn zero_spread_admits_one_rounding_and_rejects_a_percent() {
+        // 0.1 + 0.2 is one rounding away from 0.3 (it is 0.30000000000000004).
+        assert!((0.1 + 0.2 - 0.3f64).abs() <= zero_spread(0.1 + 0.2, 0.3));
+        assert!(0.003 > zero_spread(0.303, 0.3));
+    }
+}

@@ -1,0 +1,177 @@
+//! The measured size of the report at small budgets: run the reference
+//! report at each budget under many seeds and count, per budget, the claims
+//! that fail, are inconclusive (below their minimum budget) and pass.
+//!
+//! On the reference every claim's null hypothesis is true, so every failure
+//! is a false alarm. The stated rate is at most [`FAMILY_ALPHA`] per run of
+//! the whole suite, so over `K` runs the expected number of runs with any
+//! failure is at most `K · FAMILY_ALPHA` (4·10⁻⁵ for 40 seeds): a single
+//! failing run is evidence against the stated rate at level `K · α_family`.
+//! That is what `dropmc size` measures, and what it exits 1 on.
+
+use serde::Serialize;
+
+use crate::claims::Verdict;
+use crate::error::Error;
+use crate::ops::Subject;
+use crate::report::{self, Options};
+use crate::stats::FAMILY_ALPHA;
+
+/// The budgets measured by default.
+pub const DEFAULT_BUDGETS: [u64; 5] = [500, 1_000, 2_000, 5_000, 20_000];
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct SizeOptions {
+    pub budgets: Vec<u64>,
+    pub seeds: u64,
+    pub first_seed: u64,
+    pub family: Option<String>,
+}
+
+/// The counts at one budget over all seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetRow {
+    pub samples: u64,
+    pub runs: u64,
+    /// Runs (seeds) in which at least one claim failed.
+    pub failing_runs: u64,
+    /// Claim verdicts summed over the runs.
+    pub fail: u64,
+    pub inconclusive: u64,
+    pub pass: u64,
+    /// The failed claims with the seed each failed at.
+    pub failures: Vec<(u64, &'static str)>,
+}
+
+/// The whole measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct SizeRun {
+    pub subject: String,
+    pub family_alpha: f64,
+    /// `seeds · FAMILY_ALPHA`: the stated bound on the expected number of
+    /// failing runs per budget.
+    pub expected_failing_runs: f64,
+    pub rows: Vec<BudgetRow>,
+}
+
+impl SizeRun {
+    /// True when no run failed at any budget.
+    pub fn honest(&self) -> bool {
+        self.rows.iter().all(|r| r.failing_runs == 0)
+    }
+}
+
+/// Runs the measurement, calling `progress(done, total)` after each report.
+pub fn measure(
+    subject: &Subject,
+    options: &SizeOptions,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<SizeRun, Error> {
+    if options.seeds == 0 || options.budgets.is_empty() {
+        return Err(Error::InvalidOption {
+            what: "size needs at least one seed and one budget".into(),
+        });
+    }
+    let total = options.seeds * options.budgets.len() as u64;
+    let mut done = 0;
+    let mut rows = Vec::new();
+    for &samples in &options.budgets {
+        let mut row = BudgetRow {
+            samples,
+            runs: options.seeds,
+            failing_runs: 0,
+            fail: 0,
+            inconclusive: 0,
+            pass: 0,
+            failures: Vec::new(),
+        };
+        for seed in options.first_seed..options.first_seed + options.seeds {
+            let run = report::run(
+                subject,
+                &Options {
+                    seed: Some(seed),
+                    samples: Some(samples),
+                    family: options.family.clone(),
+                },
+            )?;
+            let mut failed = false;
+            for r in &run.results {
+                match r.verdict {
+                    Verdict::Pass => row.pass += 1,
+                    Verdict::Inconclusive => row.inconclusive += 1,
+                    Verdict::Fail => {
+                        row.fail += 1;
+                        row.failures.push((seed, r.id));
+                        failed = true;
+                    }
+                }
+            }
+            row.failing_runs += u64::from(failed);
+            done += 1;
+            progress(done, total);
+        }
+        rows.push(row);
+    }
+    Ok(SizeRun {
+        subject: subject.name().to_string(),
+        family_alpha: FAMILY_ALPHA,
+        expected_failing_runs: options.seeds as f64 * FAMILY_ALPHA,
+        rows,
+    })
+}
+
+/// The measurement as a table.
+pub fn table(run: &SizeRun) -> String {
+    let mut out = format!(
+        "measured size of the report on the {} (stated: at most {:.0e} false alarms per run; \
+         {:.1e} failing runs expected per budget)\n",
+        run.subject, run.family_alpha, run.expected_failing_runs
+    );
+    out.push_str(&format!(
+        "{:>8}  {:>5}  {:>12}  {:>5}  {:>12}  {:>6}\n",
+        "samples", "runs", "failing runs", "fail", "inconclusive", "pass"
+    ));
+    for r in &run.rows {
+        out.push_str(&format!(
+            "{:>8}  {:>5}  {:>12}  {:>5}  {:>12}  {:>6}\n",
+            r.samples, r.runs, r.failing_runs, r.fail, r.inconclusive, r.pass
+        ));
+    }
+    for r in &run.rows {
+        for (seed, id) in &r.failures {
+            out.push_str(&format!(
+                "FAIL at {} samples, seed {seed}: {id}\n",
+                r.samples
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_semantics_family_is_honest_at_a_tiny_budget_and_counts_add_up() {
+        let options = SizeOptions {
+            budgets: vec![64],
+            seeds: 2,
+            first_seed: 1,
+            family: Some("semantics".into()),
+        };
+        let run = measure(&Subject::reference(), &options, |_, _| {}).expect("runs");
+        let row = &run.rows[0];
+        assert_eq!(row.fail + row.inconclusive + row.pass, 2 * 7);
+        assert!(run.honest(), "{}", table(&run));
+        let empty = SizeOptions {
+            seeds: 0,
+            ..options
+        };
+        assert!(matches!(
+            measure(&Subject::reference(), &empty, |_, _| {}),
+            Err(Error::InvalidOption { .. })
+        ));
+    }
+}
