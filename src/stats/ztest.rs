@@ -158,6 +158,19 @@ pub fn rejection_probability(lambda: f64) -> f64 {
 /// the claim is refuted with `z = ±∞` and `p = 0`.
 pub fn z_test(estimate: Estimate, target: f64) -> ZTest {
     let diff = estimate.value - target;
+    if estimate.dof.is_nan() || estimate.dof < 1.0 {
+        // No degrees of freedom: the standard error was not estimated at all
+        // (one draw, or one batch of batch means), so neither a t-test nor
+        // the zero-spread comparison (which needs every draw to agree) says
+        // anything. No rejection is possible.
+        return ZTest {
+            z: 0.0,
+            p_value: 1.0,
+            mde: f64::INFINITY,
+            rejected: false,
+            critical: f64::INFINITY,
+        };
+    }
     if estimate.stderr > 0.0 {
         let t = diff / estimate.stderr;
         let critical = critical_value(estimate.dof);
@@ -262,6 +275,20 @@ mod tests {
             dof: 31.0,
         };
         assert!(!z_test(e, 7.0).rejected);
+    }
+
+    #[test]
+    fn an_estimate_without_degrees_of_freedom_cannot_reject() {
+        // One batch of batch means: stderr 0 and dof 0 say nothing about the
+        // spread, unlike n draws that all agreed.
+        let e = Estimate {
+            value: 1.0,
+            stderr: 0.0,
+            n: 4096,
+            dof: 0.0,
+        };
+        let t = z_test(e, 2.0);
+        assert!(!t.rejected && t.critical.is_infinite(), "{t:?}");
     }
 
     #[test]
