@@ -21,7 +21,8 @@
 //! so every sum is a constant plus `Σ_k m_k col_k` for seven fixed columns
 //! (`w`, `w² − 2cw`, `γ1 w`, `γ1² w`, `γ1² (w² − 2cw)`, `γ1 β̃1 w`, and
 //! `a γ1 w` for `eval`'s shrink factor of LN1 with weights `a`), one
-//! look-up per 8 units. Then `ū = Σu/d`, `V2 = Σu²/d − ū²`,
+//! look-up per 4 units in the nibble tables, 64 masks at a time
+//! (word-major blocks, as [`super::FastNorm`]'s). Then `ū = Σu/d`, `V2 = Σu²/d − ū²`,
 //! `s2 = 1/√(V2 + ε2)`.
 //!
 //! # Per channel
@@ -34,7 +35,7 @@
 //! ```
 //!
 //! one masked sum over masks of the per-mask weight `s·s2` per channel (the
-//! transposed sums of [`super::FastNorm`]), four block scalars, batch-means
+//! transposed nibble-table sums of [`super::FastNorm`]), four block scalars, batch-means
 //! standard errors, as in [`super::site`].
 //!
 //! # The constant rule and conditioning
@@ -51,9 +52,8 @@
 use super::compact::MaskBits;
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::mask_major::mask_major_sums_over_masks;
-use super::norm::tail_mask;
-use super::run::{ChunkKernel, estimate_from_batches, estimate_from_sums, run_chunks};
+use super::norm::{channel_sums_over_masks, fill_block};
+use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::site::{RESOLUTION, ill_conditioned, site_floor};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
@@ -215,19 +215,19 @@ impl FastCompound {
         }))
     }
 
-    /// `(M', s, s2, ū)` of one mask, adding LN1's factor and the
-    /// conditioning count into `scalars`.
+    /// `(M', s, s2, ū)` of mask `b` of the word-major block `words`, from
+    /// its seven masked sums `t`, adding LN1's factor and the conditioning
+    /// count into `scalars`.
     #[inline(always)]
-    fn one_mask(&self, mask: &[u64], scalars: &mut [f64]) -> [f64; 4] {
+    fn one_mask(&self, words: &[u64], b: usize, t: [f64; 7], scalars: &mut [f64]) -> [f64; 4] {
         let (d, c) = (self.d as f64, self.shift);
         let [g, g2, gb, ag, bt, bt2] = self.constants;
-        let t = self.tables.masked_sum(mask);
         let m = (t[0] - d * c) / d;
         let v = (t[1] + d * c * c) / d - m * m;
         let lin = |sum_a: f64, masked: f64| masked - c * sum_a;
         let (g_y, g2_y, gb_y, ag_y) = (lin(g, t[2]), lin(g2, t[3]), lin(gb, t[5]), lin(ag, t[6]));
         let g2_yy = t[4] + c * c * g2;
-        let constant = self.patterns.iter().any(|p| p.matches(mask));
+        let constant = self.patterns.iter().any(|p| p.matches_in_block(words, b));
         let s = if constant {
             0.0
         } else {
@@ -264,27 +264,31 @@ impl ChunkKernel for FastCompound {
 
     #[inline(always)]
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        self.chunk_on(Isa::Portable, rng, draws, sums);
+    }
+
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let d = self.d;
         let nw = d.div_ceil(64);
         let mut lanes = Xoshiro8::from_stream(rng);
+        // 64 masks, word-major (as FastNorm's).
         let mut words = vec![0u64; 64 * nw];
         let mut scratch = Vec::new();
-        let tail = tail_mask(d);
+        let mut per_mask = [[0.0f64; 64]; 7];
         let mut per = [[0.0f64; 4]; 64];
         let mut weight = [0.0f64; 64];
-        let mut mask_tables = vec![0.0f64; 8 * 256];
+        let mut mask_tables = SubsetTables::new([&weight[..]]);
         let mut kept = vec![0.0f64; d];
         let (scalars, channels) = sums.split_at_mut(SCALARS);
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(64);
-            self.bits
-                .fill(&mut lanes, &mut words[..nb * nw], &mut scratch);
-            for mask in words.chunks_exact_mut(nw).take(nb) {
-                mask[nw - 1] &= tail;
-            }
-            for (b, mask) in words.chunks_exact(nw).take(nb).enumerate() {
-                per[b] = self.one_mask(mask, scalars);
+            fill_block(&self.bits, &mut lanes, &mut words, &mut scratch, d, nb);
+            self.tables.block_sums(isa, &words, &mut per_mask);
+            for b in 0..nb {
+                let t = std::array::from_fn(|c| per_mask[c][b]);
+                per[b] = self.one_mask(&words, b, t, scalars);
                 weight[b] = per[b][1] * per[b][2];
             }
             weight[nb..].fill(0.0);
@@ -296,7 +300,8 @@ impl ChunkKernel for FastCompound {
                 block[2] += s2;
                 block[3] += mean_u * s2;
             }
-            mask_major_sums_over_masks(&words[..nb * nw], nw, &weight, &mut mask_tables, &mut kept);
+            mask_tables.refill([&weight[..]]);
+            channel_sums_over_masks(isa, &words, &mask_tables, &mut kept);
             let n = nb as f64;
             let (sum, rest) = channels.split_at_mut(d);
             let (sum_sq, sum_weighted) = rest.split_at_mut(d);

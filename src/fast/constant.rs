@@ -44,8 +44,20 @@ impl ConstantPattern {
     /// Whether `mask` gives this pattern's constant.
     #[inline(always)]
     pub fn matches(&self, mask: &[u64]) -> bool {
-        mask.iter()
-            .zip(&self.care)
+        self.matches_words(mask.iter().copied())
+    }
+
+    /// Whether mask `b` of a word-major block (word `j` of mask `b` at
+    /// `block[64 j + b]`, the layout of [`super::FastNorm`]'s blocks) gives
+    /// this pattern's constant.
+    #[inline(always)]
+    pub fn matches_in_block(&self, block: &[u64], b: usize) -> bool {
+        self.matches_words(block.iter().skip(b).step_by(64).copied())
+    }
+
+    #[inline(always)]
+    fn matches_words(&self, mask: impl Iterator<Item = u64>) -> bool {
+        mask.zip(&self.care)
             .zip(&self.want)
             .all(|((m, c), w)| m & c == *w)
     }
@@ -126,5 +138,38 @@ mod tests {
             }
             assert!(constant > 1, "the case must have constant masks");
         }
+    }
+
+    /// Two-word masks (d = 100) in a word-major block: mask `b` matches in
+    /// the block exactly when its gathered words match.
+    #[test]
+    fn block_matches_are_the_gathered_matches() {
+        let d = 100;
+        let h = vec![1.0; d];
+        let v: Vec<f64> = (0..d).map(|k| if k % 3 == 0 { 0.0 } else { 0.5 }).collect();
+        let patterns = constant_patterns(&h, &v, 0.5, None);
+        assert!(!patterns.is_empty());
+        let mut block = [0u64; 128];
+        // Mask b: units kept at random-looking positions; every fourth mask
+        // keeps only the free units (v = 0), a constant y.
+        for b in 0..64 {
+            let (lo, hi) = if b % 4 == 0 {
+                (0x9249_2492_4924_9249u64, 0x9_2492_4924u64 & ((1 << 36) - 1))
+            } else {
+                let r = (b as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                (r, (r >> 7) & ((1 << 36) - 1))
+            };
+            block[b] = lo;
+            block[64 + b] = hi;
+        }
+        let mut hits = 0;
+        for b in 0..64 {
+            for p in &patterns {
+                let gathered = p.matches(&[block[b], block[64 + b]]);
+                assert_eq!(p.matches_in_block(&block, b), gathered, "mask {b}");
+                hits += usize::from(gathered);
+            }
+        }
+        assert!(hits >= 16, "the free-unit masks are constant");
     }
 }

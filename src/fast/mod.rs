@@ -46,7 +46,6 @@ pub mod constant;
 pub mod dropout;
 pub mod ensemble;
 pub mod lanes;
-mod mask_major;
 pub mod mask_shape;
 pub mod mask_statistics;
 pub mod masks;

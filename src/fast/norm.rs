@@ -169,27 +169,16 @@ impl ChunkKernel for FastNorm {
         // 64 masks, word-major: word j of mask b is words[64 j + b].
         let mut words = vec![0u64; 64 * nw];
         let mut scratch = Vec::new();
-        let tail = tail_mask(d);
         let mut per_mask = [[0.0f64; 64]; 2];
         let mut per = [0.0f64; 64];
         let (mut mean, mut var) = ([0.0f64; 64], [0.0f64; 64]);
         let mut mask_tables = SubsetTables::new([&per[..]]);
-        let mut kept = [0.0f64; 64];
+        let mut kept = vec![0.0f64; if self.ln { d } else { 0 }];
         let (scalars, channels) = sums.split_at_mut(SCALARS);
         let mut done = 0;
         while done < draws {
             let nb = (draws - done).min(64);
-            self.bits.fill(&mut lanes, &mut words, &mut scratch);
-            for w in &mut words[64 * (nw - 1)..] {
-                *w &= tail;
-            }
-            if nb < 64 {
-                // Masks past the last draw do not exist: all dropped, so
-                // they add nothing to the per-channel sums.
-                for rows in words.chunks_exact_mut(64) {
-                    rows[nb..].fill(0);
-                }
-            }
+            fill_block(&self.bits, &mut lanes, &mut words, &mut scratch, d, nb);
             self.tables.block_sums(isa, &words, &mut per_mask);
             for b in 0..nb {
                 let m = per_mask[0][b] * inv_d;
@@ -219,24 +208,65 @@ impl ChunkKernel for FastNorm {
                 mask_tables.refill([&per[..]]);
                 // Block sum of LN_k: (x_k/q)·Σ_{masks keeping k} s − Σ M s;
                 // the channel sums are three contiguous runs of d.
+                channel_sums_over_masks(isa, &words, &mask_tables, &mut kept);
                 let n = nb as f64;
                 let (sum, rest) = channels.split_at_mut(d);
                 let (sum_sq, sum_weighted) = rest.split_at_mut(d);
-                for (j, rows) in words.chunks_exact(64).enumerate() {
-                    masked_sums_over_masks(isa, rows, &mask_tables, &mut kept);
-                    let first = 64 * j;
-                    let last = d.min(first + 64);
-                    for (k, &a) in (first..last).zip(&kept) {
-                        let block = self.scaled[k] * a - centre;
-                        sum[k] += block;
-                        sum_sq[k] += block * block;
-                        sum_weighted[k] += n * block;
-                    }
+                for (k, &a) in kept.iter().enumerate() {
+                    let block = self.scaled[k] * a - centre;
+                    sum[k] += block;
+                    sum_sq[k] += block * block;
+                    sum_weighted[k] += n * block;
                 }
                 scalars[6] += n * n;
             }
             done += nb;
         }
+    }
+}
+
+/// Draws a block of 64 masks of `units` units into `words` (`64 ⌈units/64⌉`
+/// words, read word-major: word `j` of mask `b` is `words[64 j + b]`),
+/// clears the bits past the last unit, and makes the masks `nb..64` (past
+/// the last draw of the chunk, which do not exist) all-dropped, so that
+/// they add nothing to the per-channel sums.
+#[inline(always)]
+pub(crate) fn fill_block(
+    bits: &MaskBits,
+    lanes: &mut Xoshiro8,
+    words: &mut [u64],
+    scratch: &mut Vec<u64>,
+    units: usize,
+    nb: usize,
+) {
+    bits.fill(lanes, words, scratch);
+    let tail = tail_mask(units);
+    let last = words.len() - 64;
+    for w in &mut words[last..] {
+        *w &= tail;
+    }
+    if nb < 64 {
+        for rows in words.chunks_exact_mut(64) {
+            rows[nb..].fill(0);
+        }
+    }
+}
+
+/// For every channel `k < out.len()`, the sum of the per-mask values
+/// tabulated in `tables` over the masks of the word-major block `words`
+/// (as [`fill_block`] leaves it) that keep `k`: one
+/// [`masked_sums_over_masks`] per 64 channels.
+#[inline(always)]
+pub(crate) fn channel_sums_over_masks(
+    isa: Isa,
+    words: &[u64],
+    tables: &SubsetTables<1>,
+    out: &mut [f64],
+) {
+    let mut kept = [0.0f64; 64];
+    for (rows, group) in words.chunks_exact(64).zip(out.chunks_mut(64)) {
+        masked_sums_over_masks(isa, rows, tables, &mut kept);
+        group.copy_from_slice(&kept[..group.len()]);
     }
 }
 
@@ -296,6 +326,32 @@ mod tests {
                 let direct: f64 = (0..50)
                     .filter(|&m| rows[m] >> k & 1 == 1)
                     .map(|m| per[m])
+                    .sum();
+                assert_eq!(*got, direct, "{isa:?} channel {k}");
+            }
+        }
+    }
+
+    /// A whole word-major block of 150 channels (3 words, the last one
+    /// partial): every channel's sum is the direct sum over the masks that
+    /// keep it, on every level.
+    #[test]
+    fn block_channel_sums_cover_every_word() {
+        let (d, nw) = (150usize, 3usize);
+        let mut rng = stream(9, 0);
+        let mut words: Vec<u64> = (0..64 * nw).map(|_| rng.next_u64()).collect();
+        for w in &mut words[64 * (nw - 1)..] {
+            *w &= tail_mask(d);
+        }
+        let per: Vec<f64> = (0..64).map(|i| (i * 5 % 13) as f64 - 4.0).collect();
+        let tables = SubsetTables::new([&per[..]]);
+        for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+            let mut out = vec![0.0; d];
+            channel_sums_over_masks(isa, &words, &tables, &mut out);
+            for (k, got) in out.iter().enumerate() {
+                let direct: f64 = (0..64)
+                    .filter(|&b| words[64 * (k / 64) + b] >> (k % 64) & 1 == 1)
+                    .map(|b| per[b])
                     .sum();
                 assert_eq!(*got, direct, "{isa:?} channel {k}");
             }

@@ -22,10 +22,20 @@
 //! R² = R'² + c (c + 2M')  (mean (y' + c)²)
 //! ```
 //!
-//! (1) and (2) are `Σ_k m_k col_k` for fixed columns, one look-up per 8
-//! units in [`SubsetTables`] (per term the columns `w_j` and
+//! (1) and (2) are `Σ_k m_k col_k` for fixed columns, one look-up per 4
+//! units in the nibble [`SubsetTables`] (per term the columns `w_j` and
 //! `2 h' w_j + w_j²`; per pair of terms `2 w_i w_j`, read with the AND of
-//! the two masks).
+//! the two masks), made for 64 masks at once by
+//! [`SubsetTables::block_sums`] (vector permutes on AVX-512).
+//!
+//! # Layout of a block
+//!
+//! As in [`super::FastNorm`]: masks come 64 at a time, and each term's
+//! block of `64·⌈d/64⌉` iid Bernoulli(q_j) words is read *word-major* (word
+//! `i` of mask `b` is `words[64 i + b]`), so the 64 masks' word `i` are
+//! contiguous for the per-mask look-ups and form one 64×64 bit matrix for
+//! the per-channel transpose. Masks past the last draw of a chunk are
+//! all-dropped and add nothing.
 //!
 //! # Why the shift: the cancellation in `V = R'² − M'²`
 //!
@@ -54,8 +64,11 @@
 //! RMS(y)_k = γ_k y_k s:  Σ_b y_bk s_b = h_k Σ_b s_b + Σ_j w_jk Σ_{b: m_jbk = 1} s_b
 //! ```
 //!
-//! The inner sums over the masks keeping `k` are [`super::FastNorm`]'s transposed
-//! masked sums over masks (one per term). `γ`, `β` are applied after the
+//! The inner sums over the masks keeping `k` are [`super::FastNorm`]'s
+//! masked sums over masks (one per term): each 64×64 bit block of the term
+//! is transposed so that one word holds channel `k`'s keep bits across the
+//! 64 masks, and the sums of `s` over every subset of each 4 masks are
+//! tabulated, 16 look-ups per channel per 64 masks. `γ`, `β` are applied after the
 //! run: `E[γ L + β] = γ E[L] + β`, `SE(γ L) = |γ| SE(L)`. Standard errors are
 //! batch means over the blocks of 64 ([`estimate_from_batches`]), and so are
 //! those of fixed linear functionals `Σ_k a_k (out_k − β_k)` (the shrink
@@ -94,9 +107,8 @@
 use super::compact::MaskBits;
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::mask_major::mask_major_sums_over_masks;
-use super::norm::tail_mask;
-use super::run::{ChunkKernel, estimate_from_batches, estimate_from_sums, run_chunks};
+use super::norm::{channel_sums_over_masks, fill_block};
+use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
@@ -301,35 +313,26 @@ impl FastSite {
         }))
     }
 
-    /// `(M', s)` of one mask (term `j`'s mask at `words[j · stride..]`),
-    /// adding its scalar statistics into `scalars`.
+    /// `(M', s)` of mask `b` of the block `words` (term `j`'s 64 masks,
+    /// word-major, at `words[j · 64 nw..]`), from its shifted sums
+    /// `lin = Σ y'`, `sq = Σ y'²`, adding its scalar statistics into
+    /// `scalars`.
     #[inline(always)]
     fn one_mask(
         &self,
         words: &[u64],
-        stride: usize,
-        both: &mut [u64],
+        b: usize,
+        lin: f64,
+        sq: f64,
         scalars: &mut [f64],
     ) -> (f64, f64) {
         let inv_d = 1.0 / self.d as f64;
-        let mask = |j: usize| &words[j * stride..j * stride + self.nw];
-        let (mut lin, mut sq) = (self.sum_centred, self.sum_centred_sq);
-        for (j, t) in self.tables.iter().enumerate() {
-            let [a, b] = t.masked_sum(mask(j));
-            lin += a;
-            sq += b;
-        }
-        for (i, j, t) in &self.pairs {
-            for ((o, a), b) in both.iter_mut().zip(mask(*i)).zip(mask(*j)) {
-                *o = a & b;
-            }
-            sq += t.masked_sum(both)[0];
-        }
         let m = lin * inv_d;
         let r2_shifted = sq * inv_d;
         let mut v = r2_shifted - m * m;
         let mut r2 = r2_shifted + self.shift * (self.shift + 2.0 * m);
-        let constant = self.patterns.iter().any(|p| p.matches(mask(0)));
+        let first = &words[..64 * self.nw];
+        let constant = self.patterns.iter().any(|p| p.matches_in_block(first, b));
         if constant {
             if self.layer {
                 v = 0.0;
@@ -407,15 +410,22 @@ impl ChunkKernel for FastSite {
 
     #[inline(always)]
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        self.chunk_on(Isa::Portable, rng, draws, sums);
+    }
+
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let (d, nw, terms) = (self.d, self.nw, self.bits.len());
         let stride = 64 * nw;
         let mut lanes = Xoshiro8::from_stream(rng);
+        // Per term, a block of 64 masks, word-major (as FastNorm's).
         let mut words = vec![0u64; terms * stride];
-        let mut both = vec![0u64; nw];
+        let mut both = vec![0u64; if self.pairs.is_empty() { 0 } else { stride }];
         let mut scratch = Vec::new();
-        let tail = tail_mask(d);
         let (mut centre, mut scale) = ([0.0f64; 64], [0.0f64; 64]);
-        let mut mask_tables = vec![0.0f64; 8 * 256];
+        let mut per_term = [[0.0f64; 64]; 2];
+        let mut per_pair = [[0.0f64; 64]; 1];
+        let mut mask_tables = SubsetTables::new([&scale[..]]);
         let channels = self.scales();
         let mut kept = vec![0.0f64; if channels { terms * d } else { 0 }];
         let mut block = vec![0.0f64; if channels { d } else { 0 }];
@@ -426,14 +436,34 @@ impl ChunkKernel for FastSite {
         while done < draws {
             let nb = (draws - done).min(64);
             for (bits, w) in self.bits.iter().zip(words.chunks_exact_mut(stride)) {
-                bits.fill(&mut lanes, &mut w[..nb * nw], &mut scratch);
-                for mask in w.chunks_exact_mut(nw).take(nb) {
-                    mask[nw - 1] &= tail;
+                fill_block(bits, &mut lanes, w, &mut scratch, d, nb);
+            }
+            // Per mask Σ y' and Σ y'²: the constants, then term by term
+            // (1), (2), then the pairs of terms, the order of the module docs.
+            let mut lin = [self.sum_centred; 64];
+            let mut sq = [self.sum_centred_sq; 64];
+            for (t, w) in self.tables.iter().zip(words.chunks_exact(stride)) {
+                t.block_sums(isa, w, &mut per_term);
+                for b in 0..64 {
+                    lin[b] += per_term[0][b];
+                    sq[b] += per_term[1][b];
+                }
+            }
+            for (i, j, t) in &self.pairs {
+                let (wi, wj) = (
+                    &words[i * stride..][..stride],
+                    &words[j * stride..][..stride],
+                );
+                for ((o, a), b) in both.iter_mut().zip(wi).zip(wj) {
+                    *o = a & b;
+                }
+                t.block_sums(isa, &both, &mut per_pair);
+                for (s, p) in sq.iter_mut().zip(&per_pair[0]) {
+                    *s += p;
                 }
             }
             for b in 0..nb {
-                let masks = &words[b * nw..];
-                (centre[b], scale[b]) = self.one_mask(masks, stride, &mut both, scalars);
+                (centre[b], scale[b]) = self.one_mask(&words, b, lin[b], sq[b], scalars);
             }
             for pair in centre[..nb].chunks_exact(2) {
                 let t = 0.5 * (pair[0] - pair[1]) * (pair[0] - pair[1]);
@@ -450,8 +480,9 @@ impl ChunkKernel for FastSite {
                 if !self.layer {
                     offset = 0.0;
                 }
+                mask_tables.refill([&scale[..]]);
                 for (w, k) in words.chunks_exact(stride).zip(kept.chunks_exact_mut(d)) {
-                    mask_major_sums_over_masks(&w[..nb * nw], nw, &scale, &mut mask_tables, k);
+                    channel_sums_over_masks(isa, w, &mask_tables, k);
                 }
                 let n = nb as f64;
                 // Term by term, so each pass is one vector loop over channels
