@@ -188,40 +188,42 @@ pub(crate) fn format_p(p: f64) -> String {
     }
 }
 
-/// The report as a fixed-width table, with the statistical fine print.
+/// The report as a table at the default width
+/// ([`crate::table::DEFAULT_WIDTH`], 120 columns), with the statistical fine
+/// print: what the snapshot locks and piped output shows.
 pub fn table(report: &Report) -> String {
-    let mut rows = vec![[
-        "claim".to_string(),
-        "formula".into(),
-        "analytic".into(),
-        "estimate ± SE".into(),
-        "z".into(),
-        "p".into(),
-        "MDE".into(),
-        "sampler".into(),
-        "verdict".into(),
-    ]];
+    table_fitted(report, Some(crate::table::DEFAULT_WIDTH))
+}
+
+/// The report as a table fitted to `width` columns (`None`: one line per
+/// claim, however wide). The formula moves to its own line under its row
+/// when the row would not fit; the prose below is wrapped to the width.
+///
+/// `closed form` is the formula's value at the claim's configuration and
+/// `target` what the estimate is tested against: the same number for an
+/// exact claim (shown as `=`), the exact oracle for a leading-order one.
+pub fn table_fitted(report: &Report, width: Option<usize>) -> String {
+    let mut rows = crate::table::Table::new([
+        "claim",
+        "formula",
+        "closed form",
+        "target",
+        "estimate ± SE",
+        "z",
+        "p",
+        "MDE",
+        "sampler",
+        "verdict",
+    ])
+    .spill(1);
     for r in &report.results {
-        rows.push(row(r));
+        rows.row(row(r));
     }
-    let widths: Vec<usize> = (0..9)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for (i, r) in rows.iter().enumerate() {
-        let line: Vec<String> = r
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| pad(cell, *w))
-            .collect();
-        out.push_str(line.join("  ").trim_end());
-        out.push('\n');
-        if i == 0 {
-            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-            out.push_str(&rule.join("  "));
-            out.push('\n');
-        }
-    }
+    let mut out = match width {
+        Some(w) => rows.render(w),
+        None => rows.render_wide(),
+    };
+    let mut prose = String::new();
     let inconclusive = report.inconclusive();
     let passed = report.results.len() - report.failures() - inconclusive;
     let below = if inconclusive > 0 {
@@ -229,22 +231,22 @@ pub fn table(report: &Report) -> String {
     } else {
         String::new()
     };
-    out.push_str(&format!(
+    prose.push_str(&format!(
         "\n{passed} of {} claims pass{below} (subject: {}, seed {}).\n",
         report.results.len(),
         report.subject,
         report.seed
     ));
-    out.push_str(&fine_print());
+    prose.push_str(&fine_print());
     let (notes, other_notes): (Vec<&ClaimResult>, Vec<&ClaimResult>) = report
         .results
         .iter()
         .filter(|r| r.note.is_some())
         .partition(|r| r.kind != crate::claims::Kind::Exact);
     if !notes.is_empty() {
-        out.push_str("Leading-order claims are z-tested against the exact oracle; their gap (mean_k |closed form - exact|) is measured, with d = 16…4096 on the grouped oracle:\n");
+        prose.push_str("Leading-order claims are z-tested against the exact oracle; their gap (mean_k |closed form - exact|) is measured, with d = 16…4096 on the grouped oracle:\n");
         for r in notes {
-            out.push_str(&format!(
+            prose.push_str(&format!(
                 "{}: {}{}\n",
                 r.id,
                 r.note.as_deref().unwrap_or_default(),
@@ -253,7 +255,7 @@ pub fn table(report: &Report) -> String {
         }
     }
     for r in other_notes {
-        out.push_str(&format!(
+        prose.push_str(&format!(
             "{}: {}\n",
             r.id,
             r.note.as_deref().unwrap_or_default()
@@ -261,15 +263,29 @@ pub fn table(report: &Report) -> String {
     }
     for r in &report.results {
         if let Some(reason) = r.inconclusive_reason() {
-            out.push_str(&format!("{}: {reason}\n", r.id));
+            prose.push_str(&format!("{}: {reason}\n", r.id));
         }
     }
     for r in report.results.iter().filter(|r| r.error.is_some()) {
-        out.push_str(&format!(
+        prose.push_str(&format!(
             "{}: {}\n",
             r.id,
             r.error.as_deref().unwrap_or_default()
         ));
+    }
+    for line in prose.lines() {
+        match width {
+            Some(w) => {
+                for part in crate::table::wrap_text(line, w) {
+                    out.push_str(&part);
+                    out.push('\n');
+                }
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
     }
     out
 }
@@ -289,12 +305,7 @@ pub fn fine_print() -> String {
     )
 }
 
-fn pad(cell: &str, width: usize) -> String {
-    let n = cell.chars().count();
-    format!("{cell}{}", " ".repeat(width.saturating_sub(n)))
-}
-
-fn row(r: &ClaimResult) -> [String; 9] {
+fn row(r: &ClaimResult) -> [String; 10] {
     let verdict = match r.verdict {
         Verdict::Pass => "pass",
         Verdict::Fail => "FAIL",
@@ -304,6 +315,7 @@ fn row(r: &ClaimResult) -> [String; 9] {
         return [
             r.id.into(),
             r.formula.into(),
+            "-".into(),
             "-".into(),
             "-".into(),
             "-".into(),
@@ -321,7 +333,14 @@ fn row(r: &ClaimResult) -> [String; 9] {
     [
         r.id.into(),
         r.formula.into(),
-        format!("{}{tag}", format_value(r.target[k])),
+        format!(
+            "{}{tag}",
+            r.analytic.get(k).map_or("-".into(), |v| format_value(*v))
+        ),
+        match r.kind {
+            crate::claims::Kind::Exact => "=".into(),
+            crate::claims::Kind::LeadingOrder { .. } => format_value(r.target[k]),
+        },
         format_estimate(r.estimate[k].value, r.estimate[k].stderr),
         format_z(test.z),
         format_p(test.p_value),

@@ -13,6 +13,8 @@
 //!    formula, if the table names one) leaves the row: it is printed on its
 //!    own indented line under the row, wrapped at the width; the remaining
 //!    wrappable columns are narrowed as in 2, down to [`MIN_WRAP`].
+//! 4. If the line is still too wide, columns are separated by one space
+//!    instead of two.
 //!
 //! Numbers are never wrapped (a column is wrappable only when declared so),
 //! so a value is never split across lines.
@@ -33,6 +35,8 @@ pub const MIN_WRAP: usize = 12;
 /// its own line (step 3 of the module docs).
 pub const COMFORTABLE_WRAP: usize = 40;
 const GAP: &str = "  ";
+/// The separator of the last resort (step 4 of the module docs).
+const NARROW_GAP: &str = " ";
 const SPILL_INDENT: &str = "    ";
 
 /// The width tables are fitted to (see the module docs).
@@ -109,7 +113,13 @@ impl Table {
     /// The table at its natural width (nothing moved or wrapped).
     pub fn render_wide(&self) -> String {
         let columns: Vec<usize> = (0..self.headers.len()).collect();
-        self.layout(&columns, &self.natural_widths(&columns), None, usize::MAX)
+        self.layout(
+            &columns,
+            &self.natural_widths(&columns),
+            None,
+            usize::MAX,
+            GAP,
+        )
     }
 
     /// The table fitted to `width` columns (see the module docs).
@@ -117,12 +127,12 @@ impl Table {
         let all: Vec<usize> = (0..self.headers.len()).collect();
         let natural = self.natural_widths(&all);
         if line_width(&natural) <= width {
-            return self.layout(&all, &natural, None, width);
+            return self.layout(&all, &natural, None, width, GAP);
         }
         if self.spill.is_some() || !self.wrappable.is_empty() {
             let widths = self.narrowed(&all, width, COMFORTABLE_WRAP);
             if line_width(&widths) <= width {
-                return self.layout(&all, &widths, None, width);
+                return self.layout(&all, &widths, None, width, GAP);
             }
         }
         let kept: Vec<usize> = all
@@ -131,7 +141,12 @@ impl Table {
             .filter(|c| Some(*c) != self.spill)
             .collect();
         let widths = self.narrowed(&kept, width, MIN_WRAP);
-        self.layout(&kept, &widths, self.spill, width)
+        let gap = if line_width(&widths) > width {
+            NARROW_GAP
+        } else {
+            GAP
+        };
+        self.layout(&kept, &widths, self.spill, width, gap)
     }
 
     /// Natural widths of `columns`, with the widest wrappable column
@@ -171,16 +186,17 @@ impl Table {
         widths: &[usize],
         spill: Option<usize>,
         width: usize,
+        gap: &str,
     ) -> String {
         let mut out = String::new();
         let header: Vec<String> = columns.iter().map(|&c| self.headers[c].clone()).collect();
-        push_row(&mut out, &header, widths);
+        push_row(&mut out, &header, widths, gap);
         let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-        out.push_str(rule.join(GAP).trim_end());
+        out.push_str(rule.join(gap).trim_end());
         out.push('\n');
         for row in &self.rows {
             let cells: Vec<String> = columns.iter().map(|&c| row[c].clone()).collect();
-            push_row(&mut out, &cells, widths);
+            push_row(&mut out, &cells, widths, gap);
             if let Some(s) = spill.filter(|&s| !row[s].is_empty()) {
                 let room = width.saturating_sub(SPILL_INDENT.len()).max(MIN_WRAP);
                 for line in wrap_text(&row[s], room) {
@@ -201,7 +217,7 @@ fn line_width(widths: &[usize]) -> usize {
 
 /// One row, each cell wrapped to its column's width; a row takes as many
 /// lines as its tallest cell.
-fn push_row(out: &mut String, cells: &[String], widths: &[usize]) {
+fn push_row(out: &mut String, cells: &[String], widths: &[usize], gap: &str) {
     let wrapped: Vec<Vec<String>> = cells
         .iter()
         .zip(widths)
@@ -214,7 +230,7 @@ fn push_row(out: &mut String, cells: &[String], widths: &[usize]) {
             .zip(widths)
             .map(|(lines, &w)| pad(lines.get(line).map_or("", String::as_str), w))
             .collect();
-        out.push_str(parts.join(GAP).trim_end());
+        out.push_str(parts.join(gap).trim_end());
         out.push('\n');
     }
 }

@@ -128,3 +128,23 @@ fn list_fits_the_width_and_speaks_json() {
     let registry: Vec<&str> = dropmc::claims::registry().iter().map(|c| c.id()).collect();
     assert_eq!(ids, registry);
 }
+
+#[test]
+fn the_report_fits_the_width_and_wide_does_not() {
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dropmc"))
+            .args(["report", "--family", "layernorm", "--samples", "4000"])
+            .args(extra)
+            .env("COLUMNS", "120")
+            .output()
+            .expect("runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let widest = |text: &str| text.lines().map(|l| l.chars().count()).max().unwrap_or(0);
+    let fitted = run(&[]);
+    assert!(widest(&fitted) <= 120, "{fitted}");
+    // The formula moved to its own line, and nothing was lost.
+    assert!(fitted.contains("\n    E[M] = mu\n"), "{fitted}");
+    let wide = run(&["--wide"]);
+    assert!(widest(&wide) > 120, "{wide}");
+}

@@ -202,6 +202,9 @@ pub struct ReportArgs {
     /// Run only this family.
     #[arg(long)]
     pub family: Option<String>,
+    /// Do not fit the table to the terminal (one line per claim).
+    #[arg(long)]
+    pub wide: bool,
 }
 
 /// Quantities `eval` knows.
@@ -630,7 +633,8 @@ fn run_report(args: ReportArgs) -> Result<ExitCode, Error> {
             serde_json::to_string_pretty(&report::to_json(&report)).unwrap_or_default()
         );
     } else {
-        print!("{}", report::table(&report));
+        let width = (!args.wide).then(crate::table::output_width);
+        print!("{}", report::table_fitted(&report, width));
     }
     Ok(if report.passed() {
         ExitCode::SUCCESS
