@@ -44,3 +44,25 @@ fn a_row_off_by_more_than_rounding_is_refused() {
     let err = attn(&a, 0.1, None, Budget::new(200, 1).unwrap()).unwrap_err();
     assert!(err.to_string().contains("--a sums to"), "{err}");
 }
+
+/// The progress observer sees the draws of `eval ln`'s kernels and changes
+/// no bit of the output (no statistical assertion).
+#[test]
+fn observing_progress_changes_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let x: Vec<f64> = (0..40).map(|k| (k as f64 * 0.37).sin() + 0.3).collect();
+    let budget = Budget::new(300_000, 3).unwrap();
+    let plain = dropmc::eval::norm::ln(&x, 0.2, None, None, 1e-5, budget).unwrap();
+    let last = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&last);
+    let observed = dropmc::fast::observe_progress(
+        Box::new(move |done, total| {
+            assert!(done <= total);
+            seen.store(done, Ordering::Relaxed);
+        }),
+        || dropmc::eval::norm::ln(&x, 0.2, None, None, 1e-5, budget).unwrap(),
+    );
+    assert_eq!(plain, observed);
+    assert_eq!(last.load(Ordering::Relaxed), budget.samples);
+}

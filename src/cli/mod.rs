@@ -524,7 +524,19 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval(command) => {
-            let (output, json) = eval_output(command)?;
+            // A bar over the draws of the kernel running now (an eval runs a
+            // few: the outputs, the pairs for a variance, ...).
+            let bar = progress::bar(1, "draws", false);
+            let shown = bar.clone();
+            let output = crate::fast::observe_progress(
+                Box::new(move |done, total| {
+                    shown.set_length(total);
+                    shown.set_position(done);
+                }),
+                || eval_output(command),
+            );
+            bar.finish_and_clear();
+            let (output, json) = output?;
             print_eval(&output, json);
             Ok(ExitCode::SUCCESS)
         }

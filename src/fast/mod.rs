@@ -66,8 +66,8 @@ pub use norm::{FastNorm, NormEstimates};
 pub use power_sums::PowerSums;
 pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
-    ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks, run_chunks_on,
-    run_chunks_with_progress,
+    ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, observe_progress, run_chunks,
+    run_chunks_on, run_chunks_with_progress,
 };
 pub use site::{FastSite, SiteEstimates, SiteNorm};
 pub use tables::SubsetTables;

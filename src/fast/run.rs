@@ -51,7 +51,33 @@ pub fn run_chunks_on<K: ChunkKernel>(
     budget: Budget,
     isa: Isa,
 ) -> Result<Vec<f64>, Error> {
-    run_chunks_with_progress(kernel, budget, isa, &|_| {})
+    let samples = budget.samples;
+    run_chunks_with_progress(kernel, budget, isa, &|done| {
+        OBSERVER.with(|o| {
+            if let Some(observer) = o.borrow().as_ref() {
+                observer(done, samples);
+            }
+        })
+    })
+}
+
+thread_local! {
+    /// The progress observer of the calling thread (see [`observe_progress`]).
+    static OBSERVER: std::cell::RefCell<Option<Box<dyn Fn(u64, u64)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `body` with `observer(done, total)` called after each parallel block
+/// of every kernel run `body` makes on this thread ([`run_chunks`]): `done`
+/// draws of `total` in the current run. A caller that does not own the
+/// kernels' calls — the command line around `eval`, which runs several
+/// kernels — can show progress without threading a callback through every
+/// function. The observer only observes: the results are the same bits.
+pub fn observe_progress<T>(observer: Box<dyn Fn(u64, u64)>, body: impl FnOnce() -> T) -> T {
+    let previous = OBSERVER.with(|o| o.borrow_mut().replace(observer));
+    let result = body();
+    OBSERVER.with(|o| *o.borrow_mut() = previous);
+    result
 }
 
 /// Most bytes of chunk sum vectors held at once by one parallel block
