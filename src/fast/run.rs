@@ -61,9 +61,12 @@ pub fn run_chunks_on<K: ChunkKernel>(
     })
 }
 
+/// A progress observer: `(draws done, draws in this run)`.
+pub type ProgressObserver = Box<dyn Fn(u64, u64)>;
+
 thread_local! {
     /// The progress observer of the calling thread (see [`observe_progress`]).
-    static OBSERVER: std::cell::RefCell<Option<Box<dyn Fn(u64, u64)>>> =
+    static OBSERVER: std::cell::RefCell<Option<ProgressObserver>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -73,7 +76,7 @@ thread_local! {
 /// kernels' calls — the command line around `eval`, which runs several
 /// kernels — can show progress without threading a callback through every
 /// function. The observer only observes: the results are the same bits.
-pub fn observe_progress<T>(observer: Box<dyn Fn(u64, u64)>, body: impl FnOnce() -> T) -> T {
+pub fn observe_progress<T>(observer: ProgressObserver, body: impl FnOnce() -> T) -> T {
     let previous = OBSERVER.with(|o| o.borrow_mut().replace(observer));
     let result = body();
     OBSERVER.with(|o| *o.borrow_mut() = previous);
