@@ -153,7 +153,7 @@ pub fn transpose64(a: &mut [u64; 64]) {
 
 /// [`transpose64`] on the level `isa`: with AVX-512 and GFNI (and VBMI),
 /// by byte shuffles and bit-matrix instructions (see
-/// [`transpose64_gfni`]); otherwise, or on a CPU without them, the portable
+/// `transpose64_gfni`); otherwise, or on a CPU without them, the portable
 /// block swap. Both give the same bits (a transpose is a fixed permutation
 /// of bits).
 #[inline(always)]
