@@ -1,7 +1,7 @@
 //! The conformance kit on a layer written outside the crate (the same one as
 //! `examples/conformance.rs`, without the bug switch): it passes the
 //! claims of the semantics, attention, mask-shape and ensemble families at
-//! their default budgets. Counted in `tests/budget.rs`; the dropout family
+//! their default budgets. Counted in `tests/zz_budget.rs`; the dropout family
 //! is run on the reference by `tests/report_snapshot.rs`.
 
 mod common;

@@ -3,7 +3,7 @@
 //!
 //! False-alarm accounting: each run of a claim makes one assertion per
 //! component, at the suite's per-assertion level; `statistical_assertions`
-//! in `tests/budget.rs` counts these runs.
+//! in `tests/zz_budget.rs` counts these runs.
 
 mod common;
 

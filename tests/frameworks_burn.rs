@@ -7,7 +7,7 @@
 //!
 //! # False-alarm budget of this file
 //!
-//! Not part of the default suite's budget (`tests/budget.rs`): it does not
+//! Not part of the default suite's budget (`tests/zz_budget.rs`): it does not
 //! run in the default build. Its statistical assertions use the same
 //! per-assertion level (`critical_z()`, α = 10⁻¹⁰):
 //! * `dropout_family_passes_against_burn`: one per component of the dropout

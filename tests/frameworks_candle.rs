@@ -6,7 +6,7 @@
 //!
 //! # False-alarm budget of this file
 //!
-//! This file is not part of the default suite's budget (`tests/budget.rs`),
+//! This file is not part of the default suite's budget (`tests/zz_budget.rs`),
 //! since it does not run in the default build. It makes its own statistical
 //! assertions at the same per-assertion level (`critical_z()`, α = 10⁻¹⁰):
 //! * `dropout_family_passes_against_candle`: one per component of the

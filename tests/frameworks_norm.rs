@@ -23,7 +23,7 @@
 //!
 //! # False-alarm budget of this file
 //!
-//! Not part of the default suite's budget (`tests/budget.rs`): it runs only
+//! Not part of the default suite's budget (`tests/zz_budget.rs`): it runs only
 //! with `--features candle` and/or `burn`. Its statistical assertions, at
 //! the suite's per-assertion level (`critical_z()`, α = 10⁻¹⁰):
 //! * `candle_layer_norms_sampled_match_the_exact_expectation`: 10 channels

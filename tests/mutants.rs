@@ -3,7 +3,7 @@
 //!
 //! Kills are expected failures and spend no false-alarm budget. The two
 //! equivalent mutants must survive; their results are bit-identical to the
-//! reference's (see `tests/budget.rs`).
+//! reference's (see `tests/zz_budget.rs`).
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! False-alarm accounting: `mc_within_error_of_the_exact_value` z-tests every
 //! `mc` component once at the suite's per-assertion level; for the widths
 //! `WIDTHS` that is Σ_d [(4 + d) + (1 + d) + (2 + d) + (2 + d)] components,
-//! counted in `tests/budget.rs`.
+//! counted in `tests/zz_budget.rs`.
 
 mod common;
 
@@ -308,7 +308,7 @@ fn exact_matches_an_independent_enumeration_and_mc_is_within_error() {
             }
         }
     }
-    // The count tests/budget.rs declares.
+    // The count tests/zz_budget.rs sums.
     let declared: usize = WIDTHS.iter().map(|d| 9 + 4 * d).sum();
     assert_eq!(components, declared);
 }

@@ -7,7 +7,7 @@
 //! 0.999 at the default budget; the conservative extrapolation
 //! (`at_default_budget`, a lower confidence bound on each effect) must show
 //! it too. This test expects FAILURES of wrong layers: it spends no
-//! false-alarm budget (tests/budget.rs). Its own risk is the noise of a
+//! false-alarm budget (tests/zz_budget.rs). Its own risk is the noise of a
 //! one-seed effect estimate (SD 1 in z). Power 0.999 needs some component
 //! with |z| ≥ z_c + 3.1 ≈ 9. At this budget the subtlest mutant,
 //! `rate_off_2pct`, has z ≈ −21 on `dropout.worked_512_mean` (`dropmc

@@ -44,7 +44,7 @@
 //!    (the `O(x⁴/n)` term, whose coefficient involves the excess kurtosis
 //!    and `γ²`, is then of the order of those moments over 12).
 //!
-//! The budget test (`tests/budget.rs`) charges each mean assertion twice
+//! The budget test (`tests/zz_budget.rs`) charges each mean assertion twice
 //! its nominal α, so the family rate still holds.
 //!
 //! The skewness is the claim's declaration about its own statistic under
