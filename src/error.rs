@@ -4,7 +4,12 @@
 use std::fmt;
 
 /// Why an input was rejected.
+///
+/// Each variant names what was wrong and, in its message, what to do about
+/// it. The enum is `#[non_exhaustive]`: match the variants you handle and
+/// keep a wildcard arm.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Error {
     /// A drop rate outside `[0, 1)` or not a number. `p = 1` is rejected on
     /// purpose: inverted dropout divides by `q = 1 - p`.
@@ -27,6 +32,21 @@ pub enum Error {
     TooFewSamples { needed: u64, got: u64 },
     /// A formula's quantity is undefined for this input (for example σ = 0).
     Degenerate { what: String },
+    /// A result does not fit in an `f64` for this input (it overflowed to
+    /// ±∞ or became NaN); rescaling the input usually helps.
+    Overflow { what: String },
+    /// A family name (`--family`) that the registry does not hold.
+    UnknownFamily { name: String, known: String },
+    /// A claim id that the registry does not hold.
+    UnknownClaim { name: String, known: String },
+    /// An `eval` quantity that no registered family provides.
+    UnknownQuantity { name: String, known: String },
+    /// A figure name that no registered family draws.
+    UnknownFigure { name: String, known: String },
+    /// A file or directory that cannot be created, written or read.
+    Io { path: String, message: String },
+    /// A figure that the plotting backend could not draw.
+    Plot { message: String },
     /// A list given on the command line did not parse.
     Parse { what: String, token: String },
     /// The input is too large for the exact oracle or the engine.
@@ -73,6 +93,21 @@ impl fmt::Display for Error {
                 write!(f, "{got} samples is too few: at least {needed} are needed")
             }
             Error::Degenerate { what } => write!(f, "undefined for this input: {what}"),
+            Error::Overflow { what } => write!(f, "{what} overflows f64 for this input; rescale it"),
+            Error::UnknownFamily { name, known } => {
+                write!(f, "no family named {name:?}; known families: {known}")
+            }
+            Error::UnknownClaim { name, known } => {
+                write!(f, "no claim named {name:?}; known claims: {known}")
+            }
+            Error::UnknownQuantity { name, known } => {
+                write!(f, "no eval quantity named {name:?}; known quantities: {known}")
+            }
+            Error::UnknownFigure { name, known } => {
+                write!(f, "no figure named {name:?}; figures: {known}")
+            }
+            Error::Io { path, message } => write!(f, "{path}: {message}"),
+            Error::Plot { message } => write!(f, "cannot draw the figure: {message}"),
             Error::Parse { what, token } => {
                 write!(f, "cannot read {what}: {token:?} is not a finite number")
             }

@@ -62,11 +62,9 @@ pub fn select(options: &Options) -> Result<Vec<&'static dyn Claim>, Error> {
     };
     let chosen: Vec<_> = all.into_iter().filter(|c| c.family() == family).collect();
     if chosen.is_empty() {
-        return Err(Error::Degenerate {
-            what: format!(
-                "no family named {family:?}; known families: {}",
-                crate::claims::family_names().join(", ")
-            ),
+        return Err(Error::UnknownFamily {
+            name: family.to_string(),
+            known: crate::claims::family_names().join(", "),
         });
     }
     Ok(chosen)

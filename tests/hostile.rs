@@ -77,7 +77,7 @@ proptest! {
             }
             Err(e) => {
                 // moments validates x, then p, then the budget, in that order, and
-                // reports an overflow of its moments as Degenerate.
+                // reports an overflow of its moments as Overflow.
                 let want = if x.is_empty() {
                     matches!(e, Error::Empty { what: "x" })
                 } else if let Some(i) = x.iter().position(|v| !v.is_finite()) {
@@ -88,7 +88,7 @@ proptest! {
                     matches!(e, Error::TooFewSamples { got, .. } if got == samples)
                 } else {
                     // Valid input whose moments overflow f64 (x = 1e300).
-                    matches!(e, Error::Degenerate { .. })
+                    matches!(e, Error::Overflow { .. })
                 };
                 prop_assert!(want, "x {:?} p {} samples {}: {:?}", x, p, samples, e);
             }

@@ -107,8 +107,10 @@ fn case(vectors: &[&[f64]], scalars: &[f64], rates: &[f64], samples: Option<u64>
 /// vector, `NonFinite { index, value }` a vector holding that non-finite
 /// value at that index (or a non-finite scalar), `LengthMismatch` two
 /// vectors of different lengths, `InvalidRate` an invalid rate,
-/// `TooFewSamples` fewer than 2 samples; `Degenerate` and `TooLarge`
-/// (σ = 0, a constant input, a size limit) are always possible.
+/// `TooFewSamples` fewer than 2 samples; `Degenerate`, `Overflow` and
+/// `TooLarge` (σ = 0, a constant input, a result past f64, a size limit)
+/// are always possible; any other variant (a name lookup, a file, a
+/// framework) cannot come from these numeric entry points.
 fn explained(e: &Error) -> bool {
     CASE.with(|c| {
         let c = c.borrow();
@@ -142,11 +144,11 @@ fn explained(e: &Error) -> bool {
                 .iter()
                 .any(|r| same(*r, *p) && !(r.is_finite() && (0.0..1.0).contains(r))),
             Error::TooFewSamples { got, .. } => c.samples == Some(*got) && *got < 2,
-            Error::Degenerate { .. } | Error::TooLarge { .. } | Error::InvalidOption { .. } => true,
-            Error::Parse { .. }
-            | Error::Framework { .. }
-            | Error::UnknownSubject { .. }
-            | Error::Journal { .. } => false,
+            Error::Degenerate { .. }
+            | Error::Overflow { .. }
+            | Error::TooLarge { .. }
+            | Error::InvalidOption { .. } => true,
+            _ => false,
         }
     })
 }

@@ -159,8 +159,8 @@ impl EvalOutput {
                 .chain(r.stderr.as_slice());
             let exact = r.exact.as_ref().map_or(&[][..], |e| e.as_slice());
             if all.any(|v| !v.is_finite()) || exact.iter().any(|v| !v.is_finite()) {
-                return Err(crate::Error::Degenerate {
-                    what: format!("{} overflows f64 for this input; rescale x", r.name),
+                return Err(crate::Error::Overflow {
+                    what: r.name.to_string(),
                 });
             }
         }

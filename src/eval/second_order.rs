@@ -70,8 +70,8 @@ pub fn attach(
         ),
     };
     if second.iter().chain(&sd).any(|v| !v.is_finite()) {
-        return Err(Error::Degenerate {
-            what: format!("the second order of {name} overflows f64 for this input; rescale"),
+        return Err(Error::Overflow {
+            what: format!("the second order of {name}"),
         });
     }
     let Some(result) = output.results.iter_mut().find(|r| r.name == name) else {

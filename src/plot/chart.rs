@@ -208,8 +208,8 @@ fn tick(axis: &Axis, v: f64) -> String {
 }
 
 fn plot_error(e: impl std::fmt::Display) -> Error {
-    Error::Degenerate {
-        what: format!("cannot draw the figure: {e}"),
+    Error::Plot {
+        message: e.to_string(),
     }
 }
 

@@ -38,8 +38,9 @@ pub fn write_all_with_progress(
 
 /// Writes the figure `name` (one of [`FIGURES`]) into `dir`.
 pub fn write_figure(name: &str, dir: &Path) -> Result<PathBuf, Error> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::Degenerate {
-        what: format!("cannot create {}: {e}", dir.display()),
+    std::fs::create_dir_all(dir).map_err(|e| Error::Io {
+        path: dir.display().to_string(),
+        message: format!("cannot create the directory: {e}"),
     })?;
     let path = dir.join(name);
     match name {
@@ -48,8 +49,9 @@ pub fn write_figure(name: &str, dir: &Path) -> Result<PathBuf, Error> {
         "deep_stack.svg" => deep_stack(&path)?,
         "attention_row_sum.svg" => attention_row_sum(&path)?,
         other => {
-            return Err(Error::Degenerate {
-                what: format!("no figure named {other:?}; figures: {}", FIGURES.join(", ")),
+            return Err(Error::UnknownFigure {
+                name: other.to_string(),
+                known: FIGURES.join(", "),
             });
         }
     }
