@@ -17,16 +17,27 @@
 //! 4. a `Claim` implementation; `claims::check` then z-tests the estimate at
 //!    the suite's level and compares the oracle with the closed form.
 //!
-//! Inside the crate, step 5 is one line in `src/claims/registry.rs`; the
-//! report, `dropmc list`, the JSON, the registry test and the snapshot then
-//! pick the claim up. Run with `cargo run --release --example new_formula`.
+//! Step 5 registers it: a [`Family`] holding the claim, added to the
+//! crate's own families with [`Registry::with_family`]. Every output reads
+//! the registry, so the report row, the JSON, `dropmc list` and the
+//! conformance kit pick the claim up without an edit inside `src/`.
+//!
+//! ```text
+//! cargo run --release --example new_formula                 # report row + JSON
+//! cargo run --release --example new_formula -- list         # dropmc, with the family
+//! cargo run --release --example new_formula -- report --family example --json
+//! ```
 
-use dropmc::claims::{Claim, Shape, Verdict, check};
-use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
+use std::process::ExitCode;
+
+use dropmc::Error;
+use dropmc::claims::{Claim, Shape};
+use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::exact::{Oracle, enumerate_masks};
 use dropmc::ops::{Rate, Subject};
+use dropmc::registry::{Family, Registry};
+use dropmc::report::{self, Options};
 use dropmc::stats::Estimate;
-use dropmc::{Error, report};
 
 const X: [f64; 4] = [0.5, -1.0, 2.0, 1.5];
 const P: f64 = 0.4;
@@ -113,20 +124,45 @@ impl Claim for PairCovariance {
     }
 }
 
-fn main() -> Result<(), Error> {
-    let claim = PairCovariance;
-    let budget = Budget::new(claim.default_samples(), derive_seed(1, claim.id()))?;
-    let result = check(&claim, &Subject::reference(), budget);
-    let report = report::Report {
-        seed: 1,
-        subject: "reference".into(),
-        results: vec![result],
-    };
-    print!("{}", report::table(&report));
-    if report.results[0].verdict != Verdict::Pass {
-        return Err(Error::Degenerate {
-            what: "the new claim failed".into(),
-        });
+/// Step 5, the family: its name, its claims, and that it needs nothing but
+/// a dropout layer (so the conformance kit runs it on any implementation).
+pub fn family() -> Family {
+    static PAIR_COVARIANCE: PairCovariance = PairCovariance;
+    Family::new("example", "pairwise products of dropout outputs")
+        .with_claim(&PAIR_COVARIANCE)
+        .exercising_dropout_alone()
+}
+
+/// The crate's families and this one.
+pub fn registry() -> Registry {
+    Registry::default().with_family(family())
+}
+
+fn main() -> ExitCode {
+    let registry = registry();
+    // With arguments this program is `dropmc` with the family added.
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.len() > 1 {
+        return dropmc::cli::main_with_registry(&registry, args);
     }
-    Ok(())
+    let options = Options {
+        family: Some("example".into()),
+        ..Options::default()
+    };
+    match report::run(&registry, &Subject::reference(), &options) {
+        Ok(report) => {
+            print!("{}", report::table(&report));
+            let json = serde_json::to_string_pretty(&report::to_json(&report));
+            println!("{}", json.unwrap_or_default());
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

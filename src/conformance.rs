@@ -15,13 +15,16 @@
 //!    shared-over-positions dropout is a separate code path.
 //! 3. Call [`run`] and read the verdicts:
 //!
-//! ```no_run
+//! ```
 //! use dropmc::conformance::{self, Options};
 //! use dropmc::ops::InvertedDropout; // your layer here
 //!
-//! let result = conformance::run(&InvertedDropout, &Options::default()).unwrap();
+//! // A capped budget keeps the example quick; the default budgets are what
+//! // the test gate uses.
+//! let options = Options { samples: Some(200_000), ..Options::default() };
+//! let result = conformance::run(&InvertedDropout, &options).unwrap();
 //! print!("{}", conformance::table(&result));
-//! assert!(result.passed());
+//! assert!(result.failed().is_empty());
 //! ```
 //!
 //! `examples/conformance.rs` does this for a layer written outside the
@@ -29,9 +32,10 @@
 //!
 //! # What runs
 //!
-//! The registry's claims of the dropout-level families [`FAMILIES`] (the
+//! The claims of the registry's families that exercise a dropout layer
+//! alone ([`crate::registry::Family::exercises_dropout_alone`]: the
 //! moments, the semantics rules, attention, mask shape and the ensemble
-//! gap), each at its default budget unless [`Options::samples`] caps it,
+//! gap in the default registry), each at its default budget unless [`Options::samples`] caps it,
 //! from the streams `derive_seed(seed, claim id)` as in the report. Each
 //! verdict is the claim's z-test at the suite's per-assertion level
 //! ([`crate::stats::critical_z`]); a deterministic rule (bit-exact output,
@@ -39,20 +43,12 @@
 
 use serde::Serialize;
 
-use crate::claims::{Claim, ClaimResult, Verdict, check, registry};
+use crate::claims::{Claim, ClaimResult, Verdict, check};
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
+use crate::registry::Registry;
 use crate::report::DEFAULT_SEED;
-
-/// The families whose claims exercise a dropout layer alone.
-pub const FAMILIES: [&str; 5] = [
-    "dropout",
-    "semantics",
-    "attention",
-    "mask_shape",
-    "ensemble",
-];
 
 /// What to run.
 #[derive(Debug, Clone, Copy)]
@@ -67,7 +63,8 @@ pub struct Options {
     /// therefore runs the reference at the same budget and ignores claims it
     /// fails.
     pub samples: Option<u64>,
-    /// Run the whole registry, not only [`FAMILIES`].
+    /// Run the whole registry, not only the families that exercise a
+    /// dropout layer alone.
     pub all_families: bool,
     /// Run only these families (overrides the two above when set).
     pub families: Option<&'static [&'static str]>,
@@ -133,14 +130,21 @@ impl Conformance {
     }
 }
 
-/// The claims `options` selects, in registry order.
+/// The claims of the default registry that `options` selects.
 pub fn claims(options: &Options) -> Vec<&'static dyn Claim> {
-    registry()
-        .into_iter()
-        .filter(|c| match options.families {
-            Some(only) => only.contains(&c.family()),
-            None => options.all_families || FAMILIES.contains(&c.family()),
+    claims_in(&Registry::default(), options)
+}
+
+/// The claims of `registry` that `options` selects, in registry order.
+pub fn claims_in(registry: &Registry, options: &Options) -> Vec<&'static dyn Claim> {
+    registry
+        .families()
+        .iter()
+        .filter(|f| match options.families {
+            Some(only) => only.contains(&f.name()),
+            None => options.all_families || f.exercises_dropout_alone(),
         })
+        .flat_map(|f| f.claims().iter().copied())
         .collect()
 }
 
@@ -152,14 +156,23 @@ pub fn samples_for(claim: &dyn Claim, options: &Options) -> u64 {
         .map_or(default, |cap| default.min(cap.max(2)))
 }
 
-/// Runs the selected claims against `layer`.
+/// Runs the selected claims of the default registry against `layer`.
 pub fn run(layer: &dyn DropoutLayer, options: &Options) -> Result<Conformance, Error> {
     run_subject(&Subject::with_dropout(layer), options)
 }
 
-/// Runs the selected claims against a whole subject.
+/// Runs the selected claims of the default registry against a whole subject.
 pub fn run_subject(subject: &Subject, options: &Options) -> Result<Conformance, Error> {
-    let verdicts = claims(options)
+    run_in(&Registry::default(), subject, options)
+}
+
+/// Runs the selected claims of `registry` against `subject`.
+pub fn run_in(
+    registry: &Registry,
+    subject: &Subject,
+    options: &Options,
+) -> Result<Conformance, Error> {
+    let verdicts = claims_in(registry, options)
         .into_iter()
         .map(|claim| {
             let budget = Budget::new(

@@ -70,6 +70,7 @@ pub mod formulas;
 pub mod mutants;
 pub mod ops;
 pub mod plot;
+pub mod registry;
 pub mod report;
 pub mod stack;
 pub mod stats;

@@ -2,10 +2,11 @@
 
 use serde_json::{Value, json};
 
-use crate::claims::{Claim, ClaimResult, Shape, Verdict, check, registry};
+use crate::claims::{Claim, ClaimResult, Shape, Verdict, check};
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::Subject;
+use crate::registry::Registry;
 use crate::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
 
 /// The default seed of the report and the test suite.
@@ -53,37 +54,39 @@ impl Report {
     }
 }
 
-/// The claims `options.family` selects (all when `None`); an unknown family
-/// is an error naming the known ones.
-pub fn select(options: &Options) -> Result<Vec<&'static dyn Claim>, Error> {
-    let all = registry();
-    let Some(family) = &options.family else {
-        return Ok(all);
-    };
-    let chosen: Vec<_> = all.into_iter().filter(|c| c.family() == family).collect();
-    if chosen.is_empty() {
-        return Err(Error::UnknownFamily {
-            name: family.to_string(),
-            known: crate::claims::family_names().join(", "),
-        });
-    }
-    Ok(chosen)
+/// The claims of `registry` that `options.family` selects (all when
+/// `None`); an unknown family is [`Error::UnknownFamily`] naming the known
+/// ones.
+pub fn select(registry: &Registry, options: &Options) -> Result<Vec<&'static dyn Claim>, Error> {
+    registry.select(options.family.as_deref())
 }
 
-/// Runs the selected claims against `subject`. Claim `id` reads the streams
-/// of [`derive_seed`]`(seed, id)`, so claims are independent of each other
-/// and each is reproducible alone.
-pub fn run(subject: &Subject, options: &Options) -> Result<Report, Error> {
-    run_with_progress(subject, options, |_, _| {})
+/// Runs the selected claims of `registry` against `subject`. Claim `id`
+/// reads the streams of [`derive_seed`]`(seed, id)`, so claims are
+/// independent of each other and each is reproducible alone.
+///
+/// ```
+/// use dropmc::ops::Subject;
+/// use dropmc::registry::Registry;
+/// use dropmc::report::{self, Options};
+///
+/// let options = Options { family: Some("dropout".into()), samples: Some(20_000), ..Options::default() };
+/// let report = report::run(&Registry::default(), &Subject::reference(), &options).unwrap();
+/// assert!(report.results.iter().all(|r| r.family == "dropout"));
+/// assert_eq!(report.failures(), 0);
+/// ```
+pub fn run(registry: &Registry, subject: &Subject, options: &Options) -> Result<Report, Error> {
+    run_with_progress(registry, subject, options, |_, _| {})
 }
 
 /// Like [`run`], calling `progress(done, total)` after each claim.
 pub fn run_with_progress(
+    registry: &Registry,
     subject: &Subject,
     options: &Options,
     progress: impl FnMut(usize, usize),
 ) -> Result<Report, Error> {
-    let claims = select(options)?;
+    let claims = select(registry, options)?;
     let seed = options.seed.unwrap_or(DEFAULT_SEED);
     Ok(Report {
         seed,

@@ -254,7 +254,13 @@ fn deterministic_rules_are_explained_not_ks_tested() {
         family: Some("semantics".into()),
         flag_alpha: 0.01,
     };
-    let c = calibrate(&Subject::reference(), &options, |_, _| {}).unwrap();
+    let c = calibrate(
+        &dropmc::registry::Registry::default(),
+        &Subject::reference(),
+        &options,
+        |_, _| {},
+    )
+    .unwrap();
     let rule = c
         .claims
         .iter()

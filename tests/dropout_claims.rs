@@ -25,7 +25,12 @@ fn every_dropout_claim_passes_under_other_seeds() {
             samples: Some(OTHER_SEED_SAMPLES),
             family: Some("dropout".into()),
         };
-        let report = run(&Subject::reference(), &options).expect("runs");
+        let report = run(
+            &dropmc::registry::Registry::default(),
+            &Subject::reference(),
+            &options,
+        )
+        .expect("runs");
         for result in &report.results {
             common::assert_pass(result);
         }

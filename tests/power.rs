@@ -14,6 +14,7 @@
 //! mutants --samples 2000`), 12 SD of margin; the others break a
 //! deterministic rule (z = ±inf) or have larger effects.
 
+use dropmc::registry::Registry;
 use dropmc::verify::power::{PowerOptions, mutant_candidates, power, table};
 
 #[test]
@@ -25,7 +26,7 @@ fn every_non_equivalent_mutant_is_caught_with_power_at_least_0_999() {
         family: None,
     };
     let candidates = mutant_candidates();
-    let run = power(&candidates, &options, |_, _| {}).unwrap();
+    let run = power(&Registry::default(), &candidates, &options, |_, _| {}).unwrap();
     let shown = table(&run);
     assert_eq!(run.rows.len(), dropmc::mutants::gallery().len(), "{shown}");
     for row in run.rows.iter().filter(|r| !r.equivalent) {
@@ -51,8 +52,24 @@ fn an_unknown_family_and_zero_seeds_are_typed_errors() {
         samples: Some(100),
         family: None,
     };
-    assert!(power(&mutant_candidates(), &options, |_, _| {}).is_err());
+    assert!(
+        power(
+            &Registry::default(),
+            &mutant_candidates(),
+            &options,
+            |_, _| {}
+        )
+        .is_err()
+    );
     options.seeds = 1;
     options.family = Some("no_such_family".into());
-    assert!(power(&mutant_candidates(), &options, |_, _| {}).is_err());
+    assert!(
+        power(
+            &Registry::default(),
+            &mutant_candidates(),
+            &options,
+            |_, _| {}
+        )
+        .is_err()
+    );
 }

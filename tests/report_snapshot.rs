@@ -4,11 +4,17 @@
 mod common;
 
 use dropmc::ops::Subject;
+use dropmc::registry::Registry;
 use dropmc::report::{Options, run, table};
 
 #[test]
 fn default_report_passes_and_matches_snapshot() {
-    let report = run(&Subject::reference(), &Options::default()).expect("runs");
+    let report = run(
+        &Registry::default(),
+        &Subject::reference(),
+        &Options::default(),
+    )
+    .expect("runs");
     for result in &report.results {
         common::assert_pass(result);
     }

@@ -9,6 +9,7 @@
 
 mod common;
 
+use dropmc::registry::Registry;
 use std::path::PathBuf;
 
 use common::{assert_rejected, dropmc};
@@ -203,9 +204,19 @@ fn a_resumed_power_run_ends_with_the_same_bits() {
     };
     let whole = temp("power-whole.jsonl");
     let resumed = temp("power-resumed.jsonl");
-    let plain = serde_json::to_string(&power(&candidates, &options, |_, _| {}).unwrap()).unwrap();
+    let plain = serde_json::to_string(
+        &power(&Registry::default(), &candidates, &options, |_, _| {}).unwrap(),
+    )
+    .unwrap();
     let create = Mode::Create(whole.clone());
-    let journaled = power_with(&candidates, &options, Some(&create), |_, _| {}).unwrap();
+    let journaled = power_with(
+        &Registry::default(),
+        &candidates,
+        &options,
+        Some(&create),
+        |_, _| {},
+    )
+    .unwrap();
     assert_eq!(serde_json::to_string(&journaled).unwrap(), plain);
     let text = std::fs::read_to_string(&whole).unwrap();
     // Header plus (reference + 2 candidates) × 2 seeds.
@@ -213,7 +224,14 @@ fn a_resumed_power_run_ends_with_the_same_bits() {
     for keep in [1, 4] {
         cut(&whole, &resumed, keep);
         let resume = Mode::Resume(resumed.clone());
-        let again = power_with(&candidates, &options, Some(&resume), |_, _| {}).unwrap();
+        let again = power_with(
+            &Registry::default(),
+            &candidates,
+            &options,
+            Some(&resume),
+            |_, _| {},
+        )
+        .unwrap();
         assert_eq!(serde_json::to_string(&again).unwrap(), plain, "keep {keep}");
         assert_eq!(std::fs::read_to_string(&resumed).unwrap(), text);
     }
@@ -222,7 +240,14 @@ fn a_resumed_power_run_ends_with_the_same_bits() {
         ..options.clone()
     };
     let resume = Mode::Resume(whole.clone());
-    let err = power_with(&candidates, &other, Some(&resume), |_, _| {}).unwrap_err();
+    let err = power_with(
+        &Registry::default(),
+        &candidates,
+        &other,
+        Some(&resume),
+        |_, _| {},
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::Journal { .. }), "{err:?}");
     for path in [whole, resumed] {
         std::fs::remove_file(path).unwrap();

@@ -19,6 +19,7 @@ use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject};
+use crate::registry::Family;
 use crate::stats::{Statistic, two_point_skewness};
 
 /// The seed's attention row.
@@ -232,10 +233,12 @@ const FAST: [(&str, FastFn); 6] = [
 static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
     std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    WITH_FAST
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "attention",
+        "attention dropout after softmax: E[b], the row sum R, E[o]",
+    )
+    .with_claims(&WITH_FAST)
+    .exercising_dropout_alone()
 }

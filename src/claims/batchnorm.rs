@@ -20,6 +20,7 @@
 //! variance-shift claim draws no mask at all. So every claim here keeps the
 //! generic path, on the mathematics too.
 
+use crate::registry::Family;
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
@@ -337,7 +338,11 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn Claim> {
-    CLAIMS.iter().map(|c| c as &'static dyn Claim).collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "batchnorm",
+        "BatchNorm running statistics after dropout and their zero-cost fold",
+    )
+    .with_claims(&CLAIMS)
 }

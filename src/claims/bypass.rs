@@ -9,6 +9,7 @@ use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
 use crate::formulas::bypass as f;
 use crate::ops::{LayerNorm, Site};
+use crate::registry::Family;
 
 /// The bypass site at width `d`: `d/4` units with `h = 1, v = 0.5`, `3d/4`
 /// with `h = −0.5, v = 1` (so `x` is 1.5 and 0.5, `ρ² = 2.5`).
@@ -79,12 +80,13 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "bypass",
+        "dropout on a bypass branch before LayerNorm: the damped ρ² form",
+    )
+    .with_claims(&CLAIMS)
 }
 
 /// This family's claims with their concrete type.

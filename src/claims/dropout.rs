@@ -16,6 +16,7 @@ use crate::exact::{Oracle, enumerate_masks, unit_expectation};
 use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{Rate, Subject};
+use crate::registry::Family;
 use crate::stats::{Estimate, Statistic, two_point_skewness};
 use crate::tolerance;
 
@@ -475,10 +476,12 @@ const FAST: [(&str, FastFn); 11] = [
     ("dropout.original_scheme", fast::original_scheme_means),
 ];
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "dropout",
+        "inverted dropout's moments, kept count and survivors",
+    )
+    .with_claims(&CLAIMS)
+    .exercising_dropout_alone()
 }

@@ -17,6 +17,7 @@ use crate::exact::Oracle;
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject};
+use crate::registry::Family;
 use crate::stats::Statistic;
 
 /// The input, `d = 6`.
@@ -135,10 +136,12 @@ const FAST: [(&str, FastFn); 3] = [
 static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
     std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    WITH_FAST
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "ensemble",
+        "the ensemble gap of a convex function of the dropout output",
+    )
+    .with_claims(&WITH_FAST)
+    .exercising_dropout_alone()
 }

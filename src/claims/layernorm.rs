@@ -7,6 +7,7 @@ use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
 use crate::formulas::layernorm as f;
 use crate::ops::{LayerNorm, Rate, Site};
+use crate::registry::Family;
 
 /// Drop rate of the family.
 pub const P: f64 = 0.3;
@@ -111,12 +112,13 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "layernorm",
+        "LayerNorm after dropout: E[M], Var M, E[V], c(μ,σ), E[LN(z)]",
+    )
+    .with_claims(&CLAIMS)
 }
 
 /// This family's claims with their concrete type (for tests that measure

@@ -12,6 +12,7 @@ use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{DropoutLayer, MaskShape, Rate, Subject};
+use crate::registry::Family;
 use crate::stats::Statistic;
 
 /// Positions `T`.
@@ -238,10 +239,12 @@ const FAST: [(&str, FastFn); 4] = [
 static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
     std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    WITH_FAST
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "mask_shape",
+        "masks shared over positions versus independent per element",
+    )
+    .with_claims(&WITH_FAST)
+    .exercising_dropout_alone()
 }

@@ -8,6 +8,7 @@ use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
 use crate::formulas::rmsnorm as f;
 use crate::ops::{RmsNorm, Site};
+use crate::registry::Family;
 
 /// The LayerNorm family's `x` and `p`, with per-unit gains.
 pub fn config() -> Result<Config, Error> {
@@ -55,12 +56,13 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    CLAIMS
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect()
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        "rmsnorm",
+        "RMSNorm after dropout: E[R²] and the √q correction",
+    )
+    .with_claims(&CLAIMS)
 }
 
 /// This family's claims with their concrete type.

@@ -10,6 +10,7 @@
 //! ([`violation_counts`]): the claim's value is the number of violations,
 //! its target 0, its standard error 0.
 
+use crate::registry::Family;
 use rand::RngExt;
 
 use super::fn_claim::{FnClaim, sample_means, violation_counts};
@@ -31,9 +32,8 @@ pub const KEEP_D: usize = 64;
 /// Step of the finite-difference check.
 pub const H: f64 = 1.0;
 
-fn family() -> &'static str {
-    "semantics"
-}
+/// The family name its claims carry.
+const FAMILY: &str = "semantics";
 
 /// `X` followed by three standard-normal-ish values drawn from the stream.
 fn inputs(rng: &mut Stream) -> Vec<f64> {
@@ -213,7 +213,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     vec![
         FnClaim {
             id: "semantics.eval_identity",
-            family: family(),
+            family: FAMILY,
             formula: "eval: [bits of z differing from x, generator draws] = [0, 0]",
             shape: Shape::Vector,
             samples: 20_000,
@@ -224,7 +224,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
         },
         FnClaim {
             id: "semantics.keep_fraction",
-            family: family(),
+            family: FAMILY,
             formula: "d=64, p=0.3: #kept / d = q (binomial test)",
             shape: Shape::Scalar,
             samples: 100_000,
@@ -237,7 +237,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
         },
         FnClaim {
             id: "semantics.backward_mask",
-            family: family(),
+            family: FAMILY,
             formula: "backward = g m / q with the forward's mask (2 roundings): 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
@@ -248,7 +248,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
         },
         FnClaim {
             id: "semantics.backward_finite_difference",
-            family: family(),
+            family: FAMILY,
             formula: "backward = central difference of the replayed masked forward: 0 violations",
             shape: Shape::Scalar,
             samples: 5_000,
@@ -259,7 +259,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
         },
         FnClaim {
             id: "semantics.p_zero_identity",
-            family: family(),
+            family: FAMILY,
             formula: "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
             shape: Shape::Scalar,
             samples: 20_000,
@@ -270,7 +270,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
         },
         FnClaim {
             id: "semantics.rate_rule",
-            family: family(),
+            family: FAMILY,
             formula: "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
             shape: Shape::Scalar,
             samples: 64,
@@ -319,7 +319,7 @@ impl Claim for Survivors {
 static SURVIVORS: std::sync::LazyLock<Survivors> = std::sync::LazyLock::new(|| {
     Survivors(FnClaim {
         id: "semantics.survivors_exact",
-        family: family(),
+        family: FAMILY,
         formula: "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit, dropped z_k = 0: 0 violations",
         shape: Shape::Scalar,
         samples: 20_000,
@@ -330,12 +330,14 @@ static SURVIVORS: std::sync::LazyLock<Survivors> = std::sync::LazyLock::new(|| {
     })
 });
 
-/// This family's claims, in report order.
-pub fn claims() -> Vec<&'static dyn super::Claim> {
-    let mut all: Vec<&'static dyn super::Claim> = CLAIMS
-        .iter()
-        .map(|c| c as &'static dyn super::Claim)
-        .collect();
-    all.insert(2, &*SURVIVORS as &'static dyn super::Claim);
-    all
+/// This family: its claims, in report order.
+pub fn family() -> Family {
+    Family::new(
+        FAMILY,
+        "train/eval semantics: eval identity, no eval draws, same mask in backward",
+    )
+    .with_claims(&CLAIMS[..2])
+    .with_claim(&*SURVIVORS)
+    .with_claims(&CLAIMS[2..])
+    .exercising_dropout_alone()
 }

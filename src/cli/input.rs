@@ -151,3 +151,22 @@ mod tests {
         assert!(read_eps("--eps", "tf").is_err());
     }
 }
+
+/// The journal of a long run (`calibrate`, `power`): where to write it, or
+/// which one to continue.
+#[derive(Debug, clap::Args)]
+pub struct JournalArgs {
+    /// Append each finished run to FILE as a JSON line (header first).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Continue the run journaled in FILE (same options), appending to it.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<std::path::PathBuf>,
+}
+
+impl JournalArgs {
+    /// The journal mode the flags ask for (`None`: no journal).
+    pub fn mode(self) -> Result<Option<crate::verify::journal::Mode>, Error> {
+        crate::verify::journal::Mode::from_args(self.out, self.resume)
+    }
+}

@@ -9,52 +9,64 @@ use crate::engine::Budget;
 use crate::error::Error;
 use crate::formulas::layernorm::shrink;
 use crate::ops::{Rate, Subject};
+use crate::registry::{Figure, Registry};
 
-/// File names of the figures, in the order they are written.
-pub const FIGURES: [&str; 4] = [
-    "leading_order_gap.svg",
-    "layernorm_c.svg",
-    "deep_stack.svg",
-    "attention_row_sum.svg",
-];
+/// The gap of each leading-order formula to its exact oracle against `d`.
+pub const LEADING_ORDER_GAP: Figure = Figure {
+    file: "leading_order_gap.svg",
+    about: "each leading-order formula's gap to the exact oracle against d, slope -1",
+    draw: leading_order_gap,
+};
 
-/// Writes every figure into `dir` (created if missing).
-pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>, Error> {
-    write_all_with_progress(dir, |_, _| {})
-}
+/// LayerNorm's shrink factor c against the input's mean-to-spread ratio.
+pub const LAYERNORM_C: Figure = Figure {
+    file: "layernorm_c.svg",
+    about: "LayerNorm's c(mu, sigma) against the Monte Carlo estimate",
+    draw: layernorm_c,
+};
 
-/// [`write_all`], calling `progress(done, total)` after each figure.
+/// The deep-stack experiment's per-layer BatchNorm shrinkage.
+pub const DEEP_STACK: Figure = Figure {
+    file: "deep_stack.svg",
+    about: "BatchNorm eval shrinkage per layer, raw and folded",
+    draw: deep_stack,
+};
+
+/// The distribution of an attention row's sum after dropout.
+pub const ATTENTION_ROW_SUM: Figure = Figure {
+    file: "attention_row_sum.svg",
+    about: "the distribution of an attention row's sum R after dropout",
+    draw: attention_row_sum,
+};
+
+/// Writes every figure of `figures` into `dir` (created if missing),
+/// calling `progress(done, total)` after each.
 pub fn write_all_with_progress(
+    figures: &[Figure],
     dir: &Path,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<Vec<PathBuf>, Error> {
-    let mut written = Vec::with_capacity(FIGURES.len());
-    for (i, name) in FIGURES.iter().enumerate() {
-        written.push(write_figure(name, dir)?);
-        progress(i + 1, FIGURES.len());
+    let mut written = Vec::with_capacity(figures.len());
+    for (i, figure) in figures.iter().enumerate() {
+        written.push(write(figure, dir)?);
+        progress(i + 1, figures.len());
     }
     Ok(written)
 }
 
-/// Writes the figure `name` (one of [`FIGURES`]) into `dir`.
-pub fn write_figure(name: &str, dir: &Path) -> Result<PathBuf, Error> {
+/// Writes the figure of `registry` named `file` into `dir`.
+pub fn write_figure(registry: &Registry, file: &str, dir: &Path) -> Result<PathBuf, Error> {
+    write(&registry.figure(file)?, dir)
+}
+
+/// Writes `figure` into `dir` (created if missing).
+fn write(figure: &Figure, dir: &Path) -> Result<PathBuf, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Io {
         path: dir.display().to_string(),
         message: format!("cannot create the directory: {e}"),
     })?;
-    let path = dir.join(name);
-    match name {
-        "leading_order_gap.svg" => leading_order_gap(&path)?,
-        "layernorm_c.svg" => layernorm_c(&path)?,
-        "deep_stack.svg" => deep_stack(&path)?,
-        "attention_row_sum.svg" => attention_row_sum(&path)?,
-        other => {
-            return Err(Error::UnknownFigure {
-                name: other.to_string(),
-                known: FIGURES.join(", "),
-            });
-        }
-    }
+    let path = dir.join(figure.file);
+    (figure.draw)(&path)?;
     Ok(path)
 }
 

@@ -5,4 +5,7 @@ mod chart;
 mod figures;
 
 pub use chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
-pub use figures::{FIGURES, write_all, write_all_with_progress, write_figure};
+pub use figures::{
+    ATTENTION_ROW_SUM, DEEP_STACK, LAYERNORM_C, LEADING_ORDER_GAP, write_all_with_progress,
+    write_figure,
+};

@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::claims::Verdict;
 use crate::error::Error;
 use crate::ops::Subject;
+use crate::registry::Registry;
 use crate::report::{self, Options};
 use crate::stats::FAMILY_ALPHA;
 
@@ -62,8 +63,10 @@ impl SizeRun {
     }
 }
 
-/// Runs the measurement, calling `progress(done, total)` after each report.
+/// Runs the measurement on the claims of `registry`, calling
+/// `progress(done, total)` after each report.
 pub fn measure(
+    registry: &Registry,
     subject: &Subject,
     options: &SizeOptions,
     mut progress: impl FnMut(u64, u64),
@@ -88,6 +91,7 @@ pub fn measure(
         };
         for seed in options.first_seed..options.first_seed + options.seeds {
             let run = report::run(
+                registry,
                 subject,
                 &Options {
                     seed: Some(seed),
@@ -161,7 +165,13 @@ mod tests {
             first_seed: 1,
             family: Some("semantics".into()),
         };
-        let run = measure(&Subject::reference(), &options, |_, _| {}).expect("runs");
+        let run = measure(
+            &Registry::default(),
+            &Subject::reference(),
+            &options,
+            |_, _| {},
+        )
+        .expect("runs");
         let row = &run.rows[0];
         assert_eq!(row.fail + row.inconclusive + row.pass, 2 * 7);
         assert!(run.honest(), "{}", table(&run));
@@ -170,7 +180,12 @@ mod tests {
             ..options
         };
         assert!(matches!(
-            measure(&Subject::reference(), &empty, |_, _| {}),
+            measure(
+                &Registry::default(),
+                &Subject::reference(),
+                &empty,
+                |_, _| {}
+            ),
             Err(Error::InvalidOption { .. })
         ));
     }

@@ -70,6 +70,7 @@ use serde::{Deserialize, Serialize};
 use crate::claims::{Claim, Verdict};
 use crate::error::Error;
 use crate::ops::Subject;
+use crate::registry::Registry;
 use crate::report::{self, Options};
 use crate::stats::KsTest;
 use crate::verify::journal::{self, Journal};
@@ -187,10 +188,11 @@ impl Calibration {
     }
 }
 
-/// Runs the registry claims `options.family` selects under `options.seeds`
-/// seeds against `subject`; `progress(done, total)` is called after each
-/// claim of each seed.
+/// Runs the claims of `registry` that `options.family` selects under
+/// `options.seeds` seeds against `subject`; `progress(done, total)` is
+/// called after each claim of each seed.
 pub fn calibrate(
+    registry: &Registry,
     subject: &Subject,
     options: &CalibrationOptions,
     progress: impl FnMut(u64, u64),
@@ -200,7 +202,7 @@ pub fn calibrate(
         samples: options.samples,
         family: options.family.clone(),
     };
-    let claims = report::select(&selection)?;
+    let claims = report::select(registry, &selection)?;
     calibrate_claims(&claims, subject, options, None, progress)
 }
 

@@ -21,8 +21,8 @@
 //!
 //! The candidates are every mutant of the gallery ([`crate::mutants`]) and
 //! the graded perturbations ([`crate::verify::perturb`]); the claims are the
-//! conformance set ([`conformance::FAMILIES`]: dropout, semantics,
-//! attention, mask shape, ensemble), since several mutants (eval, backward,
+//! conformance set (the registry's families that exercise a dropout layer
+//! alone: dropout, semantics, attention, mask shape, ensemble), since several mutants (eval, backward,
 //! attention, mask shape) are visible only to families other than
 //! `dropout`. The reference runs first under the same seeds: its row is the
 //! observed false-alarm rate, and a claim it fails is left out (at a capped
@@ -53,6 +53,7 @@ use crate::conformance;
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
+use crate::registry::Registry;
 use crate::stats::critical_z;
 use crate::verify::journal::{self, Journal};
 
@@ -63,8 +64,8 @@ pub struct PowerOptions {
     pub first_seed: u64,
     /// Caps every claim's draws (`None`: each claim's default budget).
     pub samples: Option<u64>,
-    /// Only this family (default: the conformance families,
-    /// [`conformance::FAMILIES`]).
+    /// Only this family (default: the conformance families, those that
+    /// exercise a dropout layer alone).
     pub family: Option<String>,
 }
 
@@ -172,13 +173,13 @@ pub fn clopper_pearson_lower(k: u64, n: u64) -> f64 {
     lo
 }
 
-/// The claims a power run uses.
-fn selected_claims(options: &PowerOptions) -> Vec<&'static dyn Claim> {
+/// The claims of `registry` a power run uses.
+fn selected_claims(registry: &Registry, options: &PowerOptions) -> Vec<&'static dyn Claim> {
     let all = conformance::Options {
         all_families: options.family.is_some(),
         ..conformance::Options::default()
     };
-    conformance::claims(&all)
+    conformance::claims_in(registry, &all)
         .into_iter()
         .filter(|c| options.family.as_deref().is_none_or(|f| c.family() == f))
         .collect()
@@ -336,11 +337,12 @@ fn measure(
 /// running the reference under the same seeds (its row is the observed
 /// false-alarm rate; a claim it fails is left out as unusable at this cap).
 pub fn power(
+    registry: &Registry,
     candidates: &[Candidate],
     options: &PowerOptions,
     progress: impl FnMut(u64, u64),
 ) -> Result<PowerRun, Error> {
-    power_with(candidates, options, None, progress)
+    power_with(registry, candidates, options, None, progress)
 }
 
 /// The journal header of a power run: options, candidates and claims.
@@ -368,6 +370,7 @@ fn header(
 /// already holds. The result is a function of the runs alone, so a resumed
 /// run ends with the same bits as one that was not interrupted.
 pub fn power_with(
+    registry: &Registry,
     candidates: &[Candidate],
     options: &PowerOptions,
     journal: Option<&journal::Mode>,
@@ -378,7 +381,7 @@ pub fn power_with(
             what: "--seeds 0: power needs at least 1 seed".into(),
         });
     }
-    let claims = selected_claims(options);
+    let claims = selected_claims(registry, options);
     if claims.is_empty() {
         return Err(Error::InvalidOption {
             what: format!(

@@ -1,0 +1,54 @@
+//! `dropmc report`: every claim of the registry, its verdict and numbers.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::emit::{emit, passed};
+use super::input::parse_count;
+use super::progress;
+use crate::error::Error;
+use crate::ops::Subject;
+use crate::registry::Registry;
+use crate::report::{self, Options};
+
+/// Options of `report`.
+#[derive(Debug, Args, Default)]
+pub struct ReportArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Seed of the random streams.
+    #[arg(long, value_parser = parse_count)]
+    pub seed: Option<u64>,
+    /// Draws per claim (default: each claim's own budget).
+    #[arg(long, value_parser = parse_count)]
+    pub samples: Option<u64>,
+    /// Run only this family.
+    #[arg(long)]
+    pub family: Option<String>,
+    /// Do not fit the table to the terminal (one line per claim).
+    #[arg(long)]
+    pub wide: bool,
+}
+
+/// Runs `report`.
+pub fn run(registry: &Registry, args: ReportArgs) -> Result<ExitCode, Error> {
+    let options = Options {
+        seed: args.seed,
+        samples: args.samples,
+        family: args.family,
+    };
+    let total = report::select(registry, &options)?.len() as u64;
+    let bar = progress::bar(total, "claims", args.json);
+    let report =
+        report::run_with_progress(registry, &Subject::reference(), &options, |done, _| {
+            bar.set_position(done as u64)
+        })?;
+    bar.finish_and_clear();
+    emit(args.json, &report::to_json(&report), || {
+        let width = (!args.wide).then(crate::table::output_width);
+        report::table_fitted(&report, width)
+    });
+    Ok(passed(report.passed()))
+}

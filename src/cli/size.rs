@@ -1,0 +1,63 @@
+//! `dropmc size`: the measured false-alarm rate at small budgets.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use super::emit::{emit, passed};
+use super::input::parse_count;
+use super::progress;
+use crate::error::Error;
+use crate::ops::Subject;
+use crate::registry::Registry;
+
+/// Options of `size`.
+#[derive(Debug, Args)]
+pub struct SizeArgs {
+    /// Budgets (draws per claim), comma-separated.
+    #[arg(long, default_value = "500,1000,2000,5000,20000")]
+    pub budgets: String,
+    /// Number of seeds per budget.
+    #[arg(long, default_value_t = 40, value_parser = parse_count)]
+    pub seeds: u64,
+    /// First seed; the run uses first-seed .. first-seed + seeds.
+    #[arg(long, default_value_t = 1, value_parser = parse_count)]
+    pub first_seed: u64,
+    /// Only this family.
+    #[arg(long)]
+    pub family: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `size`.
+pub fn run(registry: &Registry, args: SizeArgs) -> Result<ExitCode, Error> {
+    use crate::verify::size::{SizeOptions, measure, table};
+    let budgets = args
+        .budgets
+        .split(',')
+        .map(|b| {
+            parse_count(b).map_err(|e| Error::InvalidOption {
+                what: format!("--budgets: {e}"),
+            })
+        })
+        .collect::<Result<Vec<u64>, Error>>()?;
+    let options = SizeOptions {
+        budgets,
+        seeds: args.seeds,
+        first_seed: args.first_seed,
+        family: args.family,
+    };
+    let bar = progress::bar(
+        options.seeds * options.budgets.len() as u64,
+        "reports",
+        args.json,
+    );
+    let run = measure(registry, &Subject::reference(), &options, |done, _| {
+        bar.set_position(done)
+    })?;
+    bar.finish_and_clear();
+    emit(args.json, &run, || table(&run));
+    Ok(passed(run.honest()))
+}

@@ -1,0 +1,350 @@
+//! The open registry: every family of claims, with what each one adds to the
+//! outputs, held as one value that every output reads.
+//!
+//! A [`Family`] declares in one place
+//!
+//! * its claims (what the report, `dropmc list`, the JSON, the conformance
+//!   kit, calibration, the power tables, the budget test and the snapshot
+//!   run),
+//! * whether those claims exercise a dropout layer alone (the conformance
+//!   kit runs exactly those families on an implementation under test),
+//! * its figures (what `dropmc plot` draws).
+//!
+//! [`Registry::default`] holds the crate's own families in a fixed order;
+//! [`Registry::with_family`] adds one from outside the crate, and the report,
+//! the JSON and the CLI (`cli::main_with_registry`) then pick it up without
+//! an edit inside `src/`. `examples/new_formula.rs` does this end to end.
+//!
+//! ```
+//! use dropmc::registry::Registry;
+//!
+//! let registry = Registry::default();
+//! let layernorm = registry.family("layernorm").unwrap();
+//! assert!(layernorm.claims().iter().all(|c| c.family() == "layernorm"));
+//! assert!(registry.family("no_such_family").is_err());
+//! ```
+
+use std::fmt;
+use std::path::Path;
+
+use crate::claims::{self, Claim};
+use crate::error::Error;
+use crate::plot;
+
+/// A figure a family draws: the file name `dropmc plot` writes and the
+/// function that writes it.
+#[derive(Clone, Copy)]
+pub struct Figure {
+    /// File name, e.g. `layernorm_c.svg`.
+    pub file: &'static str,
+    /// One line on what the figure shows.
+    pub about: &'static str,
+    /// Draws the figure into the file at this path.
+    pub draw: fn(&Path) -> Result<(), Error>,
+}
+
+impl fmt::Debug for Figure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Figure").field("file", &self.file).finish()
+    }
+}
+
+/// One family: a name, its claims and what it adds to the outputs.
+///
+/// Adding a family from outside the crate — here a claim that inverted
+/// dropout keeps `E[z] = x`, written from plain functions:
+///
+/// ```
+/// use dropmc::claims::Shape;
+/// use dropmc::claims::fn_claim::{FnClaim, sample_means};
+/// use dropmc::ops::Subject;
+/// use dropmc::registry::{Family, Registry};
+/// use dropmc::report::{self, Options};
+/// use dropmc::stats::{DEFAULT_SKEWNESS, Statistic};
+///
+/// const X: [f64; 3] = [1.0, -2.0, 0.5];
+/// static MEAN: FnClaim = FnClaim {
+///     id: "mine.mean",
+///     family: "mine",
+///     formula: "E[z] = x",
+///     shape: Shape::Vector,
+///     samples: 50_000,
+///     statistic: Statistic::Mean { skewness: DEFAULT_SKEWNESS },
+///     analytic: || Ok(X.to_vec()),
+///     oracle: None,
+///     estimate: |subject, budget| {
+///         sample_means(subject, budget, X.len(), |s, rng, out| {
+///             let mut mask = [false; 3];
+///             s.dropout.forward_train(&X, 0.25, rng, out, &mut mask)
+///         })
+///     },
+/// };
+///
+/// let registry = Registry::default()
+///     .with_family(Family::new("mine", "my dropout claim").with_claim(&MEAN));
+/// let options = Options { family: Some("mine".into()), ..Options::default() };
+/// let run = report::run(&registry, &Subject::reference(), &options).unwrap();
+/// assert_eq!(run.results[0].id, "mine.mean");
+/// assert!(run.passed());
+/// ```
+#[derive(Clone)]
+pub struct Family {
+    name: &'static str,
+    summary: &'static str,
+    claims: Vec<&'static dyn Claim>,
+    dropout_alone: bool,
+    figures: Vec<Figure>,
+}
+
+impl Family {
+    /// An empty family; `name` is what `--family` selects and what each of
+    /// its claims returns from [`Claim::family`].
+    pub fn new(name: &'static str, summary: &'static str) -> Self {
+        Family {
+            name,
+            summary,
+            claims: Vec::new(),
+            dropout_alone: false,
+            figures: Vec::new(),
+        }
+    }
+
+    /// Adds every claim of a static list, in order.
+    pub fn with_claims<C: Claim + 'static>(mut self, claims: &'static [C]) -> Self {
+        self.claims
+            .extend(claims.iter().map(|c| c as &'static dyn Claim));
+        self
+    }
+
+    /// Adds one claim.
+    pub fn with_claim(mut self, claim: &'static dyn Claim) -> Self {
+        self.claims.push(claim);
+        self
+    }
+
+    /// Marks the family's claims as exercising a dropout layer alone, so
+    /// that the conformance kit runs them on an implementation under test.
+    pub fn exercising_dropout_alone(mut self) -> Self {
+        self.dropout_alone = true;
+        self
+    }
+
+    /// Adds a figure.
+    pub fn with_figure(mut self, figure: Figure) -> Self {
+        self.figures.push(figure);
+        self
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    pub fn summary(&self) -> &'static str {
+        self.summary
+    }
+
+    pub fn claims(&self) -> &[&'static dyn Claim] {
+        &self.claims
+    }
+
+    /// True when the conformance kit runs this family on a dropout layer.
+    pub fn exercises_dropout_alone(&self) -> bool {
+        self.dropout_alone
+    }
+
+    pub fn figures(&self) -> &[Figure] {
+        &self.figures
+    }
+}
+
+impl fmt::Debug for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Family")
+            .field("name", &self.name)
+            .field(
+                "claims",
+                &self.claims.iter().map(|c| c.id()).collect::<Vec<_>>(),
+            )
+            .field("dropout_alone", &self.dropout_alone)
+            .field("figures", &self.figures)
+            .finish()
+    }
+}
+
+/// The families every output reads, in order.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    families: Vec<Family>,
+}
+
+impl Default for Registry {
+    /// The crate's own families, in the order the report lists them.
+    fn default() -> Self {
+        Registry::empty()
+            .with_family(claims::dropout::family())
+            .with_family(
+                claims::layernorm::family()
+                    .with_figure(plot::LEADING_ORDER_GAP)
+                    .with_figure(plot::LAYERNORM_C),
+            )
+            .with_family(claims::rmsnorm::family())
+            .with_family(claims::bypass::family())
+            .with_family(claims::compound::family())
+            .with_family(claims::semantics::family())
+            .with_family(claims::attention::family().with_figure(plot::ATTENTION_ROW_SUM))
+            .with_family(claims::mask_shape::family())
+            .with_family(claims::ensemble::family())
+            .with_family(claims::batchnorm::family().with_figure(plot::DEEP_STACK))
+            .with_family(claims::second_order::family())
+    }
+}
+
+impl Registry {
+    /// A registry with no family.
+    pub fn empty() -> Self {
+        Registry {
+            families: Vec::new(),
+        }
+    }
+
+    /// Adds `family` after the others; a family of the same name is
+    /// replaced in place (so an extension can override a crate family).
+    pub fn with_family(mut self, family: Family) -> Self {
+        match self.families.iter_mut().find(|f| f.name == family.name) {
+            Some(slot) => *slot = family,
+            None => self.families.push(family),
+        }
+        self
+    }
+
+    pub fn families(&self) -> &[Family] {
+        &self.families
+    }
+
+    /// The family called `name`, or [`Error::UnknownFamily`] naming the
+    /// known ones.
+    pub fn family(&self, name: &str) -> Result<&Family, Error> {
+        self.families
+            .iter()
+            .find(|f| f.name == name)
+            .ok_or_else(|| Error::UnknownFamily {
+                name: name.to_string(),
+                known: self.family_names().join(", "),
+            })
+    }
+
+    /// The family names in order.
+    pub fn family_names(&self) -> Vec<&'static str> {
+        self.families.iter().map(|f| f.name).collect()
+    }
+
+    /// Every claim, family by family.
+    pub fn claims(&self) -> Vec<&'static dyn Claim> {
+        self.families
+            .iter()
+            .flat_map(|f| f.claims.iter().copied())
+            .collect()
+    }
+
+    /// The claims of one family (`Some`) or of all (`None`).
+    pub fn select(&self, family: Option<&str>) -> Result<Vec<&'static dyn Claim>, Error> {
+        match family {
+            Some(name) => Ok(self.family(name)?.claims.clone()),
+            None => Ok(self.claims()),
+        }
+    }
+
+    /// The claim with this id, or [`Error::UnknownClaim`].
+    pub fn claim(&self, id: &str) -> Result<&'static dyn Claim, Error> {
+        self.claims()
+            .into_iter()
+            .find(|c| c.id() == id)
+            .ok_or_else(|| Error::UnknownClaim {
+                name: id.to_string(),
+                known: self
+                    .claims()
+                    .iter()
+                    .map(|c| c.id())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Every figure, family by family.
+    pub fn figures(&self) -> Vec<Figure> {
+        self.families
+            .iter()
+            .flat_map(|f| f.figures.iter().copied())
+            .collect()
+    }
+
+    /// The figure written to `file`, or [`Error::UnknownFigure`].
+    pub fn figure(&self, file: &str) -> Result<Figure, Error> {
+        let all = self.figures();
+        all.iter()
+            .find(|f| f.file == file)
+            .copied()
+            .ok_or_else(|| Error::UnknownFigure {
+                name: file.to_string(),
+                known: all.iter().map(|f| f.file).collect::<Vec<_>>().join(", "),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_claim_names_the_family_that_holds_it() {
+        for family in Registry::default().families() {
+            for claim in family.claims() {
+                assert_eq!(claim.family(), family.name(), "{}", claim.id());
+            }
+        }
+    }
+
+    #[test]
+    fn claim_ids_are_unique() {
+        let claims = Registry::default().claims();
+        let mut ids: Vec<_> = claims.iter().map(|c| c.id()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), claims.len());
+    }
+
+    #[test]
+    fn every_claim_is_conclusive_at_its_default_budget() {
+        for claim in Registry::default().claims() {
+            assert!(
+                claim.default_samples() >= claim.min_samples(),
+                "{}: default {} draws is below its minimum budget {}",
+                claim.id(),
+                claim.default_samples(),
+                claim.min_samples()
+            );
+        }
+    }
+
+    #[test]
+    fn a_family_of_the_same_name_replaces_the_old_one() {
+        let before = Registry::default();
+        let after = before
+            .clone()
+            .with_family(Family::new("layernorm", "emptied"));
+        assert_eq!(after.family_names(), before.family_names());
+        assert!(after.family("layernorm").unwrap().claims().is_empty());
+        assert!(after.claims().len() < before.claims().len());
+    }
+
+    #[test]
+    fn unknown_names_are_typed_errors_listing_the_known_ones() {
+        let r = Registry::default();
+        match r.family("nope") {
+            Err(Error::UnknownFamily { known, .. }) => assert!(known.contains("layernorm")),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(r.claim("nope"), Err(Error::UnknownClaim { .. })));
+        assert!(matches!(r.figure("nope"), Err(Error::UnknownFigure { .. })));
+    }
+}
