@@ -38,7 +38,7 @@ fn moments(x: &[f64]) -> (f64, f64, f64) {
 }
 
 /// 6 assertions: E[M] = μ, E[V] = (σ²+pμ²)/q − p(σ²+μ²)/(qd), E[R²] = mean x²/q
-/// (FORMULAS §2 and §4, exact for every d), at two configurations.
+/// (docs/formulas.md §2 and §3, exact for every d), at two configurations.
 #[test]
 fn fast_norm_matches_the_exact_formulas() {
     for (d, p, shift, seed) in [(100, 0.1, 0.7, 11), (256, 0.5, -0.3, 12)] {
@@ -167,7 +167,7 @@ fn attention_row(t: usize) -> (Vec<f64>, Vec<f64>) {
     (a, v)
 }
 
-/// 6 assertions: E[R] = Σa, Var R = (p/q) Σa², E[o] = Σ a v (FORMULAS §7,
+/// 6 assertions: E[R] = Σa, Var R = (p/q) Σa², E[o] = Σ a v (docs/formulas.md §7,
 /// exact), and the same three against the reference sampler.
 #[test]
 fn fast_attention_matches_the_formulas_and_the_reference() {

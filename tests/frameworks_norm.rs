@@ -1,5 +1,5 @@
 //! The frameworks' normalization layers after dropout, against the
-//! normalization and BatchNorm claims (FORMULAS.md §2, §3, §4, §5).
+//! normalization and BatchNorm claims (docs/formulas.md §2–§5).
 //!
 //! Only the normalization is the framework's: the dropout masks are the
 //! crate's (every mask by enumeration, or the reference [`InvertedDropout`]
@@ -65,7 +65,7 @@ const EPS: f64 = 1e-5;
 const P: f64 = 0.3;
 /// A plain site: μ = 0.47, σ = 1.05, so `c(μ, σ)` differs from `√q`.
 const X: [f64; 10] = [0.9, -0.4, 1.7, 0.2, -1.1, 2.3, 0.6, -0.8, 1.2, 0.1];
-/// A bypass site `y = h + dropout(v)` (FORMULAS.md §3), d = 8.
+/// A bypass site `y = h + dropout(v)` (docs/formulas.md §4), d = 8.
 const H: [f64; 8] = [0.5, -1.0, 0.3, 1.4, -0.2, 0.8, -0.7, 0.1];
 const V: [f64; 8] = [0.6, 0.2, -0.9, 0.4, 1.1, -0.3, 0.7, -0.5];
 
@@ -472,7 +472,7 @@ mod burn {
     /// Predictions. The batch mean is unbiased, so `E[running_mean_t] =
     /// (1 − m)^t · 0 + (1 − (1 − m)^t) μ`. burn feeds the buffer the biased
     /// batch variance, whose expectation is `(n − 1)/n · v` with `v = (σ² +
-    /// p μ²)/q` (FORMULAS.md §5), so `E[running_var_t] = (1 − m)^t · 1 +
+    /// p μ²)/q` (docs/formulas.md §5), so `E[running_var_t] = (1 − m)^t · 1 +
     /// (1 − (1 − m)^t)(n − 1)/n · v`. The claim (PyTorch's unbiased update)
     /// predicts `v` in place of `(n − 1)/n · v`. The transient is kept in
     /// the targets (0.9⁶⁰ ≈ 2·10⁻³ of the start), not assumed away.
