@@ -9,27 +9,21 @@
 //! Implement `dropmc::ops::DropoutLayer` for your layer, draw every random
 //! number from the generator you are given, and hand the layer to
 //! `dropmc::conformance::run`. The program exits 1 when a claim fails.
+//! `dropmc::ops::Rate` and `dropmc::ops::check_buffers` make the checks the
+//! reference makes (a valid rate, buffers of the input's length).
 
 use std::process::ExitCode;
 
 use dropmc::Error;
 use dropmc::conformance::{self, Options};
-use dropmc::ops::DropoutLayer;
+use dropmc::error::check_len;
+use dropmc::ops::{DropoutLayer, Rate, check_buffers};
 use rand::{Rng, RngExt};
 
 /// A user's own inverted dropout, with a switch for a classic bug.
 struct MyDropout {
     /// Multiply by `1 − p` at evaluation (the bug of mixing the schemes).
     scale_at_eval: bool,
-}
-
-fn validate(p: f64) -> Result<f64, Error> {
-    // dropmc's rule: 0 <= p < 1, p = 1 and NaN rejected.
-    if (0.0..1.0).contains(&p) {
-        Ok(1.0 - p)
-    } else {
-        Err(Error::InvalidRate { p })
-    }
 }
 
 impl DropoutLayer for MyDropout {
@@ -49,7 +43,9 @@ impl DropoutLayer for MyDropout {
         out: &mut [f64],
         mask: &mut [bool],
     ) -> Result<(), Error> {
-        let q = validate(p)?;
+        // dropmc's rule: 0 <= p < 1, p = 1 and NaN rejected.
+        let q = Rate::new(p)?.q();
+        check_buffers("output buffer", out, mask, x.len())?;
         for ((o, m), v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
             *m = rng.random::<f64>() >= p;
             *o = if *m { v / q } else { 0.0 };
@@ -64,7 +60,8 @@ impl DropoutLayer for MyDropout {
         _: &mut dyn Rng,
         out: &mut [f64],
     ) -> Result<(), Error> {
-        let q = validate(p)?;
+        let q = Rate::new(p)?.q();
+        check_len("eval output buffer", out, x.len())?;
         for (o, v) in out.iter_mut().zip(x) {
             *o = if self.scale_at_eval { v * q } else { *v };
         }
@@ -78,7 +75,8 @@ impl DropoutLayer for MyDropout {
         mask: &[bool],
         grad_in: &mut [f64],
     ) -> Result<(), Error> {
-        let q = validate(p)?;
+        let q = Rate::new(p)?.q();
+        check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
         for ((gi, m), g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
             *gi = if *m { g / q } else { 0.0 };
         }

@@ -86,7 +86,8 @@ fn every_non_equivalent_mutant_is_killed_and_equivalent_ones_survive() {
             assert!(!row.kills.is_empty(), "mutant {} survived", row.id);
         }
     }
-    // The claims that name each mistake directly are among the killers.
+    // The claims the gallery says must kill each mutant (those that name its
+    // mistake directly) are among the killers.
     let killed_by = |id: &str, claim: &str| {
         matrix
             .rows
@@ -94,27 +95,41 @@ fn every_non_equivalent_mutant_is_killed_and_equivalent_ones_survive() {
             .find(|r| r.id == id)
             .is_some_and(|r| r.kills.iter().any(|k| k.claim == claim))
     };
-    for (mutant, claim) in [
-        ("eval_scales_by_q", "semantics.eval_identity"),
-        ("eval_draws", "semantics.eval_identity"),
-        ("eval_masks", "semantics.eval_identity"),
-        ("backward_fresh_mask", "semantics.backward_mask"),
-        ("backward_unscaled", "semantics.backward_finite_difference"),
-        ("loss_scaling", "semantics.backward_finite_difference"),
-        ("keep_below_p", "semantics.keep_fraction"),
-        ("divide_by_p", "semantics.survivors_exact"),
-        ("multiply_by_q", "semantics.survivors_exact"),
-        ("attention_renormalised", "attention.entry_mean"),
-        ("attention_logits", "attention.entry_mean"),
-        (
-            "shared_for_independent",
-            "mask_shape.independent_zero_column",
-        ),
-        ("independent_for_shared", "mask_shape.shared_zero_column"),
-        ("rate_off_2pct", "semantics.keep_fraction"),
-    ] {
-        assert!(killed_by(mutant, claim), "{mutant} not killed by {claim}");
+    for m in gallery() {
+        for claim in m.must_kill {
+            assert!(killed_by(m.id, claim), "{} not killed by {claim}", m.id);
+        }
     }
+}
+
+#[test]
+fn every_non_equivalent_mutant_names_registered_claims_that_must_kill_it() {
+    let ids: Vec<_> = registry().into_iter().map(|c| c.id()).collect();
+    for m in gallery() {
+        assert_eq!(
+            m.must_kill.is_empty(),
+            m.equivalent.is_some(),
+            "{}: must_kill {:?}",
+            m.id,
+            m.must_kill
+        );
+        for claim in m.must_kill {
+            assert!(ids.contains(claim), "{}: unknown claim {claim}", m.id);
+        }
+    }
+    // Two spot checks of the table against the mistake each names.
+    let must_kill = |id: &str| {
+        gallery()
+            .into_iter()
+            .find(|m| m.id == id)
+            .expect("mutant")
+            .must_kill
+    };
+    assert_eq!(must_kill("eval_draws"), ["semantics.eval_identity"]);
+    assert_eq!(
+        must_kill("shared_for_independent"),
+        ["mask_shape.independent_zero_column"]
+    );
 }
 
 /// Runs `claim` on the mutant `id` at the claim's default budget and

@@ -20,11 +20,12 @@
 //! burn's generator with it and runs `Dropout::forward` on the autodiff
 //! ndarray device, the two steps under one lock so that concurrent passes
 //! cannot interleave: a run is reproducible from the trait's generator.
-//! Tensors are `f64`. The mask is derived as in the candle adapter: a unit
-//! whose `x_k` is zero or not finite is given to burn as `1.0` and its
-//! output is rebuilt as `x_k · factor`, the factor read off burn's output
-//! (burn's output for such a unit is `(x_k · keep) · s`, the same product
-//! up to association, which is exact since `keep` is 0 or 1).
+//! Tensors are `f64`. The mask is read off burn's output as in the candle
+//! adapter (the shared `framework` module): a unit whose `x_k` is zero or
+//! not finite is given to burn as `1.0` and its output is rebuilt as
+//! `x_k · factor`, the factor read off burn's output (burn's output for such
+//! a unit is `(x_k · keep) · s`, the same product up to association, which
+//! is exact since `keep` is 0 or 1).
 //!
 //! `p` outside `[0, 1)` makes burn panic in `DropoutConfig::init`; the
 //! adapter checks the same condition first and returns
@@ -48,6 +49,7 @@ use ::burn::nn::{BatchNorm, BatchNormConfig, DropoutConfig, LayerNormConfig};
 use ::burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use rand::Rng;
 
+use super::framework::{check_backward, rows_of, train_reading_mask};
 use crate::error::{Error, check_len};
 use crate::ops::DropoutLayer;
 
@@ -157,25 +159,9 @@ impl DropoutLayer for BurnDropout {
         out: &mut [f64],
         mask: &mut [bool],
     ) -> Result<(), Error> {
-        check_len("output buffer", out, x.len())?;
-        if mask.len() != x.len() {
-            return Err(Error::LengthMismatch {
-                what: "mask buffer",
-                expected: x.len(),
-                got: mask.len(),
-            });
-        }
-        let identifiable = |v: f64| v != 0.0 && v.is_finite();
-        let probe: Vec<f64> = x
-            .iter()
-            .map(|&v| if identifiable(v) { v } else { 1.0 })
-            .collect();
-        let y = Self::raw_forward(&probe, p, rng.next_u64(), &autodiff_device()?)?;
-        for (((o, m), &v), &z) in out.iter_mut().zip(mask.iter_mut()).zip(x).zip(&y) {
-            *m = z != 0.0;
-            *o = if identifiable(v) { z } else { v * z };
-        }
-        Ok(())
+        train_reading_mask(x, out, mask, |probe| {
+            Self::raw_forward(probe, p, rng.next_u64(), &autodiff_device()?)
+        })
     }
 
     fn forward_eval(
@@ -202,18 +188,8 @@ impl DropoutLayer for BurnDropout {
         mask: &[bool],
         grad_in: &mut [f64],
     ) -> Result<(), Error> {
+        check_backward(grad_out, p, accepts_rate(p), mask, grad_in)?;
         let d = grad_out.len();
-        check_len("gradient buffer", grad_in, d)?;
-        if mask.len() != d {
-            return Err(Error::LengthMismatch {
-                what: "mask buffer",
-                expected: d,
-                got: mask.len(),
-            });
-        }
-        if !accepts_rate(p) {
-            return Err(Error::InvalidRate { p });
-        }
         let device = autodiff_device()?;
         let bits: Vec<f64> = mask.iter().map(|&m| f64::from(u8::from(m))).collect();
         let x = tensor(&vec![1.0; d], [d], &device).require_grad();
@@ -236,20 +212,6 @@ pub fn layer_norm(x: &[f64], d: usize, eps: f64) -> Result<Vec<f64>, Error> {
     let device = plain_device()?;
     let layer = LayerNormConfig::new(d).with_epsilon(eps).init(&device);
     read(layer.forward(tensor(x, [rows, d], &device)))
-}
-
-fn rows_of(x: &[f64], d: usize) -> Result<usize, Error> {
-    if d == 0 || x.is_empty() {
-        return Err(Error::Empty { what: "x" });
-    }
-    if !x.len().is_multiple_of(d) {
-        return Err(Error::LengthMismatch {
-            what: "x (rows of d values)",
-            expected: (x.len() / d + 1) * d,
-            got: x.len(),
-        });
-    }
-    Ok(x.len() / d)
 }
 
 /// `burn::nn::BatchNorm` over `c` channels, with its running statistics,

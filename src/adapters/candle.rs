@@ -22,6 +22,7 @@
 //! unit's factor `keep · s` straight off candle's output; it then writes
 //! `x_k · (keep · s)`, which is the product candle computes for that unit
 //! (candle multiplies elementwise), so the output is unchanged bit for bit.
+//! (The shared `framework` module does this for both adapters.)
 //!
 //! # Backward
 //!
@@ -44,6 +45,7 @@
 use candle_core::{DType, Device, Module, Tensor, Var};
 use rand::Rng;
 
+use super::framework::{check_backward, rows_of, train_reading_mask};
 use crate::error::{Error, check_len};
 use crate::ops::DropoutLayer;
 
@@ -106,25 +108,7 @@ impl DropoutLayer for CandleDropout {
         out: &mut [f64],
         mask: &mut [bool],
     ) -> Result<(), Error> {
-        check_len("output buffer", out, x.len())?;
-        if mask.len() != x.len() {
-            return Err(Error::LengthMismatch {
-                what: "mask buffer",
-                expected: x.len(),
-                got: mask.len(),
-            });
-        }
-        let identifiable = |v: f64| v != 0.0 && v.is_finite();
-        let probe: Vec<f64> = x
-            .iter()
-            .map(|&v| if identifiable(v) { v } else { 1.0 })
-            .collect();
-        let y = Self::raw_train(&probe, p)?;
-        for (((o, m), &v), &z) in out.iter_mut().zip(mask.iter_mut()).zip(x).zip(&y) {
-            *m = z != 0.0;
-            *o = if identifiable(v) { z } else { v * z };
-        }
-        Ok(())
+        train_reading_mask(x, out, mask, |probe| Self::raw_train(probe, p))
     }
 
     fn forward_eval(
@@ -150,18 +134,8 @@ impl DropoutLayer for CandleDropout {
         mask: &[bool],
         grad_in: &mut [f64],
     ) -> Result<(), Error> {
+        check_backward(grad_out, p, accepts_rate(p), mask, grad_in)?;
         let d = grad_out.len();
-        check_len("gradient buffer", grad_in, d)?;
-        if mask.len() != d {
-            return Err(Error::LengthMismatch {
-                what: "mask buffer",
-                expected: d,
-                got: mask.len(),
-            });
-        }
-        if !accepts_rate(p) {
-            return Err(Error::InvalidRate { p });
-        }
         let dev = Device::Cpu;
         let bits: Vec<u8> = mask.iter().map(|&m| u8::from(m)).collect();
         let run = || -> candle_core::Result<Vec<f64>> {
@@ -206,18 +180,9 @@ pub enum Norm {
 /// (row-major), with unit weight and zero bias; `ε` is added to the
 /// variance (mean square) inside the square root in all three layers.
 pub fn normalize(norm: Norm, x: &[f64], d: usize, eps: f64) -> Result<Vec<f64>, Error> {
-    if d == 0 || x.is_empty() {
-        return Err(Error::Empty { what: "x" });
-    }
-    if !x.len().is_multiple_of(d) {
-        return Err(Error::LengthMismatch {
-            what: "x (rows of d values)",
-            expected: (x.len() / d + 1) * d,
-            got: x.len(),
-        });
-    }
+    let rows = rows_of(x, d)?;
     let dev = Device::Cpu;
-    let t = tensor(x, x.len() / d, d)?;
+    let t = tensor(x, rows, d)?;
     let ones = Tensor::ones(d, DType::F64, &dev).map_err(framework)?;
     let zeros = Tensor::zeros(d, DType::F64, &dev).map_err(framework)?;
     let f32_run = |layer: &dyn Module, t: &Tensor| -> candle_core::Result<Tensor> {

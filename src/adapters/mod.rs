@@ -27,7 +27,7 @@
 //! draws, so both run the registry's dropout family.
 //!
 //! Neither framework returns its keep mask: each adapter derives it from the
-//! output (see each module), and its backward pass rebuilds the framework's
+//! output (the shared `framework` module reads it off), and its backward pass rebuilds the framework's
 //! mask tensor from the given mask and differentiates the framework's own
 //! product with the framework's autograd. The findings, each pinned by a
 //! test in `tests/frameworks_candle.rs` / `tests/frameworks_burn.rs`, are
@@ -39,4 +39,6 @@
 pub mod burn;
 #[cfg(feature = "candle")]
 pub mod candle;
+#[cfg(any(feature = "burn", feature = "candle"))]
+mod framework;
 pub mod rounding;

@@ -69,9 +69,10 @@ fn draw_dropped(
     subject.dropout.forward_train(&x, p, rng, out, &mut mask)
 }
 
-/// Runs `STEPS` train-mode batches of dropped-out examples through a fresh
-/// BatchNorm with PyTorch's defaults and returns it.
-pub fn calibrate(
+/// The buffer refresh: runs `steps` train-mode batches of dropped-out
+/// examples through a fresh BatchNorm with PyTorch's defaults, which sets
+/// its running statistics the way training would, and returns it.
+pub fn refresh_buffers(
     subject: &Subject,
     rng: &mut Stream,
     mu: &[f64],
@@ -231,7 +232,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
                 Ok(v)
             },
             draw: |subject, rng, out| {
-                let bn = calibrate(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
+                let bn = refresh_buffers(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
                 let k = MU.len();
                 out[..k].copy_from_slice(bn.running_mean());
                 out[k..].copy_from_slice(bn.running_var());
@@ -260,7 +261,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             draw: |subject, rng, out| {
-                let mut bn = calibrate(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
+                let mut bn = refresh_buffers(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
                 bn.fold_dropout(P)?;
                 out.copy_from_slice(bn.running_var());
                 Ok(())
@@ -285,7 +286,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
                 // buffers alike. At the stationary rv = (σ² + p μ²)/q it is
                 // the shift Δ = c² of `formulas::batchnorm::c_squared`.
                 let k = MU.len();
-                let bn = calibrate(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
+                let bn = refresh_buffers(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
                 let mut folded = bn.clone();
                 folded.fold_dropout(P)?;
                 let (mut x, mut x_alt) = (vec![0.0; k], vec![0.0; k]);

@@ -1,41 +1,35 @@
 //! The mutant gallery: known-wrong dropout implementations, each encoding one
-//! mistake that the seeds report people make, one small unit per mutant.
+//! mistake that the seeds report people make.
 //!
-//! Every mutant implements [`DropoutLayer`] and differs from the reference
-//! [`InvertedDropout`] in exactly one place. [`gallery`] lists them with the
-//! mistake and its source; [`kill_matrix`] runs the conformance claims
-//! ([`crate::conformance`]) against each and records which claims kill it.
+//! The gallery is one table ([`gallery`], in `gallery.rs`): per mutant its
+//! mistake, the source describing it, the claims that must kill it, and
+//! whether it is equivalent. Each mutant's layer is the reference
+//! [`InvertedDropout`] with one [`Deviation`] patched in ([`Deviant`]);
+//! everything else is the reference's. [`kill_matrix`] runs the conformance
+//! claims ([`crate::conformance`]) against each and records which claims
+//! kill it; [`to_json`] and [`table`] print the result.
 //!
 //! Two mutants are **equivalent**: no observation can tell them from the
 //! reference, so no claim can or should kill them. [`Mutant::equivalent`]
 //! gives the reason; they are listed, not counted as survivors.
 
-mod attention_logits;
-mod attention_renormalised;
-mod backward_fresh_mask;
-mod backward_unscaled;
-mod divide_by_p;
-mod eval_draws;
-mod eval_masks;
-mod eval_scales_by_q;
-mod independent_for_shared;
-mod keep_above_p;
-mod keep_below_p;
-mod loss_scaling;
-mod multiply_by_q;
+mod gallery;
+mod patch;
+mod patched;
 mod power;
-mod rate_off_2pct;
-mod rescale_dropped;
-mod shared_for_independent;
+mod render;
 
+pub use gallery::gallery;
+pub use patch::{Deviant, Deviation, Keep, Scale};
+pub use patched::{BackwardFn, EvalFn, Patched, PositionsFn, TrainFn};
 pub use power::rejection_power;
+pub use render::{table, to_json};
 
-use rand::{Rng, RngExt};
 use serde::Serialize;
 
 use crate::conformance::{self, Options};
-use crate::error::{Error, check_len};
-use crate::ops::{DropoutLayer, InvertedDropout, MaskShape, Rate, default_positions};
+use crate::error::Error;
+use crate::ops::{DropoutLayer, InvertedDropout};
 
 /// The kill matrix's default cap on the draws per claim: each claim runs
 /// `min(its default budget, KILL_SAMPLES)` draws. Every kill in the gallery
@@ -50,6 +44,9 @@ pub struct Mutant {
     pub mistake: &'static str,
     /// Where the mistake is described (a seed document, or dropmc's own).
     pub source: &'static str,
+    /// The claims that name this mistake directly: each must kill it (empty
+    /// for an equivalent mutant). Other claims may kill it too.
+    pub must_kill: &'static [&'static str],
     /// Why no observation can distinguish it from the reference, if so.
     pub equivalent: Option<&'static str>,
     /// For a subtle mutant: its true effect on one claim, so the kill
@@ -61,6 +58,7 @@ pub struct Mutant {
 
 /// The true deviation `E[estimate] − target` a mutant causes in one claim,
 /// per component, known in closed form.
+#[derive(Clone, Copy)]
 pub struct Effect {
     pub claim: &'static str,
     pub effect: fn() -> Vec<f64>,
@@ -104,181 +102,6 @@ fn power_statement(effect: &Effect, run: &conformance::Conformance) -> Option<Po
         power: rejection_power(effects[k], stderr),
         miss: power::miss_probability(lambda),
     })
-}
-
-/// Every mutant, non-equivalent ones first.
-pub fn gallery() -> Vec<Mutant> {
-    vec![
-        divide_by_p::mutant(),
-        multiply_by_q::mutant(),
-        keep_below_p::mutant(),
-        eval_scales_by_q::mutant(),
-        eval_draws::mutant(),
-        eval_masks::mutant(),
-        backward_fresh_mask::mutant(),
-        backward_unscaled::mutant(),
-        attention_renormalised::mutant(),
-        attention_logits::mutant(),
-        shared_for_independent::mutant(),
-        independent_for_shared::mutant(),
-        rate_off_2pct::mutant(),
-        loss_scaling::mutant(),
-        rescale_dropped::mutant(),
-        keep_above_p::mutant(),
-    ]
-}
-
-/// A training pass with a custom keep rule and survivor value: the shared
-/// skeleton of the forward mutants (validation as in the reference).
-pub(crate) fn train_with(
-    x: &[f64],
-    p: f64,
-    rng: &mut dyn Rng,
-    out: &mut [f64],
-    mask: &mut [bool],
-    keep: impl Fn(f64, Rate) -> bool,
-    survivor: impl Fn(f64, Rate) -> f64,
-) -> Result<(), Error> {
-    let rate = Rate::new(p)?;
-    check_len("output buffer", out, x.len())?;
-    if mask.len() != x.len() {
-        return Err(Error::LengthMismatch {
-            what: "mask buffer",
-            expected: x.len(),
-            got: mask.len(),
-        });
-    }
-    for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
-        *m = keep(rng.random::<f64>(), rate);
-        *o = if *m { survivor(v, rate) } else { 0.0 };
-    }
-    Ok(())
-}
-
-/// A backward pass with a custom kept-unit gradient.
-pub(crate) fn backward_with(
-    grad_out: &[f64],
-    p: f64,
-    mask: &[bool],
-    grad_in: &mut [f64],
-    kept: impl Fn(f64, Rate) -> f64,
-) -> Result<(), Error> {
-    let rate = Rate::new(p)?;
-    check_len("gradient buffer", grad_in, grad_out.len())?;
-    if mask.len() != grad_out.len() {
-        return Err(Error::LengthMismatch {
-            what: "mask buffer",
-            expected: grad_out.len(),
-            got: mask.len(),
-        });
-    }
-    for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
-        *gi = if m { kept(g, rate) } else { 0.0 };
-    }
-    Ok(())
-}
-
-/// The reference, for the parts a mutant leaves alone.
-pub(crate) const REFERENCE: InvertedDropout = InvertedDropout;
-
-/// A training pass: `(x, p, rng, out, mask)`.
-pub type TrainFn = fn(&[f64], f64, &mut dyn Rng, &mut [f64], &mut [bool]) -> Result<(), Error>;
-/// An evaluation pass: `(x, p, rng, out)`.
-pub type EvalFn = fn(&[f64], f64, &mut dyn Rng, &mut [f64]) -> Result<(), Error>;
-/// A backward pass: `(grad_out, p, mask, grad_in)`.
-pub type BackwardFn = fn(&[f64], f64, &[bool], &mut [f64]) -> Result<(), Error>;
-/// A pass over a `T × d` block: `(x, positions, shape, p, rng, out, mask)`.
-pub type PositionsFn =
-    fn(&[f64], usize, MaskShape, f64, &mut dyn Rng, &mut [f64], &mut [bool]) -> Result<(), Error>;
-
-/// The reference layer with some of its parts replaced. Every mutant is one:
-/// its file defines only the part that carries the mistake and takes the
-/// rest from [`Patched::REFERENCE`] by struct update.
-pub struct Patched {
-    pub name: &'static str,
-    pub train: TrainFn,
-    pub eval: EvalFn,
-    pub backward: BackwardFn,
-    /// Attention rows; `None` runs the training pass on the row.
-    pub attention: Option<TrainFn>,
-    /// `T × d` blocks; `None` is [`default_positions`] over this layer.
-    pub positions: Option<PositionsFn>,
-}
-
-impl Patched {
-    /// Every part the reference's.
-    pub const REFERENCE: Patched = Patched {
-        name: "reference",
-        train: |x, p, rng, out, mask| REFERENCE.forward_train(x, p, rng, out, mask),
-        eval: |x, p, rng, out| REFERENCE.forward_eval(x, p, rng, out),
-        backward: |g, p, mask, gi| REFERENCE.backward(g, p, mask, gi),
-        attention: None,
-        positions: None,
-    };
-}
-
-impl DropoutLayer for Patched {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        (self.train)(x, p, rng, out, mask)
-    }
-
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        (self.eval)(x, p, rng, out)
-    }
-
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        (self.backward)(grad_out, p, mask, grad_in)
-    }
-
-    fn forward_attention(
-        &self,
-        a: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        (self.attention.unwrap_or(self.train))(a, p, rng, out, mask)
-    }
-
-    fn forward_positions(
-        &self,
-        x: &[f64],
-        positions: usize,
-        shape: MaskShape,
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        match self.positions {
-            Some(f) => f(x, positions, shape, p, rng, out, mask),
-            None => default_positions(self, x, positions, shape, p, rng, out, mask),
-        }
-    }
 }
 
 /// A claim that killed a mutant and the `z` of its worst component
@@ -339,7 +162,7 @@ pub fn kill_matrix_with_progress(
     // A kill is a rejection at the per-assertion critical value; below a
     // claim's minimum budget its size is not controlled, which the
     // reference's own rejections (unusable claims) guard against.
-    let unusable = conformance::run(&REFERENCE, options)?.rejected();
+    let unusable = conformance::run(&InvertedDropout, options)?.rejected();
     progress(1, total);
     let rows = mutants
         .into_iter()
@@ -369,101 +192,4 @@ pub fn kill_matrix_with_progress(
         })
         .collect::<Result<Vec<_>, Error>>()?;
     Ok(KillMatrix { rows, unusable })
-}
-
-/// The kill matrix as JSON:
-/// `{"mutants": [{"id", "mistake", "equivalent", "killed_by": [claim ids]}, …]}`
-/// (plus `source`, `reason`, the killing `z` per claim in `kills`, and
-/// `unusable_claims`).
-pub fn to_json(matrix: &KillMatrix) -> serde_json::Value {
-    let mutants: Vec<serde_json::Value> = matrix
-        .rows
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "id": r.id,
-                "mistake": r.mistake,
-                "source": r.source,
-                "equivalent": r.equivalent,
-                "reason": r.reason,
-                "killed_by": r.kills.iter().map(|k| k.claim).collect::<Vec<_>>(),
-                "kills": r.kills,
-                "power": r.power,
-            })
-        })
-        .collect();
-    serde_json::json!({ "mutants": mutants, "unusable_claims": matrix.unusable })
-}
-
-/// The kill matrix as text: one block per mutant with its killing claims.
-pub fn table(matrix: &KillMatrix, width: usize) -> String {
-    use crate::table::wrap_text;
-    let indented = |out: &mut String, text: &str| {
-        for line in wrap_text(text, width.saturating_sub(4)) {
-            out.push_str("    ");
-            out.push_str(&line);
-            out.push('\n');
-        }
-    };
-    let rows = &matrix.rows;
-    let mut out = String::new();
-    for r in rows {
-        let status = match (r.equivalent, r.kills.is_empty()) {
-            (true, true) => "equivalent (survives, as it must)".to_string(),
-            (true, false) => format!("equivalent, but killed by {} claims", r.kills.len()),
-            (false, true) => "SURVIVED".to_string(),
-            (false, false) => format!("killed by {} claims", r.kills.len()),
-        };
-        out.push_str(&format!("{:24} {status}\n", r.id));
-        indented(&mut out, &format!("mistake: {} [{}]", r.mistake, r.source));
-        if let Some(reason) = r.reason {
-            indented(&mut out, &format!("why equivalent: {reason}"));
-        }
-        if let Some(p) = &r.power {
-            let miss = if p.miss > 0.0 {
-                format!("{:.1e}", p.miss)
-            } else {
-                format!(
-                    "Phi({:.1}), below 1e-300",
-                    crate::stats::critical_z() - p.lambda
-                )
-            };
-            indented(
-                &mut out,
-                &format!(
-                    "power of {} at {} draws: effect {:.4}, SE {:.2e}, lambda = {:.1}, \
-                     power = 1 - {miss}",
-                    p.claim, p.samples, p.effect, p.stderr, p.lambda
-                ),
-            );
-        }
-        for k in &r.kills {
-            let z = match (k.z, &k.error) {
-                (Some(z), _) if z.is_infinite() => format!(
-                    "z = {} (no spread: every draw gave the same value, not the target)",
-                    crate::report::format_z(z)
-                ),
-                (Some(z), _) => format!("z = {}", crate::report::format_z(z)),
-                (None, Some(e)) => format!("error: {e}"),
-                (None, None) => "failed".to_string(),
-            };
-            indented(&mut out, &format!("{:40} {z}", k.claim));
-        }
-    }
-    let killed = rows
-        .iter()
-        .filter(|r| !r.equivalent && !r.kills.is_empty())
-        .count();
-    let live = rows.iter().filter(|r| !r.equivalent).count();
-    let equivalent = rows.len() - live;
-    out.push_str(&format!(
-        "\n{killed} of {live} non-equivalent mutants killed; {equivalent} equivalent mutants listed.\n"
-    ));
-    if !matrix.unusable.is_empty() {
-        out.push_str(&format!(
-            "Not used (the reference fails them at this budget): {}\n",
-            matrix.unusable.join(", ")
-        ));
-    }
-    out
 }

@@ -16,8 +16,9 @@
 
 use rand::Rng;
 
+use super::buffers::check_buffers;
 use super::rate::Rate;
-use super::shape::MaskShape;
+use super::shape::{MaskShape, row_width};
 use crate::engine::keep;
 use crate::error::{Error, check_len};
 
@@ -77,7 +78,7 @@ pub trait DropoutLayer: Sync {
 
     /// Training-mode pass over a `T × d` block `x` (row-major, `positions`
     /// rows) with the mask shape `shape`. The default is
-    /// [`default_positions`](super::shape::default_positions).
+    /// [`default_positions`].
     #[allow(clippy::too_many_arguments)]
     fn forward_positions(
         &self,
@@ -89,7 +90,43 @@ pub trait DropoutLayer: Sync {
         out: &mut [f64],
         mask: &mut [bool],
     ) -> Result<(), Error> {
-        super::shape::default_positions(self, x, positions, shape, p, rng, out, mask)
+        default_positions(self, x, positions, shape, p, rng, out, mask)
+    }
+}
+
+/// The default `T × d` forward pass of a [`DropoutLayer`] (what
+/// [`DropoutLayer::forward_positions`] does unless overridden).
+///
+/// * `Independent`: the layer's own training pass over all `T·d` entries.
+/// * `SharedOverPositions`: the layer's training pass over the first row
+///   draws the `d` feature masks; every row then keeps the features that
+///   row kept, survivors divided by `q` like the reference does.
+#[allow(clippy::too_many_arguments)]
+pub fn default_positions<L: DropoutLayer + ?Sized>(
+    layer: &L,
+    x: &[f64],
+    positions: usize,
+    shape: MaskShape,
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+) -> Result<(), Error> {
+    let d = row_width(x.len(), positions)?;
+    match shape {
+        MaskShape::Independent => layer.forward_train(x, p, rng, out, mask),
+        MaskShape::SharedOverPositions => {
+            let rate = Rate::new(p)?;
+            check_buffers("output buffer", out, mask, x.len())?;
+            let mut row_out = vec![0.0; d];
+            let mut row_mask = vec![false; d];
+            layer.forward_train(&x[..d], p, rng, &mut row_out, &mut row_mask)?;
+            for (i, (o, m)) in out.iter_mut().zip(mask.iter_mut()).enumerate() {
+                *m = row_mask[i % d];
+                *o = if *m { x[i] / rate.q() } else { 0.0 };
+            }
+            Ok(())
+        }
     }
 }
 
@@ -111,7 +148,7 @@ impl DropoutLayer for InvertedDropout {
         mask: &mut [bool],
     ) -> Result<(), Error> {
         let rate = Rate::new(p)?;
-        check_buffers(x.len(), out, mask)?;
+        check_buffers("output buffer", out, mask, x.len())?;
         for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
             *m = keep(rng, rate.p());
             *o = if *m { v / rate.q() } else { 0.0 };
@@ -140,24 +177,12 @@ impl DropoutLayer for InvertedDropout {
         grad_in: &mut [f64],
     ) -> Result<(), Error> {
         let rate = Rate::new(p)?;
-        check_buffers(grad_out.len(), grad_in, mask)?;
+        check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
         for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
             *gi = if m { g / rate.q() } else { 0.0 };
         }
         Ok(())
     }
-}
-
-fn check_buffers(n: usize, out: &[f64], mask: &[bool]) -> Result<(), Error> {
-    check_len("output buffer", out, n)?;
-    if mask.len() != n {
-        return Err(Error::LengthMismatch {
-            what: "mask buffer",
-            expected: n,
-            got: mask.len(),
-        });
-    }
-    Ok(())
 }
 
 /// What the claims run against.

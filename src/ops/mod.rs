@@ -6,6 +6,7 @@
 //! through a [`Subject`].
 
 mod batchnorm;
+mod buffers;
 mod dropout;
 mod norm;
 mod rate;
@@ -13,8 +14,9 @@ mod shape;
 mod site;
 
 pub use batchnorm::{BatchNorm, Linear, relu};
-pub use dropout::{DropoutLayer, InvertedDropout, Subject, SubjectKind};
+pub use buffers::check_buffers;
+pub use dropout::{DropoutLayer, InvertedDropout, Subject, SubjectKind, default_positions};
 pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
 pub use rate::Rate;
-pub use shape::{CountingRng, MaskShape, default_positions, row_width};
+pub use shape::{CountingRng, MaskShape, row_width};
 pub use site::Site;

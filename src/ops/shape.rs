@@ -15,9 +15,7 @@ use std::convert::Infallible;
 
 use rand::{Rng, TryRng};
 
-use super::dropout::DropoutLayer;
-use super::rate::Rate;
-use crate::error::{Error, check_len};
+use crate::error::Error;
 
 /// Which entries of a `T × d` block share a mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,49 +24,6 @@ pub enum MaskShape {
     Independent,
     /// One mask per feature `k`, shared by all `T` positions.
     SharedOverPositions,
-}
-
-/// The default `T × d` forward pass of a [`DropoutLayer`] (what
-/// [`DropoutLayer::forward_positions`] does unless overridden).
-///
-/// * `Independent`: the layer's own training pass over all `T·d` entries.
-/// * `SharedOverPositions`: the layer's training pass over the first row
-///   draws the `d` feature masks; every row then keeps the features that
-///   row kept, survivors divided by `q` like the reference does.
-#[allow(clippy::too_many_arguments)]
-pub fn default_positions<L: DropoutLayer + ?Sized>(
-    layer: &L,
-    x: &[f64],
-    positions: usize,
-    shape: MaskShape,
-    p: f64,
-    rng: &mut dyn Rng,
-    out: &mut [f64],
-    mask: &mut [bool],
-) -> Result<(), Error> {
-    let d = row_width(x.len(), positions)?;
-    match shape {
-        MaskShape::Independent => layer.forward_train(x, p, rng, out, mask),
-        MaskShape::SharedOverPositions => {
-            let rate = Rate::new(p)?;
-            check_len("output buffer", out, x.len())?;
-            if mask.len() != x.len() {
-                return Err(Error::LengthMismatch {
-                    what: "mask buffer",
-                    expected: x.len(),
-                    got: mask.len(),
-                });
-            }
-            let mut row_out = vec![0.0; d];
-            let mut row_mask = vec![false; d];
-            layer.forward_train(&x[..d], p, rng, &mut row_out, &mut row_mask)?;
-            for (i, (o, m)) in out.iter_mut().zip(mask.iter_mut()).enumerate() {
-                *m = row_mask[i % d];
-                *o = if *m { x[i] / rate.q() } else { 0.0 };
-            }
-            Ok(())
-        }
-    }
 }
 
 /// The row width `d` of a `T × d` block stored in `len` values.

@@ -5,27 +5,44 @@ use rand::Rng;
 
 use crate::engine::keep;
 use crate::error::Error;
-use crate::ops::{DropoutLayer, InvertedDropout, Rate};
+use crate::ops::{DropoutLayer, InvertedDropout, Rate, check_buffers};
 
-/// Drops at `p' = p (1 + relative)` but still rescales by the nominal `1/q`,
-/// so `E[z] = x (1 − p · relative / q)`: a drop rate off by `relative`.
+/// A graded deviation of the training pass, of relative size `relative`
+/// (0.01 is 1 %); evaluation and backward stay the reference's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Perturbation {
+    /// Drops at `p' = p (1 + relative)` but still rescales by the nominal
+    /// `1/q`, so `E[z] = x (1 − p · relative / q)`: a drop rate off by
+    /// `relative`.
+    RateOff { relative: f64 },
+    /// Correct masks, but every training output multiplied by
+    /// `1 + relative`: a mean shifted by `relative`.
+    MeanShift { relative: f64 },
+}
+
+/// The reference with a [`Perturbation`] in its training pass.
 #[derive(Debug, Clone)]
-pub struct RateOff {
-    pub relative: f64,
+pub struct Perturbed {
+    pub perturbation: Perturbation,
     name: String,
 }
 
-impl RateOff {
-    /// A drop rate off by the fraction `relative` (0.01 is 1 %).
-    pub fn new(relative: f64) -> Self {
-        RateOff {
-            relative,
-            name: format!("drop rate off by {:+}%", 100.0 * relative),
-        }
+impl Perturbed {
+    /// The reference perturbed by `perturbation`, named after it.
+    pub fn new(perturbation: Perturbation) -> Self {
+        let name = match perturbation {
+            Perturbation::RateOff { relative } => {
+                format!("drop rate off by {:+}%", 100.0 * relative)
+            }
+            Perturbation::MeanShift { relative } => {
+                format!("mean shifted by {:+}%", 100.0 * relative)
+            }
+        };
+        Perturbed { perturbation, name }
     }
 }
 
-impl DropoutLayer for RateOff {
+impl DropoutLayer for Perturbed {
     fn name(&self) -> &str {
         &self.name
     }
@@ -37,60 +54,21 @@ impl DropoutLayer for RateOff {
         out: &mut [f64],
         mask: &mut [bool],
     ) -> Result<(), Error> {
-        let rate = Rate::new(p)?;
-        let actual = (p * (1.0 + self.relative)).clamp(0.0, 1.0);
-        for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
-            *m = keep(rng, actual);
-            *o = if *m { v / rate.q() } else { 0.0 };
+        match self.perturbation {
+            Perturbation::RateOff { relative } => {
+                let rate = Rate::new(p)?;
+                check_buffers("output buffer", out, mask, x.len())?;
+                let actual = (p * (1.0 + relative)).clamp(0.0, 1.0);
+                for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
+                    *m = keep(rng, actual);
+                    *o = if *m { v / rate.q() } else { 0.0 };
+                }
+            }
+            Perturbation::MeanShift { relative } => {
+                InvertedDropout.forward_train(x, p, rng, out, mask)?;
+                out.iter_mut().for_each(|o| *o *= 1.0 + relative);
+            }
         }
-        Ok(())
-    }
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_eval(x, p, rng, out)
-    }
-    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
-        InvertedDropout.backward(g, p, mask, gi)
-    }
-}
-
-/// Correct masks, but every training output multiplied by `1 + relative`:
-/// a mean shifted by `relative`.
-#[derive(Debug, Clone)]
-pub struct MeanShift {
-    pub relative: f64,
-    name: String,
-}
-
-impl MeanShift {
-    /// A mean shifted by the fraction `relative` (0.001 is 0.1 %).
-    pub fn new(relative: f64) -> Self {
-        MeanShift {
-            relative,
-            name: format!("mean shifted by {:+}%", 100.0 * relative),
-        }
-    }
-}
-
-impl DropoutLayer for MeanShift {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_train(x, p, rng, out, mask)?;
-        out.iter_mut().for_each(|o| *o *= 1.0 + self.relative);
         Ok(())
     }
     fn forward_eval(
@@ -110,12 +88,11 @@ impl DropoutLayer for MeanShift {
 /// The graded perturbations `dropmc power` measures: drop rate off by
 /// 0.5, 1, 2 and 5 %, mean shifted by 0.1 and 1 %.
 pub fn graded() -> Vec<Box<dyn DropoutLayer>> {
-    let mut all: Vec<Box<dyn DropoutLayer>> = Vec::new();
-    for r in [0.005, 0.01, 0.02, 0.05] {
-        all.push(Box::new(RateOff::new(r)));
-    }
-    for r in [0.001, 0.01] {
-        all.push(Box::new(MeanShift::new(r)));
-    }
-    all
+    let rate_off = [0.005, 0.01, 0.02, 0.05].map(|relative| Perturbation::RateOff { relative });
+    let mean_shift = [0.001, 0.01].map(|relative| Perturbation::MeanShift { relative });
+    rate_off
+        .into_iter()
+        .chain(mean_shift)
+        .map(|p| Box::new(Perturbed::new(p)) as Box<dyn DropoutLayer>)
+        .collect()
 }

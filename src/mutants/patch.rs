@@ -1,0 +1,282 @@
+//! How a mutant differs from the reference: a [`Deviation`] (data), and the
+//! one layer [`Deviant`] that runs the reference with that deviation
+//! patched in. Every part a deviation does not name is the reference
+//! [`InvertedDropout`]'s, call for call.
+//!
+//! [`Patched`] is the same idea with function pointers, for a test outside
+//! the crate that needs a one-off wrong layer (a deviation not in the
+//! gallery).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rand::{Rng, RngExt};
+
+use crate::error::{Error, check_len};
+use crate::ops::{
+    DropoutLayer, InvertedDropout, MaskShape, Rate, check_buffers, default_positions,
+};
+
+/// The reference, for the parts a mutant leaves alone.
+const REFERENCE: InvertedDropout = InvertedDropout;
+
+/// Which units a training pass keeps, from `u ~ U[0, 1)` per unit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Keep {
+    /// `u >= p`: the reference rule, `P(keep) = q`.
+    AtLeastP,
+    /// `u > p`: differs from the reference only at `u = p` exactly.
+    AboveP,
+    /// `u < p`: the complement of the reference mask, `P(keep) = p`.
+    BelowP,
+    /// `u >= 1 − f·q`: keeps with probability `f·q` instead of `q`.
+    ScaledKeep(f64),
+}
+
+impl Keep {
+    fn keeps(self, u: f64, rate: Rate) -> bool {
+        match self {
+            Keep::AtLeastP => u >= rate.p(),
+            Keep::AboveP => u > rate.p(),
+            Keep::BelowP => u < rate.p(),
+            Keep::ScaledKeep(f) => u >= 1.0 - f * rate.q(),
+        }
+    }
+}
+
+/// What a kept unit's value (or gradient) `v` becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// `v / q`: the reference.
+    DivideByQ,
+    /// `v / p`.
+    DivideByP,
+    /// `v · q`.
+    MultiplyByQ,
+    /// `v`, no scale.
+    Unscaled,
+}
+
+impl Scale {
+    fn apply(self, v: f64, rate: Rate) -> f64 {
+        match self {
+            Scale::DivideByQ => v / rate.q(),
+            Scale::DivideByP => v / rate.p(),
+            Scale::MultiplyByQ => v * rate.q(),
+            Scale::Unscaled => v,
+        }
+    }
+}
+
+/// The one place a mutant departs from the reference.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Deviation {
+    /// Training keeps by `keep` and writes `survivor` for a kept unit; the
+    /// backward pass writes `gradient` for a kept unit's gradient. The
+    /// reference is `{ AtLeastP, DivideByQ, DivideByQ }`.
+    Scaling {
+        keep: Keep,
+        survivor: Scale,
+        gradient: Scale,
+    },
+    /// Training masks without scaling, then divides every unit, dropped
+    /// ones included, by `q`.
+    RescaleDropped,
+    /// Evaluation returns `q·x`.
+    EvalScalesByQ,
+    /// Evaluation draws one `u64` before returning `x`.
+    EvalDraws,
+    /// Evaluation runs the training pass.
+    EvalMasks,
+    /// The backward pass ignores the given mask and draws its own.
+    BackwardFreshMask,
+    /// Attention rows: the training pass, then the survivors renormalised to
+    /// sum to one.
+    AttentionRenormalised,
+    /// Attention rows: the training pass on the logits `ln a`, then a
+    /// softmax.
+    AttentionLogits,
+    /// `T × d` blocks always get this mask shape, whatever is asked.
+    ForcedShape(MaskShape),
+}
+
+/// The reference with one [`Deviation`] patched in: the layer of a gallery
+/// mutant.
+#[derive(Debug, Clone, Copy)]
+pub struct Deviant {
+    /// The layer's name (the mutant's id).
+    pub name: &'static str,
+    pub deviation: Deviation,
+}
+
+/// Counts [`Deviation::BackwardFreshMask`] calls: each seeds its own fresh
+/// mask.
+static FRESH_MASK_CALLS: AtomicU64 = AtomicU64::new(0);
+
+fn scaled_train(
+    x: &[f64],
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+    keep: Keep,
+    survivor: Scale,
+) -> Result<(), Error> {
+    let rate = Rate::new(p)?;
+    check_buffers("output buffer", out, mask, x.len())?;
+    for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
+        *m = keep.keeps(rng.random::<f64>(), rate);
+        *o = if *m { survivor.apply(v, rate) } else { 0.0 };
+    }
+    Ok(())
+}
+
+fn scaled_backward(
+    grad_out: &[f64],
+    p: f64,
+    mask: &[bool],
+    grad_in: &mut [f64],
+    gradient: Scale,
+) -> Result<(), Error> {
+    let rate = Rate::new(p)?;
+    check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
+    for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
+        *gi = if m { gradient.apply(g, rate) } else { 0.0 };
+    }
+    Ok(())
+}
+
+/// Softmax of `logits` into `out`, shifted by the maximum.
+fn softmax(logits: &[f64], out: &mut [f64]) {
+    let top = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let total: f64 = logits.iter().map(|l| (l - top).exp()).sum();
+    for (o, l) in out.iter_mut().zip(logits) {
+        *o = (l - top).exp() / total;
+    }
+}
+
+impl DropoutLayer for Deviant {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn forward_train(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        match self.deviation {
+            Deviation::Scaling { keep, survivor, .. } => {
+                scaled_train(x, p, rng, out, mask, keep, survivor)
+            }
+            Deviation::RescaleDropped => {
+                scaled_train(x, p, rng, out, mask, Keep::AtLeastP, Scale::Unscaled)?;
+                let q = 1.0 - p;
+                out.iter_mut().for_each(|o| *o /= q);
+                Ok(())
+            }
+            _ => REFERENCE.forward_train(x, p, rng, out, mask),
+        }
+    }
+
+    fn forward_eval(
+        &self,
+        x: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        match self.deviation {
+            Deviation::EvalScalesByQ => {
+                let rate = Rate::new(p)?;
+                check_len("eval output buffer", out, x.len())?;
+                for (o, v) in out.iter_mut().zip(x) {
+                    *o = v * rate.q();
+                }
+                Ok(())
+            }
+            Deviation::EvalDraws => {
+                let _ = rng.next_u64();
+                REFERENCE.forward_eval(x, p, rng, out)
+            }
+            Deviation::EvalMasks => {
+                let mut mask = vec![false; x.len()];
+                REFERENCE.forward_train(x, p, rng, out, &mut mask)
+            }
+            _ => REFERENCE.forward_eval(x, p, rng, out),
+        }
+    }
+
+    fn backward(
+        &self,
+        grad_out: &[f64],
+        p: f64,
+        mask: &[bool],
+        grad_in: &mut [f64],
+    ) -> Result<(), Error> {
+        match self.deviation {
+            Deviation::Scaling { gradient, .. } => {
+                scaled_backward(grad_out, p, mask, grad_in, gradient)
+            }
+            Deviation::BackwardFreshMask => {
+                let call = FRESH_MASK_CALLS.fetch_add(1, Ordering::Relaxed);
+                let mut own = crate::engine::stream(0x5eed, call);
+                let fresh: Vec<bool> = grad_out
+                    .iter()
+                    .map(|_| crate::engine::keep(&mut own, p))
+                    .collect();
+                REFERENCE.backward(grad_out, p, &fresh, grad_in)
+            }
+            _ => REFERENCE.backward(grad_out, p, mask, grad_in),
+        }
+    }
+
+    fn forward_attention(
+        &self,
+        a: &[f64],
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        match self.deviation {
+            Deviation::AttentionRenormalised => {
+                REFERENCE.forward_train(a, p, rng, out, mask)?;
+                let total: f64 = out.iter().sum();
+                if total > 0.0 {
+                    out.iter_mut().for_each(|o| *o /= total);
+                }
+                Ok(())
+            }
+            Deviation::AttentionLogits => {
+                // Logits whose softmax is `a`, dropped, then normalised.
+                let logits: Vec<f64> = a.iter().map(|v| v.ln()).collect();
+                let mut dropped = vec![0.0; a.len()];
+                REFERENCE.forward_train(&logits, p, rng, &mut dropped, mask)?;
+                softmax(&dropped, out);
+                Ok(())
+            }
+            _ => self.forward_train(a, p, rng, out, mask),
+        }
+    }
+
+    fn forward_positions(
+        &self,
+        x: &[f64],
+        positions: usize,
+        shape: MaskShape,
+        p: f64,
+        rng: &mut dyn Rng,
+        out: &mut [f64],
+        mask: &mut [bool],
+    ) -> Result<(), Error> {
+        match self.deviation {
+            Deviation::ForcedShape(forced) => {
+                default_positions(&REFERENCE, x, positions, forced, p, rng, out, mask)
+            }
+            _ => default_positions(self, x, positions, shape, p, rng, out, mask),
+        }
+    }
+}
