@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use dropmc::engine::{Budget, derive_seed, stream};
 use dropmc::ops::Subject;
 use dropmc::report::DEFAULT_SEED;
-use dropmc::stack::{RateTable, StackConfig, StackTable, run, run_replicate};
+use dropmc::stack::{LayerRow, RateTable, StackConfig, StackTable, run, run_replicate};
 use dropmc::stats::Estimate;
 
 const RATES: [f64; 2] = [0.1, 0.5];
@@ -50,6 +50,11 @@ static TABLE: LazyLock<StackTable> = LazyLock::new(|| {
 
 fn rate(p: f64) -> &'static RateTable {
     TABLE.rate(p).expect("rate present")
+}
+
+/// Layer `l` (1-based) at rate `p`.
+fn layer(p: f64, l: usize) -> &'static LayerRow<Estimate> {
+    rate(p).layer(l).expect("layer present")
 }
 
 fn depth() -> usize {
@@ -99,26 +104,20 @@ fn train_mode_outputs_are_standardised_whatever_p() {
 fn eval_outputs_shrink_more_with_p_and_with_depth() {
     for l in 1..=depth() {
         // p = 0.1 against the dropout-free network, then 0.5 against 0.1.
-        assert_positive(
-            rate(0.1).at(l, "rate_step").expect("field"),
-            &format!("null - p0.1, layer {l}"),
-        );
-        assert_positive(
-            rate(0.5).at(l, "rate_step").expect("field"),
-            &format!("p0.1 - p0.5, layer {l}"),
-        );
+        assert_positive(layer(0.1, l).rate_step, &format!("null - p0.1, layer {l}"));
+        assert_positive(layer(0.5, l).rate_step, &format!("p0.1 - p0.5, layer {l}"));
     }
     // Every step of depth at p = 0.5; at p = 0.1 the deep steps are small
     // (about 0.05 against a paired SE of about 0.007 at this budget), so only
     // the first layer against the last is asserted there.
     for l in 1..depth() {
         assert_positive(
-            rate(0.5).at(l, "depth_step").expect("field"),
+            layer(0.5, l).depth_step,
             &format!("p 0.5: layer {l} - layer {}", l + 1),
         );
     }
     assert_positive(
-        rate(0.1).get("first_minus_last").expect("field"),
+        rate(0.1).extra.first_minus_last,
         "p 0.1: first - last layer",
     );
 }
@@ -130,7 +129,7 @@ fn dropout_only_after_the_last_bn_leaves_every_bn_unshifted() {
     for p in RATES {
         for l in 1..=depth() {
             assert_null(
-                rate(p).at(l, "after_last_minus_null").expect("field"),
+                layer(p, l).after_last_minus_null,
                 &format!("p {p}, layer {l}"),
             );
         }
@@ -140,11 +139,11 @@ fn dropout_only_after_the_last_bn_leaves_every_bn_unshifted() {
 #[test]
 fn re_estimating_the_statistics_without_dropout_removes_the_shift() {
     // Exact null again: re-estimation in train mode with dropout off is the
-    // calibration of the dropout-free network.
+    // buffer refresh of the dropout-free network.
     for p in RATES {
         for l in 1..=depth() {
             assert_null(
-                rate(p).at(l, "reestimate_minus_null").expect("field"),
+                layer(p, l).reestimate_minus_null,
                 &format!("p {p}, layer {l}"),
             );
         }
@@ -162,21 +161,12 @@ fn folding_the_buffers_removes_at_least_half_the_shift_at_every_depth() {
     // for the test to have power at this budget).
     for p in RATES {
         for l in 1..=depth() {
-            assert_positive(
-                rate(p).at(l, "fold_half_lo").expect("field"),
-                &format!("p {p}, layer {l} lo"),
-            );
-            assert_positive(
-                rate(p).at(l, "fold_gain").expect("field"),
-                &format!("p {p}, layer {l} gain"),
-            );
+            assert_positive(layer(p, l).fold_half_lo, &format!("p {p}, layer {l} lo"));
+            assert_positive(layer(p, l).fold_gain, &format!("p {p}, layer {l} gain"));
         }
     }
     for l in 1..=depth() {
-        assert_positive(
-            rate(0.5).at(l, "fold_half_hi").expect("field"),
-            &format!("p 0.5, layer {l} hi"),
-        );
+        assert_positive(layer(0.5, l).fold_half_hi, &format!("p 0.5, layer {l} hi"));
     }
 }
 
@@ -184,10 +174,7 @@ fn folding_the_buffers_removes_at_least_half_the_shift_at_every_depth() {
 fn layer_norm_in_place_of_bn_shifts_less() {
     for p in RATES {
         for l in 1..=depth() {
-            assert_positive(
-                rate(p).at(l, "layer_norm_gain").expect("field"),
-                &format!("p {p}, layer {l}"),
-            );
+            assert_positive(layer(p, l).layer_norm_gain, &format!("p {p}, layer {l}"));
         }
     }
 }
@@ -195,14 +182,14 @@ fn layer_norm_in_place_of_bn_shifts_less() {
 #[test]
 fn the_readout_shrinks_and_the_fold_restores_it() {
     for p in RATES {
-        let r = rate(p).get("readout_base").expect("field");
+        let r = rate(p).extra.readout_base;
         let shrink = Estimate {
             value: 1.0 - r.value,
             ..r
         };
         assert_positive(shrink, &format!("p {p}: 1 - readout ratio"));
         assert_positive(
-            rate(p).get("readout_fold_gain").expect("field"),
+            rate(p).extra.readout_fold_gain,
             &format!("p {p}: readout fold gain"),
         );
     }
@@ -262,4 +249,48 @@ fn bad_configurations_are_typed_errors() {
     ));
     assert!(bad(config(), &[1.0]));
     assert!(bad(config(), &[0.5, 0.1]));
+}
+
+#[test]
+fn the_json_lists_each_row_in_the_order_of_its_column_names() {
+    let json = serde_json::to_value(&*TABLE).unwrap();
+    let names = |key: &str| -> Vec<String> {
+        serde_json::from_value(json[key].clone()).expect("a list of names")
+    };
+    assert_eq!(
+        names("layer_fields"),
+        [
+            "base",
+            "fold",
+            "reestimate",
+            "after_last",
+            "layer_norm",
+            "layer_norm_mean_square",
+            "fold_gain",
+            "layer_norm_gain",
+            "depth_step",
+            "rate_step",
+            "fold_minus_null",
+            "reestimate_minus_null",
+            "after_last_minus_null",
+            "fold_half_lo",
+            "fold_half_hi",
+        ]
+    );
+    assert_eq!(names("rate_fields").len(), 7);
+    let first = &json["rates"][1];
+    let row = first["layers"][2]
+        .as_array()
+        .expect("a layer row is an array");
+    assert_eq!(row.len(), 15);
+    // The column named "fold" of layer 3 is the typed field `fold`.
+    let fold = row[1]["value"].as_f64().unwrap();
+    assert_eq!(fold, layer(0.1, 3).fold.value);
+    assert_eq!(rate(0.1).at(3, "fold"), Some(layer(0.1, 3).fold));
+    assert_eq!(rate(0.1).at(3, "no such column"), None);
+    let extra = first["extra"].as_array().expect("the rate row is an array");
+    assert_eq!(
+        extra[0]["value"].as_f64(),
+        Some(rate(0.1).extra.readout_base.value)
+    );
 }
