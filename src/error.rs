@@ -68,6 +68,10 @@ pub enum Error {
         framework: &'static str,
         message: String,
     },
+    /// Arguments that clap refused (an unknown flag, a missing argument, a
+    /// value that does not parse); `message` is clap's whole message, with
+    /// the usage line and any "did you mean" suggestion.
+    Usage { message: String },
 }
 
 impl fmt::Display for Error {
@@ -93,7 +97,9 @@ impl fmt::Display for Error {
                 write!(f, "{got} samples is too few: at least {needed} are needed")
             }
             Error::Degenerate { what } => write!(f, "undefined for this input: {what}"),
-            Error::Overflow { what } => write!(f, "{what} overflows f64 for this input; rescale it"),
+            Error::Overflow { what } => {
+                write!(f, "{what} overflows f64 for this input; rescale it")
+            }
             Error::UnknownFamily { name, known } => {
                 write!(f, "no family named {name:?}; known families: {known}")
             }
@@ -101,7 +107,10 @@ impl fmt::Display for Error {
                 write!(f, "no claim named {name:?}; known claims: {known}")
             }
             Error::UnknownQuantity { name, known } => {
-                write!(f, "no eval quantity named {name:?}; known quantities: {known}")
+                write!(
+                    f,
+                    "no eval quantity named {name:?}; known quantities: {known}"
+                )
             }
             Error::UnknownFigure { name, known } => {
                 write!(f, "no figure named {name:?}; figures: {known}")
@@ -120,6 +129,7 @@ impl fmt::Display for Error {
             }
             Error::Journal { path, message } => write!(f, "journal {path}: {message}"),
             Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
+            Error::Usage { message } => write!(f, "{}", message.trim_end()),
         }
     }
 }
