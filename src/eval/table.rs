@@ -23,7 +23,8 @@ pub fn table(output: &EvalOutput) -> String {
 
 /// Renders an output fitted to `width` columns.
 pub fn table_fitted(output: &EvalOutput, width: usize) -> String {
-    let mut out = header_line(output);
+    let mut out = wrap_text(&header_line(output), width.max(MIN_NOTE_WIDTH)).join("\n");
+    out.push('\n');
     let has_second = output.results.iter().any(|r| r.second_order.is_some());
     let mut headers = vec![
         "quantity",
@@ -43,10 +44,12 @@ pub fn table_fitted(output: &EvalOutput, width: usize) -> String {
         }
     }
     out.push_str(&t.render(width));
-    out.push_str(&super::second_order::guide_lines(output));
-    for (warning, names) in grouped_warnings(output) {
-        let text = format!("warning ({}): {warning}", names.join(", "));
-        for line in wrap_text(&text, width.max(MIN_WARNING_WIDTH)) {
+    let guide = super::second_order::guide_lines(output);
+    let warnings = grouped_warnings(output)
+        .into_iter()
+        .map(|(warning, names)| format!("warning ({}): {warning}", names.join(", ")));
+    for text in guide.lines().map(String::from).chain(warnings) {
+        for line in wrap_text(&text, width.max(MIN_NOTE_WIDTH)) {
             out.push_str(&line);
             out.push('\n');
         }
@@ -54,8 +57,9 @@ pub fn table_fitted(output: &EvalOutput, width: usize) -> String {
     out
 }
 
-/// Warnings are wrapped to the table's width, but not narrower than this.
-const MIN_WARNING_WIDTH: usize = 40;
+/// The guide and the warnings are wrapped to the table's width, but not
+/// narrower than this.
+const MIN_NOTE_WIDTH: usize = 40;
 
 /// Each distinct warning once, with the results that carry it, in order.
 fn grouped_warnings(output: &EvalOutput) -> Vec<(&str, Vec<&str>)> {
@@ -90,7 +94,7 @@ fn header_line(output: &EvalOutput) -> String {
         )
     };
     format!(
-        "{} at p = {}, d = {}{eps} ({run})\n",
+        "{} at p = {}, d = {}{eps} ({run})",
         output.quantity, output.p, output.d
     )
 }
