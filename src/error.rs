@@ -68,6 +68,10 @@ pub enum Error {
         framework: &'static str,
         message: String,
     },
+    /// Arguments that clap refused (an unknown flag, a missing argument, a
+    /// value that does not parse); `message` is clap's whole message, with
+    /// the usage line and any "did you mean" suggestion.
+    Usage { message: String },
 }
 
 impl fmt::Display for Error {
@@ -125,6 +129,7 @@ impl fmt::Display for Error {
             }
             Error::Journal { path, message } => write!(f, "journal {path}: {message}"),
             Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
+            Error::Usage { message } => write!(f, "{}", message.trim_end()),
         }
     }
 }

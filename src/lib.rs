@@ -67,6 +67,7 @@ pub mod eval;
 pub mod exact;
 pub mod fast;
 pub mod formulas;
+pub mod input;
 pub mod mutants;
 pub mod ops;
 pub mod plot;

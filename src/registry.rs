@@ -8,6 +8,9 @@
 //!   run),
 //! * whether those claims exercise a dropout layer alone (the conformance
 //!   kit runs exactly those families on an implementation under test),
+//! * its `eval` quantities (what `dropmc eval <name>` and the bindings'
+//!   `eval` run on the user's own numbers: arguments, closed forms, exact
+//!   values and estimators),
 //! * its figures (what `dropmc plot` draws).
 //!
 //! [`Registry::default`] holds the crate's own families in a fixed order;
@@ -29,6 +32,7 @@ use std::path::Path;
 
 use crate::claims::{self, Claim};
 use crate::error::Error;
+use crate::eval::{self, EvalQuantity};
 use crate::plot;
 
 /// A figure a family draws: the file name `dropmc plot` writes and the
@@ -93,6 +97,7 @@ pub struct Family {
     summary: &'static str,
     claims: Vec<&'static dyn Claim>,
     dropout_alone: bool,
+    quantities: Vec<EvalQuantity>,
     figures: Vec<Figure>,
 }
 
@@ -105,6 +110,7 @@ impl Family {
             summary,
             claims: Vec::new(),
             dropout_alone: false,
+            quantities: Vec::new(),
             figures: Vec::new(),
         }
     }
@@ -126,6 +132,12 @@ impl Family {
     /// that the conformance kit runs them on an implementation under test.
     pub fn exercising_dropout_alone(mut self) -> Self {
         self.dropout_alone = true;
+        self
+    }
+
+    /// Adds an `eval` quantity.
+    pub fn with_quantity(mut self, quantity: EvalQuantity) -> Self {
+        self.quantities.push(quantity);
         self
     }
 
@@ -152,6 +164,10 @@ impl Family {
         self.dropout_alone
     }
 
+    pub fn quantities(&self) -> &[EvalQuantity] {
+        &self.quantities
+    }
+
     pub fn figures(&self) -> &[Figure] {
         &self.figures
     }
@@ -166,6 +182,10 @@ impl fmt::Debug for Family {
                 &self.claims.iter().map(|c| c.id()).collect::<Vec<_>>(),
             )
             .field("dropout_alone", &self.dropout_alone)
+            .field(
+                "quantities",
+                &self.quantities.iter().map(|q| q.name()).collect::<Vec<_>>(),
+            )
             .field("figures", &self.figures)
             .finish()
     }
@@ -178,23 +198,32 @@ pub struct Registry {
 }
 
 impl Default for Registry {
-    /// The crate's own families, in the order the report lists them.
+    /// The crate's own families, in the order the report lists them, each
+    /// with its `eval` quantity and its figures.
     fn default() -> Self {
+        let quantities = eval::quantities();
+        let quantity =
+            |family: Family, name: &str| match quantities.iter().find(|q| q.name() == name) {
+                Some(q) => family.with_quantity(q.clone()),
+                None => family,
+            };
         Registry::empty()
-            .with_family(claims::dropout::family())
+            .with_family(quantity(claims::dropout::family(), "moments"))
             .with_family(
-                claims::layernorm::family()
+                quantity(claims::layernorm::family(), "ln")
                     .with_figure(plot::LEADING_ORDER_GAP)
                     .with_figure(plot::LAYERNORM_C),
             )
-            .with_family(claims::rmsnorm::family())
-            .with_family(claims::bypass::family())
-            .with_family(claims::compound::family())
+            .with_family(quantity(claims::rmsnorm::family(), "rms"))
+            .with_family(quantity(claims::bypass::family(), "bypass"))
+            .with_family(quantity(claims::compound::family(), "compound"))
             .with_family(claims::semantics::family())
-            .with_family(claims::attention::family().with_figure(plot::ATTENTION_ROW_SUM))
+            .with_family(
+                quantity(claims::attention::family(), "attn").with_figure(plot::ATTENTION_ROW_SUM),
+            )
             .with_family(claims::mask_shape::family())
             .with_family(claims::ensemble::family())
-            .with_family(claims::batchnorm::family().with_figure(plot::DEEP_STACK))
+            .with_family(quantity(claims::batchnorm::family(), "bn").with_figure(plot::DEEP_STACK))
             .with_family(claims::second_order::family())
     }
 }
@@ -270,6 +299,23 @@ impl Registry {
             })
     }
 
+    /// Every `eval` quantity, family by family.
+    pub fn quantities(&self) -> Vec<&EvalQuantity> {
+        self.families.iter().flat_map(|f| &f.quantities).collect()
+    }
+
+    /// The `eval` quantity called `name`, or [`Error::UnknownQuantity`].
+    pub fn quantity(&self, name: &str) -> Result<&EvalQuantity, Error> {
+        let all = self.quantities();
+        all.iter()
+            .find(|q| q.name() == name)
+            .copied()
+            .ok_or_else(|| Error::UnknownQuantity {
+                name: name.to_string(),
+                known: all.iter().map(|q| q.name()).collect::<Vec<_>>().join(", "),
+            })
+    }
+
     /// Every figure, family by family.
     pub fn figures(&self) -> Vec<Figure> {
         self.families
@@ -324,6 +370,23 @@ mod tests {
                 claim.min_samples()
             );
         }
+    }
+
+    #[test]
+    fn every_eval_quantity_of_the_crate_belongs_to_one_family() {
+        let registry = Registry::default();
+        let registered: Vec<_> = registry.quantities().iter().map(|q| q.name()).collect();
+        let mut crate_quantities: Vec<_> = eval::quantities().iter().map(|q| q.name()).collect();
+        assert_eq!(registered.len(), crate_quantities.len(), "{registered:?}");
+        crate_quantities.retain(|name| !registered.contains(name));
+        assert!(
+            crate_quantities.is_empty(),
+            "unregistered: {crate_quantities:?}"
+        );
+        assert!(matches!(
+            registry.quantity("nope"),
+            Err(Error::UnknownQuantity { .. })
+        ));
     }
 
     #[test]

@@ -102,3 +102,34 @@ fn mutants_json_lists_every_mutant_with_its_killers() {
         }
     }
 }
+
+#[test]
+fn eval_attn_fills_exact_beyond_the_enumeration_and_skips_monte_carlo_at_zero_samples() {
+    // d = 30 > 22: no enumeration, but every attention form is exact.
+    let a: Vec<f64> = (0..30).map(|i| (i + 1) as f64 / 465.0).collect(); // Σ (i+1) = 465
+    let text: Vec<String> = a.iter().map(|v| format!("{v}")).collect();
+    let (code, stdout, stderr) = dropmc(&[
+        "eval",
+        "attn",
+        "--a",
+        &text.join(","),
+        "--p",
+        "0.25",
+        "--samples",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    // Var R = (p/q) Σ a² = (1/3) Σ (i+1)² / 465² = (1/3) · 9455 / 216225.
+    let want_var = 9455.0 / 216_225.0 / 3.0;
+    for r in v["results"].as_array().unwrap() {
+        assert_eq!(r["kind"], "exact", "{r}");
+        assert!(!r["exact"].is_null(), "{r}");
+        assert!(r["mc"].is_null() && r["stderr"].is_null(), "{r}");
+        if r["name"] == "Var[R]" {
+            let got = r["exact"].as_f64().unwrap();
+            assert!((got - want_var).abs() < 1e-15, "{got} vs {want_var}");
+        }
+    }
+}

@@ -99,7 +99,7 @@ fn bad_input_exits_2_with_one_line() {
             "--p",
             "0.2",
             "--samples",
-            "0",
+            "1",
         ],
         &["report", "--family", "no-such-family"],
     ];

@@ -34,17 +34,10 @@ fn hostile_vec() -> impl Strategy<Value = Vec<f64>> {
 }
 
 fn all_finite(output: &dropmc::eval::EvalOutput) -> bool {
-    output.results.iter().all(|r| {
-        r.formula
-            .as_slice()
-            .iter()
-            .chain(r.mc.as_slice())
-            .chain(r.stderr.as_slice())
-            .all(|v| v.is_finite())
-            && r.exact
-                .as_ref()
-                .is_none_or(|e| e.as_slice().iter().all(|v| v.is_finite()))
-    })
+    output
+        .results
+        .iter()
+        .all(|r| r.numbers().all(f64::is_finite))
 }
 
 proptest! {
@@ -73,7 +66,12 @@ proptest! {
         match moments(&x, p, Budget { samples, seed: 1 }) {
             Ok(output) => {
                 prop_assert!(all_finite(&output));
-                prop_assert!(!x.is_empty() && samples >= 2);
+                // --samples 0 is closed forms only; 1 cannot give a standard error.
+                prop_assert!(!x.is_empty() && samples != 1);
+                prop_assert_eq!(
+                    output.results.iter().all(|r| r.mc.is_none() && r.stderr.is_none()),
+                    samples == 0
+                );
             }
             Err(e) => {
                 // moments validates x, then p, then the budget, in that order, and
@@ -84,8 +82,8 @@ proptest! {
                     matches!(e, Error::NonFinite { what: "x", index, .. } if index == i)
                 } else if !(p.is_finite() && (0.0..1.0).contains(&p)) {
                     matches!(e, Error::InvalidRate { .. })
-                } else if samples < 2 {
-                    matches!(e, Error::TooFewSamples { got, .. } if got == samples)
+                } else if samples == 1 {
+                    matches!(e, Error::TooFewSamples { got: 1, .. })
                 } else {
                     // Valid input whose moments overflow f64 (x = 1e300).
                     matches!(e, Error::Overflow { .. })
@@ -111,25 +109,35 @@ proptest! {
 }
 
 #[test]
-fn sample_counts_of_zero_and_one_are_rejected() {
+fn sample_counts_of_zero_and_one_are_rejected_by_the_engine() {
     for n in [0, 1] {
         assert!(matches!(
             Budget::new(n, 1),
             Err(Error::TooFewSamples { .. })
         ));
-        assert!(matches!(
-            moments(
-                &[1.0],
-                0.5,
-                Budget {
-                    samples: n,
-                    seed: 1
-                }
-            ),
-            Err(Error::TooFewSamples { got, .. }) if got == n
-        ));
     }
     assert!(Budget::new(2, 1).is_ok());
+}
+
+#[test]
+fn eval_takes_zero_samples_as_closed_forms_only_and_refuses_one() {
+    let budget = |samples| Budget { samples, seed: 1 };
+    assert!(matches!(
+        moments(&[1.0], 0.5, budget(1)),
+        Err(Error::TooFewSamples { got: 1, .. })
+    ));
+    let out = moments(&[1.0, -2.0], 0.5, budget(0)).unwrap();
+    assert_eq!(out.samples, 0);
+    for r in &out.results {
+        assert!(
+            r.mc.is_none() && r.stderr.is_none() && r.sampler.is_none(),
+            "{r:?}"
+        );
+        assert!(r.exact.is_some(), "{}: every moment is exact", r.name);
+    }
+    // E[z^2] of x = -2 at p = 0.5 is x^2/q = 8, by hand.
+    let second = out.results.iter().find(|r| r.name == "E[z^2]").unwrap();
+    assert_eq!(second.formula.as_slice()[1], 8.0);
 }
 
 #[test]

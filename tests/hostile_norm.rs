@@ -63,17 +63,10 @@ fn budget() -> impl Strategy<Value = Budget> {
 
 /// Every number an `eval` output reports is finite.
 fn all_finite(output: &EvalOutput) -> bool {
-    output.results.iter().all(|r| {
-        r.formula
-            .as_slice()
-            .iter()
-            .chain(r.mc.as_slice())
-            .chain(r.stderr.as_slice())
-            .all(|v| v.is_finite())
-            && r.exact
-                .as_ref()
-                .is_none_or(|e| e.as_slice().iter().all(|v| v.is_finite()))
-    })
+    output
+        .results
+        .iter()
+        .all(|r| r.numbers().all(f64::is_finite))
 }
 
 /// The inputs of the running proptest case, which an error must be
@@ -107,7 +100,7 @@ fn case(vectors: &[&[f64]], scalars: &[f64], rates: &[f64], samples: Option<u64>
 /// vector, `NonFinite { index, value }` a vector holding that non-finite
 /// value at that index (or a non-finite scalar), `LengthMismatch` two
 /// vectors of different lengths, `InvalidRate` an invalid rate,
-/// `TooFewSamples` fewer than 2 samples; `Degenerate`, `Overflow` and
+/// `TooFewSamples` one sample (eval takes 0: closed forms only); `Degenerate`, `Overflow` and
 /// `TooLarge` (σ = 0, a constant input, a result past f64, a size limit)
 /// are always possible; any other variant (a name lookup, a file, a
 /// framework) cannot come from these numeric entry points.
@@ -143,7 +136,9 @@ fn explained(e: &Error) -> bool {
                 .rates
                 .iter()
                 .any(|r| same(*r, *p) && !(r.is_finite() && (0.0..1.0).contains(r))),
-            Error::TooFewSamples { got, .. } => c.samples == Some(*got) && *got < 2,
+            // eval takes 0 samples (closed forms only); one cannot give a
+            // standard error.
+            Error::TooFewSamples { got, .. } => c.samples == Some(*got) && *got == 1,
             Error::Degenerate { .. }
             | Error::Overflow { .. }
             | Error::TooLarge { .. }
@@ -288,12 +283,13 @@ proptest! {
         case(&[&x, &h, g.as_deref().unwrap_or(&[]), b.as_deref().unwrap_or(&[])], &[eps], &[p], Some(budget.samples));
         eval_ok(eval::norm::ln(&x, p, g.clone(), b.clone(), eps, budget))?;
         eval_ok(eval::norm::rms(&x, p, g.clone(), eps, budget))?;
-        eval_ok(eval::norm::bypass(&h, &x, p, budget))?;
+        eval_ok(eval::norm::bypass_with(&h, &x, p, g.clone(), b.clone(), eps, budget))?;
         let params = eval::norm::CompoundParams {
             gamma1: g.clone().unwrap_or_else(|| vec![1.0; x.len()]),
             beta1: b.clone().unwrap_or_else(|| vec![0.0; x.len()]),
             gamma2: g,
             beta2: b,
+            eps,
         };
         eval_ok(eval::norm::compound(&x, p, params, budget))?;
     }

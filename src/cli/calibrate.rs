@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::emit::{emit, passed};
-use super::input::{JournalArgs, parse_count};
 use super::progress;
 use crate::error::Error;
+use crate::input::parse_count;
 use crate::registry::Registry;
 use crate::report::{self, Options};
 
@@ -64,4 +64,23 @@ pub fn run(registry: &Registry, args: CalibrateArgs) -> Result<ExitCode, Error> 
     bar.finish_and_clear();
     emit(args.json, &result, || table(&result));
     Ok(passed(result.calibrated()))
+}
+
+/// The journal of a long run (`calibrate`, `power`): where to write it, or
+/// which one to continue.
+#[derive(Debug, clap::Args)]
+pub struct JournalArgs {
+    /// Append each finished run to FILE as a JSON line (header first).
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Continue the run journaled in FILE (same options), appending to it.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<std::path::PathBuf>,
+}
+
+impl JournalArgs {
+    /// The journal mode the flags ask for (`None`: no journal).
+    pub fn mode(self) -> Result<Option<crate::verify::journal::Mode>, Error> {
+        crate::verify::journal::Mode::from_args(self.out, self.resume)
+    }
 }

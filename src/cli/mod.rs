@@ -19,7 +19,6 @@ pub mod bench;
 pub mod calibrate;
 mod emit;
 pub mod eval;
-pub mod input;
 pub mod list;
 pub mod mutants;
 pub mod plot;
@@ -49,8 +48,7 @@ pub enum Command {
     /// List the registered claims with their formulas.
     List(list::ListArgs),
     /// Evaluate a family's formulas on your own numbers.
-    #[command(subcommand)]
-    Eval(eval::EvalCommand),
+    Eval(eval::EvalArgs),
     /// Run the registry under K seeds: failure rate and p-value uniformity.
     Calibrate(calibrate::CalibrateArgs),
     /// The measured size at small budgets: fail / inconclusive / pass counts.
@@ -77,6 +75,17 @@ where
     main_with_registry(&Registry::default(), args)
 }
 
+/// The `dropmc` command: the derived subcommands, with one `eval`
+/// subcommand per quantity of `registry`.
+pub fn command(registry: &Registry) -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommand("eval", |c| {
+        c.subcommand_required(true)
+            .arg_required_else_help(true)
+            .subcommands(registry.quantities().iter().map(|q| q.command()))
+    })
+}
+
 /// Parses the arguments and runs them on `registry`'s families (the first
 /// argument is the program name, as in `std::env::args_os`).
 ///
@@ -91,8 +100,20 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    use clap::FromArgMatches;
+    let matches = command(registry).try_get_matches_from(args);
+    // `eval`'s quantities come from the registry, not from the derive, so
+    // its matches are run as they are; every other subcommand is derived.
+    let result = matches.and_then(|m| match m.subcommand() {
+        Some(("eval", eval)) => Ok(eval::run(registry, eval)),
+        _ => Cli::from_arg_matches(&m).map(|cli| run(registry, cli)),
+    });
+    match result {
+        Ok(Ok(code)) => code,
+        Ok(Err(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             use clap::error::ErrorKind::{DisplayHelp, DisplayVersion};
             if matches!(e.kind(), DisplayHelp | DisplayVersion) {
@@ -102,13 +123,6 @@ where
             // clap's whole message: the missing arguments by name, the
             // "did you mean" suggestion, the usage line.
             eprint!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    match run(registry, cli) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
             ExitCode::from(2)
         }
     }
@@ -121,7 +135,11 @@ fn run(registry: &Registry, cli: Cli) -> Result<ExitCode, Error> {
     {
         Command::Report(args) => report::run(registry, args),
         Command::List(args) => list::run(registry, args),
-        Command::Eval(command) => eval::run(command).map(|()| ExitCode::SUCCESS),
+        // `eval` is run from its matches by `main_with_registry`; a `Cli`
+        // built by hand with an `Eval` command names no quantity.
+        Command::Eval(_) => Err(Error::InvalidOption {
+            what: "eval needs a quantity (dropmc eval --help lists them)".into(),
+        }),
         Command::Calibrate(args) => calibrate::run(registry, args),
         Command::Size(args) => size::run(registry, args),
         Command::Power(args) => power::run(registry, args),

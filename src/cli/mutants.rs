@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::emit::{emit, passed};
-use super::input::parse_count;
 use super::progress;
 use crate::engine::Budget;
 use crate::error::Error;
+use crate::input::parse_count;
 use crate::report::DEFAULT_SEED;
 
 /// Options of `mutants`.

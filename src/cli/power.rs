@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use super::calibrate::JournalArgs;
 use super::emit::emit;
-use super::input::{JournalArgs, parse_count};
 use super::progress;
 use crate::error::Error;
+use crate::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
 use crate::report::{self, Options};

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::emit::{emit, passed};
-use super::input::parse_count;
 use super::progress;
 use crate::error::Error;
+use crate::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
 use crate::report::{self, Options};

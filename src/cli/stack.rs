@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use clap::Args;
 
 use super::emit::emit;
-use super::input::{parse_count, read_number};
 use super::progress;
 use crate::engine::Budget;
 use crate::error::Error;
+use crate::input::{parse_count, read_number};
 use crate::ops::Subject;
 use crate::report::DEFAULT_SEED;
 

@@ -2,14 +2,18 @@
 //! `Var[R]`, and with values `E[o]`, `Var[o]`. Derivations:
 //! [`crate::formulas::attention`].
 
-use super::{EvalOutput, EvalResult, Values};
+use clap::Args;
+
+use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec, check_len};
 use crate::exact::{MAX_ENUMERATION_D, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
+use crate::input::{read_list, read_number};
 use crate::ops::Rate;
+use crate::stats::Estimate;
 
 /// How far `Σ a` may sit from 1 for a row of `d` probabilities that a
 /// float32 softmax produced.
@@ -32,7 +36,8 @@ pub fn float32_row_sum_slack(d: usize) -> f64 {
 /// Evaluates attention dropout on the probability row `a` at rate `p`;
 /// `values` (one per position) adds the output `o = Σ b_i v_i`.
 ///
-/// `exact` enumerates every mask when `d <= 22`, else is `null`. The
+/// Every closed form is exact; `exact` enumerates every mask when
+/// `d <= 22` (above, it is the closed form itself). The
 /// estimates come from the fast sampler ([`crate::fast::attention_row::row`]:
 /// one mask per sample, the variances as sample variances).
 pub fn attn(
@@ -43,7 +48,7 @@ pub fn attn(
 ) -> Result<EvalOutput, Error> {
     check_finite_vec("a", a)?;
     let rate = Rate::new(p)?;
-    let budget = Budget::new(budget.samples, budget.seed)?;
+    let mc = monte_carlo(budget)?;
     if let Some(i) = a.iter().position(|v| *v < 0.0) {
         return Err(Error::Degenerate {
             what: format!("a[{i}] = {} is negative; a must be a probability row", a[i]),
@@ -74,7 +79,7 @@ pub fn attn(
         }
         None => &zeros[..],
     };
-    let est = fast::row(a, v, p, budget)?;
+    let est = mc.map(|b| fast::row(a, v, p, b)).transpose()?;
     let exact = if d <= MAX_ENUMERATION_D {
         let raw = enumerate_masks(d, rate, d + 4, |mask, out| {
             let b: Vec<f64> = a
@@ -97,39 +102,60 @@ pub fn attn(
     } else {
         None
     };
+    let fast_estimates =
+        |pick: fn(&fast::AttentionRowEstimates) -> Vec<Estimate>| est.as_ref().map(pick);
     let mut results = vec![
-        EvalResult::new(
+        EvalResult::exact(
             "E[b]",
             Values::PerUnit(f::entry_mean(a)),
             exact.as_ref().map(|e| e.0.clone()),
-            &est.entry_mean,
+        )
+        .with_optional_estimates(
+            fast_estimates(|e| e.entry_mean.clone()).as_deref(),
+            SamplerKind::Fast,
         ),
-        EvalResult::new(
+        EvalResult::exact(
             "E[R]",
             Values::Scalar(f::row_sum_mean(a)),
             exact.as_ref().map(|e| vec![e.1]),
-            &[est.row_sum_mean],
+        )
+        .with_optional_estimates(
+            fast_estimates(|e| vec![e.row_sum_mean]).as_deref(),
+            SamplerKind::Fast,
         ),
-        EvalResult::new(
+        EvalResult::exact(
             "Var[R]",
             Values::Scalar(f::row_sum_variance(a, rate)),
             exact.as_ref().map(|e| vec![e.2]),
-            &[est.row_sum_variance],
+        )
+        .with_optional_estimates(
+            fast_estimates(|e| vec![e.row_sum_variance]).as_deref(),
+            SamplerKind::Fast,
         ),
     ];
     if values.is_some() {
-        results.push(EvalResult::new(
-            "E[o]",
-            Values::Scalar(f::output_mean(a, v)),
-            exact.as_ref().map(|e| vec![e.3]),
-            &[est.output_mean],
-        ));
-        results.push(EvalResult::new(
-            "Var[o]",
-            Values::Scalar(f::output_variance(a, v, rate)),
-            exact.as_ref().map(|e| vec![e.4]),
-            &[est.output_variance],
-        ));
+        results.push(
+            EvalResult::exact(
+                "E[o]",
+                Values::Scalar(f::output_mean(a, v)),
+                exact.as_ref().map(|e| vec![e.3]),
+            )
+            .with_optional_estimates(
+                fast_estimates(|e| vec![e.output_mean]).as_deref(),
+                SamplerKind::Fast,
+            ),
+        );
+        results.push(
+            EvalResult::exact(
+                "Var[o]",
+                Values::Scalar(f::output_variance(a, v, rate)),
+                exact.as_ref().map(|e| vec![e.4]),
+            )
+            .with_optional_estimates(
+                fast_estimates(|e| vec![e.output_variance]).as_deref(),
+                SamplerKind::Fast,
+            ),
+        );
     }
     let note = renormalised.as_ref().map(|_| {
         format!(
@@ -137,23 +163,40 @@ pub fn attn(
             total - 1.0
         )
     });
-    let results = results
-        .into_iter()
-        .map(|r| {
-            let r = r.with_sampler(SamplerKind::Fast);
-            match &note {
-                Some(n) if r.name == "E[b]" => r.with_warning(n.clone()),
-                _ => r,
-            }
-        })
-        .collect();
-    EvalOutput {
-        quantity: "attn",
-        p,
-        d,
-        samples: budget.samples,
-        seed: budget.seed,
-        results,
+    if let Some(n) = note {
+        results[0].add_warning(n);
     }
-    .checked()
+    EvalOutput::new("attn", p, d, budget, results).checked()
+}
+
+/// Arguments of `eval attn`.
+#[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[o], not links
+#[derive(Debug, Clone, Args)]
+pub struct AttnArgs {
+    /// The attention probability row, comma-separated (or @FILE), summing to 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub a: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    /// Values averaged by the row, one per position (adds E[o], Var[o]).
+    #[arg(long, allow_hyphen_values = true)]
+    pub values: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// `eval attn` from its arguments.
+pub fn run(a: AttnArgs) -> Result<EvalOutput, Error> {
+    let values = a
+        .values
+        .as_deref()
+        .map(|v| read_list("--values", v))
+        .transpose()?;
+    attn(
+        &read_list("--a", &a.a)?,
+        read_number("--p", &a.p)?,
+        values.as_deref(),
+        a.sampling.budget(),
+    )
 }

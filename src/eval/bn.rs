@@ -4,8 +4,8 @@
 //!
 //! The closed forms use the buffers alone
 //! ([`crate::formulas::batchnorm`]): `c_k = sqrt(q − p rm_k²/rv_k)` and
-//! `rv_k ← q rv_k − p rm_k²`. `exact` is `null`: both are algebraic
-//! functions of the input. The Monte Carlo column checks that the buffers
+//! `rv_k ← q rv_k − p rm_k²`. Both are exact at the stationary buffers
+//! (algebraic functions of the input), so `exact` is the closed form itself. The Monte Carlo column checks that the buffers
 //! are reproduced by the population they imply: it draws clean inputs
 //! `x_k ~ N(rm_k, σ_k²)` with `σ_k² = q rv_k − p rm_k²`, drops them out at
 //! rate `p`, estimates `Var z_k` (which must be `rv_k`), and reports
@@ -19,10 +19,14 @@
 
 use rand_distr::{Distribution, StandardNormal};
 
-use super::{EvalOutput, EvalResult, Values};
+use clap::Args;
+
+use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo};
+use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
 use crate::formulas::batchnorm as f;
+use crate::input::{read_list, read_number};
 use crate::ops::{Rate, Subject};
 use crate::stats::Estimate;
 
@@ -71,7 +75,7 @@ pub fn bn(
 ) -> Result<EvalOutput, Error> {
     let rate = Rate::new(p)?;
     check_len("running_var", running_var, running_mean.len())?;
-    let budget = Budget::new(budget.samples, budget.seed)?;
+    let mc = monte_carlo(budget)?;
     let folded = f::fold_running_var(running_mean, running_var, rate)?;
     let c = f::c_from_buffers(running_mean, running_var, rate)?;
     let subject = Subject::reference();
@@ -81,46 +85,66 @@ pub fn bn(
         sd: folded.iter().map(|s| s.sqrt()).collect(),
         p,
     };
-    let var = estimate(&sampler, budget)?.estimates();
-    let c_mc: Vec<Estimate> = var
-        .iter()
-        .zip(&folded)
-        .map(|(v, s2)| {
-            let value = (s2 / v.value).sqrt();
-            Estimate {
-                value,
-                stderr: 0.5 * value * v.stderr / v.value,
+    let var = mc
+        .map(|b| estimate(&sampler, b).map(|a| a.estimates()))
+        .transpose()?;
+    let c_mc: Option<Vec<Estimate>> = var.as_ref().map(|var| {
+        var.iter()
+            .zip(&folded)
+            .map(|(v, s2)| {
+                let value = (s2 / v.value).sqrt();
+                Estimate {
+                    value,
+                    stderr: 0.5 * value * v.stderr / v.value,
+                    n: v.n,
+                    dof: v.dof,
+                }
+            })
+            .collect()
+    });
+    let fold_mc: Option<Vec<Estimate>> = var.as_ref().map(|var| {
+        var.iter()
+            .zip(running_mean)
+            .map(|(v, rm)| Estimate {
+                value: rate.q() * v.value - rate.p() * rm * rm,
+                stderr: rate.q() * v.stderr,
                 n: v.n,
                 dof: v.dof,
-            }
-        })
-        .collect();
-    let fold_mc: Vec<Estimate> = var
-        .iter()
-        .zip(running_mean)
-        .map(|(v, rm)| Estimate {
-            value: rate.q() * v.value - rate.p() * rm * rm,
-            stderr: rate.q() * v.stderr,
-            n: v.n,
-            dof: v.dof,
-        })
-        .collect();
+            })
+            .collect()
+    });
     // A subnormal running_var can make the sampled variance 0 (c = s²/0).
-    EvalOutput {
-        quantity: "bn",
-        p,
-        d: running_mean.len(),
-        samples: budget.samples,
-        seed: budget.seed,
-        results: vec![
-            EvalResult::new("c", Values::PerUnit(c), None, &c_mc),
-            EvalResult::new(
-                "folded_running_var",
-                Values::PerUnit(folded),
-                None,
-                &fold_mc,
-            ),
-        ],
-    }
-    .checked()
+    let results = vec![
+        EvalResult::exact("c", Values::PerUnit(c), None)
+            .with_optional_estimates(c_mc.as_deref(), SamplerKind::Generic),
+        EvalResult::exact("folded_running_var", Values::PerUnit(folded), None)
+            .with_optional_estimates(fold_mc.as_deref(), SamplerKind::Generic),
+    ];
+    EvalOutput::new("bn", p, running_mean.len(), budget, results).checked()
+}
+
+/// Arguments of `eval bn`.
+#[derive(Debug, Clone, Args)]
+pub struct BnArgs {
+    /// running_mean buffer, comma-separated (or @FILE).
+    #[arg(long, allow_hyphen_values = true)]
+    pub running_mean: String,
+    /// running_var buffer, comma-separated (or @FILE).
+    #[arg(long, allow_hyphen_values = true)]
+    pub running_var: String,
+    /// Drop rate of the dropout in front of the BatchNorm, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// `eval bn` from its arguments.
+pub fn run(a: BnArgs) -> Result<EvalOutput, Error> {
+    bn(
+        &read_list("--running-mean", &a.running_mean)?,
+        &read_list("--running-var", &a.running_var)?,
+        read_number("--p", &a.p)?,
+        a.sampling.budget(),
+    )
 }

@@ -1,36 +1,63 @@
 //! `dropmc eval`: the formulas evaluated on the user's own numbers, beside
 //! an exact value and a Monte Carlo estimate.
 //!
-//! Every quantity returns an [`EvalOutput`] whose JSON shape is fixed:
+//! Every quantity is an [`EvalQuantity`] (its clap arguments, its run) listed
+//! by [`quantities`]; the command line and the bindings both call
+//! [`EvalQuantity::run_args`] or [`EvalQuantity::run_matches`], so they print
+//! the same output. Every quantity returns an [`EvalOutput`] whose JSON shape
+//! is fixed:
 //!
 //! ```json
-//! {"quantity": "moments", "p": 0.3, "d": 3, "samples": 1000000, "seed": 1,
-//!  "results": [{"name": "E[z]", "formula": [...], "exact": [...],
-//!               "mc": [...], "stderr": [...], "sampler": "fast"}, ...]}
+//! {"quantity": "ln", "p": 0.3, "d": 3, "samples": 1000000, "seed": 1, "eps": 0.0,
+//!  "results": [{"name": "E[M]", "kind": "exact", "order": null,
+//!               "formula": ..., "exact": ..., "mc": ..., "stderr": ...,
+//!               "sampler": "fast"}, ...]}
 //! ```
 //!
-//! `formula` is the closed form (the leading-order value where the claim is
-//! leading order), `exact` an exact finite-`d` value where the crate can
-//! compute one (else `null`), `mc` and `stderr` the estimate, `sampler`
-//! which sampler made it (`"fast"`: the bit-mask kernels of [`crate::fast`];
-//! `"generic"`: one draw at a time through the reference layer). Scalars are
-//! numbers, per-unit quantities arrays.
+//! * `formula` is the closed form; `kind` says whether it is `"exact"` at
+//!   every `d` or `"leading_order"`, and `order` is then the power of `1/d`
+//!   of the leading neglected term (`1`: the error is `O(1/d)`; `null` for
+//!   exact).
+//! * `exact` is an exact finite-`d` value: for an exact closed form it is
+//!   always filled (by an independent enumeration of the masks where that is
+//!   small enough, else by the closed form itself); for a leading-order form,
+//!   by enumeration at most [`norm::EXACT_LIMIT`] mask bits, else `null`.
+//! * `mc`, `stderr` are the Monte Carlo estimate and its standard error, and
+//!   `sampler` which sampler made it (`"fast"`: the bit-mask kernels of
+//!   [`crate::fast`]; `"generic"`: one draw at a time through the reference
+//!   layer). With `--samples 0` all three are `null`: closed forms and exact
+//!   values only.
+//! * `eps` (normalization quantities only) is the ε in force.
+//! * Scalars are numbers, per-unit quantities arrays.
 //!
 //! `E[LN(z)]`, `E[RMSNorm(z)]` and `E[LN(y)]` carry two more fields (absent
-//! elsewhere): `second_order`, the next-order estimate, and
+//! elsewhere): `second_order`, the next-order estimate (error `O(1/d²)`), and
 //! `masks_to_resolve_first_order`, the sample-size guide (see
-//! [`second_order`]).
+//! [`second_order`]). A corrected quantity carries `uncorrected`, the value
+//! the correction replaces, and a result outside its formula's useful range
+//! a `warning` (see [`range`]).
 
 pub mod attn;
 pub mod bn;
+pub mod bypass;
+pub mod compound;
+pub mod ln;
 pub mod moments;
 pub mod norm;
+pub mod quantity;
+pub mod range;
+pub mod rms;
 pub mod second_order;
+mod table;
+
+pub use quantity::{EvalQuantity, SamplingArgs, quantities};
+pub use table::{table, table_fitted};
 
 use serde::Serialize;
 
 use crate::claims::SamplerKind;
-use crate::report::{format_estimate, format_value};
+use crate::engine::Budget;
+use crate::error::Error;
 use crate::stats::Estimate;
 
 /// A power of two close to `max |x|` (1 when `x` is all zeros): dividing by
@@ -46,6 +73,16 @@ pub fn power_of_two_scale(x: &[f64]) -> f64 {
     // scale itself never underflows to 0 or overflows to ∞.
     let e = (largest.log2().round() as i64).clamp(-1022, 1023);
     f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// The Monte Carlo budget of an `eval` run: `None` for `--samples 0`
+/// (closed forms and exact values only); one sample is an error, as
+/// everywhere (a standard error needs two draws).
+pub fn monte_carlo(budget: Budget) -> Result<Option<Budget>, Error> {
+    if budget.samples == 0 {
+        return Ok(None);
+    }
+    Budget::new(budget.samples, budget.seed).map(Some)
 }
 
 /// One number or one per unit.
@@ -65,7 +102,8 @@ impl Values {
         }
     }
 
-    fn like(&self, values: Vec<f64>) -> Values {
+    /// `values` in this one's shape.
+    pub fn like(&self, values: Vec<f64>) -> Values {
         match self {
             Values::Scalar(_) => Values::Scalar(values[0]),
             Values::PerUnit(_) => Values::PerUnit(values),
@@ -73,16 +111,36 @@ impl Values {
     }
 }
 
+/// Whether a closed form is exact at every `d` or a leading-order value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FormulaKind {
+    Exact,
+    LeadingOrder,
+}
+
+/// The power of `1/d` of the term the paper's first-order corrections drop.
+pub const FIRST_ORDER: u32 = 1;
+
 /// One evaluated quantity.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EvalResult {
     pub name: String,
+    /// Whether `formula` is exact or leading order.
+    pub kind: FormulaKind,
+    /// The power of `1/d` of the leading neglected term; `None` when exact.
+    pub order: Option<u32>,
     pub formula: Values,
     pub exact: Option<Values>,
-    pub mc: Values,
-    pub stderr: Values,
-    /// Which sampler produced `mc` and `stderr`.
-    pub sampler: SamplerKind,
+    /// The Monte Carlo estimate; `None` with `--samples 0` or where the
+    /// quantity is undefined for this input.
+    pub mc: Option<Values>,
+    pub stderr: Option<Values>,
+    /// Which sampler produced `mc` and `stderr` (`None` without them).
+    pub sampler: Option<SamplerKind>,
+    /// The value the correction replaces (`LN(x)`, or 1 for a factor).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncorrected: Option<Values>,
     /// The next-order estimate, where the crate has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub second_order: Option<Values>,
@@ -91,46 +149,127 @@ pub struct EvalResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub masks_to_resolve_first_order: Option<f64>,
     /// Why this result should be read with care (an input adjusted before
-    /// evaluation, a formula outside its useful range); the table prints it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
+    /// evaluation, a formula outside its useful range); the table prints
+    /// them, the JSON has them as one `"warning"` line joined by "; ".
+    #[serde(
+        rename = "warning",
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "one_line"
+    )]
+    pub warnings: Vec<String>,
+}
+
+fn one_line<S: serde::Serializer>(warnings: &[String], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&warnings.join("; "))
 }
 
 impl EvalResult {
-    /// A result from its closed form, optional exact value and estimates
-    /// (the estimates take the closed form's shape).
-    pub fn new(
-        name: &str,
-        formula: Values,
-        exact: Option<Vec<f64>>,
-        estimates: &[Estimate],
-    ) -> Self {
-        let mc = formula.like(estimates.iter().map(|e| e.value).collect());
-        let stderr = formula.like(estimates.iter().map(|e| e.stderr).collect());
-        let exact = exact.map(|e| formula.like(e));
+    fn with_kind(name: &str, kind: FormulaKind, formula: Values, exact: Option<Values>) -> Self {
         EvalResult {
             name: name.to_string(),
+            kind,
+            order: (kind == FormulaKind::LeadingOrder).then_some(FIRST_ORDER),
             formula,
             exact,
-            mc,
-            stderr,
-            sampler: SamplerKind::Generic,
+            mc: None,
+            stderr: None,
+            sampler: None,
+            uncorrected: None,
             second_order: None,
             masks_to_resolve_first_order: None,
-            warning: None,
+            warnings: Vec::new(),
         }
     }
 
-    /// The same result with a warning line.
-    pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
-        self.warning = Some(warning.into());
+    /// A closed form that is exact at every `d`: `exact` is `enumerated`
+    /// (an independent computation) where there is one, else the closed form.
+    pub fn exact(name: &str, formula: Values, enumerated: Option<Vec<f64>>) -> Self {
+        let exact = match enumerated {
+            Some(e) => formula.like(e),
+            None => formula.clone(),
+        };
+        Self::with_kind(name, FormulaKind::Exact, formula, Some(exact))
+    }
+
+    /// A leading-order closed form (error `O(1/d)`), with the exact value
+    /// where one was computed.
+    pub fn leading(name: &str, formula: Values, exact: Option<Vec<f64>>) -> Self {
+        let exact = exact.map(|e| formula.like(e));
+        Self::with_kind(name, FormulaKind::LeadingOrder, formula, exact)
+    }
+
+    /// The same result with Monte Carlo estimates (in the closed form's
+    /// shape) made by `sampler`.
+    pub fn with_estimates(mut self, estimates: &[Estimate], sampler: SamplerKind) -> Self {
+        self.mc = Some(
+            self.formula
+                .like(estimates.iter().map(|e| e.value).collect()),
+        );
+        self.stderr = Some(
+            self.formula
+                .like(estimates.iter().map(|e| e.stderr).collect()),
+        );
+        self.sampler = Some(sampler);
         self
     }
 
-    /// The same result, marked as made by `sampler`.
-    pub fn with_sampler(mut self, sampler: SamplerKind) -> Self {
-        self.sampler = sampler;
+    /// The same result, with `estimates` if there are any.
+    pub fn with_optional_estimates(
+        self,
+        estimates: Option<&[Estimate]>,
+        sampler: SamplerKind,
+    ) -> Self {
+        match estimates {
+            Some(e) => self.with_estimates(e, sampler),
+            None => self,
+        }
+    }
+
+    /// The same result with the value its correction replaces.
+    pub fn with_uncorrected(mut self, uncorrected: Vec<f64>) -> Self {
+        self.uncorrected = Some(self.formula.like(uncorrected));
         self
+    }
+
+    /// The same result with one more warning line.
+    pub fn with_warning(mut self, warning: impl Into<String>) -> Self {
+        self.add_warning(warning);
+        self
+    }
+
+    /// Adds a warning line.
+    pub fn add_warning(&mut self, warning: impl Into<String>) {
+        self.warnings.push(warning.into());
+    }
+
+    /// Every number of the result: closed form, exact value, estimate,
+    /// standard error, uncorrected and second-order values.
+    pub fn numbers(&self) -> impl Iterator<Item = f64> + '_ {
+        std::iter::once(&self.formula)
+            .chain(&self.exact)
+            .chain(&self.mc)
+            .chain(&self.stderr)
+            .chain(&self.uncorrected)
+            .chain(&self.second_order)
+            .flat_map(|v| v.as_slice().iter().copied())
+    }
+
+    /// The Monte Carlo estimates and their standard errors, if a run made
+    /// them.
+    pub fn estimate(&self) -> Option<(&[f64], &[f64])> {
+        Some((
+            self.mc.as_ref()?.as_slice(),
+            self.stderr.as_ref()?.as_slice(),
+        ))
+    }
+
+    /// The value a result is judged against: `exact` where known, else the
+    /// Monte Carlo estimate.
+    pub fn truth(&self) -> Option<&[f64]> {
+        self.exact
+            .as_ref()
+            .or(self.mc.as_ref())
+            .map(Values::as_slice)
     }
 }
 
@@ -140,100 +279,57 @@ pub struct EvalOutput {
     pub quantity: &'static str,
     pub p: f64,
     pub d: usize,
+    /// Monte Carlo draws (0: none were made).
     pub samples: u64,
     pub seed: u64,
+    /// The normalization ε in force (normalization quantities only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eps: Option<f64>,
     pub results: Vec<EvalResult>,
 }
 
 impl EvalOutput {
+    /// An output without `eps`.
+    pub fn new(
+        quantity: &'static str,
+        p: f64,
+        d: usize,
+        budget: Budget,
+        results: Vec<EvalResult>,
+    ) -> Self {
+        EvalOutput {
+            quantity,
+            p,
+            d,
+            samples: budget.samples,
+            seed: budget.seed,
+            eps: None,
+            results,
+        }
+    }
+
+    /// The same output, saying which ε was used.
+    pub fn with_eps(mut self, eps: f64) -> Self {
+        self.eps = Some(eps);
+        self
+    }
+
     /// Returns the output if every number in it is finite; an input whose
     /// powers overflow `f64` (for example `|x| ≈ 1e200` in `E[z⁴]`) is an
     /// error rather than a table of infinities or NaN.
-    pub fn checked(self) -> Result<Self, crate::Error> {
+    pub fn checked(self) -> Result<Self, Error> {
         for r in &self.results {
-            let mut all = r
-                .formula
-                .as_slice()
-                .iter()
-                .chain(r.mc.as_slice())
-                .chain(r.stderr.as_slice());
-            let exact = r.exact.as_ref().map_or(&[][..], |e| e.as_slice());
-            if all.any(|v| !v.is_finite()) || exact.iter().any(|v| !v.is_finite()) {
-                return Err(crate::Error::Overflow {
+            if r.numbers().any(|v| !v.is_finite()) {
+                return Err(Error::Overflow {
                     what: r.name.to_string(),
                 });
             }
         }
         Ok(self)
     }
-}
 
-/// Renders an output as a readable table, one line per component.
-pub fn table(output: &EvalOutput) -> String {
-    let mut samplers: Vec<&str> = output.results.iter().map(|r| r.sampler.label()).collect();
-    samplers.dedup();
-    let mut out = format!(
-        "{} at p = {}, d = {} ({} samples, seed {}, {} sampler)\n",
-        output.quantity,
-        output.p,
-        output.d,
-        output.samples,
-        output.seed,
-        samplers.join(" and ")
-    );
-    let header = [
-        "quantity",
-        "formula",
-        "exact",
-        "Monte Carlo ± SE",
-        "second order",
-    ];
-    let mut rows: Vec<[String; 5]> = vec![header.map(String::from)];
-    for r in &output.results {
-        let formula = r.formula.as_slice();
-        for (k, value) in formula.iter().enumerate() {
-            let name = match r.formula {
-                Values::Scalar(_) => r.name.clone(),
-                Values::PerUnit(_) => format!("{}[{k}]", r.name),
-            };
-            let exact = r
-                .exact
-                .as_ref()
-                .map_or("-".to_string(), |e| format_value(e.as_slice()[k]));
-            rows.push([
-                name,
-                format_value(*value),
-                exact,
-                format_estimate(r.mc.as_slice()[k], r.stderr.as_slice()[k]),
-                r.second_order
-                    .as_ref()
-                    .map_or(String::new(), |s| format_value(s.as_slice()[k])),
-            ]);
-        }
+    /// The result named `name`.
+    pub fn result_mut(&mut self, name: &str) -> Option<&mut EvalResult> {
+        self.results.iter_mut().find(|r| r.name == name)
     }
-    // The second-order column only where some quantity has one.
-    let columns = if rows.iter().skip(1).any(|r| !r[4].is_empty()) {
-        5
-    } else {
-        4
-    };
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c}{}", " ".repeat(w - c.chars().count())))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out.push_str(&second_order::guide_lines(output));
-    for r in &output.results {
-        if let Some(w) = &r.warning {
-            out.push_str(&format!("warning ({}): {w}\n", r.name));
-        }
-    }
-    out
 }

@@ -1,12 +1,15 @@
 //! `eval moments`: `E[z]`, `E[z²]`, `Var z` per unit and `E[S]`, `Var S` of the sum.
 
-use super::{EvalOutput, EvalResult, Values, power_of_two_scale};
+use clap::Args;
+
+use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
 use crate::claims::dropout::sum_oracle;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
 use crate::exact::{MAX_ENUMERATION_D, unit_expectation};
 use crate::formulas::dropout as f;
+use crate::input::{read_list, read_number};
 use crate::ops::Rate;
 use crate::stats::Estimate;
 
@@ -14,27 +17,24 @@ use crate::stats::Estimate;
 /// ([`crate::fast::dropout::moments`]: keep counts and one masked sum per
 /// mask; the variances are sample variances of single masks).
 ///
-/// `exact` is the two-point expectation per unit (always) and the full
-/// enumeration of all masks for the sum (when `d <= 22`, else `null`).
+/// Every closed form is exact. `exact` is the two-point expectation per
+/// unit and the full enumeration of all masks for the sum when `d <= 22`
+/// (above, the sum's closed form itself).
 pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
     check_finite_vec("x", x)?;
     let rate = Rate::new(p)?;
-    let budget = Budget::new(budget.samples, budget.seed)?;
-    let d = x.len();
+    let mc = monte_carlo(budget)?;
     // Sample on x / s with s a power of two near max |x| (exact division), so
     // huge and tiny inputs neither overflow nor lose their spread to
     // underflow; moments of order r scale back by s^r.
     let s = power_of_two_scale(x);
     let scaled: Vec<f64> = x.iter().map(|v| v / s).collect();
-    let fast = crate::fast::dropout::moments(&scaled, p, budget)?;
+    let fast = mc
+        .map(|b| crate::fast::dropout::moments(&scaled, p, b))
+        .transpose()?;
     let back = |e: &[Estimate], order: i32| -> Vec<Estimate> {
         e.iter().map(|e| e.scaled(s.powi(order))).collect()
     };
-    let unit_mean = back(&fast.unit_mean, 1);
-    let unit_second = back(&fast.unit_second, 2);
-    let unit_variance = back(&fast.unit_variance, 2);
-    let sum_mean = back(&[fast.sum_mean], 1);
-    let sum_variance = back(&[fast.sum_variance], 2);
     let unit = |g: fn(f64) -> f64| -> Vec<f64> {
         x.iter().map(|&a| unit_expectation(a, rate, g)).collect()
     };
@@ -47,45 +47,62 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
         .collect();
     let (exact_sum, exact_sum_var) = exact_sum_moments(x, rate)?;
     let per_unit = |g: &dyn Fn(f64) -> f64| Values::PerUnit(x.iter().map(|&a| g(a)).collect());
-    let results = vec![
-        EvalResult::new(
-            "E[z]",
-            per_unit(&f::unit_mean),
-            Some(exact_mean),
-            &unit_mean,
-        ),
-        EvalResult::new(
+    let estimates: [Option<Vec<Estimate>>; 5] = match &fast {
+        Some(f) => [
+            Some(back(&f.unit_mean, 1)),
+            Some(back(&f.unit_second, 2)),
+            Some(back(&f.unit_variance, 2)),
+            Some(back(&[f.sum_mean], 1)),
+            Some(back(&[f.sum_variance], 2)),
+        ],
+        None => Default::default(),
+    };
+    let results = [
+        EvalResult::exact("E[z]", per_unit(&f::unit_mean), Some(exact_mean)),
+        EvalResult::exact(
             "E[z^2]",
             per_unit(&|a| f::unit_raw_moment(a, rate, 2)),
             Some(exact_second),
-            &unit_second,
         ),
-        EvalResult::new(
+        EvalResult::exact(
             "Var[z]",
             per_unit(&|a| f::unit_variance(a, rate)),
             Some(exact_var),
-            &unit_variance,
         ),
-        EvalResult::new("E[S]", Values::Scalar(f::sum_mean(x)), exact_sum, &sum_mean),
-        EvalResult::new(
+        EvalResult::exact("E[S]", Values::Scalar(f::sum_mean(x)), exact_sum),
+        EvalResult::exact(
             "Var[S]",
             Values::Scalar(f::sum_variance(x, rate)),
             exact_sum_var,
-            &sum_variance,
         ),
     ]
     .into_iter()
-    .map(|r| r.with_sampler(SamplerKind::Fast))
+    .zip(estimates)
+    .map(|(r, e)| r.with_optional_estimates(e.as_deref(), SamplerKind::Fast))
     .collect();
-    EvalOutput {
-        quantity: "moments",
-        p,
-        d,
-        samples: budget.samples,
-        seed: budget.seed,
-        results,
-    }
-    .checked()
+    EvalOutput::new("moments", p, x.len(), budget, results).checked()
+}
+
+/// Arguments of `eval moments`.
+#[derive(Debug, Clone, Args)]
+pub struct MomentsArgs {
+    /// The pre-dropout vector, comma-separated (e.g. 0.5,-1.2,3), or @FILE.
+    #[arg(long, allow_hyphen_values = true)]
+    pub x: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// `eval moments` from its arguments.
+pub fn run(a: MomentsArgs) -> Result<EvalOutput, Error> {
+    moments(
+        &read_list("--x", &a.x)?,
+        read_number("--p", &a.p)?,
+        a.sampling.budget(),
+    )
 }
 
 type SumMoments = (Option<Vec<f64>>, Option<Vec<f64>>);

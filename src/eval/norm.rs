@@ -1,6 +1,8 @@
-//! `eval ln | rms | bypass | compound`: the normalization formulas on the
-//! user's numbers, beside the exact value (full enumeration of the masks when
-//! the site has at most 20 mask bits, else `null`) and a Monte Carlo estimate.
+//! The machinery behind `eval ln | rms | bypass | compound` ([`super::ln`],
+//! [`super::rms`], [`super::bypass`], [`super::compound`]): what one draw
+//! computes, the exact value (full enumeration of the masks when the site has
+//! at most [`EXACT_LIMIT`] mask bits, else `null` for a leading-order form)
+//! and the Monte Carlo estimate.
 //!
 //! # What `exact` and `mc` mean for a shrink factor
 //!
@@ -23,24 +25,32 @@
 //! With `ε = 0` the all-dropped mask feeds a constant vector to the norm; the
 //! crate's norms return `β` (LayerNorm) or 0 (RMSNorm) there, the `ε → 0⁺`
 //! limit (see [`crate::ops::LayerNorm`]).
+//!
+//! Where the uncorrected output equals `β` (a constant `x` with `ε > 0`:
+//! `LN(x) = β`), the least-squares factor is `0/0`: its weights are zero, and
+//! the quantity says it has no exact or Monte Carlo value ([`undefined`]).
 
 use super::second_order::{Norm, attach};
-use super::{EvalOutput, EvalResult, Values};
+use super::{EvalOutput, EvalResult, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
-use crate::error::{Error, check_len};
+use crate::error::Error;
 use crate::exact::{MAX_ENUMERATION_D, site_expectation};
 use crate::fast::{FastCompound, FastSite, SiteEstimates, SiteNorm};
 use crate::formulas::second_order::NoisyUnits;
-use crate::formulas::{bypass as fb, compound as fc, layernorm as fl, rmsnorm as fr};
-use crate::ops::{LayerNorm, Rate, RmsNorm, Site, Subject, mean_and_variance};
+use crate::ops::{LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
 use crate::stats::Estimate;
+
+pub use super::bypass::{bypass, bypass_with};
+pub use super::compound::{CompoundParams, compound};
+pub use super::ln::ln;
+pub use super::rms::rms;
 
 /// The largest number of mask bits for which `exact` is computed.
 pub const EXACT_LIMIT: usize = 20;
 
 /// What one draw computes, for each quantity.
-enum Plan {
+pub(super) enum Plan {
     /// `[M, M², V, t_c, LN(y)…]`.
     Ln { ln: LayerNorm, u: Vec<f64> },
     /// `[R², RMS(y)…]`.
@@ -56,16 +66,47 @@ enum Plan {
     },
 }
 
-/// `u / Σ u²`, so that `Σ (out − β) · w` is the least-squares factor.
-fn weights(uncorrected: &[f64], beta: &[f64]) -> Result<Vec<f64>, Error> {
+/// `u / Σ u²` with `u = uncorrected − β`, so that `Σ (out − β) · w` is the
+/// least-squares factor; `None` when `u = 0` (the factor is `0/0`).
+pub(super) fn weights(uncorrected: &[f64], beta: &[f64]) -> Option<Vec<f64>> {
     let u: Vec<f64> = uncorrected.iter().zip(beta).map(|(a, b)| a - b).collect();
     let norm: f64 = u.iter().map(|v| v * v).sum();
-    if norm == 0.0 {
-        return Err(Error::Degenerate {
-            what: "the uncorrected output equals β: no shrink factor is defined".into(),
-        });
+    (norm > 0.0).then(|| u.iter().map(|v| v / norm).collect())
+}
+
+/// The weights, or zeros when the factor is undefined (the statistic is
+/// then 0 and the result is marked [`undefined`]).
+pub(super) fn weights_or_zeros(uncorrected: &[f64], beta: &[f64]) -> Vec<f64> {
+    weights(uncorrected, beta).unwrap_or_else(|| vec![0.0; uncorrected.len()])
+}
+
+/// Marks the factor `name` as having no exact or Monte Carlo value: the
+/// uncorrected output equals `β`, so no factor maps it onto anything.
+pub(super) fn undefined(output: &mut EvalOutput, name: &str, why: &str) {
+    if let Some(r) = output.result_mut(name) {
+        r.exact = None;
+        r.mc = None;
+        r.stderr = None;
+        r.sampler = None;
+        r.add_warning(format!(
+            "{why}: the least-squares factor (Σ (E[out] − β)(u − β) / Σ (u − β)²) is 0/0, so \
+             only the closed form is shown"
+        ));
     }
-    Ok(u.iter().map(|v| v / norm).collect())
+}
+
+/// The last steps of every normalization quantity: the second order of the
+/// result `name` (where there is one), the useful-range warnings, the ε.
+pub(super) fn finish(
+    mut out: EvalOutput,
+    second_order: Option<(&str, &NoisyUnits, Norm)>,
+    eps: f64,
+) -> Result<EvalOutput, Error> {
+    if let Some((name, units, norm)) = second_order {
+        attach(&mut out, name, units, norm)?;
+    }
+    super::range::annotate(&mut out);
+    Ok(out.with_eps(eps))
 }
 
 fn factor(out: &[f64], beta: &[f64], w: &[f64]) -> f64 {
@@ -206,172 +247,47 @@ fn fast(site: &Site, plan: &Plan, budget: Budget) -> Result<Option<Vec<Estimate>
     })
 }
 
-fn run(
+/// Fills `results` (closed forms in the plan's order, one component per
+/// statistic) with the exact values and Monte Carlo estimates of `plan` on
+/// `site`, and returns the output.
+pub(super) fn measure(
     quantity: &'static str,
     site: &Site,
     plan: &Plan,
     budget: Budget,
-    formulas: Vec<(&str, Values)>,
+    mut results: Vec<EvalResult>,
 ) -> Result<EvalOutput, Error> {
-    let budget = Budget::new(budget.samples, budget.seed)?;
-    let (est, sampler) = match fast(site, plan, budget)? {
-        Some(est) => (est, SamplerKind::Fast),
-        None => {
-            let sampler = PlanSampler {
-                subject: Subject::reference(),
-                site,
-                plan,
-            };
-            (
-                estimate(&sampler, budget)?.estimates(),
-                SamplerKind::Generic,
-            )
-        }
+    let est = match monte_carlo(budget)? {
+        None => None,
+        Some(budget) => Some(match fast(site, plan, budget)? {
+            Some(est) => (est, SamplerKind::Fast),
+            None => {
+                let sampler = PlanSampler {
+                    subject: Subject::reference(),
+                    site,
+                    plan,
+                };
+                (
+                    estimate(&sampler, budget)?.estimates(),
+                    SamplerKind::Generic,
+                )
+            }
+        }),
     };
     let exact = exact(site, plan)?;
-    let mut results = Vec::with_capacity(formulas.len());
     let mut at = 0;
-    for (name, formula) in formulas {
-        let n = formula.as_slice().len();
-        let ex = exact.as_ref().map(|e| e[at..at + n].to_vec());
-        let mut result = EvalResult::new(name, formula, ex, &est[at..at + n]);
-        result.sampler = sampler;
-        results.push(result);
+    for result in &mut results {
+        let n = result.formula.as_slice().len();
+        if let Some(e) = &exact {
+            // An independent value for an exact form, the only one for a
+            // leading-order form.
+            result.exact = Some(result.formula.like(e[at..at + n].to_vec()));
+        }
+        if let Some((est, sampler)) = &est {
+            *result = result.clone().with_estimates(&est[at..at + n], *sampler);
+        }
         at += n;
     }
     let p = site.terms()[0].1.p();
-    EvalOutput {
-        quantity,
-        p,
-        d: site.dim(),
-        samples: budget.samples,
-        seed: budget.seed,
-        results,
-    }
-    .checked()
-}
-
-/// `eval ln`: `E[M]`, `Var[M]`, `E[V]`, `c` (`c_ε`), `E[LN(z)]`.
-pub fn ln(
-    x: &[f64],
-    p: f64,
-    gamma: Option<Vec<f64>>,
-    beta: Option<Vec<f64>>,
-    eps: f64,
-    budget: Budget,
-) -> Result<EvalOutput, Error> {
-    let (mu, s2) = fl::input_moments(x)?;
-    let rate = Rate::new(p)?;
-    let ln = LayerNorm::with_defaults(x.len(), gamma, beta, eps)?;
-    let site = Site::plain(x, p)?;
-    let u = weights(&fl::uncorrected(x, &ln)?, ln.beta())?;
-    let formulas = vec![
-        ("E[M]", Values::Scalar(fl::mean_of_m(x)?)),
-        ("Var[M]", Values::Scalar(fl::variance_of_m(x, rate)?)),
-        ("E[V]", Values::Scalar(fl::mean_of_v(x, rate)?)),
-        ("c", Values::Scalar(fl::shrink_eps(mu, s2, eps, rate))),
-        ("E[LN(z)]", Values::PerUnit(fl::corrected(x, &ln, rate)?)),
-    ];
-    let units = NoisyUnits::dropout(x, rate)?;
-    let mut out = run(
-        "ln",
-        &site,
-        &Plan::Ln { ln: ln.clone(), u },
-        budget,
-        formulas,
-    )?;
-    attach(&mut out, "E[LN(z)]", &units, Norm::Ln(&ln))?;
-    Ok(out)
-}
-
-/// `eval rms`: `E[R^2]`, `E[RMSNorm(z)]`.
-pub fn rms(
-    x: &[f64],
-    p: f64,
-    gamma: Option<Vec<f64>>,
-    eps: f64,
-    budget: Budget,
-) -> Result<EvalOutput, Error> {
-    fr::mean_square(x)?;
-    let rate = Rate::new(p)?;
-    let rms = RmsNorm::with_defaults(x.len(), gamma, eps)?;
-    let site = Site::plain(x, p)?;
-    let formulas = vec![
-        ("E[R^2]", Values::Scalar(fr::mean_of_r2(x, rate)?)),
-        (
-            "E[RMSNorm(z)]",
-            Values::PerUnit(fr::corrected(x, &rms, rate)?),
-        ),
-    ];
-    let units = NoisyUnits::dropout(x, rate)?;
-    let mut out = run(
-        "rms",
-        &site,
-        &Plan::Rms { rms: rms.clone() },
-        budget,
-        formulas,
-    )?;
-    attach(&mut out, "E[RMSNorm(z)]", &units, Norm::Rms(&rms))?;
-    Ok(out)
-}
-
-/// `eval bypass`: `E[V]` of `y = h + dropout(v)`, `c_damped`, `E[LN(y)]`
-/// (`γ = 1`, `β = 0`, `ε = 0`).
-pub fn bypass(h: &[f64], v: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
-    check_len("v", v, h.len())?;
-    let site = Site::new(h.to_vec(), vec![(v.to_vec(), p)])?;
-    let ln = LayerNorm::plain(h.len(), 0.0)?;
-    let u = weights(&fb::uncorrected(&site, &ln)?, ln.beta())?;
-    let formulas = vec![
-        ("E[V]", Values::Scalar(fb::mean_of_v(&site)?)),
-        ("c_damped", Values::Scalar(fb::damped(&site, 0.0)?)),
-        ("E[LN(y)]", Values::PerUnit(fb::corrected(&site, &ln)?)),
-    ];
-    let units = NoisyUnits::from_site(&site)?;
-    let mut out = run(
-        "bypass",
-        &site,
-        &Plan::Bypass { ln: ln.clone(), u },
-        budget,
-        formulas,
-    )?;
-    attach(&mut out, "E[LN(y)]", &units, Norm::Ln(&ln))?;
-    Ok(out)
-}
-
-/// The LayerNorm parameters of `eval compound`: `γ`, `β` of each norm.
-#[derive(Debug, Clone, Default)]
-pub struct CompoundParams {
-    pub gamma1: Vec<f64>,
-    pub beta1: Vec<f64>,
-    pub gamma2: Option<Vec<f64>>,
-    pub beta2: Option<Vec<f64>>,
-}
-
-/// `eval compound`: `c1`, `c2`, `E[LN2(LN1(z))]`.
-pub fn compound(
-    x: &[f64],
-    p: f64,
-    params: CompoundParams,
-    budget: Budget,
-) -> Result<EvalOutput, Error> {
-    fl::input_moments(x)?;
-    let rate = Rate::new(p)?;
-    check_len("gamma1", &params.gamma1, x.len())?;
-    let ln1 = LayerNorm::new(params.gamma1, params.beta1, 0.0)?;
-    let ln2 = LayerNorm::with_defaults(x.len(), params.gamma2, params.beta2, 0.0)?;
-    let parts = fc::compound(x, &ln1, &ln2, rate)?;
-    let u1 = weights(&fl::uncorrected(x, &ln1)?, ln1.beta())?;
-    let u2 = weights(&fc::c1_only(x, &ln1, &ln2, rate)?, ln2.beta())?;
-    let formulas = vec![
-        ("c1", Values::Scalar(parts.c1)),
-        ("c2", Values::Scalar(parts.c2)),
-        (
-            "E[LN2(LN1(z))]",
-            Values::PerUnit(fc::corrected(x, &ln1, &ln2, rate)?),
-        ),
-    ];
-    let site = Site::plain(x, p)?;
-    let plan = Plan::Compound { ln1, ln2, u1, u2 };
-    run("compound", &site, &plan, budget, formulas)
+    EvalOutput::new(quantity, p, site.dim(), budget, results).checked()
 }

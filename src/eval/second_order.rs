@@ -37,7 +37,7 @@
 //! The table prints the guide after the per-unit rows; the JSON has it as
 //! `masks_to_resolve_first_order` (rounded up; absent when the gap is zero).
 
-use super::{EvalOutput, Values};
+use super::{EvalOutput, FormulaKind, Values};
 use crate::error::Error;
 use crate::formulas::second_order::{
     NoisyUnits, layer_norm_draw_sd, layer_norm_expectation, masks_to_resolve, rms_norm_draw_sd,
@@ -59,6 +59,15 @@ pub fn attach(
     units: &NoisyUnits,
     norm: Norm,
 ) -> Result<(), Error> {
+    // An exact closed form (the zero vector of RMSNorm with ε > 0, a
+    // constant x of LayerNorm) needs no next order.
+    if output
+        .results
+        .iter()
+        .all(|r| r.name != name || r.kind == FormulaKind::Exact)
+    {
+        return Ok(());
+    }
     let (second, sd) = match norm {
         Norm::Ln(ln) => (
             layer_norm_expectation(units, ln.gamma(), ln.beta(), ln.eps())?,

@@ -172,7 +172,12 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
                 .ok_or_else(|| Error::Degenerate {
                     what: "eval ln returned no c".into(),
                 })?;
-            let (mc, se) = (c.mc.as_slice()[0], c.stderr.as_slice()[0]);
+            let (mc, se) =
+                c.estimate()
+                    .map(|(m, s)| (m[0], s[0]))
+                    .ok_or_else(|| Error::Degenerate {
+                        what: "eval ln returned no Monte Carlo c".into(),
+                    })?;
             points.push((r, mc));
             errors.push(2.0 * se);
             residuals.push((r, mc - shrink(r, 1.0, rate)?));

@@ -1,4 +1,5 @@
-//! What the command line reads: counts written as `1000000` or `1e6`, lists
+//! What the command line and the bindings read (a module of its own so that
+//! `eval`'s argument structs use it without depending on the CLI): counts written as `1000000` or `1e6`, lists
 //! of numbers given inline or from a file (`@PATH`, `@-` for stdin), and
 //! LayerNorm/RMSNorm ε by value or by framework name.
 
@@ -149,24 +150,5 @@ mod tests {
         assert_eq!(read_eps("--eps", "flax").unwrap(), FLAX_EPS);
         assert_eq!(read_eps("--eps", "1e-3").unwrap(), 1e-3);
         assert!(read_eps("--eps", "tf").is_err());
-    }
-}
-
-/// The journal of a long run (`calibrate`, `power`): where to write it, or
-/// which one to continue.
-#[derive(Debug, clap::Args)]
-pub struct JournalArgs {
-    /// Append each finished run to FILE as a JSON line (header first).
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<std::path::PathBuf>,
-    /// Continue the run journaled in FILE (same options), appending to it.
-    #[arg(long, value_name = "FILE")]
-    pub resume: Option<std::path::PathBuf>,
-}
-
-impl JournalArgs {
-    /// The journal mode the flags ask for (`None`: no journal).
-    pub fn mode(self) -> Result<Option<crate::verify::journal::Mode>, Error> {
-        crate::verify::journal::Mode::from_args(self.out, self.resume)
     }
 }

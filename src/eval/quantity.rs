@@ -1,0 +1,181 @@
+//! Every `eval` quantity as a value: its name, its one-line help, its clap
+//! arguments and its run. The command line builds `dropmc eval <name>` from
+//! [`EvalQuantity::command`] and runs it with [`EvalQuantity::run_matches`];
+//! bindings and other front ends call [`EvalQuantity::run_args`] with the
+//! same flags and get the same [`EvalOutput`] (so the same JSON).
+//!
+//! ```
+//! use dropmc::eval::quantities;
+//!
+//! let ln = quantities().into_iter().find(|q| q.name() == "ln").unwrap();
+//! let args = ["--x", "1,2,4,-1", "--p", "0.3", "--samples", "0"].map(String::from);
+//! let out = ln.run_args(&args).unwrap();
+//! assert_eq!(out.quantity, "ln");
+//! assert!(out.results.iter().all(|r| r.mc.is_none())); // --samples 0: closed forms only
+//! ```
+
+use std::sync::Arc;
+
+use clap::{ArgMatches, Args, Command, FromArgMatches};
+
+use super::EvalOutput;
+use crate::engine::Budget;
+use crate::error::Error;
+use crate::report::DEFAULT_SEED;
+
+type Runner = Arc<dyn Fn(&ArgMatches) -> Result<EvalOutput, Error> + Send + Sync>;
+type Augment = Arc<dyn Fn(Command) -> Command + Send + Sync>;
+
+/// One `eval` quantity: `dropmc eval <name> ...`.
+#[derive(Clone)]
+pub struct EvalQuantity {
+    name: &'static str,
+    about: &'static str,
+    long_about: Option<&'static str>,
+    args: Augment,
+    run: Runner,
+}
+
+impl std::fmt::Debug for EvalQuantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EvalQuantity")
+            .field("name", &self.name)
+            .field("about", &self.about)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EvalQuantity {
+    /// A quantity whose arguments are the clap-derived struct `A` and whose
+    /// evaluation is `run`.
+    pub fn new<A: Args + FromArgMatches + 'static>(
+        name: &'static str,
+        about: &'static str,
+        run: fn(A) -> Result<EvalOutput, Error>,
+    ) -> Self {
+        EvalQuantity {
+            name,
+            about,
+            long_about: None,
+            args: Arc::new(A::augment_args),
+            run: Arc::new(move |m: &ArgMatches| {
+                let args = A::from_arg_matches(m).map_err(|e| usage(&e))?;
+                run(args)
+            }),
+        }
+    }
+
+    /// The same quantity with a longer `--help` text.
+    pub fn long_about(mut self, text: &'static str) -> Self {
+        self.long_about = Some(text);
+        self
+    }
+
+    /// The subcommand's name (`ln`, `rms`, ...).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The one-line help.
+    pub fn about(&self) -> &'static str {
+        self.about
+    }
+
+    /// The clap subcommand: `Command::new(name).about(about)` with the
+    /// quantity's arguments.
+    pub fn command(&self) -> Command {
+        // After the arguments: the derive sets the struct's doc comment as
+        // the about text, which names the struct, not the quantity.
+        (self.args)(Command::new(self.name))
+            .about(self.about)
+            .long_about(self.long_about)
+    }
+
+    /// Runs the quantity on arguments clap has already parsed with
+    /// [`EvalQuantity::command`].
+    pub fn run_matches(&self, m: &ArgMatches) -> Result<EvalOutput, Error> {
+        (self.run)(m)
+    }
+
+    /// Parses `args` (flags only, no program name: `["--x", "1,2,3", "--p",
+    /// "0.1"]`) with the same clap command as the command line and runs the
+    /// quantity. A clap error is [`Error::Usage`] with clap's whole message.
+    pub fn run_args(&self, args: &[String]) -> Result<EvalOutput, Error> {
+        let argv = std::iter::once(self.name.to_string()).chain(args.iter().cloned());
+        let matches = self
+            .command()
+            .try_get_matches_from(argv)
+            .map_err(|e| usage(&e))?;
+        self.run_matches(&matches)
+    }
+}
+
+fn usage(e: &clap::Error) -> Error {
+    Error::Usage {
+        message: e.render().to_string(),
+    }
+}
+
+/// The crate's quantities, in the order `dropmc eval --help` lists them:
+/// moments, ln, rms, bypass, compound, attn, bn.
+pub fn quantities() -> Vec<EvalQuantity> {
+    vec![
+        EvalQuantity::new(
+            "moments",
+            "Dropout moments per unit and of the sum.",
+            super::moments::run,
+        )
+        .long_about("E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k."),
+        EvalQuantity::new(
+            "ln",
+            "LayerNorm after dropout: E[M], Var[M], E[V], c, E[LN(z)].",
+            super::ln::run,
+        ),
+        EvalQuantity::new(
+            "rms",
+            "RMSNorm after dropout: E[R^2], E[RMSNorm(z)].",
+            super::rms::run,
+        ),
+        EvalQuantity::new(
+            "bypass",
+            "Bypass y = h + dropout(v) before LayerNorm: E[V], c_damped, E[LN(y)].",
+            super::bypass::run,
+        ),
+        EvalQuantity::new(
+            "compound",
+            "dropout -> LN1 -> LN2: c1, c2, E[LN2(LN1(z))].",
+            super::compound::run,
+        ),
+        EvalQuantity::new(
+            "attn",
+            "Attention dropout after softmax: E[b], E[R], Var[R], E[o], Var[o].",
+            super::attn::run,
+        ),
+        EvalQuantity::new(
+            "bn",
+            "From trained BatchNorm buffers: c per channel and the folded running_var.",
+            super::bn::run,
+        ),
+    ]
+}
+
+/// Sampling options shared by every `eval` quantity.
+#[derive(Debug, Clone, Args)]
+pub struct SamplingArgs {
+    /// Monte Carlo draws (0: closed forms and exact values only).
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::input::parse_count)]
+    pub samples: u64,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = DEFAULT_SEED, value_parser = crate::input::parse_count)]
+    pub seed: u64,
+}
+
+impl SamplingArgs {
+    /// The budget (`--samples 0` is kept: each quantity then skips Monte Carlo).
+    pub fn budget(&self) -> Budget {
+        Budget {
+            samples: self.samples,
+            seed: self.seed,
+        }
+    }
+}
