@@ -17,56 +17,83 @@
 //! 4. a `Claim` implementation; `claims::check` then z-tests the estimate at
 //!    the suite's level and compares the oracle with the closed form.
 //!
-//! Step 5 registers it: a [`Family`] holding the claim, added to the
-//! crate's own families with [`Registry::with_family`]. Every output reads
-//! the registry, so the report row, the JSON, `dropmc list` and the
-//! conformance kit pick the claim up without an edit inside `src/`.
+//! Step 5 registers it: a [`Family`] holding the claim and an `eval`
+//! quantity (the same three parts on the user's own `x` and `p`), added to
+//! the crate's families with [`Registry::with_family`]. Every output reads
+//! the registry, so the report row, the JSON, `dropmc list`, `dropmc eval
+//! pairs` and the conformance kit pick the family up without an edit
+//! inside `src/`.
 //!
 //! ```text
 //! cargo run --release --example new_formula                 # report row + JSON
 //! cargo run --release --example new_formula -- list         # dropmc, with the family
 //! cargo run --release --example new_formula -- report --family example --json
+//! cargo run --release --example new_formula -- eval pairs --x 1,2,3 --p 0.2
 //! ```
 
 use std::process::ExitCode;
 
 use dropmc::Error;
-use dropmc::claims::{Claim, Shape};
+use dropmc::claims::{Claim, SamplerKind, Shape};
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
-use dropmc::exact::{Oracle, enumerate_masks};
+use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, SamplingArgs, Values, monte_carlo};
+use dropmc::exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
+use dropmc::input::{read_list, read_number};
 use dropmc::ops::{Rate, Subject};
 use dropmc::registry::{Family, Registry};
 use dropmc::report::{self, Options};
 use dropmc::stats::Estimate;
 
+/// The claim's configuration.
 const X: [f64; 4] = [0.5, -1.0, 2.0, 1.5];
 const P: f64 = 0.4;
 
-/// The pairs `(j, k)`, `j < k`, in a fixed order.
-fn pairs() -> Vec<(usize, usize)> {
-    (0..X.len())
-        .flat_map(|j| (j + 1..X.len()).map(move |k| (j, k)))
+/// The pairs `(j, k)`, `j < k`, of `d` units in a fixed order.
+fn pairs(d: usize) -> Vec<(usize, usize)> {
+    (0..d)
+        .flat_map(|j| (j + 1..d).map(move |k| (j, k)))
         .collect()
 }
 
 /// Step 1, the closed form.
 fn products(x: &[f64]) -> Vec<f64> {
-    pairs().into_iter().map(|(j, k)| x[j] * x[k]).collect()
+    pairs(x.len())
+        .into_iter()
+        .map(|(j, k)| x[j] * x[k])
+        .collect()
+}
+
+/// Step 2, the exact oracle: the mean of `z_j z_k` over every mask.
+fn enumerated_products(x: &[f64], rate: Rate) -> Result<Oracle, Error> {
+    let pairs = pairs(x.len());
+    enumerate_masks(x.len(), rate, pairs.len(), |mask, out| {
+        let z: Vec<f64> = x
+            .iter()
+            .zip(mask)
+            .map(|(v, &m)| if m { v / rate.q() } else { 0.0 })
+            .collect();
+        for (o, &(j, k)) in out.iter_mut().zip(&pairs) {
+            *o = z[j] * z[k];
+        }
+    })
 }
 
 /// Step 3, the sampler: one training pass of the subject's dropout per draw,
 /// the products of its outputs as the statistics.
 struct PairProducts<'a> {
     subject: &'a Subject<'a>,
+    x: &'a [f64],
+    p: f64,
+    pairs: Vec<(usize, usize)>,
 }
 
 impl Sampler for PairProducts<'_> {
     type Scratch = (Vec<f64>, Vec<bool>);
     fn dim(&self) -> usize {
-        pairs().len()
+        self.pairs.len()
     }
     fn scratch(&self) -> Self::Scratch {
-        (vec![0.0; X.len()], vec![false; X.len()])
+        (vec![0.0; self.x.len()], vec![false; self.x.len()])
     }
     fn draw(
         &self,
@@ -74,12 +101,29 @@ impl Sampler for PairProducts<'_> {
         (z, mask): &mut Self::Scratch,
         out: &mut [f64],
     ) -> Result<(), Error> {
-        self.subject.dropout.forward_train(&X, P, rng, z, mask)?;
-        for (o, (j, k)) in out.iter_mut().zip(pairs()) {
+        self.subject
+            .dropout
+            .forward_train(self.x, self.p, rng, z, mask)?;
+        for (o, &(j, k)) in out.iter_mut().zip(&self.pairs) {
             *o = z[j] * z[k];
         }
         Ok(())
     }
+}
+
+fn sample_products(
+    subject: &Subject,
+    x: &[f64],
+    p: f64,
+    budget: Budget,
+) -> Result<Vec<Estimate>, Error> {
+    let sampler = PairProducts {
+        subject,
+        x,
+        p,
+        pairs: pairs(x.len()),
+    };
+    Ok(estimate(&sampler, budget)?.estimates())
 }
 
 /// Step 4, the claim.
@@ -104,33 +148,60 @@ impl Claim for PairCovariance {
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         Ok(products(&X))
     }
-    /// Step 2, the exact oracle.
     fn oracle(&self) -> Result<Option<Oracle>, Error> {
-        let rate = Rate::new(P)?;
-        let oracle = enumerate_masks(X.len(), rate, pairs().len(), |mask, out| {
-            let z: Vec<f64> = X
-                .iter()
-                .zip(mask)
-                .map(|(x, &m)| if m { x / rate.q() } else { 0.0 })
-                .collect();
-            for (o, (j, k)) in out.iter_mut().zip(pairs()) {
-                *o = z[j] * z[k];
-            }
-        })?;
-        Ok(Some(oracle))
+        Ok(Some(enumerated_products(&X, Rate::new(P)?)?))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        Ok(estimate(&PairProducts { subject }, budget)?.estimates())
+        sample_products(subject, &X, P, budget)
     }
 }
 
-/// Step 5, the family: its name, its claims, and that it needs nothing but
-/// a dropout layer (so the conformance kit runs it on any implementation).
+/// Arguments of `eval pairs`.
+#[derive(Debug, clap::Args)]
+pub struct PairArgs {
+    /// The pre-dropout vector, comma-separated, or @FILE.
+    #[arg(long, allow_hyphen_values = true)]
+    pub x: String,
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Step 5a, the `eval` quantity: closed form, exact value (enumeration up to
+/// the crate's limit) and Monte Carlo on the user's numbers.
+fn eval_pairs(args: PairArgs) -> Result<EvalOutput, Error> {
+    let x = read_list("--x", &args.x)?;
+    let p = read_number("--p", &args.p)?;
+    let rate = Rate::new(p)?;
+    let enumerated = if x.len() <= MAX_ENUMERATION_D {
+        Some(enumerated_products(&x, rate)?.values)
+    } else {
+        None
+    };
+    let budget = args.sampling.budget();
+    let estimates = monte_carlo(budget)?
+        .map(|b| sample_products(&Subject::reference(), &x, p, b))
+        .transpose()?;
+    let result = EvalResult::exact("E[z_j z_k]", Values::PerUnit(products(&x)), enumerated)
+        .with_optional_estimates(estimates.as_deref(), SamplerKind::Generic);
+    EvalOutput::new("pairs", p, x.len(), budget, vec![result]).checked()
+}
+
+/// Step 5b, the family: its name, its claim, that it needs nothing but a
+/// dropout layer (so the conformance kit runs it on any implementation),
+/// and its `eval` quantity.
 pub fn family() -> Family {
     static PAIR_COVARIANCE: PairCovariance = PairCovariance;
     Family::new("example", "pairwise products of dropout outputs")
         .with_claim(&PAIR_COVARIANCE)
         .exercising_dropout_alone()
+        .with_quantity(EvalQuantity::new(
+            "pairs",
+            "E[z_j z_k] = x_j x_k for every pair j < k.",
+            eval_pairs,
+        ))
 }
 
 /// The crate's families and this one.

@@ -12,6 +12,7 @@ mod example;
 use dropmc::conformance::{self, Options as ConformanceOptions};
 use dropmc::ops::Subject;
 use dropmc::report::{self, Options};
+use dropmc::stats::{Estimate, per_draw_dof};
 
 const ID: &str = "example.pair_product";
 
@@ -64,4 +65,45 @@ fn the_outside_claim_catches_a_layer_without_the_inverted_scale() {
     };
     let run = conformance::run_in(&registry, &wrong, &options).expect("runs");
     assert_eq!(run.failed(), [ID]);
+}
+
+#[test]
+fn the_outside_eval_quantity_runs_with_the_cli_flags() {
+    let registry = example::registry();
+    let pairs = registry.quantity("pairs").expect("registered");
+    let args = ["--x", "1,2,-3", "--p", "0.2", "--samples", "200000"].map(String::from);
+    let out = pairs.run_args(&args).expect("runs");
+    let result = &out.results[0];
+    // Closed form x_j x_k over (0,1), (0,2), (1,2), and the enumeration.
+    assert_eq!(result.formula.as_slice(), [2.0, -3.0, -6.0]);
+    let exact = result.exact.as_ref().expect("enumerated at d = 3");
+    for (e, f) in exact.as_slice().iter().zip(result.formula.as_slice()) {
+        assert!((e - f).abs() <= 16.0 * f64::EPSILON * f.abs(), "{e} vs {f}");
+    }
+    let (mc, se) = result.estimate().expect("sampled");
+    for k in 0..3 {
+        let estimate = Estimate {
+            value: mc[k],
+            stderr: se[k],
+            n: out.samples,
+            dof: per_draw_dof(out.samples),
+        };
+        common::assert_consistent(
+            &format!("pairs[{k}]"),
+            estimate,
+            result.formula.as_slice()[k],
+        );
+    }
+    // Bad input is a typed error, not a panic.
+    let bad = ["--x", "1,2", "--p", "1"].map(String::from);
+    assert!(matches!(
+        pairs.run_args(&bad),
+        Err(dropmc::Error::InvalidRate { .. })
+    ));
+    // The crate's own registry has no such quantity.
+    assert!(
+        dropmc::registry::Registry::default()
+            .quantity("pairs")
+            .is_err()
+    );
 }
