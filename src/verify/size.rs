@@ -125,23 +125,38 @@ pub fn measure(
     })
 }
 
-/// The measurement as a table.
+/// The measurement as a table, fitted to [`crate::table::output_width`].
 pub fn table(run: &SizeRun) -> String {
-    let mut out = format!(
-        "measured size of the report on the {} (stated: at most {:.0e} false alarms per run; \
-         {:.1e} failing runs expected per budget)\n",
-        run.subject, run.family_alpha, run.expected_failing_runs
+    let width = crate::table::output_width();
+    let mut out = String::new();
+    crate::verify::power::push_wrapped(
+        &mut out,
+        &format!(
+            "measured size of the report on the {} (stated: at most {:.0e} false alarms per run; \
+             {:.1e} failing runs expected per budget)",
+            run.subject, run.family_alpha, run.expected_failing_runs
+        ),
+        width,
     );
-    out.push_str(&format!(
-        "{:>8}  {:>5}  {:>12}  {:>5}  {:>12}  {:>6}\n",
-        "samples", "runs", "failing runs", "fail", "inconclusive", "pass"
-    ));
+    let mut t = crate::table::Table::new([
+        "samples",
+        "runs",
+        "failing runs",
+        "fail",
+        "inconclusive",
+        "pass",
+    ]);
     for r in &run.rows {
-        out.push_str(&format!(
-            "{:>8}  {:>5}  {:>12}  {:>5}  {:>12}  {:>6}\n",
-            r.samples, r.runs, r.failing_runs, r.fail, r.inconclusive, r.pass
-        ));
+        t.row([
+            r.samples.to_string(),
+            r.runs.to_string(),
+            r.failing_runs.to_string(),
+            r.fail.to_string(),
+            r.inconclusive.to_string(),
+            r.pass.to_string(),
+        ]);
     }
+    out.push_str(&t.render(width));
     for r in &run.rows {
         for (seed, id) in &r.failures {
             out.push_str(&format!(

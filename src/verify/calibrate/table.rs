@@ -2,12 +2,19 @@
 
 use super::Calibration;
 use crate::report::format_p;
+use crate::table::{Table, wrap_text};
 
 /// The calibration as a readable table: one row per claim with its failure
 /// count and rate, the failure test's p-value and threshold, the smallest
 /// per-component KS p-value, and the flag.
 pub fn table(c: &Calibration) -> String {
-    let mut out = format!(
+    table_fitted(c, crate::table::output_width())
+}
+
+/// The calibration table fitted to `width` columns: the prose lines wrap,
+/// a claim's note moves under its row when the table is too wide.
+pub fn table_fitted(c: &Calibration, width: usize) -> String {
+    let mut head = format!(
         "subject {}, {} seeds ({}..{}): {} failing runs (the whole suite expects at most {:.1e} \
          at family alpha {:.0e})\n",
         c.subject,
@@ -18,13 +25,13 @@ pub fn table(c: &Calibration) -> String {
         c.expected_failed_runs,
         c.family_alpha
     );
-    out.push_str(&format!(
+    head.push_str(&format!(
         "flag level {:.1e} per test ({:.0e} over {} tests: a failure count per claim, a KS per \
          component, the pooled KS)\n",
         c.flag_level, c.flag_alpha, c.tests
     ));
     match &c.pooled {
-        Some(t) => out.push_str(&format!(
+        Some(t) => head.push_str(&format!(
             "pooled p-values: n = {}, KS D = {:.4}, p = {}; {:.2} % below 0.05 (5 % expected){}\n",
             t.n,
             t.d,
@@ -36,23 +43,25 @@ pub fn table(c: &Calibration) -> String {
                 ""
             }
         )),
-        None => out.push_str("pooled KS skipped: too few p-values to reach the level\n"),
+        None => head.push_str("pooled KS skipped: too few p-values to reach the level\n"),
     }
     if let Some(skip) = &c.ks_skipped {
-        out.push_str(&format!("{skip}\n"));
+        head.push_str(&format!("{skip}\n"));
+    }
+    let mut out = String::new();
+    for line in head.lines() {
+        for piece in wrap_text(line, width.max(crate::table::MIN_WRAP)) {
+            out.push_str(&piece);
+            out.push('\n');
+        }
     }
     out.push('\n');
-    let width = c
-        .claims
-        .iter()
-        .map(|x| x.id.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    out.push_str(&format!(
-        "{:width$}  {:13}  {:>9}  {:>6}  {:>8}  {:>7}  {:>9}  flag\n",
-        "claim", "kind", "failures", "rate", "fail p", "flag at", "min KS p"
-    ));
+    let mut t = Table::new([
+        "claim", "kind", "failures", "rate", "fail p", "flag at", "min KS p", "flag", "note",
+    ])
+    .wrap(7)
+    .wrap(8)
+    .spill(8);
     for claim in &c.claims {
         let f = &claim.failure;
         let min_ks = claim
@@ -76,21 +85,19 @@ pub fn table(c: &Calibration) -> String {
             (false, true) => "NON-UNIFORM",
             (false, false) => "ok",
         };
-        out.push_str(&format!(
-            "{:width$}  {:13}  {:>4}/{:<4}  {:>6.3}  {:>8}  {:>7}  {:>9}  {flag}\n",
-            claim.id,
-            claim.kind,
-            f.failures,
-            c.seeds,
-            f.rate,
+        t.row([
+            claim.id.to_string(),
+            claim.kind.to_string(),
+            format!("{}/{}", f.failures, c.seeds),
+            format!("{:.3}", f.rate),
             format_p(f.p_value),
             f.threshold.map_or("-".to_string(), |t| format!("F>={t}")),
             min_ks,
-        ));
-        if let Some(note) = &claim.note {
-            out.push_str(&format!("{:width$}    note: {note}\n", ""));
-        }
+            flag.to_string(),
+            claim.note.clone().unwrap_or_default(),
+        ]);
     }
+    out.push_str(&t.render(width));
     let flagged = c.flagged();
     out.push_str(&format!(
         "\n{}\n",

@@ -43,7 +43,8 @@
 
 mod table;
 
-pub use table::{DetectableEffect, detectable_effects, effects_table, table};
+pub(crate) use table::push_wrapped;
+pub use table::{DetectableEffect, detectable_effects, effects_table, table, table_fitted};
 
 use serde::{Deserialize, Serialize};
 use statrs::distribution::DiscreteCDF;

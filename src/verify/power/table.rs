@@ -4,30 +4,42 @@ use serde::Serialize;
 
 use super::{PowerRow, PowerRun};
 use crate::report;
+use crate::table::{Table, wrap_text};
 
-/// The power table: the reference's false-alarm row, then every candidate.
+/// The power table: the reference's false-alarm row, then every candidate,
+/// fitted to [`crate::table::output_width`] (the list of killing claims
+/// wraps).
 pub fn table(run: &PowerRun) -> String {
+    table_fitted(run, crate::table::output_width())
+}
+
+/// The power table fitted to `width` columns.
+pub fn table_fitted(run: &PowerRun, width: usize) -> String {
     let rows: Vec<&PowerRow> = std::iter::once(&run.reference).chain(&run.rows).collect();
-    let width = rows
-        .iter()
-        .map(|r| r.subject.len())
-        .max()
-        .unwrap_or(7)
-        .max(7);
     let budget = run
         .samples_cap
         .map_or("each claim's default budget".to_string(), |n| {
             format!("at most {n} draws per claim")
         });
-    let mut out = format!(
-        "power of the {} conformance claims ({budget}; seeds {}):\n",
-        run.claims.len(),
-        run.reference.seeds
+    let mut out = String::new();
+    push_wrapped(
+        &mut out,
+        &format!(
+            "power of the {} conformance claims ({budget}; seeds {}):",
+            run.claims.len(),
+            run.reference.seeds
+        ),
+        width,
     );
-    out.push_str(&format!(
-        "{:width$}  {:>9}  {:>13}  {:>12}  {:>14}  killed by (seeds)\n",
-        "subject", "detected", "95% lower bnd", "from effect", "default budget"
-    ));
+    let mut t = Table::new([
+        "subject",
+        "detected",
+        "95% lower bnd",
+        "from effect",
+        "default budget",
+        "killed by (seeds)",
+    ])
+    .wrap(5);
     for r in rows {
         let killers: Vec<String> = r
             .killed_by
@@ -42,38 +54,57 @@ pub fn table(run: &PowerRun) -> String {
                 format_power(r.at_default_budget),
             )
         };
-        out.push_str(&format!(
-            "{:width$}  {:>4}/{:<4}  {:>13.3}  {:>12}  {:>14}  {}\n",
-            r.subject,
-            r.detections,
-            r.seeds,
-            r.empirical_lower_95,
+        t.row([
+            r.subject.clone(),
+            format!("{}/{}", r.detections, r.seeds),
+            format!("{:.3}", r.empirical_lower_95),
             effect,
             default,
-            killers.join(", ")
-        ));
+            killers.join(", "),
+        ]);
     }
+    out.push_str(&t.render(width));
     if !run.unusable.is_empty() {
-        out.push_str(&format!(
-            "Left out (the reference fails them at this cap; see `conformance::Options::samples`): {}\n",
-            run.unusable.join(", ")
-        ));
+        push_wrapped(
+            &mut out,
+            &format!(
+                "Left out (the reference fails them at this cap; see `conformance::Options::samples`): {}",
+                run.unusable.join(", ")
+            ),
+            width,
+        );
     }
     let live = run.rows.iter().filter(|r| !r.equivalent).count();
     let weak = run.below(0.999);
-    out.push_str(&format!(
-        "{} of {live} non-equivalent candidates caught with power >= 0.999 at the default budget{}\n",
-        live - weak.len(),
-        if weak.is_empty() {
-            ".".to_string()
-        } else {
-            format!(
-                "; below: {}",
-                weak.iter().map(|r| r.subject.as_str()).collect::<Vec<_>>().join(", ")
-            )
-        }
-    ));
+    push_wrapped(
+        &mut out,
+        &format!(
+            "{} of {live} non-equivalent candidates caught with power >= 0.999 at the default budget{}",
+            live - weak.len(),
+            if weak.is_empty() {
+                ".".to_string()
+            } else {
+                format!(
+                    "; below: {}",
+                    weak.iter()
+                        .map(|r| r.subject.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        ),
+        width,
+    );
     out
+}
+
+/// `text` wrapped to `width` (at least [`crate::table::MIN_WRAP`]), one
+/// line each.
+pub(crate) fn push_wrapped(out: &mut String, text: &str, width: usize) {
+    for line in wrap_text(text, width.max(crate::table::MIN_WRAP)) {
+        out.push_str(&line);
+        out.push('\n');
+    }
 }
 
 fn format_power(p: f64) -> String {
@@ -130,28 +161,18 @@ pub fn detectable_effects(report: &report::Report) -> Vec<DetectableEffect> {
         .collect()
 }
 
-/// The detectable-effect table.
+/// The detectable-effect table, fitted to [`crate::table::output_width`].
 pub fn effects_table(effects: &[DetectableEffect]) -> String {
-    let width = effects
-        .iter()
-        .map(|e| e.claim.len())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let mut out = format!(
-        "{:width$}  {:>9}  {:>4}  {:>10}  {:>9}\n",
-        "claim", "samples", "[k]", "MDE", "MDE/|x|"
-    );
+    let mut t = Table::new(["claim", "samples", "[k]", "MDE", "MDE/|x|"]);
     for e in effects {
-        out.push_str(&format!(
-            "{:width$}  {:>9}  {:>4}  {:>10.3e}  {:>9}\n",
-            e.claim,
-            e.samples,
-            e.component,
-            e.mde,
+        t.row([
+            e.claim.to_string(),
+            e.samples.to_string(),
+            e.component.to_string(),
+            format!("{:.3e}", e.mde),
             e.relative
-                .map_or("-".into(), |r| format!("{:.3}%", 100.0 * r))
-        ));
+                .map_or("-".into(), |r| format!("{:.3}%", 100.0 * r)),
+        ]);
     }
-    out
+    t.render(crate::table::output_width())
 }
