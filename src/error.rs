@@ -93,7 +93,9 @@ impl fmt::Display for Error {
                 write!(f, "{got} samples is too few: at least {needed} are needed")
             }
             Error::Degenerate { what } => write!(f, "undefined for this input: {what}"),
-            Error::Overflow { what } => write!(f, "{what} overflows f64 for this input; rescale it"),
+            Error::Overflow { what } => {
+                write!(f, "{what} overflows f64 for this input; rescale it")
+            }
             Error::UnknownFamily { name, known } => {
                 write!(f, "no family named {name:?}; known families: {known}")
             }
@@ -101,7 +103,10 @@ impl fmt::Display for Error {
                 write!(f, "no claim named {name:?}; known claims: {known}")
             }
             Error::UnknownQuantity { name, known } => {
-                write!(f, "no eval quantity named {name:?}; known quantities: {known}")
+                write!(
+                    f,
+                    "no eval quantity named {name:?}; known quantities: {known}"
+                )
             }
             Error::UnknownFigure { name, known } => {
                 write!(f, "no figure named {name:?}; figures: {known}")

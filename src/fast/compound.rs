@@ -50,11 +50,11 @@
 //! bound on `|u_k|`). A run with a mask below either floor returns `None`.
 
 use super::compact::MaskBits;
+use super::conditioning::{RESOLUTION, ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
 use super::norm::{channel_sums_over_masks, fill_block};
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
-use super::site::{RESOLUTION, ill_conditioned, site_floor};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};

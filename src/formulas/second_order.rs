@@ -102,7 +102,7 @@
 //!   order 2 on the first-order claims' configurations; their note measures
 //!   the residual on the grouped exact oracle over `d = 16…4096` (log-log
 //!   slope −2.005, −2.004, −2.008 for LN, RMSNorm, bypass, against bounds
-//!   ±0.06, ±0.06, ±0.10; see [`crate::claims::norm::gap_curve`]).
+//!   ±0.06, ±0.06, ±0.10; see [`crate::verify::order::GapCurve::fit`]).
 //! * `tests/second_order.rs`: smaller than the first-order residual at every
 //!   `d` tested (by a factor 2–4 at `d = 16`, about 1000 at `d = 4096`), on
 //!   the grouped oracle and on full enumeration (`d ≤ 20`).

@@ -3,6 +3,8 @@
 
 mod chart;
 mod figures;
+mod spec;
 
-pub use chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
+pub use chart::chart;
 pub use figures::{FIGURES, write_all, write_all_with_progress, write_figure};
+pub use spec::{Axis, Dash, Marker, Panel, Series, SeriesStyle};
