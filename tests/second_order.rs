@@ -282,7 +282,7 @@ fn clone_claim(c: &NormClaim) -> NormClaim {
 
 #[test]
 fn the_sample_size_guide_inverts_the_standard_error() {
-    use dropmc::formulas::second_order::masks_to_resolve;
+    use dropmc::stats::masks_to_resolve;
     // n* = ((z_crit + z_power) sd / g)² for the easiest component, here the
     // second (|g|/sd = 0.015 > 0.01), with z_crit + z_power = 6.466951 +
     // 0.841621 = 7.308572 (Python statistics.NormalDist, 7 digits, not

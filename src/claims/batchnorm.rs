@@ -23,7 +23,7 @@
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::fn_claim::half_sq;
+use super::fn_claim::half_squared_difference;
 use super::{Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
@@ -315,9 +315,9 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
                 }
                 draw_clean(rng, &[0.0], &[1.0], &mut v[4]);
                 draw_clean(rng, &[0.0], &[1.0], &mut v[5]);
-                out[0] = half_sq(v[0][0], v[1][0]);
-                out[1] = half_sq(v[4][0], v[5][0]);
-                out[2] = half_sq(v[2][0], v[3][0]);
+                out[0] = half_squared_difference(v[0][0], v[1][0]);
+                out[1] = half_squared_difference(v[4][0], v[5][0]);
+                out[2] = half_squared_difference(v[2][0], v[3][0]);
                 Ok(())
             },
             // Δ = eval variance / train variance; numerator and denominator

@@ -12,7 +12,9 @@
 use super::{Claim, Kind, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
-use crate::exact::{Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline};
+use crate::exact::{
+    Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
+};
 use crate::ops::{LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
 use crate::stats::Estimate;
 use crate::verify::order::{GapCurve, SWEEP_D};
@@ -134,10 +136,9 @@ impl NormClaim {
         let (r0, r1) = (raw.rounding[0] * widen, raw.rounding[1] * widen);
         if self.stat == Stat::VarM {
             let (m1, m2) = (raw.values[0], raw.values[1]);
-            // E[M²] − E[M]²: both roundings, the square's, the subtraction's.
-            let rounding = r1 + (2.0 * m1.abs() + r0) * r0 + 4.0 * f64::EPSILON * m2.abs();
+            let (value, rounding) = variance_from_moments(m1, r0, m2, r1);
             return Ok(Oracle {
-                values: vec![m2 - m1 * m1],
+                values: vec![value],
                 rounding: vec![rounding],
             });
         }

@@ -2,10 +2,9 @@
 
 use super::{EvalOutput, EvalResult, Values, power_of_two_scale};
 use crate::claims::SamplerKind;
-use crate::claims::dropout::sum_oracle;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
-use crate::exact::{MAX_ENUMERATION_D, unit_expectation};
+use crate::exact::{MAX_ENUMERATION_D, sum_oracle, unit_expectation};
 use crate::formulas::dropout as f;
 use crate::ops::Rate;
 use crate::stats::Estimate;
