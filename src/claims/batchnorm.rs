@@ -23,9 +23,9 @@
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::fn_claim::half_squared_difference;
+use super::fn_claim::{DrawFn, half_squared_difference, sample_means};
 use super::{Claim, Shape};
-use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
 use crate::ops::{BatchNorm, Rate, Subject};
@@ -91,8 +91,6 @@ pub fn calibrate(
     Ok(bn)
 }
 
-type DrawFn = fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error>;
-
 /// A claim of this family.
 pub struct BnClaim {
     pub id: &'static str,
@@ -104,23 +102,6 @@ pub struct BnClaim {
     pub post: Option<fn(Vec<Estimate>) -> Vec<Estimate>>,
     /// Raw statistics per draw (before `post`).
     pub raw_dim: usize,
-}
-
-struct BnSampler<'a> {
-    subject: &'a Subject<'a>,
-    draw: DrawFn,
-    dim: usize,
-}
-
-impl Sampler for BnSampler<'_> {
-    type Scratch = ();
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn scratch(&self) {}
-    fn draw(&self, rng: &mut Stream, _: &mut (), out: &mut [f64]) -> Result<(), Error> {
-        (self.draw)(self.subject, rng, out)
-    }
 }
 
 impl Claim for BnClaim {
@@ -143,12 +124,7 @@ impl Claim for BnClaim {
         (self.analytic)()
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        let sampler = BnSampler {
-            subject,
-            draw: self.draw,
-            dim: self.raw_dim,
-        };
-        let raw = estimate(&sampler, budget)?.estimates();
+        let raw = sample_means(subject, budget, self.raw_dim, self.draw)?;
         Ok(match self.post {
             Some(post) => post(raw),
             None => raw,

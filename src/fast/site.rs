@@ -108,7 +108,7 @@ use super::compact::MaskBits;
 use super::conditioning::{ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{channel_sums_over_masks, fill_block};
+use super::norm::{block_sizes, channel_sums_over_masks, fill_block};
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
@@ -387,9 +387,7 @@ impl ChunkKernel for FastSite {
         let (scalars, rest) = sums.split_at_mut(SCALARS);
         let (per_channel, functionals) =
             rest.split_at_mut(if self.per_channel { 3 * d } else { 0 });
-        let mut done = 0;
-        while done < draws {
-            let nb = (draws - done).min(64);
+        for nb in block_sizes(draws) {
             for (bits, w) in self.bits.iter().zip(words.chunks_exact_mut(stride)) {
                 fill_block(bits, &mut lanes, w, &mut scratch, d, nb);
             }
@@ -468,7 +466,6 @@ impl ChunkKernel for FastSite {
                 }
                 scalars[8] += n * n;
             }
-            done += nb;
         }
     }
 }
