@@ -59,6 +59,8 @@ fn convex_gap(g: fn(&[f64]) -> f64) -> Result<Vec<f64>, Error> {
     Ok(vec![gap])
 }
 
+// The claims' `estimate` closures differ only in the function they pass to
+// `gap_draw`: `FnClaim` holds plain `fn` pointers, which cannot capture it.
 static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     vec![
         FnClaim {
