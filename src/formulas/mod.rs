@@ -45,7 +45,7 @@ pub(crate) fn representable(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Er
 }
 
 /// `(mean, population variance)` of `z` by two passes: the same roundings,
-/// in the same order, as the crate's norm ops ([`crate::ops::norm`]), so a
+/// in the same order, as the crate's norm ops ([`crate::ops::LayerNorm`], [`crate::ops::RmsNorm`]), so a
 /// formula's `μ`, `σ²` and uncorrected output are those of the layer.
 pub fn mean_and_variance(z: &[f64]) -> (f64, f64) {
     let n = z.len() as f64;
