@@ -8,13 +8,14 @@
 //! is spent. The Monte Carlo side of these claims runs in
 //! `tests/report_snapshot.rs`.
 
-use dropmc::claims::norm::{GapCurve, NormClaim, SWEEP_D, gap_curve, mean_abs_gap};
+use dropmc::claims::norm::{NormClaim, mean_abs_gap};
 use dropmc::claims::{Kind, Verdict, bypass, check, compound, layernorm, rmsnorm};
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::error::Error;
 use dropmc::exact::Oracle;
 use dropmc::mutants::Patched;
 use dropmc::ops::{DropoutLayer, InvertedDropout, LayerNorm, Rate, RmsNorm, Subject};
+use dropmc::verify::order::{GapCurve, SWEEP_D};
 
 fn leading_claims() -> Vec<&'static NormClaim> {
     [
@@ -117,7 +118,7 @@ fn each_corrected_estimate_beats_the_weaker_ones() {
 }
 
 fn curve(claim: &NormClaim) -> GapCurve {
-    let c = gap_curve(claim, &SWEEP_D).unwrap();
+    let c = claim.gap_curve(&SWEEP_D).unwrap();
     eprintln!(
         "{}: gaps {:?}\n local slopes {:?}\n slope {} tolerance {} A {} B {}",
         claim.id, c.gap, c.local_slopes, c.slope, c.tolerance, c.a, c.b
@@ -260,7 +261,7 @@ fn a_wrong_correction_fails_the_order_test() {
         fc::c1_only(&c.site.clean(), &c.ln, &c.ln2, c.site.terms()[0].1)
     });
     for wrong in [root_q, c1_only] {
-        let c = gap_curve(&wrong, &SWEEP_D).unwrap();
+        let c = wrong.gap_curve(&SWEEP_D).unwrap();
         assert!(
             check_order(&c).is_err(),
             "{} with a wrong correction passed: slope {} ± {}",

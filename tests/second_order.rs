@@ -17,12 +17,13 @@
 //! Exact comparisons only: no sampling, no false-alarm budget. The Monte
 //! Carlo side of the claims runs in `tests/report_snapshot.rs`.
 
-use dropmc::claims::norm::{GapCurve, NormClaim, SWEEP_D, gap_curve, mean_abs_gap};
+use dropmc::claims::norm::{NormClaim, mean_abs_gap};
 use dropmc::claims::{Kind, bypass, layernorm, rmsnorm, second_order};
 use dropmc::engine::stream;
 use dropmc::exact::enumerate_masks;
 use dropmc::formulas::second_order::{NoisyUnits, layer_norm_expectation, rms_norm_expectation};
 use dropmc::ops::Rate;
+use dropmc::verify::order::{GapCurve, SWEEP_D};
 use rand_distr::{Distribution, Normal};
 
 /// Exact `E[(y_k − M)/sqrt(V + ε)]` and `E[y_k / sqrt(A + ε)]` by enumeration,
@@ -134,8 +135,8 @@ fn pairs() -> Vec<(&'static NormClaim, &'static NormClaim)> {
 fn second_order_residual_falls_like_one_over_d_squared() {
     for (second, first) in pairs() {
         assert_eq!(second.kind, Kind::LeadingOrder { order: 2 });
-        let c: GapCurve = gap_curve(second, &SWEEP_D).unwrap();
-        let f = gap_curve(first, &SWEEP_D).unwrap();
+        let c: GapCurve = second.gap_curve(&SWEEP_D).unwrap();
+        let f = first.gap_curve(&SWEEP_D).unwrap();
         assert_eq!(c.order, 2);
         println!(
             "{}: slope {:.4} ± {:.4} (fit d ≥ {}), local slopes {:?}, A = {:.3}, B = {:.3}",
@@ -144,7 +145,7 @@ fn second_order_residual_falls_like_one_over_d_squared() {
         for k in 0..c.d.len() {
             // The oracle's rounding bound is a worst case; at d = 4096 it is
             // a few percent of the second-order residual (~5e-8), and its
-            // share of the slope is inside the tolerance (see gap_curve).
+            // share of the slope is inside the tolerance (see GapCurve::fit).
             // Require it to stay below a tenth, so that the residual measured
             // is the formula's and not the oracle's.
             assert!(
@@ -254,7 +255,7 @@ fn a_second_order_missing_a_term_fails_the_order_test() {
             analytic,
             ..clone_claim(ln)
         };
-        let c = gap_curve(&wrong, &SWEEP_D).unwrap();
+        let c = wrong.gap_curve(&SWEEP_D).unwrap();
         assert!(
             c.check_order().is_err(),
             "{what} passed: slope {} ± {}",
@@ -281,7 +282,7 @@ fn clone_claim(c: &NormClaim) -> NormClaim {
 
 #[test]
 fn the_sample_size_guide_inverts_the_standard_error() {
-    use dropmc::formulas::second_order::masks_to_resolve;
+    use dropmc::stats::masks_to_resolve;
     // n* = ((z_crit + z_power) sd / g)² for the easiest component, here the
     // second (|g|/sd = 0.015 > 0.01), with z_crit + z_power = 6.466951 +
     // 0.841621 = 7.308572 (Python statistics.NormalDist, 7 digits, not

@@ -12,7 +12,9 @@
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
 use super::Shape;
-use super::fn_claim::{FastFn, FastFnClaim, FnClaim, half_sq, indicator, sample_means, with_fast};
+use super::fn_claim::{
+    FastFn, FastFnClaim, FnClaim, half_squared_difference, indicator, sample_means, with_fast,
+};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
@@ -71,17 +73,6 @@ fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
     })
 }
 
-/// Turns raw oracle moments `(E[t], E[t²])` into `Var t` with its rounding.
-fn variance_oracle(raw: Oracle) -> Oracle {
-    let (m1, m2) = (raw.values[0], raw.values[1]);
-    Oracle {
-        values: vec![m2 - m1 * m1],
-        rounding: vec![
-            raw.rounding[1] + 2.0 * m1.abs() * raw.rounding[0] + 4.0 * f64::EPSILON * m2.abs(),
-        ],
-    }
-}
-
 static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     vec![
         FnClaim {
@@ -125,16 +116,17 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             statistic: Statistic::default(),
             analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
             oracle: Some(|| {
-                Ok(variance_oracle(oracle(2, |b, out| {
+                Ok(oracle(2, |b, out| {
                     let r: f64 = b.iter().sum();
                     out[0] = r;
                     out[1] = r * r;
-                })?))
+                })?
+                .variances())
             }),
             estimate: |s, b| {
                 sample_means(s, b, 1, |s, rng, out| {
                     let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
-                    out[0] = half_sq(r1, r2);
+                    out[0] = half_squared_difference(r1, r2);
                     Ok(())
                 })
             },
@@ -190,16 +182,17 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             statistic: Statistic::default(),
             analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
             oracle: Some(|| {
-                Ok(variance_oracle(oracle(2, |b, out| {
+                Ok(oracle(2, |b, out| {
                     let o = f::output_mean(b, &V);
                     out[0] = o;
                     out[1] = o * o;
-                })?))
+                })?
+                .variances())
             }),
             estimate: |s, b| {
                 sample_means(s, b, 1, |s, rng, out| {
                     let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
-                    out[0] = half_sq(o1, o2);
+                    out[0] = half_squared_difference(o1, o2);
                     Ok(())
                 })
             },

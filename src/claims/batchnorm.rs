@@ -24,9 +24,9 @@ use crate::registry::Family;
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::fn_claim::half_sq;
+use super::fn_claim::{DrawFn, half_squared_difference, sample_means};
 use super::{Claim, Shape};
-use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
 use crate::ops::{BatchNorm, Rate, Subject};
@@ -93,8 +93,6 @@ pub fn refresh_buffers(
     Ok(bn)
 }
 
-type DrawFn = fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error>;
-
 /// A claim of this family.
 pub struct BnClaim {
     pub id: &'static str,
@@ -106,23 +104,6 @@ pub struct BnClaim {
     pub post: Option<fn(Vec<Estimate>) -> Vec<Estimate>>,
     /// Raw statistics per draw (before `post`).
     pub raw_dim: usize,
-}
-
-struct BnSampler<'a> {
-    subject: &'a Subject<'a>,
-    draw: DrawFn,
-    dim: usize,
-}
-
-impl Sampler for BnSampler<'_> {
-    type Scratch = ();
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn scratch(&self) {}
-    fn draw(&self, rng: &mut Stream, _: &mut (), out: &mut [f64]) -> Result<(), Error> {
-        (self.draw)(self.subject, rng, out)
-    }
 }
 
 impl Claim for BnClaim {
@@ -145,12 +126,7 @@ impl Claim for BnClaim {
         (self.analytic)()
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        let sampler = BnSampler {
-            subject,
-            draw: self.draw,
-            dim: self.raw_dim,
-        };
-        let raw = estimate(&sampler, budget)?.estimates();
+        let raw = sample_means(subject, budget, self.raw_dim, self.draw)?;
         Ok(match self.post {
             Some(post) => post(raw),
             None => raw,
@@ -317,9 +293,9 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
                 }
                 draw_clean(rng, &[0.0], &[1.0], &mut v[4]);
                 draw_clean(rng, &[0.0], &[1.0], &mut v[5]);
-                out[0] = half_sq(v[0][0], v[1][0]);
-                out[1] = half_sq(v[4][0], v[5][0]);
-                out[2] = half_sq(v[2][0], v[3][0]);
+                out[0] = half_squared_difference(v[0][0], v[1][0]);
+                out[1] = half_squared_difference(v[4][0], v[5][0]);
+                out[2] = half_squared_difference(v[2][0], v[3][0]);
                 Ok(())
             },
             // Δ = eval variance / train variance; numerator and denominator

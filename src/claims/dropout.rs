@@ -9,10 +9,11 @@
 //! every claim uses its bit-mask estimator instead (`FAST` below): one mask
 //! per sample.
 
+use super::fn_claim::half_squared_difference;
 use super::{Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
-use crate::exact::{Oracle, enumerate_masks, unit_expectation};
+use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
 use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{Rate, Subject};
@@ -240,26 +241,6 @@ fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
     }
 }
 
-fn half_squared_difference(a: f64, b: f64) -> f64 {
-    0.5 * (a - b) * (a - b)
-}
-
-/// `E[S]` (or `Var S` when `variance`) by enumerating all masks of `x`.
-pub fn sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
-    let scale = 1.0 / rate.q();
-    let raw = enumerate_masks(x.len(), rate, 2, |mask, out| {
-        let s: f64 = x
-            .iter()
-            .zip(mask)
-            .filter(|(_, m)| **m)
-            .map(|(v, _)| v * scale)
-            .sum();
-        out[0] = s;
-        out[1] = s * s;
-    })?;
-    Ok(moment_or_variance(raw, variance))
-}
-
 /// The worked case by its kept count alone: all units equal `a`, so
 /// `S = K a / q` with `K ~ Binomial(d, q)`, and
 /// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
@@ -283,25 +264,7 @@ fn equal_units_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracl
         values: vec![m1, m2],
         rounding: vec![rounding, rounding],
     };
-    Ok(moment_or_variance(raw, variance))
-}
-
-/// Keeps `E[S]`, or turns `(E[S], E[S²])` into `Var S` with its rounding.
-fn moment_or_variance(raw: Oracle, variance: bool) -> Oracle {
-    if variance {
-        let (m1, m2) = (raw.values[0], raw.values[1]);
-        let rounding =
-            raw.rounding[1] + 2.0 * m1.abs() * raw.rounding[0] + 4.0 * f64::EPSILON * m2.abs();
-        Oracle {
-            values: vec![m2 - m1 * m1],
-            rounding: vec![rounding],
-        }
-    } else {
-        Oracle {
-            values: vec![raw.values[0]],
-            rounding: vec![raw.rounding[0]],
-        }
-    }
+    Ok(raw.mean_or_variance(variance))
 }
 
 fn sum_of(z: &[f64]) -> f64 {

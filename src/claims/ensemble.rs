@@ -13,7 +13,7 @@ use super::Shape;
 use super::fn_claim::{FastFn, FastFnClaim, FnClaim, sample_means, with_fast};
 use crate::engine::Stream;
 use crate::error::Error;
-use crate::exact::Oracle;
+use crate::exact::{Oracle, enumerated_gap};
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject};
@@ -48,7 +48,7 @@ fn relu(z: &[f64]) -> f64 {
 
 /// The Jensen gap of a convex `g`, refusing a negative value.
 fn convex_gap(g: fn(&[f64]) -> f64) -> Result<Vec<f64>, Error> {
-    let (gap, rounding) = f::enumerated_gap(&X, rate()?, g)?;
+    let (gap, rounding) = enumerated_gap(&X, rate()?, g)?;
     if gap < -rounding {
         return Err(Error::Degenerate {
             what: format!(
@@ -60,6 +60,8 @@ fn convex_gap(g: fn(&[f64]) -> f64) -> Result<Vec<f64>, Error> {
     Ok(vec![gap])
 }
 
+// The claims' `estimate` closures differ only in the function they pass to
+// `gap_draw`: `FnClaim` holds plain `fn` pointers, which cannot capture it.
 static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     vec![
         FnClaim {
@@ -71,7 +73,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             statistic: Statistic::default(),
             analytic: || Ok(vec![0.0]),
             oracle: Some(|| {
-                let (gap, rounding) = f::enumerated_gap(&X, rate()?, affine)?;
+                let (gap, rounding) = enumerated_gap(&X, rate()?, affine)?;
                 Ok(Oracle {
                     values: vec![gap],
                     rounding: vec![rounding],

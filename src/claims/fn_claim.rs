@@ -190,7 +190,7 @@ pub fn violation_counts(
 
 /// Half the squared difference of two independent copies: its mean is the
 /// variance of either (see [`crate::engine::Sampler`]).
-pub fn half_sq(a: f64, b: f64) -> f64 {
+pub fn half_squared_difference(a: f64, b: f64) -> f64 {
     0.5 * (a - b) * (a - b)
 }
 

@@ -5,7 +5,9 @@
 //! (one mask per sample, the variances as sample variances).
 
 use super::Shape;
-use super::fn_claim::{FastFn, FastFnClaim, FnClaim, half_sq, indicator, sample_means, with_fast};
+use super::fn_claim::{
+    FastFn, FastFnClaim, FnClaim, half_squared_difference, indicator, sample_means, with_fast,
+};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
@@ -59,7 +61,7 @@ fn variance_draw(
         column_sums(&pass(s, shape, rng)?),
     );
     for k in 0..D {
-        out[k] = half_sq(a[k], b[k]);
+        out[k] = half_squared_difference(a[k], b[k]);
     }
     Ok(())
 }
@@ -95,17 +97,7 @@ fn variance_oracle(shared: bool) -> Result<Oracle, Error> {
             out[D + k] = s[k] * s[k];
         }
     })?;
-    let values = (0..D)
-        .map(|k| raw.values[D + k] - raw.values[k] * raw.values[k])
-        .collect();
-    let rounding = (0..D)
-        .map(|k| {
-            raw.rounding[D + k]
-                + 2.0 * raw.values[k].abs() * raw.rounding[k]
-                + 4.0 * f64::EPSILON * raw.values[D + k].abs()
-        })
-        .collect();
-    Ok(Oracle { values, rounding })
+    Ok(raw.variances())
 }
 
 fn zero_column_oracle(shared: bool) -> Result<Oracle, Error> {

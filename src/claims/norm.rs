@@ -1,7 +1,8 @@
 //! Machinery shared by the normalization families ([`super::layernorm`],
 //! [`super::rmsnorm`], [`super::bypass`], [`super::compound`]): a claim type
 //! over a dropout [`Site`], its sampler, its oracles, and the measurement of
-//! a leading-order claim's gap as `d` grows.
+//! a leading-order claim's gap as `d` grows (the fit of that gap's order is
+//! [`crate::verify::order`]).
 //!
 //! Each draw runs the subject's dropout layer through the site
 //! (`y = h + Σ_j dropout(v_j)`), once, or twice independently when the
@@ -11,9 +12,12 @@
 use super::{Claim, Kind, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
-use crate::exact::{Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline};
+use crate::exact::{
+    Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
+};
 use crate::ops::{LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
 use crate::stats::Estimate;
+use crate::verify::order::{GapCurve, SWEEP_D};
 
 /// A configuration: the site and the norms applied after it.
 #[derive(Debug, Clone)]
@@ -132,10 +136,9 @@ impl NormClaim {
         let (r0, r1) = (raw.rounding[0] * widen, raw.rounding[1] * widen);
         if self.stat == Stat::VarM {
             let (m1, m2) = (raw.values[0], raw.values[1]);
-            // E[M²] − E[M]²: both roundings, the square's, the subtraction's.
-            let rounding = r1 + (2.0 * m1.abs() + r0) * r0 + 4.0 * f64::EPSILON * m2.abs();
+            let (value, rounding) = variance_from_moments(m1, r0, m2, r1);
             return Ok(Oracle {
-                values: vec![m2 - m1 * m1],
+                values: vec![value],
                 rounding: vec![rounding],
             });
         }
@@ -143,6 +146,28 @@ impl NormClaim {
             values: vec![raw.values[0]],
             rounding: vec![r0],
         })
+    }
+
+    /// The gap to the grouped oracle at each width in `ds`, fitted for the
+    /// claim's order (see [`GapCurve::fit`]).
+    pub fn gap_curve(&self, ds: &[usize]) -> Result<GapCurve, Error> {
+        let sweep = self.sweep.ok_or_else(|| Error::Degenerate {
+            what: format!("{} has no sweep configuration", self.id),
+        })?;
+        let order = match self.kind {
+            Kind::LeadingOrder { order } => order,
+            Kind::Exact => 1,
+        };
+        let mut gap = Vec::with_capacity(ds.len());
+        let mut rounding = Vec::with_capacity(ds.len());
+        for &d in ds {
+            let config = sweep(d)?;
+            let oracle = self.grouped(&config)?;
+            let approx = (self.analytic)(&config)?;
+            gap.push(mean_abs_gap(&approx, &oracle.values));
+            rounding.push(oracle.rounding.iter().sum::<f64>() / d as f64);
+        }
+        Ok(GapCurve::fit(ds, gap, rounding, order))
     }
 
     /// The exact value by grouped enumeration of kept counts (per-unit
@@ -225,7 +250,7 @@ fn leading_order_note(claim: &NormClaim) -> Result<String, Error> {
         ));
     }
     if claim.sweep.is_some() {
-        let curve = gap_curve(claim, &SWEEP_D)?;
+        let curve = claim.gap_curve(&SWEEP_D)?;
         text.push_str(&format!(
             "; two-group sweep d = {}…{}: gap {} → {}, slope {:.3} (fit d ≥ {}, bound ±{:.3})",
             curve.d[0],
@@ -247,163 +272,6 @@ fn sci(v: f64) -> String {
 /// `mean_k |a_k − b_k|`, the gap measure of the leading-order claims.
 pub fn mean_abs_gap(a: &[f64], b: &[f64]) -> f64 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
-}
-
-/// The widths of the gap measurement: `16, 32, …, 4096`.
-pub const SWEEP_D: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
-/// Index into [`SWEEP_D`] from which the slope is fitted (`d ≥ 512`).
-pub const FIT_FROM: usize = 5;
-
-/// A leading-order claim's gap to the exact (grouped) oracle as `d` grows.
-#[derive(Debug, Clone)]
-pub struct GapCurve {
-    pub d: Vec<usize>,
-    /// `mean_k |estimate_k − exact_k|` at each `d`.
-    pub gap: Vec<f64>,
-    /// Bound on the oracle's rounding in the same measure.
-    pub rounding: Vec<f64>,
-    /// `log2(gap(2d)/gap(d))`, between consecutive widths.
-    pub local_slopes: Vec<f64>,
-    /// Least-squares slope of `ln gap` on `ln d` over `d[fit_from..]`.
-    pub slope: f64,
-    pub fit_from: usize,
-    /// `A`, `B` of the two-term model `d^n · gap(d) = A + B/d` (`n` the
-    /// claim's order), fitted by least squares over the same widths as the
-    /// slope.
-    pub a: f64,
-    pub b: f64,
-    /// How far the fitted slope may sit from `−n` (see [`gap_curve`]).
-    pub tolerance: f64,
-    /// The claim's order `n`: the gap should fall like `1/d^n`.
-    pub order: u32,
-}
-
-impl GapCurve {
-    /// The order test: `Ok` when the curve falls like `1/d^n` (`n` =
-    /// [`order`](Self::order)), else the first reason it does not.
-    ///
-    /// * The bound must tell `−n` from the neighbouring simple rates
-    ///   (`d^(−n ± 1/2)` are 1/2 away): it must be below half that distance,
-    ///   and the fitted slope must sit within it of `−n`.
-    /// * The two-term model `d^n · gap = A + B/d` must hold on the fitted
-    ///   range: what it leaves (the `O(1/d²)` part of `d^n · gap`) is smaller
-    ///   than its own correction `B/d₀` at the range's start.
-    /// * The local slopes must converge to `−n`: each doubling of `d` brings
-    ///   the local slope strictly closer (an `O(1/d)` deviation halves per
-    ///   doubling).
-    pub fn check_order(&self) -> Result<(), String> {
-        let n = self.order as f64;
-        if self.tolerance >= 0.25 {
-            return Err(format!(
-                "bound {} too wide to tell rates apart",
-                self.tolerance
-            ));
-        }
-        if (self.slope + n).abs() > self.tolerance {
-            return Err(format!(
-                "slope {} outside −{n} ± {}",
-                self.slope, self.tolerance
-            ));
-        }
-        let d0 = self.d[self.fit_from] as f64;
-        for (&d, g) in self.d[self.fit_from..]
-            .iter()
-            .zip(&self.gap[self.fit_from..])
-        {
-            let d = d as f64;
-            let residual = d.powi(self.order as i32) * g - (self.a + self.b / d);
-            if residual.abs() > (self.b / d0).abs() {
-                return Err(format!(
-                    "at d = {d}: residual {residual:e} > B/d0 = {:e}",
-                    self.b / d0
-                ));
-            }
-        }
-        let deviations: Vec<f64> = self.local_slopes.iter().map(|s| (s + n).abs()).collect();
-        if !deviations.windows(2).all(|w| w[1] < w[0]) {
-            return Err(format!(
-                "local slopes {:?} do not converge",
-                self.local_slopes
-            ));
-        }
-        Ok(())
-    }
-}
-
-/// Measures `claim`'s gap at each width in `ds` on the grouped oracle.
-///
-/// # The tolerance on the slope
-///
-/// The oracle is exact (no sampling noise), so the only reasons the
-/// log-log slope differs from −1 are the next terms of the expansion and the
-/// oracle's rounding. With `gap(d) = A/d + B/d² + O(1/d³)`, the local slope
-/// is `−1 − (B/A)/d + O(1/d²)`; over the fitted range `d ≥ d₀` every local
-/// slope is within `|B/A|/d₀` of −1 to first order, so the least-squares
-/// slope is too. The tolerance is twice that (the factor 2 covers the
-/// `O(1/d²)` remainder, which the tests check is small by requiring the
-/// two-term model to fit), plus the rounding's share: a relative error `r`
-/// in each gap moves a slope fitted over a log-range `L` by at most `2r/L`.
-pub fn gap_curve(claim: &NormClaim, ds: &[usize]) -> Result<GapCurve, Error> {
-    let sweep = claim.sweep.ok_or_else(|| Error::Degenerate {
-        what: format!("{} has no sweep configuration", claim.id),
-    })?;
-    let order = match claim.kind {
-        Kind::LeadingOrder { order } => order,
-        Kind::Exact => 1,
-    };
-    let mut gap = Vec::with_capacity(ds.len());
-    let mut rounding = Vec::with_capacity(ds.len());
-    for &d in ds {
-        let config = sweep(d)?;
-        let oracle = claim.grouped(&config)?;
-        let approx = (claim.analytic)(&config)?;
-        gap.push(mean_abs_gap(&approx, &oracle.values));
-        rounding.push(oracle.rounding.iter().sum::<f64>() / d as f64);
-    }
-    let logd: Vec<f64> = ds.iter().map(|&d| (d as f64).ln()).collect();
-    let logg: Vec<f64> = gap.iter().map(|g| g.ln()).collect();
-    let local_slopes = (1..ds.len())
-        .map(|i| (logg[i] - logg[i - 1]) / (logd[i] - logd[i - 1]))
-        .collect();
-    let fit_from = FIT_FROM.min(ds.len().saturating_sub(2));
-    let slope = least_squares(&logd[fit_from..], &logg[fit_from..]).1;
-    let inv: Vec<f64> = ds.iter().map(|&d| 1.0 / d as f64).collect();
-    let scaled: Vec<f64> = ds
-        .iter()
-        .zip(&gap)
-        .map(|(&d, g)| (d as f64).powi(order as i32) * g)
-        .collect();
-    let (a, b) = least_squares(&inv[fit_from..], &scaled[fit_from..]);
-    let span = logd[logd.len() - 1] - logd[fit_from];
-    let worst_rel_rounding = rounding
-        .iter()
-        .zip(&gap)
-        .map(|(r, g)| r / g)
-        .fold(0.0, f64::max);
-    let tolerance = 2.0 * (b / a).abs() / ds[fit_from] as f64 + 2.0 * worst_rel_rounding / span;
-    Ok(GapCurve {
-        d: ds.to_vec(),
-        gap,
-        rounding,
-        local_slopes,
-        slope,
-        fit_from,
-        a,
-        b,
-        tolerance,
-        order,
-    })
-}
-
-/// `(intercept, slope)` of the least-squares line through `(x, y)`.
-fn least_squares(x: &[f64], y: &[f64]) -> (f64, f64) {
-    let n = x.len() as f64;
-    let mx = x.iter().sum::<f64>() / n;
-    let my = y.iter().sum::<f64>() / n;
-    let sxy: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let sxx: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
-    let slope = sxy / sxx;
-    (my - slope * mx, slope)
 }
 
 /// Draws the site through the subject's dropout and applies the statistic.

@@ -4,10 +4,9 @@ use clap::Args;
 
 use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
-use crate::claims::dropout::sum_oracle;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
-use crate::exact::{MAX_ENUMERATION_D, unit_expectation};
+use crate::exact::{MAX_ENUMERATION_D, sum_oracle, unit_expectation};
 use crate::formulas::dropout as f;
 use crate::input::{read_list, read_number};
 use crate::ops::Rate;

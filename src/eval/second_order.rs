@@ -40,10 +40,10 @@
 use super::{EvalOutput, FormulaKind, Values};
 use crate::error::Error;
 use crate::formulas::second_order::{
-    NoisyUnits, layer_norm_draw_sd, layer_norm_expectation, masks_to_resolve, rms_norm_draw_sd,
-    rms_norm_expectation,
+    NoisyUnits, layer_norm_draw_sd, layer_norm_expectation, rms_norm_draw_sd, rms_norm_expectation,
 };
 use crate::ops::{LayerNorm, RmsNorm};
+use crate::stats::masks_to_resolve;
 
 /// Which normalization the result is of.
 pub enum Norm<'a> {

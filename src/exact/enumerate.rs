@@ -58,6 +58,65 @@ impl Oracle {
     }
 }
 
+/// `Var t = E[t²] − E[t]²` from raw moments `m1 = E[t]`, `m2 = E[t²]` with
+/// rounding bounds `r1`, `r2`, and the bound on the result.
+///
+/// # Derivation of the bound
+///
+/// A computed `m̂1 = m1 + δ`, `|δ| ≤ r1`, gives `|m̂1² − m1²| ≤ (2|m1| + r1) r1`;
+/// the square and the subtraction round once each, on values at most `|m2|`
+/// (`m1² ≤ m2`), charged as `4 ε |m2|`; `m2`'s own bound adds `r2`.
+pub fn variance_from_moments(m1: f64, r1: f64, m2: f64, r2: f64) -> (f64, f64) {
+    let rounding = r2 + (2.0 * m1.abs() + r1) * r1 + 4.0 * f64::EPSILON * m2.abs();
+    (m2 - m1 * m1, rounding)
+}
+
+impl Oracle {
+    /// The variances of `n` statistics from an oracle of their raw moments
+    /// laid out `E[t_0], …, E[t_{n−1}], E[t_0²], …, E[t_{n−1}²]` (see
+    /// [`variance_from_moments`]).
+    pub fn variances(&self) -> Oracle {
+        let n = self.values.len() / 2;
+        let (values, rounding) = (0..n)
+            .map(|k| {
+                let (m1, r1) = (self.values[k], self.rounding[k]);
+                variance_from_moments(m1, r1, self.values[n + k], self.rounding[n + k])
+            })
+            .unzip();
+        Oracle { values, rounding }
+    }
+
+    /// Keeps `E[t]` of an oracle of `(E[t], E[t²])`, or turns it into
+    /// `Var t` when `variance`.
+    pub fn mean_or_variance(self, variance: bool) -> Oracle {
+        if variance {
+            self.variances()
+        } else {
+            Oracle {
+                values: vec![self.values[0]],
+                rounding: vec![self.rounding[0]],
+            }
+        }
+    }
+}
+
+/// `E[S]` of the sum `S = Σ_k z_k` of dropped-out `x` (or `Var S` when
+/// `variance`) by enumerating all masks of `x`.
+pub fn sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
+    let scale = 1.0 / rate.q();
+    let raw = enumerate_masks(x.len(), rate, 2, |mask, out| {
+        let s: f64 = x
+            .iter()
+            .zip(mask)
+            .filter(|(_, m)| **m)
+            .map(|(v, _)| v * scale)
+            .sum();
+        out[0] = s;
+        out[1] = s * s;
+    })?;
+    Ok(raw.mean_or_variance(variance))
+}
+
 /// `E[f(m)]` over all `2^d` masks, `f` writing `dim` values per mask.
 pub fn enumerate_masks<F>(d: usize, rate: Rate, dim: usize, mut f: F) -> Result<Oracle, Error>
 where
@@ -102,4 +161,24 @@ where
 /// `q f(a/q) + p f(0)`.
 pub fn unit_expectation(a: f64, rate: Rate, f: impl Fn(f64) -> f64) -> f64 {
     rate.q() * f(a / rate.q()) + rate.p() * f(0.0)
+}
+
+/// The ensemble gap `E_m[g(z)] − g(x)` (see [`crate::formulas::ensemble`])
+/// by enumerating every mask of `x`, with its rounding bound. A negative
+/// gap beyond rounding would contradict Jensen for a convex `g`; the
+/// caller decides whether that is an error.
+pub fn enumerated_gap(
+    x: &[f64],
+    rate: Rate,
+    g: impl Fn(&[f64]) -> f64,
+) -> Result<(f64, f64), Error> {
+    let gx = g(x);
+    let mut z = vec![0.0; x.len()];
+    let o = enumerate_masks(x.len(), rate, 1, |mask, out| {
+        for ((zk, &m), &a) in z.iter_mut().zip(mask).zip(x) {
+            *zk = if m { a / rate.q() } else { 0.0 };
+        }
+        out[0] = g(&z) - gx;
+    })?;
+    Ok((o.values[0], o.rounding[0]))
 }

@@ -5,7 +5,8 @@ mod grouped;
 mod norm;
 
 pub use enumerate::{
-    CLOSED_FORM_ROUNDINGS, MAX_ENUMERATION_D, Oracle, enumerate_masks, unit_expectation,
+    CLOSED_FORM_ROUNDINGS, MAX_ENUMERATION_D, Oracle, enumerate_masks, enumerated_gap, sum_oracle,
+    unit_expectation, variance_from_moments,
 };
 pub use grouped::{MAX_GROUPED_TERMS, NEGLIGIBLE_WEIGHT, binomial_weights, enumerate_counts};
 pub use norm::{Pipeline, grouped_pipeline, site_expectation, site_pipeline};

@@ -50,11 +50,11 @@
 //! bound on `|u_k|`). A run with a mask below either floor returns `None`.
 
 use super::compact::MaskBits;
+use super::conditioning::{RESOLUTION, ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{channel_sums_over_masks, fill_block};
+use super::norm::{block_sizes, channel_sums_over_masks, fill_block};
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
-use super::site::{RESOLUTION, ill_conditioned, site_floor};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
@@ -281,9 +281,7 @@ impl ChunkKernel for FastCompound {
         let mut mask_tables = SubsetTables::new([&weight[..]]);
         let mut kept = vec![0.0f64; d];
         let (scalars, channels) = sums.split_at_mut(SCALARS);
-        let mut done = 0;
-        while done < draws {
-            let nb = (draws - done).min(64);
+        for nb in block_sizes(draws) {
             fill_block(&self.bits, &mut lanes, &mut words, &mut scratch, d, nb);
             self.tables.block_sums(isa, &words, &mut per_mask);
             for b in 0..nb {
@@ -318,7 +316,6 @@ impl ChunkKernel for FastCompound {
             scalars[3] += factor * factor;
             scalars[4] += n * factor;
             scalars[5] += n * n;
-            done += nb;
         }
     }
 }

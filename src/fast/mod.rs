@@ -42,6 +42,7 @@ pub mod bench;
 pub mod bits;
 pub mod compact;
 pub mod compound;
+mod conditioning;
 pub mod constant;
 pub mod dropout;
 pub mod ensemble;

@@ -175,9 +175,7 @@ impl ChunkKernel for FastNorm {
         let mut mask_tables = SubsetTables::new([&per[..]]);
         let mut kept = vec![0.0f64; if self.ln { d } else { 0 }];
         let (scalars, channels) = sums.split_at_mut(SCALARS);
-        let mut done = 0;
-        while done < draws {
-            let nb = (draws - done).min(64);
+        for nb in block_sizes(draws) {
             fill_block(&self.bits, &mut lanes, &mut words, &mut scratch, d, nb);
             self.tables.block_sums(isa, &words, &mut per_mask);
             for b in 0..nb {
@@ -220,9 +218,16 @@ impl ChunkKernel for FastNorm {
                 }
                 scalars[6] += n * n;
             }
-            done += nb;
         }
     }
+}
+
+/// The sizes of the blocks of (at most) 64 masks that `draws` draws make,
+/// in order: every block full but the last.
+pub(crate) fn block_sizes(draws: usize) -> impl Iterator<Item = usize> {
+    (0..draws)
+        .step_by(64)
+        .map(move |done| (draws - done).min(64))
 }
 
 /// Draws a block of 64 masks of `units` units into `words` (`64 ⌈units/64⌉`

@@ -105,9 +105,10 @@
 //! masks, with a per-pair standard error.
 
 use super::compact::MaskBits;
+use super::conditioning::{ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{channel_sums_over_masks, fill_block};
+use super::norm::{block_sizes, channel_sums_over_masks, fill_block};
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
@@ -126,8 +127,6 @@ pub enum SiteNorm<'a> {
 /// Σ n_b² over blocks; the count of ill-conditioned masks.
 const SCALARS: usize = 10;
 const ILL: usize = 9;
-/// Relative rounding allowed in `V + ε` and in a channel's term: `2^-26`.
-pub(crate) const RESOLUTION: f64 = 1.0 / (1u64 << 26) as f64;
 
 /// Estimates of a site's normalization statistics.
 #[derive(Debug, Clone, PartialEq)]
@@ -359,50 +358,6 @@ impl FastSite {
     }
 }
 
-/// The floor on `V + ε` below which a mask of the site `h + Σ_j m_j ⊙ w_j`
-/// (`w_j = v_j/q_j`), shifted by `c`, is ill-conditioned, and `κ`, the bound
-/// on the rounding of its `V` (see the module docs); an infinite floor when
-/// the sums would overflow.
-pub(crate) fn site_floor(h: &[f64], scaled: &[&[f64]], c: f64) -> (f64, f64) {
-    let d = h.len();
-    let centred: Vec<f64> = h.iter().map(|h| h - c).collect();
-    let mut a1: Vec<f64> = centred.iter().map(|h| h.abs()).collect();
-    let mut a2: Vec<f64> = centred.iter().map(|h| h * h).collect();
-    for w in scaled {
-        for k in 0..d {
-            a1[k] += w[k].abs();
-            a2[k] += (2.0 * centred[k] * w[k]).abs() + w[k] * w[k];
-        }
-    }
-    for (i, wi) in scaled.iter().enumerate() {
-        for wj in &scaled[i + 1..] {
-            for k in 0..d {
-                a2[k] += (2.0 * wi[k] * wj[k]).abs();
-            }
-        }
-    }
-    let (df, j) = (d as f64, scaled.len() as f64);
-    let u = f64::EPSILON / 2.0;
-    let n_terms = df * (1.0 + j + j * (j - 1.0) / 2.0);
-    let (sum_a1, sum_a2): (f64, f64) = (a1.iter().sum(), a2.iter().sum());
-    let kappa = (n_terms + 8.0) * u * (sum_a2 + 2.0 * sum_a1 * sum_a1 / df) / df;
-    let b = a1.iter().fold(0.0f64, |m, &a| m.max(a)) + sum_a1 / df;
-    let channel = 80.0 * u * b / RESOLUTION;
-    let floor = (kappa / RESOLUTION).max(channel * channel);
-    if sum_a2 <= 1e300 && floor.is_finite() {
-        (floor, kappa)
-    } else {
-        (f64::INFINITY, kappa)
-    }
-}
-
-/// Whether a mask's `V + ε` (or `R² + ε`, `V2 + ε2`) is below its floor, or
-/// not a number.
-#[inline(always)]
-pub(crate) fn ill_conditioned(value: f64, floor: f64) -> bool {
-    value.is_nan() || value < floor
-}
-
 impl ChunkKernel for FastSite {
     fn width(&self) -> usize {
         SCALARS + 3 * if self.per_channel { self.d } else { 0 } + 3 * self.functionals.len()
@@ -432,9 +387,7 @@ impl ChunkKernel for FastSite {
         let (scalars, rest) = sums.split_at_mut(SCALARS);
         let (per_channel, functionals) =
             rest.split_at_mut(if self.per_channel { 3 * d } else { 0 });
-        let mut done = 0;
-        while done < draws {
-            let nb = (draws - done).min(64);
+        for nb in block_sizes(draws) {
             for (bits, w) in self.bits.iter().zip(words.chunks_exact_mut(stride)) {
                 fill_block(bits, &mut lanes, w, &mut scratch, d, nb);
             }
@@ -513,7 +466,6 @@ impl ChunkKernel for FastSite {
                 }
                 scalars[8] += n * n;
             }
-            done += nb;
         }
     }
 }

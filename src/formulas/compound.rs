@@ -51,8 +51,9 @@
 //! oracles.
 
 use super::layernorm::{input_moments, shrink_eps, shrink_towards_beta};
+use super::mean_and_variance;
 use crate::error::Error;
-use crate::ops::{LayerNorm, Rate, mean_and_variance};
+use crate::ops::{LayerNorm, Rate};
 
 /// The pieces of the compound estimate.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,16 +14,12 @@
 //! `relu(w·z + c)` is convex in `z` (a convex function of an affine map), and
 //! so is `log Σ_k exp(z_k)` (log-sum-exp). The gap is strictly positive when
 //! the masks move `z` across a kink or a curved region; for the
-//! configurations of [`crate::claims::ensemble`] its value is the finite sum
-//! over all `2^d` masks, which this module computes.
+//! configurations of the ensemble claims its value is the finite sum over
+//! all `2^d` masks, which the exact oracles compute (`exact::enumerated_gap`).
 //!
 //! # Assumptions
 //!
 //! Independent masks, `0 ≤ p < 1`; `d ≤ 22` for the enumeration.
-
-use crate::error::Error;
-use crate::exact::enumerate_masks;
-use crate::ops::Rate;
 
 /// `w·z + c`.
 pub fn affine(w: &[f64], c: f64, z: &[f64]) -> f64 {
@@ -39,23 +35,4 @@ pub fn relu_affine(w: &[f64], c: f64, z: &[f64]) -> f64 {
 pub fn log_sum_exp(z: &[f64]) -> f64 {
     let top = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     top + z.iter().map(|v| (v - top).exp()).sum::<f64>().ln()
-}
-
-/// The gap `E_m[g(z)] − g(x)` by enumerating every mask of `x`, with its
-/// rounding bound. A negative gap beyond rounding would contradict Jensen
-/// for a convex `g` and is an error.
-pub fn enumerated_gap(
-    x: &[f64],
-    rate: Rate,
-    g: impl Fn(&[f64]) -> f64,
-) -> Result<(f64, f64), Error> {
-    let gx = g(x);
-    let mut z = vec![0.0; x.len()];
-    let o = enumerate_masks(x.len(), rate, 1, |mask, out| {
-        for ((zk, &m), &a) in z.iter_mut().zip(mask).zip(x) {
-            *zk = if m { a / rate.q() } else { 0.0 };
-        }
-        out[0] = g(&z) - gx;
-    })?;
-    Ok((o.values[0], o.rounding[0]))
 }

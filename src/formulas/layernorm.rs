@@ -59,7 +59,7 @@
 //! returns `β` there (the `ε → 0⁺` limit), a contribution of `p^d β_k`,
 //! exponentially small.
 
-use crate::error::{Error, check_finite_vec};
+use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
 use crate::ops::{LayerNorm, Rate};
 
 /// `μ` and `σ²` (population) of `x`, rejecting inputs the family's formulas
@@ -71,7 +71,7 @@ pub fn input_moments(x: &[f64]) -> Result<(f64, f64), Error> {
             what: "d = 1: LayerNorm of one unit is constant, so σ = 0 and c is undefined".into(),
         });
     }
-    let (mu, sigma2) = crate::ops::mean_and_variance(x);
+    let (mu, sigma2) = super::mean_and_variance(x);
     if !(mu.is_finite() && sigma2.is_finite()) {
         return Err(Error::Degenerate {
             what: "the moments of x overflow f64 (rescale x)".into(),
@@ -132,11 +132,25 @@ pub fn shrink_eps(mu: f64, sigma2: f64, eps: f64, rate: Rate) -> f64 {
     ((sigma2 + eps) / (mean_of_v_leading(mu, sigma2, rate) + eps)).sqrt()
 }
 
-/// `LN(x)`, the uncorrected (evaluation-mode) output.
+/// `LN(x)_k = γ_k (x_k − μ)/sqrt(σ² + ε) + β_k`, the uncorrected
+/// (evaluation-mode) output, from the definition rather than by running a
+/// layer; a constant `x` gives `β`, the `ε → 0⁺` limit the crate takes
+/// ([`LayerNorm`]). The roundings are the crate LayerNorm's, in order.
 pub fn uncorrected(x: &[f64], ln: &LayerNorm) -> Result<Vec<f64>, Error> {
-    let mut out = vec![0.0; x.len()];
-    ln.forward(x, &mut out)?;
-    Ok(out)
+    check_len("LayerNorm input", x, ln.gamma().len())?;
+    check_all_finite("LayerNorm input", x)?;
+    let (mu, s2) = super::mean_and_variance(x);
+    let inv = if x.iter().all(|&a| a == x[0]) {
+        0.0
+    } else {
+        1.0 / (s2 + ln.eps()).sqrt()
+    };
+    let gains = ln.gamma().iter().zip(ln.beta());
+    let out = x
+        .iter()
+        .zip(gains)
+        .map(|(a, (g, b))| g * (a - mu) * inv + b);
+    super::finite_norm_output("LayerNorm", out.collect())
 }
 
 /// `β + c_ε (LN(x) − β)`, the leading-order estimate of `E[LN(z)]`.

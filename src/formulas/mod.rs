@@ -43,3 +43,24 @@ pub(crate) fn representable(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Er
         })
     }
 }
+
+/// `(mean, population variance)` of `z` by two passes: the same roundings,
+/// in the same order, as the crate's norm ops ([`crate::ops::LayerNorm`], [`crate::ops::RmsNorm`]), so a
+/// formula's `μ`, `σ²` and uncorrected output are those of the layer.
+pub fn mean_and_variance(z: &[f64]) -> (f64, f64) {
+    let n = z.len() as f64;
+    let m = z.iter().sum::<f64>() / n;
+    (m, z.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / n)
+}
+
+/// Passes a norm's output through when every entry is finite; a finite
+/// input whose moments overflow is the error the crate's norm ops give.
+fn finite_norm_output(norm: &str, out: Vec<f64>) -> Result<Vec<f64>, Error> {
+    if out.iter().all(|v| v.is_finite()) {
+        Ok(out)
+    } else {
+        Err(Error::Degenerate {
+            what: format!("{norm} of this input overflows f64 (rescale the input)"),
+        })
+    }
+}

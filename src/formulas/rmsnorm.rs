@@ -36,7 +36,7 @@
 //! covariance of `z_k` with `R²`. The zero vector (all dropped, probability
 //! `p^d`) gives output 0 under the crate's `ε → 0⁺` convention.
 
-use crate::error::{Error, check_finite_vec};
+use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
 use crate::ops::{Rate, RmsNorm};
 
 /// `r² = mean_k x_k²`, rejecting `d = 1` and the zero vector.
@@ -80,11 +80,21 @@ pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
     (rate.q() * (a + b) / (a + rate.q() * b)).sqrt()
 }
 
-/// `RMS(x)`, the uncorrected output.
+/// `RMS(x)_k = γ_k x_k / sqrt(r² + ε)`, the uncorrected output, from the
+/// definition rather than by running a layer; the zero vector gives zero,
+/// the `ε → 0⁺` limit the crate takes ([`RmsNorm`]). The roundings
+/// are the crate RMSNorm's, in order.
 pub fn uncorrected(x: &[f64], rms: &RmsNorm) -> Result<Vec<f64>, Error> {
-    let mut out = vec![0.0; x.len()];
-    rms.forward(x, &mut out)?;
-    Ok(out)
+    check_len("RMSNorm input", x, rms.gamma().len())?;
+    check_all_finite("RMSNorm input", x)?;
+    let r2 = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+    let inv = if r2 + rms.eps() > 0.0 {
+        1.0 / (r2 + rms.eps()).sqrt()
+    } else {
+        0.0
+    };
+    let out = x.iter().zip(rms.gamma()).map(|(a, g)| g * a * inv);
+    super::finite_norm_output("RMSNorm", out.collect())
 }
 
 /// `c_rms · RMS(x)`, the leading-order estimate of `E[RMS(z)]`.

@@ -102,12 +102,12 @@
 //!   order 2 on the first-order claims' configurations; their note measures
 //!   the residual on the grouped exact oracle over `d = 16…4096` (log-log
 //!   slope −2.005, −2.004, −2.008 for LN, RMSNorm, bypass, against bounds
-//!   ±0.06, ±0.06, ±0.10; see [`crate::claims::norm::gap_curve`]).
+//!   ±0.06, ±0.06, ±0.10; see [`crate::verify::order::GapCurve::fit`]).
 //! * `tests/second_order.rs`: smaller than the first-order residual at every
 //!   `d` tested (by a factor 2–4 at `d = 16`, about 1000 at `d = 4096`), on
 //!   the grouped oracle and on full enumeration (`d ≤ 20`).
 //! * [`crate::eval::second_order`]: the `second_order` field of `dropmc eval`
-//!   and the sample-size guide [`masks_to_resolve`], which uses the per-draw
+//!   and the sample-size guide [`crate::stats::masks_to_resolve`], which uses the per-draw
 //!   spreads [`layer_norm_draw_sd`] and [`rms_norm_draw_sd`].
 
 use super::representable;
@@ -332,29 +332,4 @@ pub fn rms_norm_draw_sd(units: &NoisyUnits, gamma: &[f64], eps: f64) -> Result<V
             .map(|k| gamma[k].abs() * (units.s2[k] / d_mean).sqrt())
             .collect(),
     )
-}
-
-/// The sample-size guide: how many masks a Monte Carlo run needs before it
-/// can tell a formula from the truth.
-///
-/// A z-test at the suite's level detects a true gap `g` with probability
-/// [`POWER`](crate::stats::POWER) once its standard error `sd/√n` falls to
-/// `g / (z_crit + z_power)`, i.e. at
-///
-/// ```text
-/// n* = ((z_crit + z_power) · sd / g)²
-/// ```
-///
-/// Over a vector the easiest component (largest `|g_k| / sd_k`) decides.
-/// `None` when every gap is zero (no sample size resolves it). Below `n*`
-/// the formula is, for Monte Carlo purposes, as good as exact.
-pub fn masks_to_resolve(gap: &[f64], draw_sd: &[f64]) -> Option<f64> {
-    let factor = crate::stats::critical_z() + crate::stats::power_z();
-    let best = gap
-        .iter()
-        .zip(draw_sd)
-        .filter(|(g, s)| **s > 0.0 && g.abs() > 0.0)
-        .map(|(g, s)| g.abs() / s)
-        .fold(0.0, f64::max);
-    (best > 0.0).then(|| (factor / best) * (factor / best))
 }

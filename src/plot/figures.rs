@@ -3,13 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use super::chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
-use crate::claims::norm::{GapCurve, NormClaim, SWEEP_D, gap_curve};
+use super::chart::chart;
+use super::spec::{Axis, Dash, Marker, Panel, Series, SeriesStyle};
+use crate::claims::norm::NormClaim;
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::formulas::layernorm::shrink;
 use crate::ops::{Rate, Subject};
 use crate::registry::{Figure, Registry};
+use crate::verify::order::{GapCurve, SWEEP_D};
 
 /// The gap of each leading-order formula to its exact oracle against `d`.
 pub const LEADING_ORDER_GAP: Figure = Figure {
@@ -90,7 +92,7 @@ fn swept_claims() -> Vec<&'static NormClaim> {
 fn leading_order_gap(path: &Path) -> Result<(), Error> {
     let mut series = Vec::new();
     for (i, claim) in swept_claims().into_iter().enumerate() {
-        let curve: GapCurve = gap_curve(claim, &SWEEP_D)?;
+        let curve: GapCurve = claim.gap_curve(&SWEEP_D)?;
         let measured: Vec<(f64, f64)> = curve
             .d
             .iter()

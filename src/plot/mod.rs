@@ -3,9 +3,11 @@
 
 mod chart;
 mod figures;
+mod spec;
 
-pub use chart::{Axis, Dash, Marker, Panel, Series, SeriesStyle, chart};
+pub use chart::chart;
 pub use figures::{
     ATTENTION_ROW_SUM, DEEP_STACK, LAYERNORM_C, LEADING_ORDER_GAP, write_all_with_progress,
     write_figure,
 };
+pub use spec::{Axis, Dash, Marker, Panel, Series, SeriesStyle};

@@ -90,11 +90,7 @@ impl MeanAccumulator {
     /// Folds another accumulator of the same dimension into this one.
     pub fn merge(&mut self, other: &MeanAccumulator) {
         debug_assert_eq!(other.dim(), self.dim());
-        if other.n == 0 {
-            return;
-        }
-        if self.n == 0 {
-            *self = other.clone();
+        if merged_without_arithmetic(self.n, other.n, self, other) {
             return;
         }
         let (na, nb) = (self.n as f64, other.n as f64);
@@ -188,11 +184,7 @@ impl CovarianceAccumulator {
     /// Folds another accumulator of the same dimension into this one.
     pub fn merge(&mut self, other: &CovarianceAccumulator) {
         debug_assert_eq!(other.dim(), self.dim());
-        if other.n == 0 {
-            return;
-        }
-        if self.n == 0 {
-            *self = other.clone();
+        if merged_without_arithmetic(self.n, other.n, self, other) {
             return;
         }
         let d = self.dim();
@@ -246,6 +238,19 @@ impl CovarianceAccumulator {
             dof: per_draw_dof(self.n),
         }
     }
+}
+
+/// The merges that need no arithmetic: `other` empty (nothing to add) or
+/// `this` empty (it becomes `other`). True when the merge is done.
+fn merged_without_arithmetic<A: Clone>(this_n: u64, other_n: u64, this: &mut A, other: &A) -> bool {
+    if other_n == 0 {
+        return true;
+    }
+    if this_n == 0 {
+        *this = other.clone();
+        return true;
+    }
+    false
 }
 
 #[cfg(test)]

@@ -41,3 +41,29 @@ pub fn critical_z() -> f64 {
 pub fn power_z() -> f64 {
     standard_normal().inverse_cdf(POWER)
 }
+
+/// The sample-size guide: how many masks a Monte Carlo run needs before it
+/// can tell a formula from the truth (for the second-order forms of
+/// [`crate::formulas::second_order`], whose per-draw spreads give `sd`).
+///
+/// A z-test at the suite's level detects a true gap `g` with probability
+/// [`POWER`] once its standard error `sd/√n` falls to
+/// `g / (z_crit + z_power)`, i.e. at
+///
+/// ```text
+/// n* = ((z_crit + z_power) · sd / g)²
+/// ```
+///
+/// Over a vector the easiest component (largest `|g_k| / sd_k`) decides.
+/// `None` when every gap is zero (no sample size resolves it). Below `n*`
+/// the formula is, for Monte Carlo purposes, as good as exact.
+pub fn masks_to_resolve(gap: &[f64], draw_sd: &[f64]) -> Option<f64> {
+    let factor = critical_z() + power_z();
+    let best = gap
+        .iter()
+        .zip(draw_sd)
+        .filter(|(g, s)| **s > 0.0 && g.abs() > 0.0)
+        .map(|(g, s)| g.abs() / s)
+        .fold(0.0, f64::max);
+    (best > 0.0).then(|| (factor / best) * (factor / best))
+}

@@ -11,7 +11,8 @@ mod ztest;
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
 pub use binomial::{BinomialTest, binomial_test, proportion_test};
 pub use family::{
-    FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, power_z,
+    FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, masks_to_resolve,
+    power_z,
 };
 pub use ks::{KsTest, ks_uniform, min_sample_for, smallest_p_value};
 pub use statistic::{

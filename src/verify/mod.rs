@@ -3,6 +3,7 @@
 
 pub mod calibrate;
 pub mod journal;
+pub mod order;
 pub mod perturb;
 pub mod power;
 pub mod size;
