@@ -113,8 +113,8 @@ impl DropoutLayer for PyDropout<'_> {
         mask: &mut [bool],
     ) -> Result<(), Error> {
         self.at_own_rate(p)?;
-        let row = self.forward.train_row(x)?;
-        out.copy_from_slice(&row.out);
+        self.forward
+            .train_row(x, |row| out.copy_from_slice(row.out))?;
         for (m, z) in mask.iter_mut().zip(out.iter()) {
             *m = *z != 0.0;
         }
@@ -129,7 +129,8 @@ impl DropoutLayer for PyDropout<'_> {
         out: &mut [f64],
     ) -> Result<(), Error> {
         self.at_own_rate(p)?;
-        out.copy_from_slice(&self.forward.eval_row(x)?.out);
+        self.forward
+            .eval_row(x, |row| out.copy_from_slice(row.out))?;
         Ok(())
     }
 
@@ -428,6 +429,14 @@ fn same_bits(a: f64, b: f64) -> bool {
     a.to_bits() == b.to_bits()
 }
 
+/// The components of `a` and `b` whose bits differ.
+fn differing_bits(a: &[f64], b: &[f64]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(u, v)| !same_bits(**u, **v))
+        .count()
+}
+
 /// The semantics rules: eval identity, eval draws nothing, survivors,
 /// backward mask, `p = 0` identity (each where the subject can express it;
 /// the rest go to [`skipped`]).
@@ -445,12 +454,7 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
         None,
         move |budget| {
             count_rows(budget, || {
-                let row = forward.eval_row(&xe)?;
-                Ok(xe
-                    .iter()
-                    .zip(&row.out)
-                    .filter(|(a, b)| !same_bits(**a, **b))
-                    .count())
+                forward.eval_row(&xe, |row| differing_bits(&xe, row.out))
             })
         },
     ));
@@ -462,8 +466,7 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
             None,
             move |budget| {
                 count_rows(budget, || {
-                    let row = forward.eval_row(&xd)?;
-                    Ok(usize::from(row.drew == Some(true)))
+                    forward.eval_row(&xd, |row| usize::from(row.drew == Some(true)))
                 })
             },
         ));
@@ -484,13 +487,13 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
             let accepted: Vec<[f64; 3]> =
                 xs.iter().map(|&a| accepted_survivors(a, rate, dtype)).collect();
             count_rows(budget, || {
-                let row = forward.train_row(&xs)?;
-                Ok(row
-                    .out
-                    .iter()
-                    .zip(&accepted)
-                    .filter(|(z, ok)| **z != 0.0 && !ok.iter().any(|a| same_bits(*a, **z)))
-                    .count())
+                forward.train_row(&xs, |row| {
+                    row.out
+                        .iter()
+                        .zip(&accepted)
+                        .filter(|(z, ok)| **z != 0.0 && !ok.iter().any(|a| same_bits(*a, **z)))
+                        .count()
+                })
             })
         },
     ));
@@ -510,7 +513,12 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
              the most recent forward call) to check that it uses the forward's mask"
                 .to_string(),
         ));
-    } else if rate.p() > 0.0 && !xb.is_empty() {
+    } else if rate.p() == 0.0 {
+        skipped.push((
+            "semantics.backward_mask",
+            "p = 0: semantics.p_zero_identity checks backward = g bit for bit".to_string(),
+        ));
+    } else if !xb.is_empty() {
         let eps = epsilon(dtype);
         claims.push(rule_claim(
             "semantics.backward_mask",
@@ -518,17 +526,18 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
             None,
             move |budget| {
                 count_rows(budget, || {
-                    let row = forward.backward_row(&xb)?;
-                    Ok((0..xb.len())
-                        .filter(|&k| {
-                            let (g, kept) = (row.grad_out[k], row.out[k] != 0.0);
-                            let want = if kept { g / rate.q() } else { 0.0 };
-                            // backward_bound's two roundings, at the dtype's ε.
-                            let bound = backward_bound(g, rate) * eps / f64::EPSILON;
-                            let err = (row.grad_in[k] - want).abs();
-                            err.is_nan() || err > bound
-                        })
-                        .count())
+                    forward.backward_row(&xb, |row| {
+                        (0..xb.len())
+                            .filter(|&k| {
+                                let (g, kept) = (row.grad_out[k], row.out[k] != 0.0);
+                                let want = if kept { g / rate.q() } else { 0.0 };
+                                // backward_bound's two roundings, at the dtype's ε.
+                                let bound = backward_bound(g, rate) * eps / f64::EPSILON;
+                                let err = (row.grad_in[k] - want).abs();
+                                err.is_nan() || err > bound
+                            })
+                            .count()
+                    })
                 })
             },
         ));
@@ -542,20 +551,10 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
             None,
             move |budget| {
                 count_rows(budget, || {
-                    let row = forward.train_row(&x0)?;
-                    let mut bad = x0
-                        .iter()
-                        .zip(&row.out)
-                        .filter(|(a, b)| !same_bits(**a, **b))
-                        .count();
+                    let mut bad = forward.train_row(&x0, |row| differing_bits(&x0, row.out))?;
                     if backward {
-                        let row = forward.backward_row(&x0)?;
-                        bad += row
-                            .grad_out
-                            .iter()
-                            .zip(&row.grad_in)
-                            .filter(|(a, b)| !same_bits(**a, **b))
-                            .count();
+                        bad += forward
+                            .backward_row(&x0, |row| differing_bits(row.grad_out, row.grad_in))?;
                     }
                     Ok(bad)
                 })

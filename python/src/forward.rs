@@ -30,6 +30,7 @@
 //! kept exception to the user when the run returns.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dropmc::Error;
 use numpy::ndarray::Array2;
@@ -102,14 +103,14 @@ impl Rows {
     }
 }
 
-/// What one served row is.
-pub struct Row {
-    pub out: Vec<f64>,
-    /// The gradient fed to `backward` (backward rows only).
-    pub grad_out: Vec<f64>,
-    /// The gradient returned by `backward` (backward rows only).
-    pub grad_in: Vec<f64>,
-    /// Whether the batch this row came from changed the generator state
+/// One served row, borrowed from its batch.
+pub struct Row<'r> {
+    pub out: &'r [f64],
+    /// The gradient fed to `backward` (backward rows only, else empty).
+    pub grad_out: &'r [f64],
+    /// The gradient `backward` returned (backward rows only, else empty).
+    pub grad_in: &'r [f64],
+    /// Whether the call this row came from changed the generator state
     /// (eval rows with an `rng_state`; `None` without one).
     pub drew: Option<bool>,
 }
@@ -134,7 +135,7 @@ pub struct PyForward {
     gradient_seed: u64,
     batches: Mutex<u64>,
     failure: Mutex<Option<PyErr>>,
-    rows_served: Mutex<u64>,
+    rows_served: AtomicU64,
 }
 
 /// Which of the user's passes a batch is.
@@ -164,7 +165,7 @@ impl PyForward {
             gradient_seed,
             batches: Mutex::new(0),
             failure: Mutex::new(None),
-            rows_served: Mutex::new(0),
+            rows_served: AtomicU64::new(0),
         }
     }
 
@@ -183,53 +184,54 @@ impl PyForward {
 
     /// Rows the claims consumed so far (all passes).
     pub fn rows_served(&self) -> u64 {
-        *lock(&self.rows_served)
+        self.rows_served.load(Ordering::Relaxed)
     }
 
-    /// The next training-mode output row for input `x`.
-    pub fn train_row(&self, x: &[f64]) -> Result<Row, Error> {
-        self.row(Pass::Train, x)
+    /// `f` of the next training-mode output row for input `x`.
+    pub fn train_row<R>(&self, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        self.row(Pass::Train, x, f)
     }
 
-    /// The next evaluation-mode output row for input `x`.
-    pub fn eval_row(&self, x: &[f64]) -> Result<Row, Error> {
-        self.row(Pass::Eval, x)
+    /// `f` of the next evaluation-mode output row for input `x`.
+    pub fn eval_row<R>(&self, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        self.row(Pass::Eval, x, f)
     }
 
-    /// The next training output row for input `x` with the gradients
-    /// `backward` was given and returned for it.
-    pub fn backward_row(&self, x: &[f64]) -> Result<Row, Error> {
-        self.row(Pass::Backward, x)
+    /// `f` of the next training output row for input `x` with the
+    /// gradients `backward` was given and returned for it.
+    pub fn backward_row<R>(&self, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        self.row(Pass::Backward, x, f)
     }
 
-    fn row(&self, pass: Pass, x: &[f64]) -> Result<Row, Error> {
+    fn row<R>(&self, pass: Pass, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
         let cell = match pass {
             Pass::Train => &self.train_rows,
             Pass::Eval => &self.eval_rows,
             Pass::Backward => &self.backward_rows,
         };
         let mut rows = lock(cell);
-        let fresh = !rows.holds(x);
-        if fresh {
+        if !rows.holds(x) {
             *rows = self.call(pass, x)?;
         }
-        let d = x.len();
-        let k = rows.next;
+        let (d, k) = (x.len(), rows.next);
         rows.next += 1;
-        *lock(&self.rows_served) += 1;
+        self.rows_served.fetch_add(1, Ordering::Relaxed);
+        let at = |v: &[f64], r: usize| (r + 1) * d <= v.len();
         // Backward batches keep [grad_out rows | grad_in rows] in `extra`.
-        let (grad_out, grad_in) = if rows.extra.is_empty() {
-            (Vec::new(), Vec::new())
+        let (grad_out, grad_in): (&[f64], &[f64]) = if at(&rows.extra, rows.rows + k) {
+            (
+                &rows.extra[k * d..(k + 1) * d],
+                &rows.extra[(rows.rows + k) * d..(rows.rows + k + 1) * d],
+            )
         } else {
-            let at = |r: usize| rows.extra[r * d..(r + 1) * d].to_vec();
-            (at(k), at(rows.rows + k))
+            (&[], &[])
         };
-        Ok(Row {
-            out: rows.out[k * d..(k + 1) * d].to_vec(),
+        Ok(f(Row {
+            out: &rows.out[k * d..(k + 1) * d],
             grad_out,
             grad_in,
             drew: rows.drew,
-        })
+        }))
     }
 
     /// Calls Python for one batch of `x`.

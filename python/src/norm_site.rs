@@ -134,7 +134,7 @@ pub fn check_norm_site(
         estimate: Box::new(move |_, budget| {
             let mut acc = MeanAccumulator::new(xs.len());
             for _ in 0..budget.samples {
-                acc.push(&rows.train_row(&xs)?.out);
+                rows.train_row(&xs, |row| acc.push(row.out))?;
             }
             Ok(acc.estimates())
         }),
