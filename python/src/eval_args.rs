@@ -22,8 +22,9 @@ pub fn eval_json(py: Python<'_>, quantity: String, args: Vec<String>) -> PyResul
 
 // PROVISIONAL: until `dropmc::eval::quantity::EvalQuantity::run_args` lands
 // in main (another change), this parses the arguments with the CLI's own
-// clap command (`dropmc::cli::Cli`) and calls the library function of the
-// quantities the Python tests use. At the merge, replace the module with
+// clap command (`dropmc::cli::Cli`) and runs the parsed `eval` subcommand
+// through the CLI's own `dropmc::cli::eval::eval_output`. At the merge,
+// replace the module with
 //
 //     dropmc::eval::quantities().into_iter().find(|q| q.name() == quantity)
 //         .ok_or(Error::UnknownQuantity { .. })?.run_args(args)
@@ -31,9 +32,7 @@ pub fn eval_json(py: Python<'_>, quantity: String, args: Vec<String>) -> PyResul
 // and delete it.
 mod provisional {
     use clap::Parser;
-    use dropmc::cli::input::{read_eps, read_list, read_number};
-    use dropmc::cli::{Cli, Command, EvalCommand};
-    use dropmc::engine::Budget;
+    use dropmc::cli::{Cli, Command};
 
     use super::{Error, EvalOutput};
 
@@ -45,39 +44,10 @@ mod provisional {
         let cli = Cli::try_parse_from(argv).map_err(|e| Error::InvalidOption {
             what: e.to_string().trim().to_string(),
         })?;
-        let Some(Command::Eval(command)) = cli.command else {
-            return Err(Error::InvalidOption {
-                what: "not an eval command".into(),
-            });
-        };
-        let list =
-            |flag: &str, v: &Option<String>| v.as_deref().map(|t| read_list(flag, t)).transpose();
-        match command {
-            EvalCommand::Ln(a) => dropmc::eval::norm::ln(
-                &read_list("--x", &a.x)?,
-                read_number("--p", &a.p)?,
-                list("--gamma", &a.gamma)?,
-                list("--beta", &a.beta)?,
-                read_eps("--eps", &a.eps)?,
-                Budget::new(a.sampling.samples, a.sampling.seed)?,
-            ),
-            EvalCommand::Rms(a) => dropmc::eval::norm::rms(
-                &read_list("--x", &a.x)?,
-                read_number("--p", &a.p)?,
-                list("--gamma", &a.gamma)?,
-                read_eps("--eps", &a.eps)?,
-                Budget::new(a.sampling.samples, a.sampling.seed)?,
-            ),
-            EvalCommand::Moments(a) => dropmc::eval::moments::moments(
-                &read_list("--x", &a.x)?,
-                read_number("--p", &a.p)?,
-                Budget::new(a.sampling.samples, a.sampling.seed)?,
-            ),
+        match cli.command {
+            Some(Command::Eval(command)) => Ok(dropmc::cli::eval::eval_output(command)?.0),
             _ => Err(Error::InvalidOption {
-                what: format!(
-                    "dropmc.eval({quantity:?}) needs dropmc::eval::quantity (not yet merged); \
-                     this build evaluates ln, rms and moments"
-                ),
+                what: format!("`dropmc eval {quantity}` is not an eval command"),
             }),
         }
     }

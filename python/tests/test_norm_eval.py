@@ -109,6 +109,24 @@ def test_eval_ln_equals_the_clis_json(kwargs, cli_args):
     assert ours == theirs
 
 
+@pytest.mark.parametrize(
+    "quantity, kwargs, cli_args",
+    [
+        ("moments", dict(x=[0.5, -1.2, 3.0], p=0.3, samples=20_000), ["--x", "0.5,-1.2,3.0", "--p", "0.3", "--samples", "20000"]),
+        ("rms", dict(x=(0.5, -1.2, 3.0, 0.7), p=0.1, eps=1e-6), ["--x", "0.5,-1.2,3.0,0.7", "--p", "0.1", "--eps", "1e-06"]),
+        ("bn", dict(running_mean=[0.1, -0.2], running_var=[1.5, 0.25], p=0.2),
+         ["--running-mean", "0.1,-0.2", "--running-var", "1.5,0.25", "--p", "0.2"]),
+    ],
+)
+def test_other_quantities_equal_the_clis_json(quantity, kwargs, cli_args):
+    binary = _cli()
+    if binary is None:
+        pytest.skip("no dropmc binary: run `cargo build --release` (or set DROPMC_BIN)")
+    ours = dropmc.eval(quantity, **kwargs)
+    out = subprocess.run([binary, "eval", quantity, *cli_args, "--json"], capture_output=True, text=True, check=True)
+    assert ours == json.loads(out.stdout)
+
+
 def test_eval_rejects_bad_arguments_clearly():
     with pytest.raises(ValueError, match="p"):
         dropmc.eval("ln", x=[1.0, 2.0, 3.0], p=1.0)
