@@ -67,13 +67,14 @@ impl Dtype {
 /// call's fixed cost (tens of microseconds in numpy, more through a jitted
 /// framework) is a small part of the elementwise work.
 const ELEMENTS_PER_CALL: usize = 1 << 16;
-/// Rows per call at most (a wide `x` still gets this many... or fewer, see
-/// [`rows_per_call`]) and at least.
+/// Rows per call at most: bounds the rows a run draws beyond its budget
+/// (the rest of the last batch of each input is never read).
 const MAX_ROWS_PER_CALL: usize = 8192;
+/// Rows per call at least, however wide `x` is.
 const MIN_ROWS_PER_CALL: usize = 256;
 
 /// Rows of one batch for inputs of `d` units.
-pub fn rows_per_call(d: usize) -> usize {
+fn rows_per_call(d: usize) -> usize {
     (ELEMENTS_PER_CALL / d.max(1)).clamp(MIN_ROWS_PER_CALL, MAX_ROWS_PER_CALL)
 }
 
@@ -131,8 +132,10 @@ pub struct PyForward {
     train_rows: Mutex<Rows>,
     eval_rows: Mutex<Rows>,
     backward_rows: Mutex<Rows>,
-    /// Gradients for the backward batches: a stream of dropmc's own.
+    /// Gradients for the backward batches: a stream of dropmc's own,
+    /// `(gradient_seed, batch number)`.
     gradient_seed: u64,
+    /// Batches made so far (all passes).
     batches: Mutex<u64>,
     failure: Mutex<Option<PyErr>>,
     rows_served: AtomicU64,

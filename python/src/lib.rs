@@ -208,12 +208,6 @@ fn summary(py: Python<'_>, r: &ClaimResult) -> PyResult<Py<PyDict>> {
     Ok(d.unbind())
 }
 
-/// The rows per Python call for inputs of `d` units (for the docs/tests).
-#[pyfunction]
-fn rows_per_call(d: usize) -> usize {
-    forward::rows_per_call(d)
-}
-
 /// The claims' default inputs: (moments, semantics float64, semantics
 /// float32).
 #[pyfunction]
@@ -236,7 +230,6 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_dropout, m)?)?;
     m.add_function(wrap_pyfunction!(norm_site::check_norm_site, m)?)?;
     m.add_function(wrap_pyfunction!(eval_args::eval_json, m)?)?;
-    m.add_function(wrap_pyfunction!(rows_per_call, m)?)?;
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     Ok(())

@@ -76,3 +76,20 @@ def test_flax_layernorm_after_flax_dropout_matches_the_exact_value():
         dtype=np.float32,
     )
     assert result.passed, str(result)
+
+
+def test_flax_rmsnorm_after_flax_dropout_matches_the_exact_value():
+    x = np.array([0.5, -1.2, 3.0, 0.7, 2.0], dtype=np.float32)
+    drop = FlaxDropout(0.2, seed=3)
+    rms = nn.RMSNorm(epsilon=1e-6, use_scale=False)
+    norm = jax.jit(lambda y: rms.apply({}, y))
+    result = dropmc.check_norm_site(
+        lambda X: drop.forward(X, True),
+        lambda Y: np.asarray(norm(Y)),
+        x,
+        0.2,
+        kind="rmsnorm",
+        eps=1e-6,
+        dtype=np.float32,
+    )
+    assert result.passed, str(result)
