@@ -12,9 +12,10 @@
 //!   ([`eval_args`]).
 //!
 //! Every entry point releases the GIL while Rust runs (the user's callables
-//! take it back for each batch), runs on a one-thread rayon pool so the
-//! rows are consumed in a fixed order, and turns a panic into a Python
-//! `RuntimeError` instead of unwinding into the interpreter.
+//! take it back for each batch), runs on a one-thread rayon pool made of
+//! the calling thread ([`run_on_one_thread`]) so the rows are consumed in a
+//! fixed order, and turns a panic into a Python `RuntimeError` instead of
+//! unwinding into the interpreter.
 
 mod claims;
 mod eval_args;
@@ -36,23 +37,39 @@ use serde_json::{Value, json};
 
 use forward::{Dtype, PyForward};
 
-/// Runs `f` on a fresh one-thread rayon pool (the engine's parallel loop
-/// then visits its chunks in order, so the user's rows are consumed in a
-/// fixed order), catching a panic as an error message.
-pub fn run_on_one_thread<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
-    let pool = rayon::ThreadPoolBuilder::new()
+thread_local! {
+    /// Per calling thread, a rayon pool whose one thread is the caller
+    /// itself (`use_current_thread`; rayon then leaks the pool's registry,
+    /// one per Python thread that ever calls dropmc).
+    static POOL: Result<rayon::ThreadPool, String> = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
+        .use_current_thread()
         .build()
-        .map_err(|e| format!("could not start the worker thread: {e}"))?;
-    pool.install(|| catch_unwind(AssertUnwindSafe(f)))
-        .map_err(|panic| {
-            let text = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            format!("dropmc panicked (a bug: please report it): {text}")
-        })
+        .map_err(|e| format!("could not set up the rayon pool: {e}"));
+}
+
+/// Runs `f` on a one-thread rayon pool made of the calling thread,
+/// catching a panic as an error message.
+///
+/// One thread: the engine's parallel loop then visits its chunks in order,
+/// so the user's rows are consumed in a fixed order. The calling thread:
+/// the user's callables run on the thread that called dropmc, so its
+/// thread-local state holds (`torch.no_grad()`, `numpy.errstate`) and
+/// Ctrl-C, which Python delivers to the main thread, interrupts the
+/// callable running now (re-raised as `KeyboardInterrupt`).
+pub fn run_on_one_thread<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    POOL.with(|pool| {
+        let pool = pool.as_ref().map_err(|e| e.clone())?;
+        pool.install(|| catch_unwind(AssertUnwindSafe(f)))
+            .map_err(|panic| {
+                let text = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                format!("dropmc panicked (a bug: please report it): {text}")
+            })
+    })
 }
 
 /// A dropmc error as the Python exception it means.

@@ -94,3 +94,31 @@ def test_the_interpreter_survives_and_works_after_errors():
         dropmc.check_dropout(lambda x, t: (_ for _ in ()).throw(MyBug("x")), P)
     layer = Correct(P, seed=3)
     assert dropmc.check_dropout(layer.forward, P, samples=50_000).passed
+
+
+def test_callables_run_on_the_calling_thread_and_ctrl_c_interrupts():
+    import _thread
+    import threading
+
+    main = threading.get_ident()
+    seen = set()
+    calls = []
+
+    def forward(x, training):
+        seen.add(threading.get_ident())
+        calls.append(1)
+        if len(calls) == 4:
+            _thread.interrupt_main()  # what Ctrl-C does
+        return Correct(P).forward(x, training)
+
+    with pytest.raises(KeyboardInterrupt):
+        dropmc.check_dropout(forward, P)
+    assert seen == {main}
+    assert len(calls) <= 6
+    # A second run from the same thread, and one from another thread, work.
+    assert dropmc.check_dropout(Correct(P, seed=8).forward, P, samples=50_000).passed
+    out = []
+    t = threading.Thread(target=lambda: out.append(dropmc.check_dropout(Correct(P, seed=9).forward, P, samples=50_000).passed))
+    t.start()
+    t.join()
+    assert out == [True]
