@@ -11,11 +11,11 @@
 //! ([`dropmc::stats::critical_z`], from the suite's family α) and the
 //! minimum budget below which a verdict is inconclusive are the suite's.
 //! The moment claims draw through the suite's own
-//! [`PairSampler`](dropmc::claims::dropout::PairSampler) (two independent
+//! [`PairSampler`] (two independent
 //! training passes per draw) over the layer [`PyDropout`].
 //!
 //! What the Python subject cannot express is reported as skipped, with the
-//! reason ([`skipped`]): a claim that replays the layer's random numbers
+//! reason (the second list [`claims`] returns): a claim that replays the layer's random numbers
 //! (dropmc does not own the user's generator), one that calls the forward
 //! at another rate, and the attention, mask-shape and ensemble families
 //! (other code paths than one elementwise forward).
@@ -49,7 +49,7 @@ pub use dropmc::claims::dropout::UNIT_X as MOMENT_X;
 pub use dropmc::claims::semantics::X as SEMANTICS_X64;
 /// The same in float32: the subnormal and the huge value replaced by
 /// float32's (the smallest subnormal `2⁻¹⁴⁹` and `10³⁸`), which the cast
-/// would otherwise flush to 0 and overflow to infinity.
+/// to float32 would otherwise round to 0 and to infinity.
 pub const SEMANTICS_X32: [f64; 8] = [
     0.5,
     -1.2,
@@ -442,7 +442,7 @@ fn differing_bits(a: &[f64], b: &[f64]) -> usize {
 
 /// The semantics rules: eval identity, eval draws nothing, survivors,
 /// backward mask, `p = 0` identity (each where the subject can express it;
-/// the rest go to [`skipped`]).
+/// the rest are returned as skipped, with the reason).
 fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, String)>) {
     let forward = setup.forward;
     let dtype = forward.dtype();
