@@ -566,8 +566,8 @@ fn rule_claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, S
     } else {
         skipped.push((
             "semantics.p_zero_identity",
-            "runs at p = 0 only: your forward's rate is fixed, call check_dropout with a \
-             forward built at p = 0 and p=0"
+            "runs at p = 0 only (your forward's rate is fixed): check a forward built \
+             with p = 0 as check_dropout(forward0, 0.0)"
                 .to_string(),
         ));
     }
