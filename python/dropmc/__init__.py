@@ -1,0 +1,364 @@
+"""dropmc for Python: dropmc's statistical claims on any Python dropout.
+
+``check_dropout(forward, p)`` runs the conformance claims of dropmc (a Rust
+crate) on a dropout written in numpy, JAX/Flax, PyTorch or anything else
+that maps a float array to a float array::
+
+    import numpy as np, dropmc
+
+    rng = np.random.default_rng(0)
+    p = 0.1
+
+    def forward(x, training):
+        if not training:
+            return x
+        return np.where(rng.random(x.shape) >= p, x / (1 - p), 0.0)
+
+    result = dropmc.check_dropout(forward, p,
+                                  rng_state=lambda: rng.bit_generator.state)
+    print(result)          # one line per claim
+    assert result.passed
+
+The verdicts are the Rust suite's: the same tests (Student-t for a mean,
+exact binomial for counts, exact for rules that hold on every draw), the
+same per-assertion level (from the suite's family alpha) and the same
+minimum budgets below which a claim is "inconclusive" rather than judged.
+
+Conventions
+-----------
+* ``forward(x, training)`` gets a C-contiguous ``(n, d)`` array of
+  ``dtype`` (float64 by default) holding ``n`` copies of one input row, and
+  must return an array of the same shape and dtype (anything
+  ``numpy.asarray`` turns into one: a JAX array, a CPU tensor's
+  ``.numpy()``). dropmc calls it on thousands of rows at a time.
+* The keep mask is read off the output: unit ``k`` was kept when its
+  output is nonzero. Units whose input is ``0`` therefore read as dropped
+  (so does a subnormal input under a flush-to-zero float mode, as XLA uses
+  on the CPU); the claims that judge the mask run on units of normal size.
+* ``backward(x, grad, training)``, if given, returns the gradient with
+  respect to ``x`` of the *most recent* ``forward(x, training)`` call with
+  incoming gradient ``grad`` (a layer that caches its mask, or an autograd
+  adapter that keeps its last output; see ``examples/torch_dropout.py``).
+  dropmc calls ``forward(X, True)`` then ``backward(X, G, True)``.
+* ``rng_state()``, if given, returns a snapshot of your generator that
+  compares with ``!=`` (``rng.bit_generator.state``,
+  ``torch.random.get_rng_state``); dropmc takes one before and one after
+  each ``forward(X, False)`` call to check that eval mode draws nothing.
+* ``seed`` seeds dropmc's own streams (the gradients of the backward
+  check). Your forward's randomness is yours: seed it for a repeatable run.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import math as _math
+from typing import Any, Callable, Optional
+
+import numpy as _np
+
+from . import _dropmc
+
+__all__ = [
+    "Result",
+    "check_dropout",
+    "check_norm_site",
+    "eval",
+    "critical_z",
+]
+
+_MOMENT_X, _SEMANTICS_X64, _SEMANTICS_X32 = _dropmc.default_inputs()
+
+
+def critical_z() -> float:
+    """The |z| a component must exceed to fail (the suite's per-assertion level)."""
+    return _dropmc.critical_z()
+
+
+class Result:
+    """The verdicts of one check.
+
+    ``passed``: every claim that ran passed (skipped claims do not count;
+    an inconclusive claim is not a pass). ``claims``: one dict per claim with
+    ``id``, ``verdict`` (``"pass"``, ``"fail"``, ``"inconclusive"``,
+    ``"skipped"``), and for the component with the largest ``|z|``: ``z``,
+    ``p_value``, ``mde`` (the smallest deviation the test detects with 90 %
+    power at this budget), ``estimate``, ``analytic`` (the value it is
+    tested against); ``note`` says why a claim was skipped or inconclusive.
+    ``to_json()``: the run as ``dropmc report --json`` lays it out.
+    """
+
+    def __init__(self, json_text: str, claims: list):
+        self._json = json_text
+        self.claims = claims
+
+    @property
+    def passed(self) -> bool:
+        ran = [c for c in self.claims if c["verdict"] != "skipped"]
+        return bool(ran) and all(c["verdict"] == "pass" for c in ran)
+
+    def failed(self) -> list:
+        """The claims whose verdict is ``fail``."""
+        return [c for c in self.claims if c["verdict"] == "fail"]
+
+    def claim(self, claim_id: str) -> dict:
+        """The dict of one claim by id (``KeyError`` if absent)."""
+        for c in self.claims:
+            if c["id"] == claim_id:
+                return c
+        raise KeyError(claim_id)
+
+    def to_json(self) -> str:
+        return self._json
+
+    def to_dict(self) -> dict:
+        return _json.loads(self._json)
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        counts = {}
+        for c in self.claims:
+            counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
+        inner = ", ".join(f"{v}={n}" for v, n in sorted(counts.items()))
+        return f"<dropmc.Result passed={self.passed} {inner}>"
+
+    def __str__(self) -> str:
+        ran = [c for c in self.claims if c["verdict"] != "skipped"]
+        width = max((len(c["id"]) for c in ran), default=10)
+        lines = [f"{'claim':<{width}}  {'verdict':<12}  {'estimate':>12}  {'analytic':>12}  {'z':>8}  note"]
+        for c in ran:
+            verdict = c["verdict"].upper() if c["verdict"] == "fail" else c["verdict"]
+            lines.append(
+                f"{c['id']:<{width}}  {verdict:<12}  {_num(c.get('estimate')):>12}  "
+                f"{_num(c.get('analytic')):>12}  {_num(c.get('z'), 2):>8}  {c.get('note') or ''}".rstrip()
+            )
+        passed = sum(c["verdict"] == "pass" for c in ran)
+        lines.append(
+            f"{passed} of {len(ran)} claims pass; a component fails when |z| > {critical_z():.2f}."
+        )
+        reasons = {}
+        for c in self.claims:
+            if c["verdict"] == "skipped":
+                reasons.setdefault(c.get("note") or "", []).append(c["id"])
+        for reason, ids in reasons.items():
+            lines.append(f"skipped {', '.join(ids)}: {reason}")
+        return "\n".join(lines)
+
+
+def _num(v, digits: int = 6) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and _math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.{digits}g}"
+
+
+def _dtype_name(dtype) -> str:
+    name = _np.dtype(dtype).name
+    if name not in ("float64", "float32"):
+        raise TypeError(f"dtype must be float64 or float32, got {name}")
+    return name
+
+
+def _check_rate(p) -> float:
+    try:
+        p = float(p)
+    except (TypeError, ValueError):
+        raise TypeError(f"p must be a number, got {type(p).__name__}") from None
+    if not (0.0 <= p < 1.0):  # NaN fails too
+        raise ValueError(
+            f"drop rate p = {p} is invalid: it must be a number with 0 <= p < 1 "
+            "(p = 1 would divide by the keep probability q = 0)"
+        )
+    return p
+
+
+def _input_row(x, what: str) -> list:
+    row = _np.asarray(x, dtype=_np.float64)
+    if row.ndim != 1 or row.size == 0:
+        raise ValueError(f"{what} must be a non-empty 1-D array of numbers, got shape {row.shape}")
+    if not _np.all(_np.isfinite(row)):
+        raise ValueError(f"{what} must be finite")
+    return [float(v) for v in row]
+
+
+_NAN_HINT = "a dropout output is never NaN for a finite input"
+_NORM_NAN_HINT = (
+    "with eps = 0 an all-dropped row is constant (0/0): use eps > 0, or return "
+    "beta (LayerNorm) or 0 (RMSNorm) there, the eps -> 0+ limit dropmc's exact value uses"
+)
+
+
+def _checked(name: str, out, shape, dtype, nan_hint: str = _NAN_HINT) -> _np.ndarray:
+    """``out`` as a C-contiguous array of ``shape`` and ``dtype``, or a clear error."""
+    if out is None:
+        raise TypeError(f"{name} returned None; it must return an array of shape {shape}")
+    try:
+        arr = _np.asarray(out)
+    except Exception as e:  # an object numpy cannot read
+        raise TypeError(f"{name} returned {type(out).__name__}, which numpy cannot read as an array: {e}") from e
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} returned an array of shape {arr.shape}, expected {tuple(shape)} (the input's shape)")
+    if arr.dtype != dtype:
+        raise TypeError(f"{name} returned dtype {arr.dtype}, expected {_np.dtype(dtype).name} (the input's dtype)")
+    if _np.isnan(arr).any():
+        k = int(_np.argwhere(_np.isnan(arr))[0][1])
+        raise ValueError(f"{name} returned NaN (first at unit {k}); {nan_hint}")
+    return _np.ascontiguousarray(arr)
+
+
+def _changed(before, after) -> bool:
+    """Whether two generator snapshots differ (``!=``, reduced with ``any`` for arrays)."""
+    diff = before != after
+    try:
+        return bool(diff)
+    except (ValueError, RuntimeError, TypeError):
+        return bool(_np.asarray(diff).any())
+
+
+def check_dropout(
+    forward: Callable[[Any, bool], Any],
+    p: float,
+    *,
+    x=None,
+    samples: Optional[int] = None,
+    seed: int = 1,
+    rng_state: Optional[Callable[[], Any]] = None,
+    backward: Optional[Callable[[Any, Any, bool], Any]] = None,
+    dtype=_np.float64,
+) -> Result:
+    """Runs dropmc's conformance claims on ``forward`` at drop rate ``p``.
+
+    ``x``: the input row (default: the Rust suite's configurations, per-unit
+    moments on ``[0.5, -1.2, 3, 0, 2]`` and the exactness rules on fixed
+    values with a signed zero, a subnormal and a huge value). ``samples``
+    caps every claim's draws (default: each claim's own budget, 10^6 for the
+    moments, 2*10^4 for the rules); a cap below a claim's minimum budget
+    makes it ``inconclusive``. ``dtype``: float64 or float32.
+    """
+    p = _check_rate(p)
+    dtype_name = _dtype_name(dtype)
+    if not callable(forward):
+        raise TypeError("forward must be callable as forward(x, training)")
+    if backward is not None and not callable(backward):
+        raise TypeError("backward must be callable as backward(x, grad, training)")
+    if rng_state is not None and not callable(rng_state):
+        raise TypeError("rng_state must be a zero-argument callable returning a snapshot")
+    if samples is not None and (int(samples) != samples or samples < 2):
+        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    dt = _np.dtype(dtype_name)
+    if x is None:
+        moment_x = list(_MOMENT_X)
+        semantics_x = list(_SEMANTICS_X64 if dtype_name == "float64" else _SEMANTICS_X32)
+    else:
+        moment_x = semantics_x = _input_row(x, "x")
+        if not _np.all(_np.isfinite(_np.asarray(moment_x).astype(dt))):
+            raise ValueError(f"x overflows {dtype_name}")
+
+    def train(X):
+        return _checked("forward(x, True)", forward(X, True), X.shape, dt)
+
+    def evaluate(X):
+        before = rng_state() if rng_state is not None else None
+        out = forward(X, False)
+        drew = _changed(before, rng_state()) if rng_state is not None else None
+        return _checked("forward(x, False)", out, X.shape, dt), drew
+
+    def train_and_backward(X, G):
+        out = _checked("forward(x, True)", forward(X, True), X.shape, dt)
+        grad = _checked("backward(x, grad, True)", backward(X, G, True), X.shape, dt)
+        return out, grad
+
+    text, claims = _dropmc.check_dropout(
+        train,
+        evaluate,
+        train_and_backward if backward is not None else None,
+        p,
+        dtype_name,
+        moment_x,
+        semantics_x,
+        None if samples is None else int(samples),
+        int(seed),
+        rng_state is not None,
+    )
+    return Result(text, claims)
+
+
+def check_norm_site(
+    dropout: Callable[[Any], Any],
+    norm: Callable[[Any], Any],
+    x,
+    p: float,
+    *,
+    kind: str = "layernorm",
+    eps: float = 0.0,
+    samples: Optional[int] = None,
+    seed: int = 1,
+    dtype=_np.float64,
+) -> Result:
+    """Checks ``E[norm(dropout(x))]`` against dropmc's exact value.
+
+    ``dropout`` and ``norm`` map an ``(n, d)`` array to one of the same
+    shape (``dropout`` in training mode, at rate ``p``; ``norm`` a LayerNorm
+    with ``gamma = 1, beta = 0`` or an RMSNorm with ``gamma = 1``, at
+    ``eps``). ``d = len(x) <= 20`` (the exact value enumerates the ``2^d``
+    masks). One claim, per component; the result's JSON adds the first- and
+    second-order formulas and their gaps to the exact value.
+    """
+    p = _check_rate(p)
+    dtype_name = _dtype_name(dtype)
+    if kind not in ("layernorm", "rmsnorm"):
+        raise ValueError(f'kind must be "layernorm" or "rmsnorm", got {kind!r}')
+    if not (callable(dropout) and callable(norm)):
+        raise TypeError("dropout and norm must be callables on (n, d) arrays")
+    eps = float(eps)
+    if not (eps >= 0.0 and _math.isfinite(eps)):
+        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    if samples is not None and (int(samples) != samples or samples < 2):
+        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    row = _input_row(x, "x")
+    dt = _np.dtype(dtype_name)
+
+    def pipeline(X):
+        y = _checked("dropout(x)", dropout(X), X.shape, dt)
+        return _checked("norm(dropout(x))", norm(y), X.shape, dt, _NORM_NAN_HINT)
+
+    text, claims = _dropmc.check_norm_site(
+        pipeline, row, p, kind, eps, dtype_name, None if samples is None else int(samples), int(seed)
+    )
+    return Result(text, claims)
+
+
+def _cli_value(value) -> str:
+    """A keyword value in the CLI's notation, at full precision."""
+    if isinstance(value, (list, tuple, _np.ndarray)):
+        flat = _np.asarray(value, dtype=_np.float64).ravel()
+        return ",".join(repr(float(v)) for v in flat)
+    if isinstance(value, (float, _np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def eval(quantity: str, **kwargs) -> dict:  # noqa: A001 - the CLI's name
+    """``dropmc eval <quantity> --json`` as a dict.
+
+    Keyword arguments are the CLI's options: ``x``, ``p``, ``gamma``,
+    ``beta``, ``eps``, ``h``, ``v``, ``a``, ``gamma1``, ``samples``,
+    ``seed``, ... (underscores become hyphens: ``running_mean`` is
+    ``--running-mean``); lists and arrays are passed comma-joined at full
+    precision, ``True`` as a bare flag.
+    """
+    args = []
+    for key, value in kwargs.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        else:
+            args.extend([flag, _cli_value(value)])
+    args.append("--json")
+    return _json.loads(_dropmc.eval_json(str(quantity), args))

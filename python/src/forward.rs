@@ -1,0 +1,380 @@
+//! The user's Python dropout behind dropmc's claims.
+//!
+//! # Batches
+//!
+//! A Python call costs microseconds, a draw of a claim nanoseconds, so the
+//! claims never call Python once per draw. A [`PyForward`] calls the user's
+//! `forward(X, training)` on a batch `X` of [`rows_per_call`] copies of the
+//! input `x` the claim asks for, keeps the output rows and serves them one
+//! draw at a time; it calls again when the rows run out or the claim asks
+//! for another `x`. Rows are consumed in the order the claims ask for them
+//! (the run is on one thread, see [`crate::run_on_one_thread`]), so a run
+//! is reproducible given the user's own seed.
+//!
+//! # The keep mask
+//!
+//! A Python forward returns only its output, so the mask is read off it:
+//! unit `k` was kept when `z_k != 0`. A unit whose input is `x_k = 0`
+//! therefore reads as dropped, and so does a subnormal input under a
+//! flush-to-zero float mode (XLA on the CPU: Flax's kept output of a
+//! float32 subnormal is 0); the claims that judge the mask (the kept count,
+//! the backward mask) run on units of normal magnitude.
+//!
+//! # Errors from Python
+//!
+//! The Python side ([`dropmc/__init__.py`](../dropmc/__init__.py)) checks
+//! each output (an array, the right shape and dtype, no NaN) and raises
+//! `ValueError`/`TypeError`; any exception raised inside a call is kept
+//! here, the claim running now stops with [`Error::Framework`], every later
+//! call fails at once without calling Python, and the binding re-raises the
+//! kept exception to the user when the run returns.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dropmc::Error;
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyReadonlyArray2, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+
+/// The element type of the arrays handed to the user's callables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    F64,
+    F32,
+}
+
+impl Dtype {
+    /// Parses numpy's name of the dtype.
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        match name {
+            "float64" => Some(Dtype::F64),
+            "float32" => Some(Dtype::F32),
+            _ => None,
+        }
+    }
+
+    /// `v` rounded to this dtype (and back to `f64`, exactly).
+    pub fn round(self, v: f64) -> f64 {
+        match self {
+            Dtype::F64 => v,
+            Dtype::F32 => v as f32 as f64,
+        }
+    }
+}
+
+/// Elements per Python call the batch size aims at: large enough that the
+/// call's fixed cost (tens of microseconds in numpy, more through a jitted
+/// framework) is a small part of the elementwise work.
+const ELEMENTS_PER_CALL: usize = 1 << 16;
+/// Rows per call at most: bounds the rows a run draws beyond its budget
+/// (the rest of the last batch of each input is never read).
+const MAX_ROWS_PER_CALL: usize = 8192;
+/// Rows per call at least, however wide `x` is.
+const MIN_ROWS_PER_CALL: usize = 256;
+
+/// Rows of one batch for inputs of `d` units.
+fn rows_per_call(d: usize) -> usize {
+    (ELEMENTS_PER_CALL / d.max(1)).clamp(MIN_ROWS_PER_CALL, MAX_ROWS_PER_CALL)
+}
+
+/// One batch of output rows for one input `x`, served in order.
+#[derive(Default)]
+struct Rows {
+    x: Vec<f64>,
+    /// Row-major output rows (`d` each); for a backward batch, `extra`
+    /// holds the gradients fed in and then those returned.
+    out: Vec<f64>,
+    extra: Vec<f64>,
+    /// Per batch: whether the generator state changed (eval batches only).
+    drew: Option<bool>,
+    next: usize,
+    rows: usize,
+}
+
+impl Rows {
+    fn holds(&self, x: &[f64]) -> bool {
+        self.next < self.rows
+            && self.x.len() == x.len()
+            && self
+                .x
+                .iter()
+                .zip(x)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+/// One served row, borrowed from its batch.
+pub struct Row<'r> {
+    pub out: &'r [f64],
+    /// The gradient fed to `backward` (backward rows only, else empty).
+    pub grad_out: &'r [f64],
+    /// The gradient `backward` returned (backward rows only, else empty).
+    pub grad_in: &'r [f64],
+    /// Whether the call this row came from changed the generator state
+    /// (eval rows with an `rng_state`; `None` without one).
+    pub drew: Option<bool>,
+}
+
+/// The user's callables, as the Python side wrapped them:
+///
+/// * `train(X) -> array`: `forward(X, True)`, checked;
+/// * `evaluate(X) -> (array, drew)`: `forward(X, False)`, checked, with
+///   `drew` the comparison of `rng_state()` before and after (`None`
+///   without `rng_state`);
+/// * `backward(X, G) -> (array, array)`: `forward(X, True)` then
+///   `backward(X, G, True)`, both checked.
+pub struct PyForward {
+    train: Py<PyAny>,
+    evaluate: Py<PyAny>,
+    backward: Option<Py<PyAny>>,
+    dtype: Dtype,
+    train_rows: Mutex<Rows>,
+    eval_rows: Mutex<Rows>,
+    backward_rows: Mutex<Rows>,
+    /// Gradients for the backward batches: a stream of dropmc's own,
+    /// `(gradient_seed, batch number)`.
+    gradient_seed: u64,
+    /// Batches made so far (all passes).
+    batches: Mutex<u64>,
+    failure: Mutex<Option<PyErr>>,
+    rows_served: AtomicU64,
+}
+
+/// Which of the user's passes a batch is.
+#[derive(Clone, Copy)]
+enum Pass {
+    Train,
+    Eval,
+    Backward,
+}
+
+impl PyForward {
+    pub fn new(
+        train: Py<PyAny>,
+        evaluate: Py<PyAny>,
+        backward: Option<Py<PyAny>>,
+        dtype: Dtype,
+        gradient_seed: u64,
+    ) -> Self {
+        PyForward {
+            train,
+            evaluate,
+            backward,
+            dtype,
+            train_rows: Mutex::default(),
+            eval_rows: Mutex::default(),
+            backward_rows: Mutex::default(),
+            gradient_seed,
+            batches: Mutex::new(0),
+            failure: Mutex::new(None),
+            rows_served: AtomicU64::new(0),
+        }
+    }
+
+    pub fn dtype(&self) -> Dtype {
+        self.dtype
+    }
+
+    pub fn has_backward(&self) -> bool {
+        self.backward.is_some()
+    }
+
+    /// The exception a call raised, if one did (taken: asked once).
+    pub fn take_failure(&self) -> Option<PyErr> {
+        lock(&self.failure).take()
+    }
+
+    /// Rows the claims consumed so far (all passes).
+    pub fn rows_served(&self) -> u64 {
+        self.rows_served.load(Ordering::Relaxed)
+    }
+
+    /// `f` of the next training-mode output row for input `x`.
+    pub fn train_row<R>(&self, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        self.row(Pass::Train, x, f)
+    }
+
+    /// `f` of the next evaluation-mode output row for input `x`.
+    pub fn eval_row<R>(&self, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        self.row(Pass::Eval, x, f)
+    }
+
+    /// `f` of the next training output row for input `x` with the
+    /// gradients `backward` was given and returned for it.
+    pub fn backward_row<R>(&self, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        self.row(Pass::Backward, x, f)
+    }
+
+    fn row<R>(&self, pass: Pass, x: &[f64], f: impl FnOnce(Row) -> R) -> Result<R, Error> {
+        let cell = match pass {
+            Pass::Train => &self.train_rows,
+            Pass::Eval => &self.eval_rows,
+            Pass::Backward => &self.backward_rows,
+        };
+        let mut rows = lock(cell);
+        if !rows.holds(x) {
+            *rows = self.call(pass, x)?;
+        }
+        let (d, k) = (x.len(), rows.next);
+        rows.next += 1;
+        self.rows_served.fetch_add(1, Ordering::Relaxed);
+        let at = |v: &[f64], r: usize| (r + 1) * d <= v.len();
+        // Backward batches keep [grad_out rows | grad_in rows] in `extra`.
+        let (grad_out, grad_in): (&[f64], &[f64]) = if at(&rows.extra, rows.rows + k) {
+            (
+                &rows.extra[k * d..(k + 1) * d],
+                &rows.extra[(rows.rows + k) * d..(rows.rows + k + 1) * d],
+            )
+        } else {
+            (&[], &[])
+        };
+        Ok(f(Row {
+            out: &rows.out[k * d..(k + 1) * d],
+            grad_out,
+            grad_in,
+            drew: rows.drew,
+        }))
+    }
+
+    /// Calls Python for one batch of `x`.
+    fn call(&self, pass: Pass, x: &[f64]) -> Result<Rows, Error> {
+        if lock(&self.failure).is_some() {
+            return Err(stopped());
+        }
+        let d = x.len();
+        let n = rows_per_call(d);
+        let batch = {
+            let mut b = lock(&self.batches);
+            *b += 1;
+            *b
+        };
+        let tiled: Vec<f64> = x
+            .iter()
+            .copied()
+            .cycle()
+            .take(n * d)
+            .map(|v| self.dtype.round(v))
+            .collect();
+        let result = Python::attach(|py| -> PyResult<Rows> {
+            let input = self.array(py, &tiled, n, d)?;
+            let mut rows = Rows {
+                x: x.to_vec(),
+                next: 0,
+                rows: n,
+                ..Rows::default()
+            };
+            match pass {
+                Pass::Train => {
+                    let out = self.train.bind(py).call1((input,))?;
+                    rows.out = self.read(&out, n, d)?;
+                }
+                Pass::Eval => {
+                    let (out, drew): (Bound<PyAny>, Option<bool>) =
+                        self.evaluate.bind(py).call1((input,))?.extract()?;
+                    rows.out = self.read(&out, n, d)?;
+                    rows.drew = drew;
+                }
+                Pass::Backward => {
+                    let grad_out = self.gradients(batch, n * d);
+                    let g = self.array(py, &grad_out, n, d)?;
+                    let backward = self.backward.as_ref().ok_or_else(|| {
+                        pyo3::exceptions::PyRuntimeError::new_err("no backward callable")
+                    })?;
+                    let (out, grad): (Bound<PyAny>, Bound<PyAny>) =
+                        backward.bind(py).call1((input, g))?.extract()?;
+                    rows.out = self.read(&out, n, d)?;
+                    // extra = [grad_out rows | grad_in rows].
+                    rows.extra = grad_out;
+                    rows.extra.extend(self.read(&grad, n, d)?);
+                }
+            }
+            Ok(rows)
+        });
+        result.map_err(|e| {
+            let message = Python::attach(|py| e.value(py).to_string());
+            *lock(&self.failure) = Some(e);
+            Error::Framework {
+                framework: "python",
+                message,
+            }
+        })
+    }
+
+    /// The gradient rows of backward batch `batch`: uniform on [-2, 2) as in
+    /// the Rust suite's `semantics.backward_mask`, rounded to the dtype.
+    fn gradients(&self, batch: u64, len: usize) -> Vec<f64> {
+        use rand::RngExt;
+        let mut rng = dropmc::engine::stream(self.gradient_seed, batch);
+        (0..len)
+            .map(|_| self.dtype.round(4.0 * rng.random::<f64>() - 2.0))
+            .collect()
+    }
+
+    fn array<'py>(
+        &self,
+        py: Python<'py>,
+        values: &[f64],
+        n: usize,
+        d: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let shaped = |e: numpy::ndarray::ShapeError| {
+            pyo3::exceptions::PyRuntimeError::new_err(format!("batch of {n} x {d}: {e}"))
+        };
+        Ok(match self.dtype {
+            Dtype::F64 => Array2::from_shape_vec((n, d), values.to_vec())
+                .map_err(shaped)?
+                .into_pyarray(py)
+                .into_any(),
+            Dtype::F32 => {
+                let v: Vec<f32> = values.iter().map(|&a| a as f32).collect();
+                Array2::from_shape_vec((n, d), v)
+                    .map_err(shaped)?
+                    .into_pyarray(py)
+                    .into_any()
+            }
+        })
+    }
+
+    /// The output rows as `f64` (exact for both dtypes). The Python side
+    /// has checked the shape and dtype already; this checks them again so
+    /// that a wrong array can never be read out of bounds.
+    fn read(&self, out: &Bound<PyAny>, n: usize, d: usize) -> PyResult<Vec<f64>> {
+        let values: Vec<f64> = match self.dtype {
+            Dtype::F64 => {
+                let a: PyReadonlyArray2<f64> = out.extract()?;
+                check_shape(a.shape(), n, d)?;
+                a.as_array().iter().copied().collect()
+            }
+            Dtype::F32 => {
+                let a: PyReadonlyArray2<f32> = out.extract()?;
+                check_shape(a.shape(), n, d)?;
+                a.as_array().iter().map(|&v| v as f64).collect()
+            }
+        };
+        Ok(values)
+    }
+}
+
+fn check_shape(shape: &[usize], n: usize, d: usize) -> PyResult<()> {
+    if shape != [n, d] {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "forward returned an array of shape {shape:?}, expected ({n}, {d})"
+        )));
+    }
+    Ok(())
+}
+
+fn stopped() -> Error {
+    Error::Framework {
+        framework: "python",
+        message: "stopped after an exception in a Python callable".into(),
+    }
+}
+
+/// Locks `m`, recovering the data if a panicking thread poisoned it (the
+/// binding turns panics into Python exceptions; a buffer left half-written
+/// is refilled on the next call or never read again).
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,257 @@
+//! `dropmc._dropmc`: the Rust half of the Python package (issue 17).
+//!
+//! The Python half (`python/dropmc/__init__.py`) wraps the user's callables
+//! (checking every array they return) and turns the results into the
+//! `Result` class; this half runs dropmc's claims on them:
+//!
+//! * [`check_dropout`]: the conformance claims at the user's drop rate
+//!   ([`claims`]), through the suite's own verdict machinery;
+//! * [`check_norm_site`](norm_site::check_norm_site): `E[norm(dropout(x))]` against the exact
+//!   enumeration ([`norm_site`]);
+//! * [`eval_json`](eval_args::eval_json): `dropmc eval <quantity>` on CLI-style arguments
+//!   ([`eval_args`]).
+//!
+//! Every entry point releases the GIL while Rust runs (the user's callables
+//! take it back for each batch), runs on a one-thread rayon pool made of
+//! the calling thread ([`run_on_one_thread`]) so the rows are consumed in a
+//! fixed order, and turns a panic into a Python `RuntimeError` instead of
+//! unwinding into the interpreter.
+
+// A cdylib: its documentation is for maintainers, who read the private
+// modules it links to.
+#![allow(rustdoc::private_intra_doc_links)]
+
+mod claims;
+mod eval_args;
+mod forward;
+mod norm_site;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use dropmc::Error;
+use dropmc::claims::{ClaimResult, check};
+use dropmc::conformance::{Options, samples_for};
+use dropmc::engine::{Budget, derive_seed};
+use dropmc::ops::{Rate, Subject};
+use dropmc::report::{Report, to_json};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::{Value, json};
+
+use forward::{Dtype, PyForward};
+
+thread_local! {
+    /// Per calling thread, a rayon pool whose one thread is the caller
+    /// itself (`use_current_thread`; rayon then leaks the pool's registry,
+    /// one per Python thread that ever calls dropmc).
+    static POOL: Result<rayon::ThreadPool, String> = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .use_current_thread()
+        .build()
+        .map_err(|e| format!("could not set up the rayon pool: {e}"));
+}
+
+/// Runs `f` on a one-thread rayon pool made of the calling thread,
+/// catching a panic as an error message.
+///
+/// One thread: the engine's parallel loop then visits its chunks in order,
+/// so the user's rows are consumed in a fixed order. The calling thread:
+/// the user's callables run on the thread that called dropmc, so its
+/// thread-local state holds (`torch.no_grad()`, `numpy.errstate`) and
+/// Ctrl-C, which Python delivers to the main thread, interrupts the
+/// callable running now (re-raised as `KeyboardInterrupt`).
+pub fn run_on_one_thread<T: Send>(f: impl FnOnce() -> T + Send) -> Result<T, String> {
+    POOL.with(|pool| {
+        let pool = pool.as_ref().map_err(|e| e.clone())?;
+        pool.install(|| catch_unwind(AssertUnwindSafe(f)))
+            .map_err(|panic| {
+                let text = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                format!("dropmc panicked (a bug: please report it): {text}")
+            })
+    })
+}
+
+/// A dropmc error as the Python exception it means.
+pub fn to_py(e: Error) -> PyErr {
+    match e {
+        Error::Framework { .. } => PyRuntimeError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// The rate, or `ValueError` with dropmc's rule.
+fn rate(p: f64) -> PyResult<Rate> {
+    Rate::new(p).map_err(to_py)
+}
+
+fn dtype(name: &str) -> PyResult<Dtype> {
+    Dtype::from_name(name).ok_or_else(|| {
+        PyValueError::new_err(format!("dtype must be float64 or float32, got {name:?}"))
+    })
+}
+
+/// Runs the conformance claims on the wrapped callables. Returns the JSON
+/// of the run (`dropmc report --json`'s layout, the skipped claims added)
+/// and one summary dict per claim.
+#[pyfunction]
+#[pyo3(signature = (train, evaluate, backward, p, dtype_name, moment_x, semantics_x, samples, seed, has_rng_state))]
+#[allow(clippy::too_many_arguments)]
+fn check_dropout(
+    py: Python<'_>,
+    train: Py<PyAny>,
+    evaluate: Py<PyAny>,
+    backward: Option<Py<PyAny>>,
+    p: f64,
+    dtype_name: &str,
+    moment_x: Vec<f64>,
+    semantics_x: Vec<f64>,
+    samples: Option<u64>,
+    seed: u64,
+    has_rng_state: bool,
+) -> PyResult<(String, Vec<Py<PyDict>>)> {
+    let rate = rate(p)?;
+    let dtype = dtype(dtype_name)?;
+    let forward = PyForward::new(
+        train,
+        evaluate,
+        backward,
+        dtype,
+        derive_seed(seed, "python/backward gradients"),
+    );
+    let setup = claims::Setup {
+        forward: &forward,
+        rate,
+        moment_x,
+        semantics_x,
+        has_rng_state,
+    };
+    let options = Options {
+        seed,
+        samples,
+        ..Options::default()
+    };
+    let outcome = py.detach(|| run_on_one_thread(|| run_claims(&setup, &options)));
+    if let Some(e) = forward.take_failure() {
+        return Err(e);
+    }
+    let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let report = Report {
+        seed,
+        subject: "python".into(),
+        results,
+    };
+    let mut json = to_json(&report);
+    if let Some(Value::Array(list)) = json.get_mut("claims") {
+        list.extend(skipped.iter().map(|(id, note)| {
+            json!({
+                "id": id,
+                "family": claims::family_of(id),
+                "verdict": "skipped",
+                "note": note,
+            })
+        }));
+    }
+    json["p"] = json!(p);
+    json["dtype"] = json!(dtype_name);
+    json["rows"] = json!(forward.rows_served());
+    let mut summaries = report
+        .results
+        .iter()
+        .map(|r| summary(py, r))
+        .collect::<PyResult<Vec<_>>>()?;
+    for (id, note) in &skipped {
+        let d = PyDict::new(py);
+        d.set_item("id", id)?;
+        d.set_item("family", claims::family_of(id))?;
+        d.set_item("verdict", "skipped")?;
+        for key in ["z", "p_value", "mde", "estimate", "analytic", "component"] {
+            d.set_item(key, py.None())?;
+        }
+        d.set_item("note", note)?;
+        summaries.push(d.unbind());
+    }
+    let text = serde_json::to_string_pretty(&json)
+        .map_err(|e| PyRuntimeError::new_err(format!("JSON: {e}")))?;
+    Ok((text, summaries))
+}
+
+type Outcome = (Vec<ClaimResult>, Vec<(&'static str, String)>);
+
+fn run_claims(setup: &claims::Setup, options: &Options) -> Result<Outcome, Error> {
+    let layer = claims::PyDropout {
+        forward: setup.forward,
+        p: setup.rate.p(),
+    };
+    let subject = Subject::with_dropout(&layer);
+    let (run, skipped) = claims::claims(setup);
+    let mut results = Vec::with_capacity(run.len());
+    for claim in &run {
+        let budget = Budget::new(
+            samples_for(claim, options),
+            derive_seed(options.seed, claim.id),
+        )?;
+        results.push(check(claim, &subject, budget));
+    }
+    Ok((results, skipped))
+}
+
+/// The worst component of a claim (largest `|z|`) as a dict.
+fn summary(py: Python<'_>, r: &ClaimResult) -> PyResult<Py<PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("id", r.id)?;
+    d.set_item("family", r.family)?;
+    d.set_item("verdict", r.verdict.label())?;
+    let worst = r.worst();
+    let test = worst.map(|k| r.tests[k]);
+    d.set_item("z", test.map(|t| t.z))?;
+    d.set_item("p_value", test.map(|t| t.p_value))?;
+    d.set_item("mde", test.map(|t| t.mde))?;
+    d.set_item("estimate", worst.map(|k| r.estimate[k].value))?;
+    d.set_item("analytic", worst.and_then(|k| r.target.get(k).copied()))?;
+    d.set_item(
+        "component",
+        worst.filter(|_| r.shape == dropmc::claims::Shape::Vector),
+    )?;
+    d.set_item("samples", r.samples)?;
+    d.set_item("min_samples", r.min_samples)?;
+    d.set_item("formula", r.formula)?;
+    let note = r
+        .error
+        .clone()
+        .or_else(|| r.inconclusive_reason())
+        .or_else(|| r.note.clone());
+    d.set_item("note", note)?;
+    Ok(d.unbind())
+}
+
+/// The claims' default inputs: (moments, semantics float64, semantics
+/// float32).
+#[pyfunction]
+fn default_inputs() -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    (
+        claims::MOMENT_X.to_vec(),
+        claims::SEMANTICS_X64.to_vec(),
+        claims::SEMANTICS_X32.to_vec(),
+    )
+}
+
+/// The suite's per-assertion critical `|z|`.
+#[pyfunction]
+fn critical_z() -> f64 {
+    dropmc::stats::critical_z()
+}
+
+#[pymodule]
+fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_dropout, m)?)?;
+    m.add_function(wrap_pyfunction!(norm_site::check_norm_site, m)?)?;
+    m.add_function(wrap_pyfunction!(eval_args::eval_json, m)?)?;
+    m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(critical_z, m)?)?;
+    Ok(())
+}
