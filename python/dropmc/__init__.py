@@ -353,12 +353,12 @@ def eval(quantity: str, **kwargs) -> dict:  # noqa: A001 - the CLI's name
     """
     args = []
     for key, value in kwargs.items():
-        if value is None or value is False:
+        # The result is always the JSON's dict, so a `json` flag is moot.
+        if value is None or value is False or key == "json":
             continue
         flag = "--" + key.replace("_", "-")
         if value is True:
             args.append(flag)
         else:
             args.extend([flag, _cli_value(value)])
-    args.append("--json")
     return _json.loads(_dropmc.eval_json(str(quantity), args))

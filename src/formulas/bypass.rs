@@ -45,11 +45,11 @@
 //! reasons as in [`super::layernorm`].
 
 use super::layernorm::{input_moments, shrink_towards_beta};
+use super::{DropoutSite, ShiftedNormParams};
 use crate::error::Error;
-use crate::ops::{LayerNorm, Site};
 
 /// `Σ_j (p_j/q_j) mean_k v_jk²`, the noise the dropped terms add per unit.
-pub fn added_noise(site: &Site) -> f64 {
+pub fn added_noise(site: &impl DropoutSite) -> f64 {
     site.terms()
         .iter()
         .map(|(v, rate)| rate.odds() * v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64)
@@ -57,13 +57,13 @@ pub fn added_noise(site: &Site) -> f64 {
 }
 
 /// `E[V_y] = σ² + (1 − 1/d) Σ_j (p_j/q_j) w_j` (exact).
-pub fn mean_of_v(site: &Site) -> Result<f64, Error> {
+pub fn mean_of_v(site: &impl DropoutSite) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
     Ok(s2 + (1.0 - 1.0 / site.dim() as f64) * added_noise(site))
 }
 
 /// `ρ² = v̄²/σ²` of a one-term site.
-pub fn rho2(site: &Site) -> Result<f64, Error> {
+pub fn rho2(site: &impl DropoutSite) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
     let [(v, _)] = site.terms() else {
         return Err(Error::Degenerate {
@@ -75,7 +75,7 @@ pub fn rho2(site: &Site) -> Result<f64, Error> {
 
 /// `c = sqrt((σ² + ε)/(σ² + Σ_j (p_j/q_j) w_j + ε))`; for one term at
 /// `ε = 0` this is `sqrt(q/(q + p ρ²))`.
-pub fn damped(site: &Site, eps: f64) -> Result<f64, Error> {
+pub fn damped(site: &impl DropoutSite, eps: f64) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
     if !(eps.is_finite() && eps >= 0.0) {
         return Err(Error::Degenerate {
@@ -91,12 +91,15 @@ pub fn damped_from_rho2(rho2: f64, rate: crate::ops::Rate) -> f64 {
 }
 
 /// `LN(x)` of the clean input.
-pub fn uncorrected(site: &Site, ln: &LayerNorm) -> Result<Vec<f64>, Error> {
+pub fn uncorrected(
+    site: &impl DropoutSite,
+    ln: &impl ShiftedNormParams,
+) -> Result<Vec<f64>, Error> {
     super::layernorm::uncorrected(&site.clean(), ln)
 }
 
 /// `β + c (LN(x) − β)`, the leading-order estimate of `E[LN(y)]`.
-pub fn corrected(site: &Site, ln: &LayerNorm) -> Result<Vec<f64>, Error> {
+pub fn corrected(site: &impl DropoutSite, ln: &impl ShiftedNormParams) -> Result<Vec<f64>, Error> {
     let c = damped(site, ln.eps())?;
     Ok(shrink_towards_beta(&uncorrected(site, ln)?, ln.beta(), c))
 }

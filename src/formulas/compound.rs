@@ -50,10 +50,11 @@
 //! `O(1/d)` in the output). The suite measures the total gap on exact
 //! oracles.
 
+use super::ShiftedNormParams;
 use super::layernorm::{input_moments, shrink_eps, shrink_towards_beta};
 use super::mean_and_variance;
 use crate::error::Error;
-use crate::ops::{LayerNorm, Rate};
+use crate::ops::Rate;
 
 /// The pieces of the compound estimate.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,8 +74,8 @@ pub struct Compound {
 /// `c1`, `ĉ1`, `S`, `ρ²`, `c2` for `x` at `rate` through `ln1`, `ln2`.
 pub fn compound(
     x: &[f64],
-    ln1: &LayerNorm,
-    ln2: &LayerNorm,
+    ln1: &impl ShiftedNormParams,
+    ln2: &impl ShiftedNormParams,
     rate: Rate,
 ) -> Result<Compound, Error> {
     let (mu, s2) = input_moments(x)?;
@@ -107,7 +108,12 @@ pub fn compound(
 }
 
 /// `LN2(ĉ1)`, the c1-only estimate.
-pub fn c1_only(x: &[f64], ln1: &LayerNorm, ln2: &LayerNorm, rate: Rate) -> Result<Vec<f64>, Error> {
+pub fn c1_only(
+    x: &[f64],
+    ln1: &impl ShiftedNormParams,
+    ln2: &impl ShiftedNormParams,
+    rate: Rate,
+) -> Result<Vec<f64>, Error> {
     let parts = compound(x, ln1, ln2, rate)?;
     super::layernorm::uncorrected(&parts.c1_hat, ln2)
 }
@@ -115,8 +121,8 @@ pub fn c1_only(x: &[f64], ln1: &LayerNorm, ln2: &LayerNorm, rate: Rate) -> Resul
 /// `β2 + c2 (LN2(ĉ1) − β2)`, the c1 + c2 estimate of `E[LN2(LN1(z))]`.
 pub fn corrected(
     x: &[f64],
-    ln1: &LayerNorm,
-    ln2: &LayerNorm,
+    ln1: &impl ShiftedNormParams,
+    ln2: &impl ShiftedNormParams,
     rate: Rate,
 ) -> Result<Vec<f64>, Error> {
     let parts = compound(x, ln1, ln2, rate)?;
@@ -125,7 +131,11 @@ pub fn corrected(
 }
 
 /// `LN2(LN1(x))`, the uncorrected output.
-pub fn uncorrected(x: &[f64], ln1: &LayerNorm, ln2: &LayerNorm) -> Result<Vec<f64>, Error> {
+pub fn uncorrected(
+    x: &[f64],
+    ln1: &impl ShiftedNormParams,
+    ln2: &impl ShiftedNormParams,
+) -> Result<Vec<f64>, Error> {
     let u = super::layernorm::uncorrected(x, ln1)?;
     super::layernorm::uncorrected(&u, ln2)
 }

@@ -59,8 +59,9 @@
 //! returns `β` there (the `ε → 0⁺` limit), a contribution of `p^d β_k`,
 //! exponentially small.
 
+use super::ShiftedNormParams;
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
-use crate::ops::{LayerNorm, Rate};
+use crate::ops::Rate;
 
 /// `μ` and `σ²` (population) of `x`, rejecting inputs the family's formulas
 /// divide by zero on: `d = 1` and `σ = 0` (constant or all-zero `x`).
@@ -136,7 +137,7 @@ pub fn shrink_eps(mu: f64, sigma2: f64, eps: f64, rate: Rate) -> f64 {
 /// (evaluation-mode) output, from the definition rather than by running a
 /// layer; a constant `x` gives `β`, the `ε → 0⁺` limit the crate takes
 /// ([`LayerNorm`]). The roundings are the crate LayerNorm's, in order.
-pub fn uncorrected(x: &[f64], ln: &LayerNorm) -> Result<Vec<f64>, Error> {
+pub fn uncorrected(x: &[f64], ln: &impl ShiftedNormParams) -> Result<Vec<f64>, Error> {
     check_len("LayerNorm input", x, ln.gamma().len())?;
     check_all_finite("LayerNorm input", x)?;
     let (mu, s2) = super::mean_and_variance(x);
@@ -154,7 +155,7 @@ pub fn uncorrected(x: &[f64], ln: &LayerNorm) -> Result<Vec<f64>, Error> {
 }
 
 /// `β + c_ε (LN(x) − β)`, the leading-order estimate of `E[LN(z)]`.
-pub fn corrected(x: &[f64], ln: &LayerNorm, rate: Rate) -> Result<Vec<f64>, Error> {
+pub fn corrected(x: &[f64], ln: &impl ShiftedNormParams, rate: Rate) -> Result<Vec<f64>, Error> {
     let (mu, s2) = input_moments(x)?;
     let c = shrink_eps(mu, s2, ln.eps(), rate);
     Ok(shrink_towards_beta(&uncorrected(x, ln)?, ln.beta(), c))

@@ -31,6 +31,47 @@ pub fn ipow(x: f64, n: u32) -> f64 {
 }
 
 use crate::error::Error;
+use crate::ops::Rate;
+
+/// What the closed forms read of a normalization layer: its gains and its
+/// ε. The crate's validated layers ([`crate::ops::LayerNorm`],
+/// [`crate::ops::RmsNorm`]) implement it, so the formulas depend on these
+/// few numbers only, not on the layers' code.
+pub trait NormParams {
+    /// The gains γ, one per unit.
+    fn gamma(&self) -> &[f64];
+    /// The ε under the square root.
+    fn eps(&self) -> f64;
+}
+
+/// A normalization layer with shifts β as well (LayerNorm).
+pub trait ShiftedNormParams: NormParams {
+    /// The shifts β, one per unit.
+    fn beta(&self) -> &[f64];
+}
+
+/// What the closed forms read of a dropout site `y = h + Σ_j dropout_{p_j}(v_j)`
+/// ([`crate::ops::Site`] implements it).
+pub trait DropoutSite {
+    /// The undropped part `h`.
+    fn h(&self) -> &[f64];
+    /// The dropped terms `v_j` and their rates.
+    fn terms(&self) -> &[(Vec<f64>, Rate)];
+    /// Number of units.
+    fn dim(&self) -> usize {
+        self.h().len()
+    }
+    /// The noise-free input `x = h + Σ_j v_j` (what evaluation mode sees).
+    fn clean(&self) -> Vec<f64> {
+        let mut x = self.h().to_vec();
+        for (v, _) in self.terms() {
+            for (a, b) in x.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
+        x
+    }
+}
 
 /// Passes a formula's computed `values` through when all are finite; an
 /// input whose moments overflow or underflow `f64` is a typed error, not NaN.

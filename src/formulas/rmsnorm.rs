@@ -36,8 +36,9 @@
 //! covariance of `z_k` with `R²`. The zero vector (all dropped, probability
 //! `p^d`) gives output 0 under the crate's `ε → 0⁺` convention.
 
+use super::NormParams;
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
-use crate::ops::{Rate, RmsNorm};
+use crate::ops::Rate;
 
 /// `r² = mean_k x_k²`, rejecting `d = 1` and the zero vector.
 pub fn mean_square(x: &[f64]) -> Result<f64, Error> {
@@ -84,7 +85,7 @@ pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
 /// definition rather than by running a layer; the zero vector gives zero,
 /// the `ε → 0⁺` limit the crate takes ([`RmsNorm`]). The roundings
 /// are the crate RMSNorm's, in order.
-pub fn uncorrected(x: &[f64], rms: &RmsNorm) -> Result<Vec<f64>, Error> {
+pub fn uncorrected(x: &[f64], rms: &impl NormParams) -> Result<Vec<f64>, Error> {
     check_len("RMSNorm input", x, rms.gamma().len())?;
     check_all_finite("RMSNorm input", x)?;
     let r2 = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
@@ -98,7 +99,7 @@ pub fn uncorrected(x: &[f64], rms: &RmsNorm) -> Result<Vec<f64>, Error> {
 }
 
 /// `c_rms · RMS(x)`, the leading-order estimate of `E[RMS(z)]`.
-pub fn corrected(x: &[f64], rms: &RmsNorm, rate: Rate) -> Result<Vec<f64>, Error> {
+pub fn corrected(x: &[f64], rms: &impl NormParams, rate: Rate) -> Result<Vec<f64>, Error> {
     let c = shrink(mean_square(x)?, rms.eps(), rate);
     Ok(uncorrected(x, rms)?.iter().map(|u| c * u).collect())
 }

@@ -110,9 +110,10 @@
 //!   and the sample-size guide [`crate::stats::masks_to_resolve`], which uses the per-draw
 //!   spreads [`layer_norm_draw_sd`] and [`rms_norm_draw_sd`].
 
+use super::DropoutSite;
 use super::representable;
 use crate::error::{Error, check_finite_vec, check_len};
-use crate::ops::{Rate, Site};
+use crate::ops::Rate;
 
 /// Per-unit mean and noise moments of `y_j = h_j + m_j v_j / q`.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,7 +158,7 @@ impl NoisyUnits {
     /// The units of a site with one dropped term, `y = h + dropout(v)`.
     /// A site with several terms is an error: the fourth moment of a sum of
     /// dropped terms is not the sum of their fourth moments.
-    pub fn from_site(site: &Site) -> Result<Self, Error> {
+    pub fn from_site(site: &impl DropoutSite) -> Result<Self, Error> {
         match site.terms() {
             [(v, rate)] => Self::bypass(site.h(), v, *rate),
             terms => Err(Error::Degenerate {

@@ -197,6 +197,30 @@ fn is_constant(z: &[f64]) -> bool {
     z.iter().all(|&v| v == z[0])
 }
 
+impl crate::formulas::NormParams for LayerNorm {
+    fn gamma(&self) -> &[f64] {
+        LayerNorm::gamma(self)
+    }
+    fn eps(&self) -> f64 {
+        LayerNorm::eps(self)
+    }
+}
+
+impl crate::formulas::ShiftedNormParams for LayerNorm {
+    fn beta(&self) -> &[f64] {
+        LayerNorm::beta(self)
+    }
+}
+
+impl crate::formulas::NormParams for RmsNorm {
+    fn gamma(&self) -> &[f64] {
+        RmsNorm::gamma(self)
+    }
+    fn eps(&self) -> f64 {
+        RmsNorm::eps(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

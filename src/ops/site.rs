@@ -57,13 +57,7 @@ impl Site {
 
     /// The noise-free input `x = h + Σ_j v_j` (what evaluation mode sees).
     pub fn clean(&self) -> Vec<f64> {
-        let mut x = self.h.clone();
-        for (v, _) in &self.terms {
-            for (a, b) in x.iter_mut().zip(v) {
-                *a += b;
-            }
-        }
-        x
+        crate::formulas::DropoutSite::clean(self)
     }
 
     /// One training-mode draw through `layer`: writes `y`, uses `buf` and
@@ -97,5 +91,14 @@ impl Site {
                 }
             }
         }
+    }
+}
+
+impl crate::formulas::DropoutSite for Site {
+    fn h(&self) -> &[f64] {
+        &self.h
+    }
+    fn terms(&self) -> &[(Vec<f64>, Rate)] {
+        &self.terms
     }
 }
