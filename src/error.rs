@@ -72,6 +72,11 @@ pub enum Error {
     /// value that does not parse); `message` is clap's whole message, with
     /// the usage line and any "did you mean" suggestion.
     Usage { message: String },
+    /// A valid input outside what this computation handles (for example a
+    /// site with two dropped terms for a one-term oracle).
+    Unsupported { what: String },
+    /// An invariant of the crate did not hold; a bug to report.
+    Internal { what: String },
 }
 
 impl fmt::Display for Error {
@@ -130,6 +135,10 @@ impl fmt::Display for Error {
             Error::Journal { path, message } => write!(f, "journal {path}: {message}"),
             Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
             Error::Usage { message } => write!(f, "{}", message.trim_end()),
+            Error::Unsupported { what } => write!(f, "not supported: {what}"),
+            Error::Internal { what } => {
+                write!(f, "internal error (please report it): {what}")
+            }
         }
     }
 }

@@ -141,6 +141,7 @@ fn explained(e: &Error) -> bool {
             Error::TooFewSamples { got, .. } => c.samples == Some(*got) && *got == 1,
             Error::Degenerate { .. }
             | Error::Overflow { .. }
+            | Error::Unsupported { .. }
             | Error::TooLarge { .. }
             | Error::InvalidOption { .. } => true,
             _ => false,

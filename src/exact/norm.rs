@@ -232,7 +232,7 @@ struct Groups {
 
 fn groups(site: &Site, pipeline: Pipeline) -> Result<Groups, Error> {
     if site.terms().len() != 1 {
-        return Err(Error::Degenerate {
+        return Err(Error::Unsupported {
             what: "the grouped oracle handles one dropped term".into(),
         });
     }

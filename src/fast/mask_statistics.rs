@@ -143,13 +143,13 @@ impl GroupsDropped {
     /// every group non-empty and inside the mask).
     pub fn new(units: usize, groups: Vec<u64>) -> Result<Self, Error> {
         if units == 0 || units > 64 {
-            return Err(Error::Degenerate {
+            return Err(Error::InvalidOption {
                 what: format!("unit groups need 1 to 64 units, got {units}"),
             });
         }
         let inside = super::norm::tail_mask(units);
         if let Some(g) = groups.iter().find(|&&g| g == 0 || g & !inside != 0) {
-            return Err(Error::Degenerate {
+            return Err(Error::InvalidOption {
                 what: format!("group {g:#b} is empty or outside {units} units"),
             });
         }

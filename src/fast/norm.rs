@@ -144,7 +144,7 @@ pub fn check_eps(eps: f64) -> Result<f64, Error> {
     if eps.is_finite() && eps > 0.0 {
         Ok(eps)
     } else {
-        Err(Error::Degenerate {
+        Err(Error::InvalidOption {
             what: format!("LayerNorm epsilon must be finite and > 0, got {eps}"),
         })
     }

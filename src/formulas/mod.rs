@@ -79,8 +79,8 @@ pub(crate) fn representable(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Er
     if values.iter().all(|v| v.is_finite()) {
         Ok(values)
     } else {
-        Err(Error::Degenerate {
-            what: format!("{what} is not representable in f64 for this input"),
+        Err(Error::Overflow {
+            what: what.to_string(),
         })
     }
 }
@@ -100,8 +100,8 @@ fn finite_norm_output(norm: &str, out: Vec<f64>) -> Result<Vec<f64>, Error> {
     if out.iter().all(|v| v.is_finite()) {
         Ok(out)
     } else {
-        Err(Error::Degenerate {
-            what: format!("{norm} of this input overflows f64 (rescale the input)"),
+        Err(Error::Overflow {
+            what: format!("{norm} of the input"),
         })
     }
 }

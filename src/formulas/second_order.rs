@@ -161,7 +161,7 @@ impl NoisyUnits {
     pub fn from_site(site: &impl DropoutSite) -> Result<Self, Error> {
         match site.terms() {
             [(v, rate)] => Self::bypass(site.h(), v, *rate),
-            terms => Err(Error::Degenerate {
+            terms => Err(Error::Unsupported {
                 what: format!(
                     "the second-order forms take one dropped term, not {}",
                     terms.len()

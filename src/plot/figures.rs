@@ -171,13 +171,13 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
                 .results
                 .iter()
                 .find(|res| res.name == "c")
-                .ok_or_else(|| Error::Degenerate {
+                .ok_or_else(|| Error::Internal {
                     what: "eval ln returned no c".into(),
                 })?;
             let (mc, se) =
                 c.estimate()
                     .map(|(m, s)| (m[0], s[0]))
-                    .ok_or_else(|| Error::Degenerate {
+                    .ok_or_else(|| Error::Internal {
                         what: "eval ln returned no Monte Carlo c".into(),
                     })?;
             points.push((r, mc));
@@ -251,7 +251,7 @@ fn deep_stack(path: &Path) -> Result<(), Error> {
             let est: Vec<_> = (1..=rt.layers.len())
                 .map(|l| rt.at(l, field))
                 .collect::<Option<_>>()
-                .ok_or_else(|| Error::Degenerate {
+                .ok_or_else(|| Error::Internal {
                     what: format!("no stack field {field}"),
                 })?;
             let points = est
