@@ -313,11 +313,11 @@ proptest! {
 
     #[test]
     fn stack_configuration_is_validated(
-        width in 0usize..3, depth in 0usize..3, batch in 0usize..3, calibration_batches in 0u32..2,
+        width in 0usize..3, depth in 0usize..3, batch in 0usize..3, refresh_batches in 0u32..2,
         eval_examples in 0usize..3, input_mean in hostile_f64(), eps in hostile_f64(), p in hostile_p()
     ) {
         let cfg = dropmc::stack::StackConfig {
-            width, depth, batch, calibration_batches, eval_examples, input_mean, eps,
+            width, depth, batch, refresh_batches, eval_examples, input_mean, eps,
         };
         let subject = dropmc::ops::Subject::reference();
         if let Ok(table) = dropmc::stack::run(cfg, &[p], &subject, Budget { samples: 2, seed: 1 }) {

@@ -30,14 +30,14 @@ const RATES: [f64; 2] = [0.1, 0.5];
 const REPLICATES: u64 = 64;
 
 /// A lighter configuration than the CLI's default (fewer
-/// calibration batches and eval examples) to keep the suite fast; at 32
+/// buffer-refresh batches and eval examples) to keep the suite fast; at 32
 /// replicates every contrast asserted below kept z >= 8.8 over four other
 /// seeds (the nulls stayed within |z| <= 2.6); 64 replicates multiply the
 /// contrasts' z by about √2.
 fn config() -> StackConfig {
     StackConfig {
         batch: 128,
-        calibration_batches: 32,
+        refresh_batches: 32,
         eval_examples: 512,
         ..StackConfig::default()
     }
@@ -83,7 +83,7 @@ fn train_mode_outputs_are_standardised_whatever_p() {
     // rounding of summing n = 30·128 squares of size ~1 (≤ 4 n ε each way),
     // and the unbiased pooling factor n/(n − 1).
     let cfg = config();
-    let n = (cfg.calibration_batches / 2) as f64 * cfg.batch as f64;
+    let n = (cfg.refresh_batches / 2) as f64 * cfg.batch as f64;
     let rounding = 4.0 * n * f64::EPSILON;
     for (i, p) in [0.0, 0.5, 0.9].into_iter().enumerate() {
         let mut rng = stream(derive_seed(DEFAULT_SEED, "tests/stack/train"), i as u64);
@@ -203,7 +203,7 @@ fn the_stack_is_bit_identical_on_1_and_2_threads() {
         depth: 2,
         width: 4,
         batch: 8,
-        calibration_batches: 4,
+        refresh_batches: 4,
         eval_examples: 16,
         ..StackConfig::default()
     };

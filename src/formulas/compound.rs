@@ -108,34 +108,31 @@ pub fn compound(
 }
 
 /// `LN2(ĉ1)`, the c1-only estimate.
-pub fn c1_only(
+pub fn c1_only<L: ShiftedNormParams>(
     x: &[f64],
-    ln1: &impl ShiftedNormParams,
-    ln2: &impl ShiftedNormParams,
+    ln1: &L,
+    ln2: &L,
     rate: Rate,
 ) -> Result<Vec<f64>, Error> {
     let parts = compound(x, ln1, ln2, rate)?;
     super::layernorm::uncorrected(&parts.c1_hat, ln2)
 }
 
-/// `β2 + c2 (LN2(ĉ1) − β2)`, the c1 + c2 estimate of `E[LN2(LN1(z))]`.
-pub fn corrected(
+/// `β2 + c2 (LN2(ĉ1) − β2)`, the c1 + c2 estimate of `E[LN2(LN1(z))]`:
+/// the [`c1_only`] estimate shrunk towards β2 by `c2`.
+pub fn corrected<L: ShiftedNormParams>(
     x: &[f64],
-    ln1: &impl ShiftedNormParams,
-    ln2: &impl ShiftedNormParams,
+    ln1: &L,
+    ln2: &L,
     rate: Rate,
 ) -> Result<Vec<f64>, Error> {
-    let parts = compound(x, ln1, ln2, rate)?;
-    let u = super::layernorm::uncorrected(&parts.c1_hat, ln2)?;
-    Ok(shrink_towards_beta(&u, ln2.beta(), parts.c2))
+    let c2 = compound(x, ln1, ln2, rate)?.c2;
+    let c1_only = c1_only(x, ln1, ln2, rate)?;
+    Ok(shrink_towards_beta(&c1_only, ln2.beta(), c2))
 }
 
 /// `LN2(LN1(x))`, the uncorrected output.
-pub fn uncorrected(
-    x: &[f64],
-    ln1: &impl ShiftedNormParams,
-    ln2: &impl ShiftedNormParams,
-) -> Result<Vec<f64>, Error> {
+pub fn uncorrected<L: ShiftedNormParams>(x: &[f64], ln1: &L, ln2: &L) -> Result<Vec<f64>, Error> {
     let u = super::layernorm::uncorrected(x, ln1)?;
     super::layernorm::uncorrected(&u, ln2)
 }

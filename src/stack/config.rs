@@ -16,7 +16,7 @@ pub struct StackConfig {
     /// Train-mode batches run to set the BatchNorm buffers (the buffer
     /// refresh, [`super::network::refresh_buffers`]); the second half of
     /// them is the train-mode measurement. The name is the JSON key.
-    pub calibration_batches: u32,
+    pub refresh_batches: u32,
     /// Fresh inputs of an eval-mode measurement.
     pub eval_examples: usize,
     /// Mean of every input channel (variance 1).
@@ -31,7 +31,7 @@ impl Default for StackConfig {
             width: 16,
             depth: 6,
             batch: 128,
-            calibration_batches: 60,
+            refresh_batches: 60,
             eval_examples: 1024,
             input_mean: 0.5,
             eps: 1e-5,
@@ -54,9 +54,9 @@ impl StackConfig {
                 got: self.depth.max(self.width),
             });
         }
-        if self.batch < 2 || self.eval_examples < 2 || self.calibration_batches < 2 {
+        if self.batch < 2 || self.eval_examples < 2 || self.refresh_batches < 2 {
             return Err(Error::InvalidOption {
-                what: "the stack needs batch, eval_examples and calibration_batches >= 2".into(),
+                what: "the stack needs batch, eval_examples and refresh_batches >= 2".into(),
             });
         }
         if !(self.input_mean.is_finite() && self.eps.is_finite() && self.eps >= 0.0) {

@@ -7,7 +7,7 @@
 //! weights `N(0, 2/W)` and zero biases, then a linear readout `r = u·h_L`
 //! with `u ~ N(0, 1/W)`. Inputs are iid `N(input_mean, 1)` per channel. Nothing
 //! is trained: the BatchNorm buffers are set the way training would set
-//! them (the buffer refresh), by running `calibration_batches` train-mode
+//! them (the buffer refresh), by running `refresh_batches` train-mode
 //! batches of `batch` examples (PyTorch momentum 0.1, from the initial
 //! buffers `(0, 1)`).
 //!

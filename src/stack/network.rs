@@ -222,7 +222,7 @@ fn pass(
     Ok(())
 }
 
-/// The buffer refresh: runs `calibration_batches` train-mode (or
+/// The buffer refresh: runs `refresh_batches` train-mode (or
 /// re-estimation) batches, which set every BatchNorm's running statistics
 /// the way training would (momentum 0.1 from the buffers `(0, 1)`), and
 /// returns the moments of the second half of them.
@@ -237,8 +237,8 @@ pub(super) fn refresh_buffers(
     rng: &mut Stream,
 ) -> Result<Moments, Error> {
     let mut acc = Moments::new(cfg.depth, cfg.width);
-    let half = cfg.calibration_batches / 2;
-    for t in 0..cfg.calibration_batches {
+    let half = cfg.refresh_batches / 2;
+    for t in 0..cfg.refresh_batches {
         let x = inputs(cfg, cfg.batch, rng);
         let record = if t >= half { Some(&mut acc) } else { None };
         pass(net, x, mode, p, placement, subject, rng, record)?;

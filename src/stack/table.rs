@@ -14,33 +14,31 @@ struct VariantColumn {
     readout: Option<fn(&RateRow<Estimate>) -> Estimate>,
 }
 
+/// A [`VariantColumn`] (a `const fn`, so the table below is one line a
+/// column).
+const fn column(
+    header: &'static str,
+    layer: fn(&LayerRow<Estimate>) -> Estimate,
+    readout: Option<fn(&RateRow<Estimate>) -> Estimate>,
+) -> VariantColumn {
+    VariantColumn {
+        header,
+        layer,
+        readout,
+    }
+}
+
 /// The printed variant columns, in order (eval/train variance ratios).
 const VARIANT_COLUMNS: [VariantColumn; 5] = [
-    VariantColumn {
-        header: "dropout->BN",
-        layer: |r| r.base,
-        readout: Some(|r| r.readout_base),
-    },
-    VariantColumn {
-        header: "folded",
-        layer: |r| r.fold,
-        readout: Some(|r| r.readout_fold),
-    },
-    VariantColumn {
-        header: "re-estimated",
-        layer: |r| r.reestimate,
-        readout: Some(|r| r.readout_reestimate),
-    },
-    VariantColumn {
-        header: "dropout after last BN",
-        layer: |r| r.after_last,
-        readout: None,
-    },
-    VariantColumn {
-        header: "LayerNorm",
-        layer: |r| r.layer_norm,
-        readout: None,
-    },
+    column("dropout->BN", |r| r.base, Some(|r| r.readout_base)),
+    column("folded", |r| r.fold, Some(|r| r.readout_fold)),
+    column(
+        "re-estimated",
+        |r| r.reestimate,
+        Some(|r| r.readout_reestimate),
+    ),
+    column("dropout after last BN", |r| r.after_last, None),
+    column("LayerNorm", |r| r.layer_norm, None),
 ];
 
 fn cell(e: Estimate) -> String {
@@ -53,11 +51,11 @@ pub fn table(t: &StackTable, width: usize) -> String {
     let c = &t.config;
     let intro = format!(
         "deep stack: {} blocks [linear -> ReLU -> dropout(p) -> BN], width {}, batch {}, \
-         {} calibration batches, {} eval examples, input N({}, 1); {} random networks (seed {})",
+         {} buffer-refresh batches, {} eval examples, input N({}, 1); {} random networks (seed {})",
         c.depth,
         c.width,
         c.batch,
-        c.calibration_batches,
+        c.refresh_batches,
         c.eval_examples,
         c.input_mean,
         t.replicates,
