@@ -1,4 +1,4 @@
-//! The deep-stack experiment asserts each of seed 000's claims about dropout
+//! The deep-stack experiment asserts each of the dropout-before-BatchNorm note's claims about dropout
 //! before BatchNorm, with the suite's statistics.
 //!
 //! One run of [`dropmc::stack::run`] (64 random networks at p = 0, 0.1 and

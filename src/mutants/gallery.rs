@@ -50,9 +50,10 @@ const fn row(
     }
 }
 
-const SEED_001: &str = "seed 001";
-const SEED_002: &str = "seed 002";
-const SEED_003: &str = "seed 003";
+/// Where a mistake is described, named by what the document is.
+const EVAL_MODE_NOTE: &str = "the eval-mode dropout debugging note";
+const PRESERVED_PRIMER: &str = "the primer on what dropout randomises and preserves";
+const INVERTED_SCALING_NOTE: &str = "the inverted-scaling note";
 
 /// `P(column all zero)` over the `T` positions of the mask-shape claims:
 /// `p` with a shared mask, `p^T` with independent ones.
@@ -67,70 +68,70 @@ static TABLE: [Row; 16] = [
         "divide_by_p",
         scaling(Keep::AtLeastP, Scale::DivideByP, Scale::DivideByP),
         "Divides survivors (and gradients) by the drop rate p instead of the keep probability q.",
-        SEED_003,
+        INVERTED_SCALING_NOTE,
         &["semantics.survivors_exact"],
     ),
     row(
         "multiply_by_q",
         scaling(Keep::AtLeastP, Scale::MultiplyByQ, Scale::MultiplyByQ),
         "Multiplies survivors (and gradients) by q in training instead of dividing.",
-        SEED_003,
+        INVERTED_SCALING_NOTE,
         &["semantics.survivors_exact"],
     ),
     row(
         "keep_below_p",
         scaling(Keep::BelowP, Scale::DivideByQ, Scale::DivideByQ),
         "Keeps a unit when u < p, the complement of the intended mask: keeps a fraction p.",
-        SEED_001,
+        EVAL_MODE_NOTE,
         &["semantics.keep_fraction"],
     ),
     row(
         "eval_scales_by_q",
         Deviation::EvalScalesByQ,
         "Multiplies by q at evaluation after inverted training (mixes the two schemes).",
-        SEED_001,
+        EVAL_MODE_NOTE,
         &["semantics.eval_identity"],
     ),
     row(
         "eval_draws",
         Deviation::EvalDraws,
         "Draws the mask before the mode branch: evaluation returns x but consumes random numbers.",
-        SEED_001,
+        EVAL_MODE_NOTE,
         &["semantics.eval_identity"],
     ),
     row(
         "eval_masks",
         Deviation::EvalMasks,
         "Applies the training mask in evaluation mode too.",
-        SEED_001,
+        EVAL_MODE_NOTE,
         &["semantics.eval_identity"],
     ),
     row(
         "backward_fresh_mask",
         Deviation::BackwardFreshMask,
         "Backward pass draws a fresh mask instead of reusing the forward pass's.",
-        SEED_001,
+        EVAL_MODE_NOTE,
         &["semantics.backward_mask"],
     ),
     row(
         "backward_unscaled",
         scaling(Keep::AtLeastP, Scale::DivideByQ, Scale::Unscaled),
         "Backward pass applies the mask but forgets the 1/q scale.",
-        SEED_001,
+        EVAL_MODE_NOTE,
         &["semantics.backward_finite_difference"],
     ),
     row(
         "attention_renormalised",
         Deviation::AttentionRenormalised,
         "Renormalises the surviving attention weights so every row sums to one.",
-        SEED_002,
+        PRESERVED_PRIMER,
         &["attention.entry_mean"],
     ),
     row(
         "attention_logits",
         Deviation::AttentionLogits,
         "Drops the attention logits before the softmax instead of the probabilities after it.",
-        SEED_002,
+        PRESERVED_PRIMER,
         &["attention.entry_mean"],
     ),
     Row {
@@ -143,7 +144,7 @@ static TABLE: [Row; 16] = [
             "shared_for_independent",
             Deviation::ForcedShape(MaskShape::SharedOverPositions),
             "Shares one mask over all positions where an independent mask per entry is specified.",
-            SEED_002,
+            PRESERVED_PRIMER,
             &["mask_shape.independent_zero_column"],
         )
     },
@@ -157,7 +158,7 @@ static TABLE: [Row; 16] = [
             "independent_for_shared",
             Deviation::ForcedShape(MaskShape::Independent),
             "Draws an independent mask per entry where one mask shared over positions is specified.",
-            SEED_002,
+            PRESERVED_PRIMER,
             &["mask_shape.shared_zero_column"],
         )
     },
@@ -179,7 +180,7 @@ static TABLE: [Row; 16] = [
         "loss_scaling",
         scaling(Keep::AtLeastP, Scale::Unscaled, Scale::DivideByQ),
         "Scales the loss by 1/q instead of the activations: forward m x, gradient g m / q.",
-        SEED_003,
+        INVERTED_SCALING_NOTE,
         &["semantics.backward_finite_difference"],
     ),
     Row {
@@ -190,7 +191,7 @@ static TABLE: [Row; 16] = [
             "rescale_dropped",
             Deviation::RescaleDropped,
             "Applies the 1/q scale to the dropped units too: (m x) / q.",
-            SEED_003,
+            INVERTED_SCALING_NOTE,
             &[],
         )
     },
@@ -202,7 +203,7 @@ static TABLE: [Row; 16] = [
             "keep_above_p",
             scaling(Keep::AboveP, Scale::DivideByQ, Scale::DivideByQ),
             "Keeps a unit when u > p instead of u >= p.",
-            SEED_001,
+            EVAL_MODE_NOTE,
             &[],
         )
     },

@@ -1,4 +1,4 @@
-//! The deep-stack experiment: seed 000's claims about dropout before
+//! The deep-stack experiment: the dropout-before-BatchNorm note's claims about dropout before
 //! BatchNorm, measured in a simulated network.
 //!
 //! # The network
