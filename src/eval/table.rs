@@ -120,7 +120,7 @@ fn row(r: &EvalResult, k: usize) -> Vec<String> {
         Some((m, s)) => {
             let reference = exact.unwrap_or(formula);
             let z = if s > 0.0 {
-                format!("{:.2}", (m - reference) / s)
+                crate::report::format_z((m - reference) / s)
             } else {
                 String::new()
             };
