@@ -13,8 +13,8 @@ use dropmc::claims::{Kind, Verdict, bypass, check, compound, layernorm, rmsnorm}
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::error::Error;
 use dropmc::exact::Oracle;
-use dropmc::mutants::Patched;
-use dropmc::ops::{DropoutLayer, InvertedDropout, LayerNorm, Rate, RmsNorm, Subject};
+use dropmc::mutants::{Deviant, Deviation, Keep, Scale};
+use dropmc::ops::{LayerNorm, Rate, RmsNorm, Subject};
 use dropmc::verify::order::{GapCurve, SWEEP_D};
 
 fn leading_claims() -> Vec<&'static NormClaim> {
@@ -152,14 +152,13 @@ fn leading_order_gaps_fall_like_one_over_d() {
 fn a_missing_rescale_fails_the_exact_claims() {
     // Deliberate failures: no false-alarm budget is spent.
     // Dropout without the 1/q rescale (the original scheme's training pass).
-    let no_rescale = Patched {
+    let no_rescale = Deviant {
         name: "no rescale",
-        train: |x, p, rng, out, mask| {
-            InvertedDropout.forward_train(x, p, rng, out, mask)?;
-            out.iter_mut().for_each(|v| *v *= 1.0 - p);
-            Ok(())
+        deviation: Deviation::Scaling {
+            keep: Keep::AtLeastP,
+            survivor: Scale::Unscaled,
+            gradient: Scale::DivideByQ,
         },
-        ..Patched::REFERENCE
     };
     let subject = Subject::with_dropout(&no_rescale);
     for claim in dropmc::claims::registry() {

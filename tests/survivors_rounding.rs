@@ -6,28 +6,20 @@
 //! Deterministic: a rule checked on every draw, no statistical assertion.
 
 use dropmc::claims::{Verdict, check, registry};
-use dropmc::engine::{Budget, derive_seed, keep};
-use dropmc::error::Error;
-use dropmc::mutants::Patched;
-use dropmc::ops::{DropoutLayer, InvertedDropout, Rate, Subject};
-use rand::Rng;
+use dropmc::engine::{Budget, derive_seed};
+use dropmc::mutants::{Deviant, Deviation, Keep, Scale};
+use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
 
-/// Kept units scaled by `scale(x, q)`; everything else the reference's
-/// (the gallery's [`Patched`] door).
-fn scaled(
-    x: &[f64],
-    p: f64,
-    rng: &mut dyn Rng,
-    out: &mut [f64],
-    mask: &mut [bool],
-    scale: fn(f64, f64) -> f64,
-) -> Result<(), Error> {
-    let rate = Rate::new(p)?;
-    for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
-        *m = keep(rng, rate.p());
-        *o = if *m { scale(v, rate.q()) } else { 0.0 };
+/// The reference with kept units scaled by `survivor` instead of `x / q`.
+fn scaled(name: &'static str, survivor: Scale) -> Deviant {
+    Deviant {
+        name,
+        deviation: Deviation::Scaling {
+            keep: Keep::AtLeastP,
+            survivor,
+            gradient: Scale::DivideByQ,
+        },
     }
-    Ok(())
 }
 
 fn survivors(layer: &dyn DropoutLayer) -> dropmc::claims::ClaimResult {
@@ -41,11 +33,7 @@ fn survivors(layer: &dyn DropoutLayer) -> dropmc::claims::ClaimResult {
 
 #[test]
 fn the_reciprocal_rounding_passes_and_is_named() {
-    let reciprocal = Patched {
-        name: "reciprocal",
-        train: |x, p, rng, out, mask| scaled(x, p, rng, out, mask, |v, q| v * (1.0 / q)),
-        ..Patched::REFERENCE
-    };
+    let reciprocal = scaled("reciprocal", Scale::TimesReciprocalQ);
     // At q = 0.7 the two roundings differ on some of the claim's inputs
     // (−1.2 / 0.7 = −1.7142857142857144 but −1.2 · fl(1/0.7) =
     // −1.7142857142857142, Python float arithmetic).
@@ -69,23 +57,10 @@ fn the_reciprocal_rounding_passes_and_is_named() {
     );
 }
 
-/// `x/q` moved two units in the last place away from zero.
-fn two_ulps_up(x: f64, q: f64) -> f64 {
-    let z = x / q;
-    if z.is_finite() && z != 0.0 {
-        f64::from_bits(z.to_bits() + 2)
-    } else {
-        z
-    }
-}
-
 #[test]
 fn two_ulps_off_is_still_a_violation() {
-    let off = Patched {
-        name: "two ulps",
-        train: |x, p, rng, out, mask| scaled(x, p, rng, out, mask, two_ulps_up),
-        ..Patched::REFERENCE
-    };
+    // `x/q` moved two units in the last place away from zero.
+    let off = scaled("two ulps", Scale::UlpsAwayFromQuotient(2));
     let r = survivors(&off);
     assert_eq!(r.verdict, Verdict::Fail, "{r:?}");
 }

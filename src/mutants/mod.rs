@@ -15,13 +15,11 @@
 
 mod gallery;
 mod patch;
-mod patched;
 mod power;
 mod render;
 
 pub use gallery::gallery;
 pub use patch::{Deviant, Deviation, Keep, Scale};
-pub use patched::{BackwardFn, EvalFn, Patched, PositionsFn, TrainFn};
 pub use power::rejection_power;
 pub use render::{table, to_json};
 

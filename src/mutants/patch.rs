@@ -2,10 +2,8 @@
 //! one layer [`Deviant`] that runs the reference with that deviation
 //! patched in. Every part a deviation does not name is the reference
 //! [`InvertedDropout`]'s, call for call.
-//!
-//! [`Patched`] is the same idea with function pointers, for a test outside
-//! the crate that needs a one-off wrong layer (a deviation not in the
-//! gallery).
+//! A test outside the crate that needs a one-off wrong layer (a deviation
+//! not in the gallery) builds a [`Deviant`] from a [`Deviation`] too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -13,7 +11,8 @@ use rand::{Rng, RngExt};
 
 use crate::error::{Error, check_len};
 use crate::ops::{
-    DropoutLayer, InvertedDropout, MaskShape, Rate, check_buffers, default_positions,
+    DropoutLayer, InvertedDropout, MaskShape, Rate, default_positions, keep_and_scale,
+    scale_kept_gradients,
 };
 
 /// The reference, for the parts a mutant leaves alone.
@@ -48,6 +47,12 @@ impl Keep {
 pub enum Scale {
     /// `v / q`: the reference.
     DivideByQ,
+    /// `v · fl(1/q)`: the other standard rounding of a survivor (most
+    /// frameworks multiply by a precomputed reciprocal).
+    TimesReciprocalQ,
+    /// `v / q` moved this many units in the last place away from zero (a
+    /// non-finite or zero quotient left as is).
+    UlpsAwayFromQuotient(u64),
     /// `v / p`.
     DivideByP,
     /// `v · q`.
@@ -60,6 +65,15 @@ impl Scale {
     fn apply(self, v: f64, rate: Rate) -> f64 {
         match self {
             Scale::DivideByQ => v / rate.q(),
+            Scale::TimesReciprocalQ => v * (1.0 / rate.q()),
+            Scale::UlpsAwayFromQuotient(ulps) => {
+                let z = v / rate.q();
+                if z.is_finite() && z != 0.0 {
+                    f64::from_bits(z.to_bits() + ulps)
+                } else {
+                    z
+                }
+            }
             Scale::DivideByP => v / rate.p(),
             Scale::MultiplyByQ => v * rate.q(),
             Scale::Unscaled => v,
@@ -112,6 +126,8 @@ pub struct Deviant {
 /// mask.
 static FRESH_MASK_CALLS: AtomicU64 = AtomicU64::new(0);
 
+/// The training pass keeping by `keep` and writing `survivor` for a kept
+/// unit.
 fn scaled_train(
     x: &[f64],
     p: f64,
@@ -121,28 +137,15 @@ fn scaled_train(
     keep: Keep,
     survivor: Scale,
 ) -> Result<(), Error> {
-    let rate = Rate::new(p)?;
-    check_buffers("output buffer", out, mask, x.len())?;
-    for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
-        *m = keep.keeps(rng.random::<f64>(), rate);
-        *o = if *m { survivor.apply(v, rate) } else { 0.0 };
-    }
-    Ok(())
-}
-
-fn scaled_backward(
-    grad_out: &[f64],
-    p: f64,
-    mask: &[bool],
-    grad_in: &mut [f64],
-    gradient: Scale,
-) -> Result<(), Error> {
-    let rate = Rate::new(p)?;
-    check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
-    for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
-        *gi = if m { gradient.apply(g, rate) } else { 0.0 };
-    }
-    Ok(())
+    keep_and_scale(
+        x,
+        p,
+        rng,
+        out,
+        mask,
+        |rng, rate| keep.keeps(rng.random::<f64>(), rate),
+        |v, rate| survivor.apply(v, rate),
+    )
 }
 
 /// Softmax of `logits` into `out`, shifted by the maximum.
@@ -218,7 +221,9 @@ impl DropoutLayer for Deviant {
     ) -> Result<(), Error> {
         match self.deviation {
             Deviation::Scaling { gradient, .. } => {
-                scaled_backward(grad_out, p, mask, grad_in, gradient)
+                scale_kept_gradients(grad_out, p, mask, grad_in, |g, rate| {
+                    gradient.apply(g, rate)
+                })
             }
             Deviation::BackwardFreshMask => {
                 let call = FRESH_MASK_CALLS.fetch_add(1, Ordering::Relaxed);

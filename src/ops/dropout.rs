@@ -147,13 +147,15 @@ impl DropoutLayer for InvertedDropout {
         out: &mut [f64],
         mask: &mut [bool],
     ) -> Result<(), Error> {
-        let rate = Rate::new(p)?;
-        check_buffers("output buffer", out, mask, x.len())?;
-        for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
-            *m = keep(rng, rate.p());
-            *o = if *m { v / rate.q() } else { 0.0 };
-        }
-        Ok(())
+        keep_and_scale(
+            x,
+            p,
+            rng,
+            out,
+            mask,
+            |rng, rate| keep(rng, rate.p()),
+            |v, rate| v / rate.q(),
+        )
     }
 
     fn forward_eval(
@@ -176,13 +178,49 @@ impl DropoutLayer for InvertedDropout {
         mask: &[bool],
         grad_in: &mut [f64],
     ) -> Result<(), Error> {
-        let rate = Rate::new(p)?;
-        check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
-        for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
-            *gi = if m { g / rate.q() } else { 0.0 };
-        }
-        Ok(())
+        scale_kept_gradients(grad_out, p, mask, grad_in, |g, rate| g / rate.q())
     }
+}
+
+/// The training loop every keep-and-scale layer shares (the reference, the
+/// mutants' scaling deviations, the power perturbations): `p` is checked
+/// ([`Rate::new`]) before the buffers; then per unit `kept(rng, rate)` draws
+/// its mask entry, and a kept unit `x_k` becomes `survivor(x_k, rate)`, a
+/// dropped one `0`.
+pub fn keep_and_scale(
+    x: &[f64],
+    p: f64,
+    rng: &mut dyn Rng,
+    out: &mut [f64],
+    mask: &mut [bool],
+    kept: impl Fn(&mut dyn Rng, Rate) -> bool,
+    survivor: impl Fn(f64, Rate) -> f64,
+) -> Result<(), Error> {
+    let rate = Rate::new(p)?;
+    check_buffers("output buffer", out, mask, x.len())?;
+    for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
+        *m = kept(&mut *rng, rate);
+        *o = if *m { survivor(v, rate) } else { 0.0 };
+    }
+    Ok(())
+}
+
+/// The backward loop every keep-and-scale layer shares: `p` is checked
+/// before the buffers; a kept unit's gradient `g` becomes `scale(g, rate)`,
+/// a dropped unit's `0`.
+pub fn scale_kept_gradients(
+    grad_out: &[f64],
+    p: f64,
+    mask: &[bool],
+    grad_in: &mut [f64],
+    scale: impl Fn(f64, Rate) -> f64,
+) -> Result<(), Error> {
+    let rate = Rate::new(p)?;
+    check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
+    for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
+        *gi = if m { scale(g, rate) } else { 0.0 };
+    }
+    Ok(())
 }
 
 /// What the claims run against.

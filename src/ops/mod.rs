@@ -15,7 +15,10 @@ mod site;
 
 pub use batchnorm::{BatchNorm, Linear, relu};
 pub use buffers::check_buffers;
-pub use dropout::{DropoutLayer, InvertedDropout, Subject, SubjectKind, default_positions};
+pub use dropout::{
+    DropoutLayer, InvertedDropout, Subject, SubjectKind, default_positions, keep_and_scale,
+    scale_kept_gradients,
+};
 pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
 pub use rate::Rate;
 pub use shape::{CountingRng, MaskShape, row_width};

@@ -5,7 +5,7 @@ use rand::Rng;
 
 use crate::engine::keep;
 use crate::error::Error;
-use crate::ops::{DropoutLayer, InvertedDropout, Rate, check_buffers};
+use crate::ops::{DropoutLayer, InvertedDropout, keep_and_scale};
 
 /// A graded deviation of the training pass, of relative size `relative`
 /// (0.01 is 1 %); evaluation and backward stay the reference's.
@@ -56,13 +56,16 @@ impl DropoutLayer for Perturbed {
     ) -> Result<(), Error> {
         match self.perturbation {
             Perturbation::RateOff { relative } => {
-                let rate = Rate::new(p)?;
-                check_buffers("output buffer", out, mask, x.len())?;
                 let actual = (p * (1.0 + relative)).clamp(0.0, 1.0);
-                for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
-                    *m = keep(rng, actual);
-                    *o = if *m { v / rate.q() } else { 0.0 };
-                }
+                keep_and_scale(
+                    x,
+                    p,
+                    rng,
+                    out,
+                    mask,
+                    |rng, _| keep(rng, actual),
+                    |v, rate| v / rate.q(),
+                )?;
             }
             Perturbation::MeanShift { relative } => {
                 InvertedDropout.forward_train(x, p, rng, out, mask)?;
