@@ -4,6 +4,8 @@
 
 use clap::Args;
 
+use super::quantity::RateArg;
+
 use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
@@ -11,7 +13,7 @@ use crate::error::{Error, check_finite_vec, check_len};
 use crate::exact::{MAX_ENUMERATION_D, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
-use crate::input::{read_list, read_number};
+use crate::input::read_list;
 use crate::ops::Rate;
 use crate::stats::Estimate;
 
@@ -176,9 +178,8 @@ pub struct AttnArgs {
     /// The attention probability row, comma-separated (or @FILE), summing to 1.
     #[arg(long, allow_hyphen_values = true)]
     pub a: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub p: RateArg,
     /// Values averaged by the row, one per position (adds E[o], Var[o]).
     #[arg(long, allow_hyphen_values = true)]
     pub values: Option<String>,
@@ -195,7 +196,7 @@ pub fn run(a: AttnArgs) -> Result<EvalOutput, Error> {
         .transpose()?;
     attn(
         &read_list("--a", &a.a)?,
-        read_number("--p", &a.p)?,
+        a.p.value()?,
         values.as_deref(),
         a.sampling.budget(),
     )
