@@ -13,7 +13,8 @@
 
 use super::Shape;
 use super::fn_claim::{
-    FastFn, FastFnClaim, FnClaim, half_squared_difference, indicator, sample_means, with_fast,
+    FastFn, FastFnClaim, FnClaim, dropout_alone_family, half_squared_difference, indicator,
+    sample_means, with_fast,
 };
 use crate::engine::Stream;
 use crate::error::Error;
@@ -73,131 +74,134 @@ fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
     })
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
-    vec![
-        FnClaim {
-            id: "attention.entry_mean",
-            family: "attention",
-            formula: "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
-            shape: Shape::Vector,
-            samples: 400_000,
-            statistic: entry_statistic(),
-            analytic: || Ok(f::entry_mean(&A)),
-            oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
-            estimate: |s, b| {
-                sample_means(s, b, 3, |s, rng, out| {
-                    out.copy_from_slice(&pass(s, rng)?.0);
-                    Ok(())
-                })
+static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
+    with_fast(
+        vec![
+            FnClaim {
+                id: "attention.entry_mean",
+                family: "attention",
+                formula: "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
+                shape: Shape::Vector,
+                samples: 400_000,
+                statistic: entry_statistic(),
+                analytic: || Ok(f::entry_mean(&A)),
+                oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
+                estimate: |s, b| {
+                    sample_means(s, b, 3, |s, rng, out| {
+                        out.copy_from_slice(&pass(s, rng)?.0);
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "attention.row_sum_mean",
-            family: "attention",
-            formula: "E[R] = sum_i a_i = 1",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(vec![f::row_sum_mean(&A)]),
-            oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = pass(s, rng)?.1;
-                    Ok(())
-                })
+            FnClaim {
+                id: "attention.row_sum_mean",
+                family: "attention",
+                formula: "E[R] = sum_i a_i = 1",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(vec![f::row_sum_mean(&A)]),
+                oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        out[0] = pass(s, rng)?.1;
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "attention.row_sum_variance",
-            family: "attention",
-            formula: "Var R = (p/q) sum_i a_i^2 = 0.38",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
-            oracle: Some(|| {
-                Ok(oracle(2, |b, out| {
-                    let r: f64 = b.iter().sum();
-                    out[0] = r;
-                    out[1] = r * r;
-                })?
-                .variances())
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
-                    out[0] = half_squared_difference(r1, r2);
-                    Ok(())
-                })
+            FnClaim {
+                id: "attention.row_sum_variance",
+                family: "attention",
+                formula: "Var R = (p/q) sum_i a_i^2 = 0.38",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
+                oracle: Some(|| {
+                    Ok(oracle(2, |b, out| {
+                        let r: f64 = b.iter().sum();
+                        out[0] = r;
+                        out[1] = r * r;
+                    })?
+                    .variances())
+                }),
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
+                        out[0] = half_squared_difference(r1, r2);
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "attention.row_sum_pmf",
-            family: "attention",
-            formula: "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
-            shape: Shape::Vector,
-            samples: 400_000,
-            statistic: Statistic::Indicator { trials: 1 },
-            analytic: || Ok(f::seed_row_sum_pmf()),
-            oracle: Some(|| {
-                oracle(7, |b, out| {
-                    out.fill(0.0);
-                    if let Some(i) = support_index(b.iter().sum()) {
-                        out[i] = 1.0;
-                    }
-                })
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 7, |s, rng, out| {
-                    let r = pass(s, rng)?.1;
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = indicator(support_index(r) == Some(i));
-                    }
-                    Ok(())
-                })
+            FnClaim {
+                id: "attention.row_sum_pmf",
+                family: "attention",
+                formula: "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
+                shape: Shape::Vector,
+                samples: 400_000,
+                statistic: Statistic::Indicator { trials: 1 },
+                analytic: || Ok(f::seed_row_sum_pmf()),
+                oracle: Some(|| {
+                    oracle(7, |b, out| {
+                        out.fill(0.0);
+                        if let Some(i) = support_index(b.iter().sum()) {
+                            out[i] = 1.0;
+                        }
+                    })
+                }),
+                estimate: |s, b| {
+                    sample_means(s, b, 7, |s, rng, out| {
+                        let r = pass(s, rng)?.1;
+                        for (i, o) in out.iter_mut().enumerate() {
+                            *o = indicator(support_index(r) == Some(i));
+                        }
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "attention.output_mean",
-            family: "attention",
-            formula: "v=(1,-2,3): E[o] = sum_i a_i v_i",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(vec![f::output_mean(&A, &V)]),
-            oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = pass(s, rng)?.2;
-                    Ok(())
-                })
+            FnClaim {
+                id: "attention.output_mean",
+                family: "attention",
+                formula: "v=(1,-2,3): E[o] = sum_i a_i v_i",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(vec![f::output_mean(&A, &V)]),
+                oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        out[0] = pass(s, rng)?.2;
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "attention.output_variance",
-            family: "attention",
-            formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
-            oracle: Some(|| {
-                Ok(oracle(2, |b, out| {
-                    let o = f::output_mean(b, &V);
-                    out[0] = o;
-                    out[1] = o * o;
-                })?
-                .variances())
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
-                    out[0] = half_squared_difference(o1, o2);
-                    Ok(())
-                })
+            FnClaim {
+                id: "attention.output_variance",
+                family: "attention",
+                formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
+                oracle: Some(|| {
+                    Ok(oracle(2, |b, out| {
+                        let o = f::output_mean(b, &V);
+                        out[0] = o;
+                        out[1] = o * o;
+                    })?
+                    .variances())
+                }),
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
+                        out[0] = half_squared_difference(o1, o2);
+                        Ok(())
+                    })
+                },
             },
-        },
-    ]
+        ],
+        &FAST,
+    )
 });
 
 /// The fast estimators (on the mathematics) by claim id: every claim of
@@ -223,15 +227,11 @@ const FAST: [(&str, FastFn); 6] = [
     }),
 ];
 
-static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
-    std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
-
 /// This family: its claims, in report order.
 pub fn family() -> Family {
-    Family::new(
+    dropout_alone_family(
         "attention",
         "attention dropout after softmax: E[b], the row sum R, E[o]",
+        &CLAIMS,
     )
-    .with_claims(&WITH_FAST)
-    .exercising_dropout_alone()
 }

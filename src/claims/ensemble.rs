@@ -10,7 +10,9 @@
 //! one masked sum, so a mask costs one table look-up.
 
 use super::Shape;
-use super::fn_claim::{FastFn, FastFnClaim, FnClaim, sample_means, with_fast};
+use super::fn_claim::{
+    FastFn, FastFnClaim, FnClaim, dropout_alone_family, sample_means, with_fast,
+};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerated_gap};
@@ -62,63 +64,66 @@ fn convex_gap(g: fn(&[f64]) -> f64) -> Result<Vec<f64>, Error> {
 
 // The claims' `estimate` closures differ only in the function they pass to
 // `gap_draw`: `FnClaim` holds plain `fn` pointers, which cannot capture it.
-static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
-    vec![
-        FnClaim {
-            id: "ensemble.affine_gap",
-            family: "ensemble",
-            formula: "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(vec![0.0]),
-            oracle: Some(|| {
-                let (gap, rounding) = enumerated_gap(&X, rate()?, affine)?;
-                Ok(Oracle {
-                    values: vec![gap],
-                    rounding: vec![rounding],
-                })
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = gap_draw(s, rng, affine)?;
-                    Ok(())
-                })
+static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
+    with_fast(
+        vec![
+            FnClaim {
+                id: "ensemble.affine_gap",
+                family: "ensemble",
+                formula: "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(vec![0.0]),
+                oracle: Some(|| {
+                    let (gap, rounding) = enumerated_gap(&X, rate()?, affine)?;
+                    Ok(Oracle {
+                        values: vec![gap],
+                        rounding: vec![rounding],
+                    })
+                }),
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        out[0] = gap_draw(s, rng, affine)?;
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "ensemble.relu_gap",
-            family: "ensemble",
-            formula: "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || convex_gap(relu),
-            oracle: None,
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = gap_draw(s, rng, relu)?;
-                    Ok(())
-                })
+            FnClaim {
+                id: "ensemble.relu_gap",
+                family: "ensemble",
+                formula: "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || convex_gap(relu),
+                oracle: None,
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        out[0] = gap_draw(s, rng, relu)?;
+                        Ok(())
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "ensemble.logsumexp_gap",
-            family: "ensemble",
-            formula: "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
-            shape: Shape::Scalar,
-            samples: 400_000,
-            statistic: Statistic::default(),
-            analytic: || convex_gap(f::log_sum_exp),
-            oracle: None,
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = gap_draw(s, rng, f::log_sum_exp)?;
-                    Ok(())
-                })
+            FnClaim {
+                id: "ensemble.logsumexp_gap",
+                family: "ensemble",
+                formula: "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
+                shape: Shape::Scalar,
+                samples: 400_000,
+                statistic: Statistic::default(),
+                analytic: || convex_gap(f::log_sum_exp),
+                oracle: None,
+                estimate: |s, b| {
+                    sample_means(s, b, 1, |s, rng, out| {
+                        out[0] = gap_draw(s, rng, f::log_sum_exp)?;
+                        Ok(())
+                    })
+                },
             },
-        },
-    ]
+        ],
+        &FAST,
+    )
 });
 
 /// The fast estimators (on the mathematics) by claim id: every claim of
@@ -135,15 +140,11 @@ const FAST: [(&str, FastFn); 3] = [
     }),
 ];
 
-static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
-    std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
-
 /// This family: its claims, in report order.
 pub fn family() -> Family {
-    Family::new(
+    dropout_alone_family(
         "ensemble",
         "the ensemble gap of a convex function of the dropout output",
+        &CLAIMS,
     )
-    .with_claims(&WITH_FAST)
-    .exercising_dropout_alone()
 }

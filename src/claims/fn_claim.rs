@@ -17,6 +17,7 @@ use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::Oracle;
 use crate::ops::Subject;
+use crate::registry::Family;
 use crate::stats::{Estimate, Statistic};
 
 /// One draw: writes the per-draw statistics into the slice.
@@ -80,20 +81,32 @@ pub type FastFn = fn(Budget) -> Result<Vec<Estimate>, Error>;
 /// estimator: the generic estimate on an implementation under test, `fast`
 /// on the mathematics. Every other part is the wrapped claim's.
 pub struct FastFnClaim {
-    pub claim: &'static FnClaim,
+    pub claim: FnClaim,
     pub fast: Option<FastFn>,
 }
 
 /// Pairs each claim with the fast estimator listed under its id (none when
 /// its id is not listed).
-pub fn with_fast(claims: &'static [FnClaim], fast: &[(&str, FastFn)]) -> Vec<FastFnClaim> {
+pub fn with_fast(claims: Vec<FnClaim>, fast: &[(&str, FastFn)]) -> Vec<FastFnClaim> {
     claims
-        .iter()
-        .map(|claim| FastFnClaim {
-            claim,
-            fast: fast.iter().find(|(id, _)| *id == claim.id).map(|(_, f)| *f),
+        .into_iter()
+        .map(|claim| {
+            let fast = fast.iter().find(|(id, _)| *id == claim.id).map(|(_, f)| *f);
+            FastFnClaim { claim, fast }
         })
         .collect()
+}
+
+/// A family about dropout alone (no normalization) whose claims carry
+/// their fast estimators: the attention, mask-shape and ensemble families.
+pub fn dropout_alone_family(
+    name: &'static str,
+    about: &'static str,
+    claims: &'static [FastFnClaim],
+) -> Family {
+    Family::new(name, about)
+        .with_claims(claims)
+        .exercising_dropout_alone()
 }
 
 impl Claim for FastFnClaim {

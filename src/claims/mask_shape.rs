@@ -6,7 +6,8 @@
 
 use super::Shape;
 use super::fn_claim::{
-    FastFn, FastFnClaim, FnClaim, half_squared_difference, indicator, sample_means, with_fast,
+    FastFn, FastFnClaim, FnClaim, dropout_alone_family, half_squared_difference, indicator,
+    sample_means, with_fast,
 };
 use crate::engine::{Stream, stream};
 use crate::error::Error;
@@ -146,69 +147,72 @@ pub fn default_shape_draws() -> (u64, f64) {
     (draws, miss)
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
-    vec![
-        FnClaim {
-            id: "mask_shape.independent_variance",
-            family: "mask_shape",
-            formula: "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
-            shape: Shape::Vector,
-            samples: 200_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(f::independent_variance(&X, D, rate()?)),
-            oracle: Some(|| variance_oracle(false)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    variance_draw(s, MaskShape::Independent, rng, out)
-                })
+static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
+    with_fast(
+        vec![
+            FnClaim {
+                id: "mask_shape.independent_variance",
+                family: "mask_shape",
+                formula: "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
+                shape: Shape::Vector,
+                samples: 200_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(f::independent_variance(&X, D, rate()?)),
+                oracle: Some(|| variance_oracle(false)),
+                estimate: |s, b| {
+                    sample_means(s, b, D, |s, rng, out| {
+                        variance_draw(s, MaskShape::Independent, rng, out)
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "mask_shape.shared_variance",
-            family: "mask_shape",
-            formula: "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
-            shape: Shape::Vector,
-            samples: 200_000,
-            statistic: Statistic::default(),
-            analytic: || Ok(f::shared_variance(&X, D, rate()?)),
-            oracle: Some(|| variance_oracle(true)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    variance_draw(s, MaskShape::SharedOverPositions, rng, out)
-                })
+            FnClaim {
+                id: "mask_shape.shared_variance",
+                family: "mask_shape",
+                formula: "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
+                shape: Shape::Vector,
+                samples: 200_000,
+                statistic: Statistic::default(),
+                analytic: || Ok(f::shared_variance(&X, D, rate()?)),
+                oracle: Some(|| variance_oracle(true)),
+                estimate: |s, b| {
+                    sample_means(s, b, D, |s, rng, out| {
+                        variance_draw(s, MaskShape::SharedOverPositions, rng, out)
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "mask_shape.independent_zero_column",
-            family: "mask_shape",
-            formula: "independent: P(column k all zero) = p^T",
-            shape: Shape::Vector,
-            samples: 200_000,
-            statistic: Statistic::Indicator { trials: 1 },
-            analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
-            oracle: Some(|| zero_column_oracle(false)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    zero_column_draw(s, MaskShape::Independent, rng, out)
-                })
+            FnClaim {
+                id: "mask_shape.independent_zero_column",
+                family: "mask_shape",
+                formula: "independent: P(column k all zero) = p^T",
+                shape: Shape::Vector,
+                samples: 200_000,
+                statistic: Statistic::Indicator { trials: 1 },
+                analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
+                oracle: Some(|| zero_column_oracle(false)),
+                estimate: |s, b| {
+                    sample_means(s, b, D, |s, rng, out| {
+                        zero_column_draw(s, MaskShape::Independent, rng, out)
+                    })
+                },
             },
-        },
-        FnClaim {
-            id: "mask_shape.shared_zero_column",
-            family: "mask_shape",
-            formula: "shared: P(column k all zero) = p",
-            shape: Shape::Vector,
-            samples: 200_000,
-            statistic: Statistic::Indicator { trials: 1 },
-            analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
-            oracle: Some(|| zero_column_oracle(true)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    zero_column_draw(s, MaskShape::SharedOverPositions, rng, out)
-                })
+            FnClaim {
+                id: "mask_shape.shared_zero_column",
+                family: "mask_shape",
+                formula: "shared: P(column k all zero) = p",
+                shape: Shape::Vector,
+                samples: 200_000,
+                statistic: Statistic::Indicator { trials: 1 },
+                analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
+                oracle: Some(|| zero_column_oracle(true)),
+                estimate: |s, b| {
+                    sample_means(s, b, D, |s, rng, out| {
+                        zero_column_draw(s, MaskShape::SharedOverPositions, rng, out)
+                    })
+                },
             },
-        },
-    ]
+        ],
+        &FAST,
+    )
 });
 
 /// The fast estimators (on the mathematics) by claim id: every claim of
@@ -228,15 +232,11 @@ const FAST: [(&str, FastFn); 4] = [
     }),
 ];
 
-static WITH_FAST: std::sync::LazyLock<Vec<FastFnClaim>> =
-    std::sync::LazyLock::new(|| with_fast(&CLAIMS, &FAST));
-
 /// This family: its claims, in report order.
 pub fn family() -> Family {
-    Family::new(
+    dropout_alone_family(
         "mask_shape",
         "masks shared over positions versus independent per element",
+        &CLAIMS,
     )
-    .with_claims(&WITH_FAST)
-    .exercising_dropout_alone()
 }

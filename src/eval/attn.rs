@@ -4,6 +4,8 @@
 
 use clap::Args;
 
+use super::quantity::RateArg;
+
 use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
@@ -11,7 +13,7 @@ use crate::error::{Error, check_finite_vec, check_len};
 use crate::exact::{MAX_ENUMERATION_D, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
-use crate::input::{read_list, read_number};
+use crate::input::read_list;
 use crate::ops::Rate;
 use crate::stats::Estimate;
 
@@ -92,7 +94,7 @@ pub fn attn(
             out[d..].copy_from_slice(&[r, r * r, o, o * o]);
         })?;
         let x = raw.values;
-        Some((
+        Some::<ExactRow>((
             x[..d].to_vec(),
             x[d],
             x[d + 1] - x[d] * x[d],
@@ -104,6 +106,22 @@ pub fn attn(
     };
     let fast_estimates =
         |pick: fn(&fast::AttentionRowEstimates) -> Vec<Estimate>| est.as_ref().map(pick);
+    // A scalar row: its closed form, the enumerated value `exact_pick` takes
+    // from `exact` and the fast estimate `fast_pick` takes from `est`.
+    let scalar = |name: &str,
+                  formula: f64,
+                  exact_pick: fn(&ExactRow) -> f64,
+                  fast_pick: fn(&fast::AttentionRowEstimates) -> Estimate| {
+        EvalResult::exact(
+            name,
+            Values::Scalar(formula),
+            exact.as_ref().map(|e| vec![exact_pick(e)]),
+        )
+        .with_optional_estimates(
+            est.as_ref().map(|e| vec![fast_pick(e)]).as_deref(),
+            SamplerKind::Fast,
+        )
+    };
     let mut results = vec![
         EvalResult::exact(
             "E[b]",
@@ -114,48 +132,27 @@ pub fn attn(
             fast_estimates(|e| e.entry_mean.clone()).as_deref(),
             SamplerKind::Fast,
         ),
-        EvalResult::exact(
-            "E[R]",
-            Values::Scalar(f::row_sum_mean(a)),
-            exact.as_ref().map(|e| vec![e.1]),
-        )
-        .with_optional_estimates(
-            fast_estimates(|e| vec![e.row_sum_mean]).as_deref(),
-            SamplerKind::Fast,
-        ),
-        EvalResult::exact(
+        scalar("E[R]", f::row_sum_mean(a), |e| e.1, |e| e.row_sum_mean),
+        scalar(
             "Var[R]",
-            Values::Scalar(f::row_sum_variance(a, rate)),
-            exact.as_ref().map(|e| vec![e.2]),
-        )
-        .with_optional_estimates(
-            fast_estimates(|e| vec![e.row_sum_variance]).as_deref(),
-            SamplerKind::Fast,
+            f::row_sum_variance(a, rate),
+            |e| e.2,
+            |e| e.row_sum_variance,
         ),
     ];
     if values.is_some() {
-        results.push(
-            EvalResult::exact(
-                "E[o]",
-                Values::Scalar(f::output_mean(a, v)),
-                exact.as_ref().map(|e| vec![e.3]),
-            )
-            .with_optional_estimates(
-                fast_estimates(|e| vec![e.output_mean]).as_deref(),
-                SamplerKind::Fast,
-            ),
-        );
-        results.push(
-            EvalResult::exact(
-                "Var[o]",
-                Values::Scalar(f::output_variance(a, v, rate)),
-                exact.as_ref().map(|e| vec![e.4]),
-            )
-            .with_optional_estimates(
-                fast_estimates(|e| vec![e.output_variance]).as_deref(),
-                SamplerKind::Fast,
-            ),
-        );
+        results.push(scalar(
+            "E[o]",
+            f::output_mean(a, v),
+            |e| e.3,
+            |e| e.output_mean,
+        ));
+        results.push(scalar(
+            "Var[o]",
+            f::output_variance(a, v, rate),
+            |e| e.4,
+            |e| e.output_variance,
+        ));
     }
     let note = renormalised.as_ref().map(|_| {
         format!(
@@ -169,6 +166,9 @@ pub fn attn(
     EvalOutput::new("attn", p, d, budget, results).checked()
 }
 
+/// The enumerated values: E[b] per entry, E[R], Var[R], E[o], Var[o].
+type ExactRow = (Vec<f64>, f64, f64, f64, f64);
+
 /// Arguments of `eval attn`.
 #[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[o], not links
 #[derive(Debug, Clone, Args)]
@@ -176,9 +176,8 @@ pub struct AttnArgs {
     /// The attention probability row, comma-separated (or @FILE), summing to 1.
     #[arg(long, allow_hyphen_values = true)]
     pub a: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub p: RateArg,
     /// Values averaged by the row, one per position (adds E[o], Var[o]).
     #[arg(long, allow_hyphen_values = true)]
     pub values: Option<String>,
@@ -195,7 +194,7 @@ pub fn run(a: AttnArgs) -> Result<EvalOutput, Error> {
         .transpose()?;
     attn(
         &read_list("--a", &a.a)?,
-        read_number("--p", &a.p)?,
+        a.p.value()?,
         values.as_deref(),
         a.sampling.budget(),
     )

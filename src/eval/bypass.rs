@@ -12,6 +12,8 @@
 
 use clap::Args;
 
+use super::quantity::RateArg;
+
 use super::ln::{NormArgs, moments_or_constant, optional_list};
 use super::norm::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::second_order::Norm;
@@ -21,7 +23,7 @@ use crate::error::{Error, check_len};
 use crate::formulas::bypass as fb;
 use crate::formulas::layernorm::shrink_towards_beta;
 use crate::formulas::second_order::NoisyUnits;
-use crate::input::{read_list, read_number};
+use crate::input::read_list;
 use crate::ops::{LayerNorm, Site};
 
 /// `eval bypass` through the plain LayerNorm (`γ = 1`, `β = 0`, `ε = 0`).
@@ -80,9 +82,8 @@ pub struct BypassArgs {
     /// The dropped part v, comma-separated (or @FILE).
     #[arg(long, allow_hyphen_values = true)]
     pub v: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub p: RateArg,
     #[command(flatten)]
     pub norm: NormArgs,
     #[command(flatten)]
@@ -94,7 +95,7 @@ pub fn run(a: BypassArgs) -> Result<EvalOutput, Error> {
     bypass_with(
         &read_list("--h", &a.h)?,
         &read_list("--v", &a.v)?,
-        read_number("--p", &a.p)?,
+        a.p.value()?,
         optional_list("--gamma", &a.norm.gamma)?,
         optional_list("--beta", &a.norm.beta)?,
         a.norm.eps.value()?,

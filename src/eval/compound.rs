@@ -4,13 +4,15 @@
 
 use clap::Args;
 
+use super::quantity::{RateArg, VectorArg};
+
 use super::ln::{EpsArg, optional_list};
 use super::norm::{Plan, finish, measure, weights};
 use super::{EvalOutput, EvalResult, SamplingArgs, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};
 use crate::formulas::{compound as fc, layernorm as fl};
-use crate::input::{read_list, read_number};
+use crate::input::read_list;
 use crate::ops::{LayerNorm, Rate, Site};
 
 /// The LayerNorm parameters of `eval compound`: `γ`, `β` of each norm and
@@ -66,12 +68,10 @@ pub fn compound(
 /// Arguments of `eval compound`.
 #[derive(Debug, Clone, Args)]
 pub struct CompoundArgs {
-    /// The pre-dropout vector, comma-separated (or @FILE).
-    #[arg(long, allow_hyphen_values = true)]
-    pub x: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub x: VectorArg,
+    #[command(flatten)]
+    pub p: RateArg,
     /// LN1 gains.
     #[arg(long, allow_hyphen_values = true)]
     pub gamma1: String,
@@ -93,8 +93,8 @@ pub struct CompoundArgs {
 /// `eval compound` from its arguments.
 pub fn run(a: CompoundArgs) -> Result<EvalOutput, Error> {
     compound(
-        &read_list("--x", &a.x)?,
-        read_number("--p", &a.p)?,
+        &a.x.value()?,
+        a.p.value()?,
         CompoundParams {
             gamma1: read_list("--gamma1", &a.gamma1)?,
             beta1: read_list("--beta1", &a.beta1)?,

@@ -18,6 +18,8 @@
 
 use clap::Args;
 
+use super::quantity::{RateArg, VectorArg};
+
 use super::norm::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::second_order::Norm;
 use super::{EvalOutput, EvalResult, SamplingArgs, Values};
@@ -26,7 +28,7 @@ use crate::error::Error;
 use crate::formulas::dropout::sum_variance;
 use crate::formulas::layernorm as fl;
 use crate::formulas::second_order::NoisyUnits;
-use crate::input::{read_eps, read_list, read_number};
+use crate::input::{read_eps, read_list};
 use crate::ops::{LayerNorm, Rate, Site};
 
 /// `μ`, `σ²` of `x`, accepting a constant `x` (`σ² = 0`) when `ε > 0`.
@@ -105,12 +107,10 @@ pub fn ln(
 /// Arguments of `eval ln`.
 #[derive(Debug, Clone, Args)]
 pub struct LnArgs {
-    /// The pre-dropout vector, comma-separated (or @FILE).
-    #[arg(long, allow_hyphen_values = true)]
-    pub x: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub x: VectorArg,
+    #[command(flatten)]
+    pub p: RateArg,
     #[command(flatten)]
     pub norm: NormArgs,
     #[command(flatten)]
@@ -153,8 +153,8 @@ pub(super) fn optional_list(flag: &str, text: &Option<String>) -> Result<Option<
 /// `eval ln` from its arguments.
 pub fn run(a: LnArgs) -> Result<EvalOutput, Error> {
     ln(
-        &read_list("--x", &a.x)?,
-        read_number("--p", &a.p)?,
+        &a.x.value()?,
+        a.p.value()?,
         optional_list("--gamma", &a.norm.gamma)?,
         optional_list("--beta", &a.norm.beta)?,
         a.norm.eps.value()?,

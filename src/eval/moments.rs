@@ -2,13 +2,15 @@
 
 use clap::Args;
 
+use super::quantity::RateArg;
+
 use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
 use crate::exact::{MAX_ENUMERATION_D, sum_oracle, unit_expectation};
 use crate::formulas::dropout as f;
-use crate::input::{read_list, read_number};
+use crate::input::read_list;
 use crate::ops::Rate;
 use crate::stats::Estimate;
 
@@ -88,20 +90,15 @@ pub struct MomentsArgs {
     /// The pre-dropout vector, comma-separated (e.g. 0.5,-1.2,3), or @FILE.
     #[arg(long, allow_hyphen_values = true)]
     pub x: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub p: RateArg,
     #[command(flatten)]
     pub sampling: SamplingArgs,
 }
 
 /// `eval moments` from its arguments.
 pub fn run(a: MomentsArgs) -> Result<EvalOutput, Error> {
-    moments(
-        &read_list("--x", &a.x)?,
-        read_number("--p", &a.p)?,
-        a.sampling.budget(),
-    )
+    moments(&read_list("--x", &a.x)?, a.p.value()?, a.sampling.budget())
 }
 
 type SumMoments = (Option<Vec<f64>>, Option<Vec<f64>>);

@@ -159,6 +159,36 @@ pub fn quantities() -> Vec<EvalQuantity> {
     ]
 }
 
+/// The drop rate `--p` of the quantities with one dropout of a given rate.
+#[derive(Debug, Clone, Args)]
+pub struct RateArg {
+    /// Drop rate, 0 <= p < 1.
+    #[arg(long, allow_hyphen_values = true)]
+    pub p: String,
+}
+
+impl RateArg {
+    /// The rate given (checked against `0 <= p < 1` where it is used).
+    pub fn value(&self) -> Result<f64, Error> {
+        crate::input::read_number("--p", &self.p)
+    }
+}
+
+/// The pre-dropout vector `--x` of the quantities that drop one vector.
+#[derive(Debug, Clone, Args)]
+pub struct VectorArg {
+    /// The pre-dropout vector, comma-separated (or @FILE).
+    #[arg(long, allow_hyphen_values = true)]
+    pub x: String,
+}
+
+impl VectorArg {
+    /// The vector given.
+    pub fn value(&self) -> Result<Vec<f64>, Error> {
+        crate::input::read_list("--x", &self.x)
+    }
+}
+
 /// Sampling options shared by every `eval` quantity.
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {

@@ -8,6 +8,8 @@
 
 use clap::Args;
 
+use super::quantity::{RateArg, VectorArg};
+
 use super::ln::{EpsArg, optional_list};
 use super::norm::{Plan, finish, measure};
 use super::second_order::Norm;
@@ -16,7 +18,6 @@ use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
 use crate::formulas::rmsnorm as fr;
 use crate::formulas::second_order::NoisyUnits;
-use crate::input::{read_list, read_number};
 use crate::ops::{Rate, RmsNorm, Site};
 
 /// `eval rms`: `E[R^2]`, `E[RMSNorm(z)]`.
@@ -61,12 +62,10 @@ pub fn rms(
 /// Arguments of `eval rms`.
 #[derive(Debug, Clone, Args)]
 pub struct RmsArgs {
-    /// The pre-dropout vector, comma-separated (or @FILE).
-    #[arg(long, allow_hyphen_values = true)]
-    pub x: String,
-    /// Drop rate, 0 <= p < 1.
-    #[arg(long, allow_hyphen_values = true)]
-    pub p: String,
+    #[command(flatten)]
+    pub x: VectorArg,
+    #[command(flatten)]
+    pub p: RateArg,
     /// RMSNorm gains γ, one per unit (default 1).
     #[arg(long, allow_hyphen_values = true)]
     pub gamma: Option<String>,
@@ -79,8 +78,8 @@ pub struct RmsArgs {
 /// `eval rms` from its arguments.
 pub fn run(a: RmsArgs) -> Result<EvalOutput, Error> {
     rms(
-        &read_list("--x", &a.x)?,
-        read_number("--p", &a.p)?,
+        &a.x.value()?,
+        a.p.value()?,
         optional_list("--gamma", &a.gamma)?,
         a.eps.value()?,
         a.sampling.budget(),
