@@ -64,7 +64,12 @@ fn dropout_family_passes_against_burn() {
         samples: Some(SAMPLES),
         family: Some("dropout".into()),
     };
-    let report = run(&Subject::with_dropout(&BurnDropout), &options).expect("runs");
+    let report = run(
+        &dropmc::registry::Registry::default(),
+        &Subject::with_dropout(&BurnDropout),
+        &options,
+    )
+    .expect("runs");
     for result in &report.results {
         common::assert_pass(result);
     }

@@ -61,7 +61,12 @@ fn dropout_family_passes_against_candle() {
         samples: Some(SAMPLES),
         family: Some("dropout".into()),
     };
-    let report = run(&Subject::with_dropout(&CandleDropout), &options).expect("runs");
+    let report = run(
+        &dropmc::registry::Registry::default(),
+        &Subject::with_dropout(&CandleDropout),
+        &options,
+    )
+    .expect("runs");
     for result in &report.results {
         common::assert_pass(result);
     }

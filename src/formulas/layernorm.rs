@@ -94,13 +94,15 @@ pub fn mean_of_m(x: &[f64]) -> Result<f64, Error> {
 /// `Var M = p (σ² + μ²)/(q d)`.
 pub fn variance_of_m(x: &[f64], rate: Rate) -> Result<f64, Error> {
     let (mu, s2) = input_moments(x)?;
-    Ok(rate.odds() * (s2 + mu * mu) / x.len() as f64)
+    let var_m = rate.odds() * (s2 + mu * mu) / x.len() as f64;
+    super::representable_value("Var M", var_m)
 }
 
 /// `E[V] = (σ² + p μ²)/q − p (σ² + μ²)/(q d)` (exact).
 pub fn mean_of_v(x: &[f64], rate: Rate) -> Result<f64, Error> {
     let (mu, s2) = input_moments(x)?;
-    Ok(mean_of_v_leading(mu, s2, rate) - rate.odds() * (s2 + mu * mu) / x.len() as f64)
+    let mean_v = mean_of_v_leading(mu, s2, rate) - rate.odds() * (s2 + mu * mu) / x.len() as f64;
+    super::representable_value("E[V]", mean_v)
 }
 
 /// `E[V] ≈ (σ² + p μ²)/q` (leading order).
@@ -158,7 +160,9 @@ pub fn uncorrected(x: &[f64], ln: &impl ShiftedNormParams) -> Result<Vec<f64>, E
 pub fn corrected(x: &[f64], ln: &impl ShiftedNormParams, rate: Rate) -> Result<Vec<f64>, Error> {
     let (mu, s2) = input_moments(x)?;
     let c = shrink_eps(mu, s2, ln.eps(), rate);
-    Ok(shrink_towards_beta(&uncorrected(x, ln)?, ln.beta(), c))
+    let out = shrink_towards_beta(&uncorrected(x, ln)?, ln.beta(), c);
+    // c is inf/inf when σ² + ε overflows (a huge ε): an error, not NaN.
+    super::representable("the corrected LayerNorm output", out)
 }
 
 /// `β + c (u − β)`, component-wise.

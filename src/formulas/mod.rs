@@ -85,6 +85,11 @@ pub(crate) fn representable(what: &str, values: Vec<f64>) -> Result<Vec<f64>, Er
     }
 }
 
+/// [`representable`] for one value.
+pub(crate) fn representable_value(what: &str, value: f64) -> Result<f64, Error> {
+    Ok(representable(what, vec![value])?[0])
+}
+
 /// `(mean, population variance)` of `z` by two passes: the same roundings,
 /// in the same order, as the crate's norm ops ([`crate::ops::LayerNorm`], [`crate::ops::RmsNorm`]), so a
 /// formula's `μ`, `σ²` and uncorrected output are those of the layer.

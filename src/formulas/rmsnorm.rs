@@ -64,7 +64,7 @@ pub fn mean_square(x: &[f64]) -> Result<f64, Error> {
 
 /// `E[R²] = mean_k x_k² / q`.
 pub fn mean_of_r2(x: &[f64], rate: Rate) -> Result<f64, Error> {
-    Ok(mean_square(x)? / rate.q())
+    super::representable_value("E[R²]", mean_square(x)? / rate.q())
 }
 
 /// `c_rms = sqrt((r² + ε)/(r²/q + ε))`, `√q` at `ε = 0`.
@@ -101,5 +101,7 @@ pub fn uncorrected(x: &[f64], rms: &impl NormParams) -> Result<Vec<f64>, Error> 
 /// `c_rms · RMS(x)`, the leading-order estimate of `E[RMS(z)]`.
 pub fn corrected(x: &[f64], rms: &impl NormParams, rate: Rate) -> Result<Vec<f64>, Error> {
     let c = shrink(mean_square(x)?, rms.eps(), rate);
-    Ok(uncorrected(x, rms)?.iter().map(|u| c * u).collect())
+    let out = uncorrected(x, rms)?.iter().map(|u| c * u).collect();
+    // c is inf/inf when r² + ε overflows (a huge ε): an error, not NaN.
+    super::representable("the corrected RMSNorm output", out)
 }
