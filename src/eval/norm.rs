@@ -28,7 +28,7 @@
 //!
 //! Where the uncorrected output equals `β` (a constant `x` with `ε > 0`:
 //! `LN(x) = β`), the least-squares factor is `0/0`: its weights are zero, and
-//! the quantity says it has no exact or Monte Carlo value ([`undefined`]).
+//! the quantity says it has no exact or Monte Carlo value (`undefined`).
 
 use super::second_order::{Norm, attach};
 use super::{EvalOutput, EvalResult, monte_carlo};

@@ -138,7 +138,7 @@ pub fn shrink_eps(mu: f64, sigma2: f64, eps: f64, rate: Rate) -> f64 {
 /// `LN(x)_k = γ_k (x_k − μ)/sqrt(σ² + ε) + β_k`, the uncorrected
 /// (evaluation-mode) output, from the definition rather than by running a
 /// layer; a constant `x` gives `β`, the `ε → 0⁺` limit the crate takes
-/// ([`LayerNorm`]). The roundings are the crate LayerNorm's, in order.
+/// ([`crate::ops::LayerNorm`]). The roundings are the crate LayerNorm's, in order.
 pub fn uncorrected(x: &[f64], ln: &impl ShiftedNormParams) -> Result<Vec<f64>, Error> {
     check_len("LayerNorm input", x, ln.gamma().len())?;
     check_all_finite("LayerNorm input", x)?;

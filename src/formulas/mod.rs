@@ -1,6 +1,6 @@
 //! Closed forms, one file per family, each with its derivation.
 //!
-//! Every function takes already-validated inputs ([`Rate`](crate::ops::Rate),
+//! Every function takes already-validated inputs ([`crate::ops::Rate`],
 //! finite vectors) or validates them itself and returns a typed error.
 
 pub mod attention;

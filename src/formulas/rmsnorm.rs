@@ -83,7 +83,7 @@ pub fn shrink(r2: f64, eps: f64, rate: Rate) -> f64 {
 
 /// `RMS(x)_k = γ_k x_k / sqrt(r² + ε)`, the uncorrected output, from the
 /// definition rather than by running a layer; the zero vector gives zero,
-/// the `ε → 0⁺` limit the crate takes ([`RmsNorm`]). The roundings
+/// the `ε → 0⁺` limit the crate takes ([`crate::ops::RmsNorm`]). The roundings
 /// are the crate RMSNorm's, in order.
 pub fn uncorrected(x: &[f64], rms: &impl NormParams) -> Result<Vec<f64>, Error> {
     check_len("RMSNorm input", x, rms.gamma().len())?;

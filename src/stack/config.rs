@@ -14,7 +14,7 @@ pub struct StackConfig {
     /// Examples per train-mode batch.
     pub batch: usize,
     /// Train-mode batches run to set the BatchNorm buffers (the buffer
-    /// refresh, [`super::network::refresh_buffers`]); the second half of
+    /// refresh, `network::refresh_buffers`); the second half of
     /// them is the train-mode measurement. The name is the JSON key.
     pub refresh_batches: u32,
     /// Fresh inputs of an eval-mode measurement.
