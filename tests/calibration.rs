@@ -18,6 +18,7 @@ use dropmc::error::Error;
 use dropmc::exact::Oracle;
 use dropmc::ops::Subject;
 use dropmc::stats::{Estimate, assertion_alpha};
+use dropmc::verify::Replication;
 use dropmc::verify::calibrate::{
     Calibration, CalibrationOptions, calibrate, calibrate_claims, table,
 };
@@ -122,10 +123,12 @@ fn registered(id: &str) -> &'static dyn Claim {
 /// (planted) budget.
 fn run(claims: &[&dyn Claim], seeds: u64, first_seed: u64, flag_alpha: f64) -> Calibration {
     let options = CalibrationOptions {
-        seeds,
-        first_seed,
+        replication: Replication {
+            seeds,
+            first_seed,
+            family: None,
+        },
         samples: None,
-        family: None,
         flag_alpha,
     };
     calibrate_claims(claims, &Subject::reference(), &options, None, |_, _| {}).unwrap()
@@ -153,7 +156,7 @@ fn the_dropout_family_is_calibrated_across_seeds() {
     let c = run(&claims, SEEDS, 5000, flag_alpha);
     let shown = table(&c);
     // Not statistical: at K = 12 the KS tests can reach the level 10⁻¹⁰.
-    assert_eq!(c.tests, m, "{shown}");
+    assert_eq!(c.level.tests, m, "{shown}");
     assert!(c.ks_skipped.is_none(), "{shown}");
     assert!(c.claims.iter().all(|x| !x.components.is_empty()), "{shown}");
     // The one statistical assertion: nothing flagged, spending the m
@@ -248,10 +251,12 @@ fn deterministic_rules_are_explained_not_ks_tested() {
     // No statistical assertion: only the notes are checked (the verdicts of
     // this run are not asserted, so it spends no false-alarm budget).
     let options = CalibrationOptions {
-        seeds: 2,
-        first_seed: 5100,
+        replication: Replication {
+            seeds: 2,
+            first_seed: 5100,
+            family: Some("semantics".into()),
+        },
         samples: Some(2_000),
-        family: Some("semantics".into()),
         flag_alpha: 0.01,
     };
     let c = calibrate(

@@ -15,15 +15,18 @@
 //! deterministic rule (z = ±inf) or have larger effects.
 
 use dropmc::registry::Registry;
+use dropmc::verify::Replication;
 use dropmc::verify::power::{PowerOptions, mutant_candidates, power, table};
 
 #[test]
 fn every_non_equivalent_mutant_is_caught_with_power_at_least_0_999() {
     let options = PowerOptions {
-        seeds: 1,
-        first_seed: 7100,
+        replication: Replication {
+            seeds: 1,
+            first_seed: 7100,
+            family: None,
+        },
         samples: Some(2_000),
-        family: None,
     };
     let candidates = mutant_candidates();
     let run = power(&Registry::default(), &candidates, &options, |_, _| {}).unwrap();
@@ -47,10 +50,12 @@ fn every_non_equivalent_mutant_is_caught_with_power_at_least_0_999() {
 #[test]
 fn an_unknown_family_and_zero_seeds_are_typed_errors() {
     let mut options = PowerOptions {
-        seeds: 0,
-        first_seed: 1,
+        replication: Replication {
+            seeds: 0,
+            first_seed: 1,
+            family: None,
+        },
         samples: Some(100),
-        family: None,
     };
     assert!(
         power(
@@ -61,8 +66,8 @@ fn an_unknown_family_and_zero_seeds_are_typed_errors() {
         )
         .is_err()
     );
-    options.seeds = 1;
-    options.family = Some("no_such_family".into());
+    options.replication.seeds = 1;
+    options.replication.family = Some("no_such_family".into());
     assert!(
         power(
             &Registry::default(),

@@ -16,6 +16,7 @@ use common::{assert_rejected, dropmc};
 use dropmc::claims::Claim;
 use dropmc::error::Error;
 use dropmc::ops::Subject;
+use dropmc::verify::Replication;
 use dropmc::verify::calibrate::{CalibrationOptions, calibrate_claims};
 use dropmc::verify::journal::Mode;
 
@@ -47,10 +48,12 @@ fn dropout_claims() -> Vec<&'static dyn Claim> {
 fn a_resumed_calibration_ends_with_the_same_bits() {
     let claims = dropout_claims();
     let options = CalibrationOptions {
-        seeds: 4,
-        first_seed: 6100,
+        replication: Replication {
+            seeds: 4,
+            first_seed: 6100,
+            family: None,
+        },
         samples: Some(3_000),
-        family: None,
         flag_alpha: 0.01,
     };
     let subject = Subject::reference();
@@ -87,10 +90,8 @@ fn a_resumed_calibration_ends_with_the_same_bits() {
         assert_eq!(*ticks.last().unwrap(), (total, total));
     }
     // A journal of other options is refused.
-    let other = CalibrationOptions {
-        seeds: 5,
-        ..options.clone()
-    };
+    let mut other = options.clone();
+    other.replication.seeds = 5;
     let err = calibrate_claims(
         &claims,
         &subject,
@@ -197,10 +198,12 @@ fn a_resumed_power_run_ends_with_the_same_bits() {
     use dropmc::verify::power::{PowerOptions, mutant_candidates, power, power_with};
     let candidates: Vec<_> = mutant_candidates().into_iter().take(2).collect();
     let options = PowerOptions {
-        seeds: 2,
-        first_seed: 6400,
+        replication: Replication {
+            seeds: 2,
+            first_seed: 6400,
+            family: Some("dropout".into()),
+        },
         samples: Some(500),
-        family: Some("dropout".into()),
     };
     let whole = temp("power-whole.jsonl");
     let resumed = temp("power-resumed.jsonl");

@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::input::parse_count;
 use crate::registry::Registry;
 use crate::report::{self, Options};
+use crate::verify::Replication;
 
 /// Options of `calibrate`.
 #[derive(Debug, Args)]
@@ -51,13 +52,15 @@ pub fn run(registry: &Registry, args: CalibrateArgs) -> Result<ExitCode, Error> 
         },
     )?;
     let options = CalibrationOptions {
-        seeds: args.seeds,
-        first_seed: args.first_seed,
+        replication: Replication {
+            seeds: args.seeds,
+            first_seed: args.first_seed,
+            family: args.family,
+        },
         samples: args.samples,
-        family: args.family,
         flag_alpha: KS_FAMILY_ALPHA,
     };
-    let bar = progress::bar(options.seeds * claims.len() as u64, "claims", args.json);
+    let bar = progress::bar(args.seeds * claims.len() as u64, "claims", args.json);
     let result = calibrate_claims(&claims, &subject, &options, journal.as_ref(), |done, _| {
         bar.set_position(done)
     })?;

@@ -13,6 +13,7 @@ use crate::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
 use crate::report::{self, Options};
+use crate::verify::Replication;
 
 /// Options of `power`.
 #[derive(Debug, Args)]
@@ -44,10 +45,12 @@ pub struct PowerArgs {
 pub fn run(registry: &Registry, args: PowerArgs) -> Result<ExitCode, Error> {
     use crate::verify::{perturb, power};
     let options = power::PowerOptions {
-        seeds: args.seeds,
-        first_seed: args.first_seed,
+        replication: Replication {
+            seeds: args.seeds,
+            first_seed: args.first_seed,
+            family: args.family.clone(),
+        },
         samples: (!args.full).then_some(args.samples),
-        family: args.family.clone(),
     };
     let owned = perturb::graded();
     let mut candidates: Vec<power::Candidate> = owned
@@ -56,7 +59,7 @@ pub fn run(registry: &Registry, args: PowerArgs) -> Result<ExitCode, Error> {
         .collect();
     candidates.extend(power::mutant_candidates());
     let bar = progress::bar(
-        options.seeds * (candidates.len() as u64 + 1),
+        args.seeds * (candidates.len() as u64 + 1),
         "runs",
         args.json,
     );

@@ -10,6 +10,7 @@ use crate::error::Error;
 use crate::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
+use crate::verify::Replication;
 
 /// Options of `size`.
 #[derive(Debug, Args)]
@@ -45,12 +46,14 @@ pub fn run(registry: &Registry, args: SizeArgs) -> Result<ExitCode, Error> {
         .collect::<Result<Vec<u64>, Error>>()?;
     let options = SizeOptions {
         budgets,
-        seeds: args.seeds,
-        first_seed: args.first_seed,
-        family: args.family,
+        replication: Replication {
+            seeds: args.seeds,
+            first_seed: args.first_seed,
+            family: args.family,
+        },
     };
     let bar = progress::bar(
-        options.seeds * options.budgets.len() as u64,
+        args.seeds * options.budgets.len() as u64,
         "reports",
         args.json,
     );

@@ -8,8 +8,38 @@ pub mod perturb;
 pub mod power;
 pub mod size;
 
+use std::ops::Range;
+
 use crate::error::Error;
 use crate::ops::Subject;
+
+/// Which seeds a repeated run uses and which family it runs: the plan that
+/// `calibrate`, `power` and `size` share.
+///
+/// The draws per claim are not part of it, because the three mean different
+/// things by them: `calibrate` overrides each claim's budget, `power` caps it,
+/// and `size` sweeps a list of budgets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replication {
+    /// Number of independent seeds, K.
+    pub seeds: u64,
+    /// Seeds used are `first_seed .. first_seed + K`.
+    pub first_seed: u64,
+    /// Only this family (`None`: the command's own default selection).
+    pub family: Option<String>,
+}
+
+impl Replication {
+    /// The `i`-th seed of the run, `first_seed + i`.
+    pub fn seed(&self, i: u64) -> u64 {
+        self.first_seed + i
+    }
+
+    /// Every seed of the run, in order.
+    pub fn seed_range(&self) -> Range<u64> {
+        self.first_seed..self.first_seed + self.seeds
+    }
+}
 
 /// The name of the reference subject for `--subject`.
 pub const REFERENCE_SUBJECT: &str = "reference";

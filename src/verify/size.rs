@@ -17,6 +17,7 @@ use crate::ops::Subject;
 use crate::registry::Registry;
 use crate::report::{self, Options};
 use crate::stats::FAMILY_ALPHA;
+use crate::verify::Replication;
 
 /// The budgets measured by default.
 pub const DEFAULT_BUDGETS: [u64; 5] = [500, 1_000, 2_000, 5_000, 20_000];
@@ -24,10 +25,11 @@ pub const DEFAULT_BUDGETS: [u64; 5] = [500, 1_000, 2_000, 5_000, 20_000];
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct SizeOptions {
+    /// Draws per claim: one row of counts per budget.
     pub budgets: Vec<u64>,
-    pub seeds: u64,
-    pub first_seed: u64,
-    pub family: Option<String>,
+    /// The seeds each budget runs under, and the family (`None`: the whole
+    /// registry).
+    pub replication: Replication,
 }
 
 /// The counts at one budget over all seeds.
@@ -71,32 +73,33 @@ pub fn measure(
     options: &SizeOptions,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<SizeRun, Error> {
-    if options.seeds == 0 || options.budgets.is_empty() {
+    let plan = &options.replication;
+    if plan.seeds == 0 || options.budgets.is_empty() {
         return Err(Error::InvalidOption {
             what: "size needs at least one seed and one budget".into(),
         });
     }
-    let total = options.seeds * options.budgets.len() as u64;
+    let total = plan.seeds * options.budgets.len() as u64;
     let mut done = 0;
     let mut rows = Vec::new();
     for &samples in &options.budgets {
         let mut row = BudgetRow {
             samples,
-            runs: options.seeds,
+            runs: plan.seeds,
             failing_runs: 0,
             fail: 0,
             inconclusive: 0,
             pass: 0,
             failures: Vec::new(),
         };
-        for seed in options.first_seed..options.first_seed + options.seeds {
+        for seed in plan.seed_range() {
             let run = report::run(
                 registry,
                 subject,
                 &Options {
                     seed: Some(seed),
                     samples: Some(samples),
-                    family: options.family.clone(),
+                    family: plan.family.clone(),
                 },
             )?;
             let mut failed = false;
@@ -120,7 +123,7 @@ pub fn measure(
     Ok(SizeRun {
         subject: subject.name().to_string(),
         family_alpha: FAMILY_ALPHA,
-        expected_failing_runs: options.seeds as f64 * FAMILY_ALPHA,
+        expected_failing_runs: plan.seeds as f64 * FAMILY_ALPHA,
         rows,
     })
 }
@@ -174,11 +177,14 @@ mod tests {
 
     #[test]
     fn the_semantics_family_is_honest_at_a_tiny_budget_and_counts_add_up() {
-        let options = SizeOptions {
-            budgets: vec![64],
+        let plan = Replication {
             seeds: 2,
             first_seed: 1,
             family: Some("semantics".into()),
+        };
+        let options = SizeOptions {
+            budgets: vec![64],
+            replication: plan.clone(),
         };
         let run = measure(
             &Registry::default(),
@@ -191,7 +197,7 @@ mod tests {
         assert_eq!(row.fail + row.inconclusive + row.pass, 2 * 7);
         assert!(run.honest(), "{}", table(&run));
         let empty = SizeOptions {
-            seeds: 0,
+            replication: Replication { seeds: 0, ..plan },
             ..options
         };
         assert!(matches!(

@@ -62,7 +62,7 @@ pub mod lattice;
 mod summary;
 mod table;
 
-pub use summary::{FailureTest, summarize};
+pub use summary::{FailureTest, FlagLevel, summarize};
 pub use table::table;
 
 use serde::{Deserialize, Serialize};
@@ -73,6 +73,7 @@ use crate::ops::Subject;
 use crate::registry::Registry;
 use crate::report::{self, Options};
 use crate::stats::KsTest;
+use crate::verify::Replication;
 use crate::verify::journal::{self, Journal};
 
 /// Default probability that a calibrated claim set has any test flagged.
@@ -81,14 +82,10 @@ pub const KS_FAMILY_ALPHA: f64 = 0.01;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct CalibrationOptions {
-    /// Number of independent seeds, K.
-    pub seeds: u64,
-    /// Seeds used are `first_seed .. first_seed + K`.
-    pub first_seed: u64,
+    /// The K seeds and the family (`None`: the whole registry).
+    pub replication: Replication,
     /// Overrides each claim's default sample count.
     pub samples: Option<u64>,
-    /// Only this family.
-    pub family: Option<String>,
     /// Probability of any false flag on a calibrated claim set, split by
     /// Bonferroni over the tests (module docs).
     pub flag_alpha: f64,
@@ -155,13 +152,10 @@ pub struct Calibration {
     pub seeds: u64,
     pub first_seed: u64,
     pub family_alpha: f64,
-    pub flag_alpha: f64,
-    /// Number of tests `m` the flag level is split over.
-    pub tests: usize,
-    /// Per-test level `L = flag_alpha / m`.
-    pub flag_level: f64,
-    /// Fewest p-values at which a KS test can reach `flag_level`.
-    pub ks_min_seeds: Option<usize>,
+    /// The split of `flag_alpha` over the tests (its fields appear inline in
+    /// the JSON).
+    #[serde(flatten)]
+    pub level: FlagLevel,
     /// Why the per-component KS tests were skipped, if they were.
     pub ks_skipped: Option<String>,
     /// Seeds under which at least one claim failed.
@@ -188,8 +182,8 @@ impl Calibration {
     }
 }
 
-/// Runs the claims of `registry` that `options.family` selects under
-/// `options.seeds` seeds against `subject`; `progress(done, total)` is
+/// Runs the claims of `registry` that `options.replication.family` selects
+/// under `options.replication.seeds` seeds against `subject`; `progress(done, total)` is
 /// called after each claim of each seed.
 pub fn calibrate(
     registry: &Registry,
@@ -200,7 +194,7 @@ pub fn calibrate(
     let selection = Options {
         seed: None,
         samples: options.samples,
-        family: options.family.clone(),
+        family: options.replication.family.clone(),
     };
     let claims = report::select(registry, &selection)?;
     calibrate_claims(&claims, subject, options, None, progress)
@@ -216,17 +210,17 @@ pub fn header(
         "dropmc calibrate",
         serde_json::json!({
             "subject": subject.name(),
-            "seeds": options.seeds,
-            "first_seed": options.first_seed,
+            "seeds": options.replication.seeds,
+            "first_seed": options.replication.first_seed,
             "samples": options.samples,
-            "family": options.family,
+            "family": options.replication.family,
             "flag_alpha": options.flag_alpha,
             "claims": claims.iter().map(|c| c.id()).collect::<Vec<_>>(),
         }),
     )
 }
 
-/// Runs `claims` under `options.seeds` seeds against `subject` (the
+/// Runs `claims` under `options.replication.seeds` seeds against `subject` (the
 /// `family` option is ignored: the claims are given), writing each finished
 /// seed to the journal `journal` names and, with [`journal::Mode::Resume`],
 /// first reading the seeds it already holds.
@@ -237,12 +231,10 @@ pub fn calibrate_claims(
     journal: Option<&journal::Mode>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Calibration, Error> {
-    if options.seeds < 2 {
+    let plan = &options.replication;
+    if plan.seeds < 2 {
         return Err(Error::InvalidOption {
-            what: format!(
-                "--seeds {}: calibration needs at least 2 seeds",
-                options.seeds
-            ),
+            what: format!("--seeds {}: calibration needs at least 2 seeds", plan.seeds),
         });
     }
     if claims.is_empty() {
@@ -258,10 +250,10 @@ pub fn calibrate_claims(
         None => Vec::new(),
     };
     let per_seed = claims.len() as u64;
-    let total = options.seeds * per_seed;
+    let total = plan.seeds * per_seed;
     progress(records.len() as u64 * per_seed, total);
-    for i in records.len() as u64..options.seeds {
-        let seed = options.first_seed + i;
+    for i in records.len() as u64..plan.seeds {
+        let seed = plan.seed(i);
         let results = report::run_claims(claims, subject, seed, options.samples, |done, _| {
             progress(i * per_seed + done as u64, total)
         })?;
@@ -302,18 +294,19 @@ fn read_records(
     claims: &[&dyn Claim],
     options: &CalibrationOptions,
 ) -> Result<Vec<SeedRecord>, Error> {
+    let plan = &options.replication;
     let mut records = Vec::new();
     for (i, value) in journal.take_finished().into_iter().enumerate() {
         let record: SeedRecord =
             serde_json::from_value(value).map_err(|e| journal.bad_record(i, e))?;
-        let expected = options.first_seed + i as u64;
+        let expected = plan.seed(i as u64);
         let ids_match = record.claims.len() == claims.len()
             && record
                 .claims
                 .iter()
                 .zip(claims)
                 .all(|(r, c)| r.id == c.id());
-        if i as u64 >= options.seeds || record.seed != expected || !ids_match {
+        if i as u64 >= plan.seeds || record.seed != expected || !ids_match {
             return Err(journal.bad_record(
                 i,
                 format!("expected seed {expected} with this run's claims in order"),

@@ -12,6 +12,40 @@ use super::{
 use crate::claims::Claim;
 use crate::stats::{FAMILY_ALPHA, assertion_alpha, ks_uniform, min_sample_for};
 
+/// The per-test level of a calibration (module docs of [`super`]): the
+/// probability `flag_alpha` of any false flag on a calibrated claim set,
+/// split by Bonferroni over its `tests` tests.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FlagLevel {
+    /// Probability of any false flag on a calibrated claim set.
+    pub flag_alpha: f64,
+    /// Number of tests `m` the flag level is split over.
+    pub tests: usize,
+    /// Per-test level `L = flag_alpha / m`.
+    pub flag_level: f64,
+    /// Fewest p-values at which a KS test can reach `flag_level`
+    /// ([`min_sample_for`]; `None`: no number of them can).
+    pub ks_min_seeds: Option<usize>,
+}
+
+impl FlagLevel {
+    /// `flag_alpha` split over `tests` tests.
+    pub fn new(flag_alpha: f64, tests: usize) -> Self {
+        let flag_level = flag_alpha / tests as f64;
+        FlagLevel {
+            flag_alpha,
+            tests,
+            flag_level,
+            ks_min_seeds: min_sample_for(flag_level),
+        }
+    }
+
+    /// True when a KS test of `n` p-values can reach the level at all.
+    pub fn ks_can_flag(&self, n: usize) -> bool {
+        self.ks_min_seeds.is_some_and(|m| n >= m)
+    }
+}
+
 /// The failure-count test of one claim (module docs, test 1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct FailureTest {
@@ -68,9 +102,9 @@ pub fn summarize(
             .unwrap_or(0)
     };
     let tests = claims.len() + (0..claims.len()).map(width).sum::<usize>() + 1;
-    let level = options.flag_alpha / tests as f64;
-    let ks_min_seeds = min_sample_for(level);
-    let ks_can_flag = |n: usize| ks_min_seeds.is_some_and(|m| n >= m);
+    let plan = FlagLevel::new(options.flag_alpha, tests);
+    let level = plan.flag_level;
+    let ks_can_flag = |n: usize| plan.ks_can_flag(n);
     let mut pooled_values = Vec::new();
     let mut out = Vec::with_capacity(claims.len());
     for (c, claim) in claims.iter().enumerate() {
@@ -124,19 +158,17 @@ pub fn summarize(
             "per-component KS skipped: at K = {seeds} seeds its smallest attainable p-value \
              ({:.1e}, at D = 1) is not below the level {level:.1e}; it can flag from K = {} on",
             crate::stats::smallest_p_value(seeds as usize),
-            ks_min_seeds.map_or("(never)".to_string(), |m| m.to_string())
+            plan.ks_min_seeds
+                .map_or("(never)".to_string(), |m| m.to_string())
         )
     });
     let below = pooled_values.iter().filter(|&&p| p < 0.05).count();
     Calibration {
         subject: subject.to_string(),
         seeds,
-        first_seed: options.first_seed,
+        first_seed: options.replication.first_seed,
         family_alpha: FAMILY_ALPHA,
-        flag_alpha: options.flag_alpha,
-        tests,
-        flag_level: level,
-        ks_min_seeds,
+        level: plan,
         ks_skipped,
         failed_runs: records
             .iter()

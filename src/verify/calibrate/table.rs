@@ -28,7 +28,7 @@ pub fn table_fitted(c: &Calibration, width: usize) -> String {
     head.push_str(&format!(
         "flag level {:.1e} per test ({:.0e} over {} tests: a failure count per claim, a KS per \
          component, the pooled KS)\n",
-        c.flag_level, c.flag_alpha, c.tests
+        c.level.flag_level, c.level.flag_alpha, c.level.tests
     ));
     match &c.pooled {
         Some(t) => head.push_str(&format!(

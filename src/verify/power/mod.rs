@@ -56,18 +56,17 @@ use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
 use crate::registry::Registry;
 use crate::stats::critical_z;
+use crate::verify::Replication;
 use crate::verify::journal::{self, Journal};
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct PowerOptions {
-    pub seeds: u64,
-    pub first_seed: u64,
+    /// The seeds each candidate runs under, and the family (`None`: the
+    /// conformance families, those that exercise a dropout layer alone).
+    pub replication: Replication,
     /// Caps every claim's draws (`None`: each claim's default budget).
     pub samples: Option<u64>,
-    /// Only this family (default: the conformance families, those that
-    /// exercise a dropout layer alone).
-    pub family: Option<String>,
 }
 
 /// One implementation whose power is measured.
@@ -176,13 +175,14 @@ pub fn clopper_pearson_lower(k: u64, n: u64) -> f64 {
 
 /// The claims of `registry` a power run uses.
 fn selected_claims(registry: &Registry, options: &PowerOptions) -> Vec<&'static dyn Claim> {
+    let family = options.replication.family.as_deref();
     let all = conformance::Options {
-        all_families: options.family.is_some(),
+        all_families: family.is_some(),
         ..conformance::Options::default()
     };
     conformance::claims_in(registry, &all)
         .into_iter()
-        .filter(|c| options.family.as_deref().is_none_or(|f| c.family() == f))
+        .filter(|c| family.is_none_or(|f| c.family() == f))
         .collect()
 }
 
@@ -355,10 +355,10 @@ fn header(
     journal::header(
         "dropmc power",
         serde_json::json!({
-            "seeds": options.seeds,
-            "first_seed": options.first_seed,
+            "seeds": options.replication.seeds,
+            "first_seed": options.replication.first_seed,
             "samples": options.samples,
-            "family": options.family,
+            "family": options.replication.family,
             "subjects": all.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
             "claims": claims.iter().map(|c| c.id()).collect::<Vec<_>>(),
         }),
@@ -377,7 +377,8 @@ pub fn power_with(
     journal: Option<&journal::Mode>,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<PowerRun, Error> {
-    if options.seeds == 0 {
+    let plan = &options.replication;
+    if plan.seeds == 0 {
         return Err(Error::InvalidOption {
             what: "--seeds 0: power needs at least 1 seed".into(),
         });
@@ -387,7 +388,7 @@ pub fn power_with(
         return Err(Error::InvalidOption {
             what: format!(
                 "--family {}: no conformance claim (a claim that exercises a dropout layer) has this family",
-                options.family.as_deref().unwrap_or_default()
+                plan.family.as_deref().unwrap_or_default()
             ),
         });
     }
@@ -400,7 +401,7 @@ pub fn power_with(
         .as_mut()
         .map(Journal::take_finished)
         .unwrap_or_default();
-    let total = options.seeds * all.len() as u64;
+    let total = plan.seeds * all.len() as u64;
     if finished.len() as u64 > total {
         return Err(Error::InvalidOption {
             what: format!(
@@ -412,9 +413,9 @@ pub fn power_with(
     let mut finished = finished.into_iter().enumerate();
     let mut runs: Vec<Vec<RunRecord>> = Vec::with_capacity(all.len());
     for (index, candidate) in all.iter().enumerate() {
-        let mut own = Vec::with_capacity(options.seeds as usize);
-        for i in 0..options.seeds {
-            let seed = options.first_seed + i;
+        let mut own = Vec::with_capacity(plan.seeds as usize);
+        for i in 0..plan.seeds {
+            let seed = plan.seed(i);
             let record = match (finished.next(), journal.as_mut()) {
                 (Some((k, value)), Some(j)) => {
                     let record: RunRecord =
@@ -436,7 +437,7 @@ pub fn power_with(
                 }
             };
             own.push(record);
-            progress(index as u64 * options.seeds + i + 1, total);
+            progress(index as u64 * plan.seeds + i + 1, total);
         }
         runs.push(own);
     }
