@@ -111,6 +111,8 @@ pub fn workload_attention(t: usize) -> (Vec<f64>, Vec<f64>) {
 
 /// Timed runs of one workload on one engine path: the figures are those of
 /// the run with the median wall time.
+// Same shape as the tail of `Calibration`'s fields (plain, then optional),
+// because each is a different record with no field in common.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
     pub workload: &'static str,

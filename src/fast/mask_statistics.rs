@@ -114,6 +114,8 @@ impl<F: Fn(f64) -> Option<usize> + Sync> SumHistogram<F> {
     }
 }
 
+// Same shape as `UnitKeeps`'s impl: the `MaskStatistic` signatures and
+// accessors, because only what `add` accumulates differs.
 impl<F: Fn(f64) -> Option<usize> + Sync> MaskStatistic for SumHistogram<F> {
     fn units(&self) -> usize {
         self.units

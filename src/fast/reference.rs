@@ -116,6 +116,8 @@ impl ReferenceAttention {
     }
 }
 
+// Same shape as `ReferenceNorm`'s `Sampler` impl: the trait's signatures and one
+// dropout draw of the input, because only what is computed from the draw differs.
 impl Sampler for ReferenceAttention {
     type Scratch = (Vec<f64>, Vec<bool>);
 

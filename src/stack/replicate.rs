@@ -13,6 +13,8 @@ use crate::formulas::batchnorm as f;
 use crate::ops::{Rate, Subject, relu};
 
 /// One variant's per-layer figures in one replicate.
+// Same shape as `ClaimResult`'s fields and `DropoutMoments` (series, then
+// scalars), because each is a different record with no field in common.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VariantResult {
     /// Eval/train variance ratio per layer.

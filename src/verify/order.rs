@@ -19,6 +19,8 @@ pub const SWEEP_D: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096];
 pub const FIT_FROM: usize = 5;
 
 /// A leading-order claim's gap to the exact (grouped) oracle as `d` grows.
+// Same shape as `ClaimResult`'s fields and `VariantResult` (series, then
+// scalars), because each is a different record with no field in common.
 #[derive(Debug, Clone)]
 pub struct GapCurve {
     pub d: Vec<usize>,
