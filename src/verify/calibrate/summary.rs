@@ -10,7 +10,7 @@ use super::{
     SeedRecord, lattice,
 };
 use crate::claims::Claim;
-use crate::stats::{FAMILY_ALPHA, assertion_alpha, ks_uniform, min_sample_for};
+use crate::stats::{FAMILY_ALPHA, KsTest, assertion_alpha, ks_uniform, min_sample_for};
 
 /// The per-test level of a calibration (module docs of [`super`]): the
 /// probability `flag_alpha` of any false flag on a calibrated claim set,
@@ -43,6 +43,22 @@ impl FlagLevel {
     /// True when a KS test of `n` p-values can reach the level at all.
     pub fn ks_can_flag(&self, n: usize) -> bool {
         self.ks_min_seeds.is_some_and(|m| n >= m)
+    }
+
+    /// The KS test of `values` against `U(0, 1)` (tests 2 and 3 of the
+    /// module docs of [`super`]); `None`, skipped, when there are too few of
+    /// them for it to reach the level.
+    pub fn ks_uniform(&self, values: &[f64]) -> Option<KsTest> {
+        if self.ks_can_flag(values.len()) {
+            ks_uniform(values)
+        } else {
+            None
+        }
+    }
+
+    /// True when `test` ran and rejects uniformity at the level.
+    pub fn flags(&self, test: Option<KsTest>) -> bool {
+        test.is_some_and(|t| t.p_value < self.flag_level)
     }
 }
 
@@ -104,7 +120,6 @@ pub fn summarize(
     let tests = claims.len() + (0..claims.len()).map(width).sum::<usize>() + 1;
     let plan = FlagLevel::new(options.flag_alpha, tests);
     let level = plan.flag_level;
-    let ks_can_flag = |n: usize| plan.ks_can_flag(n);
     let mut pooled_values = Vec::new();
     let mut out = Vec::with_capacity(claims.len());
     for (c, claim) in claims.iter().enumerate() {
@@ -123,12 +138,8 @@ pub fn summarize(
             }
             let (values, randomized) = component_p_values(&seen, claim.id(), k);
             pooled_values.extend_from_slice(&values);
-            let ks = if ks_can_flag(values.len()) {
-                ks_uniform(&values)
-            } else {
-                None
-            };
-            let flagged = ks.is_some_and(|t| t.p_value < level);
+            let ks = plan.ks_uniform(&values);
+            let flagged = plan.flags(ks);
             components.push(ComponentCalibration {
                 component: k,
                 p_values: values.len(),
@@ -148,12 +159,8 @@ pub fn summarize(
             constant_components: constant,
         });
     }
-    let pooled = if ks_can_flag(pooled_values.len()) {
-        ks_uniform(&pooled_values)
-    } else {
-        None
-    };
-    let ks_skipped = (!ks_can_flag(seeds as usize)).then(|| {
+    let pooled = plan.ks_uniform(&pooled_values);
+    let ks_skipped = (!plan.ks_can_flag(seeds as usize)).then(|| {
         format!(
             "per-component KS skipped: at K = {seeds} seeds its smallest attainable p-value \
              ({:.1e}, at D = 1) is not below the level {level:.1e}; it can flag from K = {} on",
@@ -176,7 +183,7 @@ pub fn summarize(
             .count() as u64,
         expected_failed_runs: FAMILY_ALPHA * seeds as f64,
         fraction_below_5_percent: below as f64 / pooled_values.len().max(1) as f64,
-        pooled_flagged: pooled.is_some_and(|t| t.p_value < level),
+        pooled_flagged: plan.flags(pooled),
         pooled,
         claims: out,
     }
@@ -236,4 +243,27 @@ fn note(components: &[ComponentCalibration], constant: usize) -> Option<String> 
         ));
     }
     (!notes.is_empty()).then(|| notes.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flag_level_skips_ks_below_its_minimum_and_flags_only_below_the_level() {
+        // 10⁻⁸ split over 100 tests is 10⁻¹⁰, where a KS test needs at least
+        // 11 values to reach the level (the derivation of `min_sample_for`).
+        let plan = FlagLevel::new(1e-8, 100);
+        assert!((plan.flag_level - 1e-10).abs() < 1e-24);
+        assert_eq!(plan.ks_min_seeds, Some(11));
+        // Ten values, however far from uniform, cannot reach it: skipped.
+        assert!(plan.ks_uniform(&[1e-6; 10]).is_none());
+        assert!(!plan.flags(None));
+        // Twelve values all near 0 (D ≈ 1) reach it and are flagged; twelve
+        // spread evenly over (0, 1) are tested and not flagged.
+        assert!(plan.flags(plan.ks_uniform(&[1e-6; 12])));
+        let even: Vec<f64> = (0..12).map(|i| (i as f64 + 0.5) / 12.0).collect();
+        let test = plan.ks_uniform(&even);
+        assert!(test.is_some() && !plan.flags(test));
+    }
 }
