@@ -288,6 +288,7 @@ fn deep_stack(path: &Path) -> Result<(), Error> {
             }
         }
     }
+    // Same shape as layernorm_c's chart: both figures declare two panels as data (axes, series, height).
     chart(
         path,
         "Dropout before BatchNorm: eval/train output variance by depth",
