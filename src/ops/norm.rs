@@ -36,8 +36,8 @@ fn check_eps(eps: f64) -> Result<f64, Error> {
 }
 
 /// A normalization layer over `d` units: the per-unit gain `γ` and `ε ≥ 0`
-/// every norm has, and what its kind `K` adds and computes ([`Layer`]: the
-/// shift `β` and centring; [`Rms`]: nothing more). The accessors and the
+/// every norm has, and what its kind `K` adds and computes ([`LayerNormKind`]: the
+/// shift `β` and centring; [`RmsNormKind`]: nothing more). The accessors and the
 /// checked [`forward`](Norm::forward) are written once here; each kind
 /// supplies only its arithmetic.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,21 +48,21 @@ pub struct Norm<K> {
 }
 
 /// LayerNorm with per-unit gain `γ`, shift `β` and `ε ≥ 0`.
-pub type LayerNorm = Norm<Layer>;
+pub type LayerNorm = Norm<LayerNormKind>;
 
 /// RMSNorm with per-unit gain `γ` and `ε ≥ 0`.
-pub type RmsNorm = Norm<Rms>;
+pub type RmsNorm = Norm<RmsNormKind>;
 
 /// What LayerNorm adds to `γ` and `ε`: the shift `β` (and centring by the
 /// mean).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Layer {
+pub struct LayerNormKind {
     beta: Vec<f64>,
 }
 
 /// RMSNorm adds nothing to `γ` and `ε` (no centring, no shift).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Rms;
+pub struct RmsNormKind;
 
 /// A kind of norm: the names its errors use and its arithmetic.
 pub trait NormKind: Sized {
@@ -115,7 +115,7 @@ impl LayerNorm {
         Ok(Norm {
             gamma,
             eps: check_eps(eps)?,
-            kind: Layer { beta },
+            kind: LayerNormKind { beta },
         })
     }
 
@@ -143,7 +143,7 @@ impl LayerNorm {
     }
 }
 
-impl NormKind for Layer {
+impl NormKind for LayerNormKind {
     const NAME: &'static str = "LayerNorm";
     const INPUT: &'static str = "LayerNorm input";
     const OUTPUT: &'static str = "LayerNorm output";
@@ -168,7 +168,7 @@ impl RmsNorm {
         Ok(Norm {
             gamma,
             eps: check_eps(eps)?,
-            kind: Rms,
+            kind: RmsNormKind,
         })
     }
 
@@ -180,7 +180,7 @@ impl RmsNorm {
     }
 }
 
-impl NormKind for Rms {
+impl NormKind for RmsNormKind {
     const NAME: &'static str = "RMSNorm";
     const INPUT: &'static str = "RMSNorm input";
     const OUTPUT: &'static str = "RMSNorm output";
