@@ -36,7 +36,7 @@ use std::process::ExitCode;
 use dropmc::Error;
 use dropmc::claims::{Claim, SamplerKind, Shape};
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
-use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, SamplingArgs, Values, monte_carlo};
+use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, Values, monte_carlo};
 use dropmc::exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
 use dropmc::input::{read_list, read_number};
 use dropmc::ops::{Rate, Subject};
@@ -165,13 +165,12 @@ pub struct PairArgs {
     /// Drop rate, 0 <= p < 1.
     #[arg(long, allow_hyphen_values = true)]
     pub p: String,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
 }
 
 /// Step 5a, the `eval` quantity: closed form, exact value (enumeration up to
-/// the crate's limit) and Monte Carlo on the user's numbers.
-fn eval_pairs(args: PairArgs) -> Result<EvalOutput, Error> {
+/// the crate's limit) and Monte Carlo on the user's numbers; `--samples` and
+/// `--seed`, which every quantity takes, arrive as `budget`.
+fn eval_pairs(args: PairArgs, budget: Budget) -> Result<EvalOutput, Error> {
     let x = read_list("--x", &args.x)?;
     let p = read_number("--p", &args.p)?;
     let rate = Rate::new(p)?;
@@ -180,7 +179,6 @@ fn eval_pairs(args: PairArgs) -> Result<EvalOutput, Error> {
     } else {
         None
     };
-    let budget = args.sampling.budget();
     let estimates = monte_carlo(budget)?
         .map(|b| sample_products(&Subject::reference(), &x, p, b))
         .transpose()?;

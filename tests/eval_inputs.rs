@@ -49,11 +49,12 @@ fn a_row_off_by_more_than_rounding_is_refused() {
 /// no bit of the output (no statistical assertion).
 #[test]
 fn observing_progress_changes_nothing() {
+    use dropmc::eval::LayerNormParams;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
     let x: Vec<f64> = (0..40).map(|k| (k as f64 * 0.37).sin() + 0.3).collect();
     let budget = Budget::new(300_000, 3).unwrap();
-    let plain = dropmc::eval::norm::ln(&x, 0.2, None, None, 1e-5, budget).unwrap();
+    let plain = dropmc::eval::norm::ln(&x, 0.2, LayerNormParams::plain(1e-5), budget).unwrap();
     let last = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&last);
     let observed = dropmc::fast::observe_progress(
@@ -61,7 +62,7 @@ fn observing_progress_changes_nothing() {
             assert!(done <= total);
             seen.store(done, Ordering::Relaxed);
         }),
-        || dropmc::eval::norm::ln(&x, 0.2, None, None, 1e-5, budget).unwrap(),
+        || dropmc::eval::norm::ln(&x, 0.2, LayerNormParams::plain(1e-5), budget).unwrap(),
     );
     assert_eq!(plain, observed);
     assert_eq!(last.load(Ordering::Relaxed), budget.samples);

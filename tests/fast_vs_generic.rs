@@ -24,8 +24,8 @@
 use dropmc::claims::registry;
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::error::Error;
-use dropmc::eval::EvalOutput;
 use dropmc::eval::norm::{self, CompoundParams};
+use dropmc::eval::{EvalOutput, LayerNormParams};
 use dropmc::fast::{FastSite, SiteNorm};
 use dropmc::ops::{InvertedDropout, LayerNorm, RmsNorm, Site, Subject};
 use dropmc::stats::Estimate;
@@ -205,7 +205,12 @@ fn eval_quantities_agree_on_the_fast_and_the_generic_path() {
         let rms = RmsNorm::new(g1.clone(), eps).unwrap();
         let mut clean = vec![0.0; d];
         ln.forward(&x, &mut clean).unwrap();
-        let out = norm::ln(&x, p, Some(g1.clone()), Some(b1.clone()), eps, budget).unwrap();
+        let ln_params = LayerNormParams {
+            gamma: Some(g1.clone()),
+            beta: Some(b1.clone()),
+            eps,
+        };
+        let out = norm::ln(&x, p, ln_params, budget).unwrap();
         let u1 = minus(&clean, &b1);
         components += compare(&out, &sampler(&plain, "ln", ln, rms.clone(), u1, vec![]));
         let out = norm::rms(&x, p, Some(g1.clone()), eps, budget).unwrap();
@@ -282,7 +287,13 @@ fn the_fast_kernel_declines_what_it_cannot_compute_exactly() {
             .is_none()
     );
     // ... and eval then reports the generic sampler.
-    let out = norm::ln(&v, 0.5, None, None, 0.0, Budget::new(100, 1).unwrap()).unwrap();
+    let out = norm::ln(
+        &v,
+        0.5,
+        LayerNormParams::default(),
+        Budget::new(100, 1).unwrap(),
+    )
+    .unwrap();
     assert!(
         out.results
             .iter()

@@ -282,9 +282,10 @@ proptest! {
         b in prop::option::of(hostile_vec()), p in hostile_p(), eps in hostile_f64(), budget in budget()
     ) {
         case(&[&x, &h, g.as_deref().unwrap_or(&[]), b.as_deref().unwrap_or(&[])], &[eps], &[p], Some(budget.samples));
-        eval_ok(eval::norm::ln(&x, p, g.clone(), b.clone(), eps, budget))?;
+        let ln_params = eval::LayerNormParams { gamma: g.clone(), beta: b.clone(), eps };
+        eval_ok(eval::norm::ln(&x, p, ln_params.clone(), budget))?;
         eval_ok(eval::norm::rms(&x, p, g.clone(), eps, budget))?;
-        eval_ok(eval::norm::bypass_with(&h, &x, p, g.clone(), b.clone(), eps, budget))?;
+        eval_ok(eval::norm::bypass_with(&h, &x, p, ln_params, budget))?;
         let params = eval::norm::CompoundParams {
             gamma1: g.clone().unwrap_or_else(|| vec![1.0; x.len()]),
             beta1: b.clone().unwrap_or_else(|| vec![0.0; x.len()]),

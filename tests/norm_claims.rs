@@ -208,10 +208,14 @@ fn degenerate_inputs_are_typed_errors() {
     assert!(fc::compound(&[1.0, 2.0], &ln, &ln, rate).is_err());
     // The eval entry points.
     let budget = Budget::new(100, 1).unwrap();
-    use dropmc::eval::norm;
-    assert!(norm::ln(&[1.0, 1.0], 0.3, None, None, 0.0, budget).is_err());
-    assert!(norm::ln(&[1.0, 2.0], 0.3, Some(vec![1.0]), None, 0.0, budget).is_err());
-    assert!(norm::ln(&[1.0, 2.0], 1.0, None, None, 0.0, budget).is_err());
+    use dropmc::eval::{LayerNormParams, norm};
+    let short_gamma = LayerNormParams {
+        gamma: Some(vec![1.0]),
+        ..LayerNormParams::default()
+    };
+    assert!(norm::ln(&[1.0, 1.0], 0.3, LayerNormParams::default(), budget).is_err());
+    assert!(norm::ln(&[1.0, 2.0], 0.3, short_gamma, budget).is_err());
+    assert!(norm::ln(&[1.0, 2.0], 1.0, LayerNormParams::default(), budget).is_err());
     assert!(norm::rms(&[0.0, 0.0], 0.3, None, 0.0, budget).is_err());
     assert!(norm::bypass(&[1.0, 2.0], &[1.0], 0.3, budget).is_err());
     let params = norm::CompoundParams {

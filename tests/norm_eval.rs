@@ -12,8 +12,8 @@ mod common;
 use common::dropmc;
 
 use dropmc::engine::Budget;
-use dropmc::eval::EvalOutput;
 use dropmc::eval::norm::{self, CompoundParams};
+use dropmc::eval::{EvalOutput, LayerNormParams};
 use dropmc::stats::Estimate;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -170,7 +170,12 @@ fn cases(input: &Input, seed: u64) -> Vec<(EvalOutput, Vec<Vec<f64>>)> {
     let c_formula = (q / (1.0 + p * mu * mu / s2)).sqrt();
 
     // ln
-    let ln = norm::ln(x, p, Some(g1.clone()), Some(b1.clone()), eps, budget).unwrap();
+    let ln_params = LayerNormParams {
+        gamma: Some(g1.clone()),
+        beta: Some(b1.clone()),
+        eps,
+    };
+    let ln = norm::ln(x, p, ln_params, budget).unwrap();
     let u = minus(&layernorm(x, g1, b1, eps), b1);
     let e = expect(&zero, x, p, 3 + d, &|y| {
         let mut o = vec![mean(y), mean(y) * mean(y), var(y)];

@@ -299,10 +299,10 @@ fn the_sample_size_guide_inverts_the_standard_error() {
 #[test]
 fn eval_carries_the_second_order_and_the_guide() {
     use dropmc::engine::Budget;
-    use dropmc::eval::norm;
+    use dropmc::eval::{LayerNormParams, norm};
     let budget = Budget::new(2_000, 7).unwrap();
     let x = [2.0, 0.5, 0.5, 0.5, 1.0, -1.0];
-    let out = norm::ln(&x, 0.3, None, None, 0.0, budget).unwrap();
+    let out = norm::ln(&x, 0.3, LayerNormParams::default(), budget).unwrap();
     let json = serde_json::to_value(&out).unwrap();
     for r in json["results"].as_array().unwrap() {
         let has = r.get("second_order").is_some();

@@ -16,7 +16,7 @@
 use dropmc::Error;
 use dropmc::claims::{Shape, check};
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::eval::{EvalResult, Values};
+use dropmc::eval::{EvalResult, LayerNormParams, Values};
 use dropmc::ops::Subject;
 use dropmc::stats::{MeanAccumulator, Statistic};
 use pyo3::exceptions::PyRuntimeError;
@@ -41,7 +41,7 @@ fn reference(kind: &str, x: &[f64], p: f64, eps: f64, seed: u64) -> Result<EvalR
     let budget = Budget::new(2, seed)?;
     let (output, name) = match kind {
         "layernorm" => (
-            dropmc::eval::norm::ln(x, p, None, None, eps, budget)?,
+            dropmc::eval::norm::ln(x, p, LayerNormParams::plain(eps), budget)?,
             "E[LN(z)]",
         ),
         "rmsnorm" => (

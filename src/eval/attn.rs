@@ -6,7 +6,7 @@ use clap::Args;
 
 use super::quantity::RateArg;
 
-use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo};
+use super::{EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec, check_len};
@@ -169,6 +169,9 @@ pub fn attn(
 /// The enumerated values: E[b] per entry, E[R], Var[R], E[o], Var[o].
 type ExactRow = (Vec<f64>, f64, f64, f64, f64);
 
+/// The one-line help of `eval attn`.
+pub const ABOUT: &str = "Attention dropout after softmax: E[b], E[R], Var[R], E[o], Var[o].";
+
 /// Arguments of `eval attn`.
 #[allow(rustdoc::broken_intra_doc_links)] // the help text writes E[o], not links
 #[derive(Debug, Clone, Args)]
@@ -181,12 +184,10 @@ pub struct AttnArgs {
     /// Values averaged by the row, one per position (adds E[o], Var[o]).
     #[arg(long, allow_hyphen_values = true)]
     pub values: Option<String>,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
 }
 
 /// `eval attn` from its arguments.
-pub fn run(a: AttnArgs) -> Result<EvalOutput, Error> {
+pub fn run(a: AttnArgs, budget: Budget) -> Result<EvalOutput, Error> {
     let values = a
         .values
         .as_deref()
@@ -196,6 +197,6 @@ pub fn run(a: AttnArgs) -> Result<EvalOutput, Error> {
         &read_list("--a", &a.a)?,
         a.p.value()?,
         values.as_deref(),
-        a.sampling.budget(),
+        budget,
     )
 }

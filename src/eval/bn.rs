@@ -21,7 +21,7 @@ use rand_distr::{Distribution, StandardNormal};
 
 use clap::Args;
 
-use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo};
+use super::{EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
@@ -123,6 +123,9 @@ pub fn bn(
     EvalOutput::new("bn", p, running_mean.len(), budget, results).checked()
 }
 
+/// The one-line help of `eval bn`.
+pub const ABOUT: &str = "From trained BatchNorm buffers: c per channel and the folded running_var.";
+
 /// Arguments of `eval bn`.
 #[derive(Debug, Clone, Args)]
 pub struct BnArgs {
@@ -135,16 +138,16 @@ pub struct BnArgs {
     /// Drop rate of the dropout in front of the BatchNorm, 0 <= p < 1.
     #[arg(long, allow_hyphen_values = true)]
     pub p: String,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
 }
 
 /// `eval bn` from its arguments.
-pub fn run(a: BnArgs) -> Result<EvalOutput, Error> {
+pub fn run(a: BnArgs, budget: Budget) -> Result<EvalOutput, Error> {
+    let running_mean = read_list("--running-mean", &a.running_mean)?;
+    let running_var = read_list("--running-var", &a.running_var)?;
     bn(
-        &read_list("--running-mean", &a.running_mean)?,
-        &read_list("--running-var", &a.running_var)?,
+        &running_mean,
+        &running_var,
         read_number("--p", &a.p)?,
-        a.sampling.budget(),
+        budget,
     )
 }

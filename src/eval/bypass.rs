@@ -14,39 +14,61 @@ use clap::Args;
 
 use super::quantity::RateArg;
 
-use super::ln::{NormArgs, moments_or_constant, optional_list};
+use super::ln::{LayerNormParams, NormArgs, moments_or_constant};
 use super::norm::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::second_order::Norm;
-use super::{EvalOutput, EvalResult, SamplingArgs, Values};
+use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};
 use crate::formulas::bypass as fb;
 use crate::formulas::layernorm::shrink_towards_beta;
 use crate::formulas::second_order::NoisyUnits;
 use crate::input::read_list;
-use crate::ops::{LayerNorm, Site};
+use crate::ops::Site;
+
+/// The one-line help of `eval bypass`.
+pub const ABOUT: &str = "Bypass y = h + dropout(v) before LayerNorm: E[V], c_damped, E[LN(y)].";
+
+/// Arguments of `eval bypass`.
+#[derive(Debug, Clone, Args)]
+pub struct BypassArgs {
+    /// The undropped part h, comma-separated (or @FILE).
+    #[arg(long, allow_hyphen_values = true)]
+    pub h: String,
+    /// The dropped part v, comma-separated (or @FILE).
+    #[arg(long, allow_hyphen_values = true)]
+    pub v: String,
+    #[command(flatten)]
+    pub p: RateArg,
+    #[command(flatten)]
+    pub norm: NormArgs,
+}
+
+/// `eval bypass` from its arguments.
+pub fn run(a: BypassArgs, budget: Budget) -> Result<EvalOutput, Error> {
+    let (h, v) = (read_list("--h", &a.h)?, read_list("--v", &a.v)?);
+    bypass_with(&h, &v, a.p.value()?, a.norm.params()?, budget)
+}
 
 /// `eval bypass` through the plain LayerNorm (`γ = 1`, `β = 0`, `ε = 0`).
 pub fn bypass(h: &[f64], v: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
-    bypass_with(h, v, p, None, None, 0.0, budget)
+    bypass_with(h, v, p, LayerNormParams::default(), budget)
 }
 
 /// `eval bypass`: `E[V]` of `y = h + dropout(v)`, `c_damped`, `E[LN(y)]`
-/// through a LayerNorm with gains `gamma`, shifts `beta` (defaults 1, 0) and
-/// `eps`.
+/// through the LayerNorm `norm` (gains and shifts default to 1 and 0).
 pub fn bypass_with(
     h: &[f64],
     v: &[f64],
     p: f64,
-    gamma: Option<Vec<f64>>,
-    beta: Option<Vec<f64>>,
-    eps: f64,
+    norm: LayerNormParams,
     budget: Budget,
 ) -> Result<EvalOutput, Error> {
+    let eps = norm.eps;
     check_len("v", v, h.len())?;
     let site = Site::new(h.to_vec(), vec![(v.to_vec(), p)])?;
     let (_, s2) = moments_or_constant(&site.clean(), eps)?;
-    let ln = LayerNorm::with_defaults(h.len(), gamma, beta, eps)?;
+    let ln = norm.layer_norm(h.len())?;
     let units = NoisyUnits::from_site(&site)?;
     let constant = s2 == 0.0;
     let (mean_v, c) = if constant {
@@ -71,34 +93,4 @@ pub fn bypass_with(
         undefined(&mut out, "c_damped", "h + v is constant, so LN(h + v) = β");
     }
     finish(out, Some(("E[LN(y)]", &units, Norm::Ln(&ln))), eps)
-}
-
-/// Arguments of `eval bypass`.
-#[derive(Debug, Clone, Args)]
-pub struct BypassArgs {
-    /// The undropped part h, comma-separated (or @FILE).
-    #[arg(long, allow_hyphen_values = true)]
-    pub h: String,
-    /// The dropped part v, comma-separated (or @FILE).
-    #[arg(long, allow_hyphen_values = true)]
-    pub v: String,
-    #[command(flatten)]
-    pub p: RateArg,
-    #[command(flatten)]
-    pub norm: NormArgs,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-}
-
-/// `eval bypass` from its arguments.
-pub fn run(a: BypassArgs) -> Result<EvalOutput, Error> {
-    bypass_with(
-        &read_list("--h", &a.h)?,
-        &read_list("--v", &a.v)?,
-        a.p.value()?,
-        optional_list("--gamma", &a.norm.gamma)?,
-        optional_list("--beta", &a.norm.beta)?,
-        a.norm.eps.value()?,
-        a.sampling.budget(),
-    )
 }

@@ -4,16 +4,54 @@
 
 use clap::Args;
 
-use super::quantity::{RateArg, VectorArg};
+use super::quantity::DroppedVectorArgs;
 
 use super::ln::{EpsArg, optional_list};
 use super::norm::{Plan, finish, measure, weights};
-use super::{EvalOutput, EvalResult, SamplingArgs, Values};
+use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};
 use crate::formulas::{compound as fc, layernorm as fl};
 use crate::input::read_list;
 use crate::ops::{LayerNorm, Rate, Site};
+
+/// The one-line help of `eval compound`.
+pub const ABOUT: &str = "dropout -> LN1 -> LN2: c1, c2, E[LN2(LN1(z))].";
+
+/// Arguments of `eval compound`.
+// Same shape as NormArgs, RmsArgs and ReportArgs: one clap field per flag; LN2's flags are NormArgs' renamed (--gamma2, --beta2), which a flattened struct cannot be.
+#[derive(Debug, Clone, Args)]
+pub struct CompoundArgs {
+    #[command(flatten)]
+    pub input: DroppedVectorArgs,
+    /// LN1 gains.
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma1: String,
+    /// LN1 shifts.
+    #[arg(long, allow_hyphen_values = true)]
+    pub beta1: String,
+    /// LN2 gains (default 1).
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma2: Option<String>,
+    /// LN2 shifts (default 0).
+    #[arg(long, allow_hyphen_values = true)]
+    pub beta2: Option<String>,
+    #[command(flatten)]
+    pub eps: EpsArg,
+}
+
+/// `eval compound` from its arguments.
+pub fn run(a: CompoundArgs, budget: Budget) -> Result<EvalOutput, Error> {
+    let (x, p) = a.input.values()?;
+    let params = CompoundParams {
+        gamma1: read_list("--gamma1", &a.gamma1)?,
+        beta1: read_list("--beta1", &a.beta1)?,
+        gamma2: optional_list("--gamma2", &a.gamma2)?,
+        beta2: optional_list("--beta2", &a.beta2)?,
+        eps: a.eps.value()?,
+    };
+    compound(&x, p, params, budget)
+}
 
 /// The LayerNorm parameters of `eval compound`: `γ`, `β` of each norm and
 /// the ε of both.
@@ -63,45 +101,4 @@ pub fn compound(
     let plan = Plan::Compound { ln1, ln2, u1, u2 };
     let out = measure("compound", &site, &plan, budget, results)?;
     finish(out, None, eps)
-}
-
-/// Arguments of `eval compound`.
-#[derive(Debug, Clone, Args)]
-pub struct CompoundArgs {
-    #[command(flatten)]
-    pub x: VectorArg,
-    #[command(flatten)]
-    pub p: RateArg,
-    /// LN1 gains.
-    #[arg(long, allow_hyphen_values = true)]
-    pub gamma1: String,
-    /// LN1 shifts.
-    #[arg(long, allow_hyphen_values = true)]
-    pub beta1: String,
-    /// LN2 gains (default 1).
-    #[arg(long, allow_hyphen_values = true)]
-    pub gamma2: Option<String>,
-    /// LN2 shifts (default 0).
-    #[arg(long, allow_hyphen_values = true)]
-    pub beta2: Option<String>,
-    #[command(flatten)]
-    pub eps: EpsArg,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-}
-
-/// `eval compound` from its arguments.
-pub fn run(a: CompoundArgs) -> Result<EvalOutput, Error> {
-    compound(
-        &a.x.value()?,
-        a.p.value()?,
-        CompoundParams {
-            gamma1: read_list("--gamma1", &a.gamma1)?,
-            beta1: read_list("--beta1", &a.beta1)?,
-            gamma2: optional_list("--gamma2", &a.gamma2)?,
-            beta2: optional_list("--beta2", &a.beta2)?,
-            eps: a.eps.value()?,
-        },
-        a.sampling.budget(),
-    )
 }

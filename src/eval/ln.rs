@@ -18,11 +18,11 @@
 
 use clap::Args;
 
-use super::quantity::{RateArg, VectorArg};
+use super::quantity::DroppedVectorArgs;
 
 use super::norm::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::second_order::Norm;
-use super::{EvalOutput, EvalResult, SamplingArgs, Values};
+use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::formulas::dropout::sum_variance;
@@ -30,6 +30,24 @@ use crate::formulas::layernorm as fl;
 use crate::formulas::second_order::NoisyUnits;
 use crate::input::{read_eps, read_list};
 use crate::ops::{LayerNorm, Rate, Site};
+
+/// The one-line help of `eval ln`.
+pub const ABOUT: &str = "LayerNorm after dropout: E[M], Var[M], E[V], c, E[LN(z)].";
+
+/// Arguments of `eval ln`.
+#[derive(Debug, Clone, Args)]
+pub struct LnArgs {
+    #[command(flatten)]
+    pub input: DroppedVectorArgs,
+    #[command(flatten)]
+    pub norm: NormArgs,
+}
+
+/// `eval ln` from its arguments.
+pub fn run(a: LnArgs, budget: Budget) -> Result<EvalOutput, Error> {
+    let (x, p) = a.input.values()?;
+    ln(&x, p, a.norm.params()?, budget)
+}
 
 /// `μ`, `σ²` of `x`, accepting a constant `x` (`σ² = 0`) when `ε > 0`.
 pub(super) fn moments_or_constant(x: &[f64], eps: f64) -> Result<(f64, f64), Error> {
@@ -46,18 +64,38 @@ pub(super) fn moments_or_constant(x: &[f64], eps: f64) -> Result<(f64, f64), Err
     }
 }
 
+/// The parameters of the LayerNorm an `eval` quantity normalizes with, as
+/// the user gave them: gains `γ` and shifts `β` (absent: 1 and 0 over the
+/// input's units) and `ε`. [`Default`] is the plain LayerNorm (`γ = 1`,
+/// `β = 0`, `ε = 0`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LayerNormParams {
+    pub gamma: Option<Vec<f64>>,
+    pub beta: Option<Vec<f64>>,
+    pub eps: f64,
+}
+
+impl LayerNormParams {
+    /// `γ = 1`, `β = 0` with `eps`.
+    pub fn plain(eps: f64) -> Self {
+        LayerNormParams {
+            eps,
+            ..Self::default()
+        }
+    }
+
+    /// The validated LayerNorm over `d` units.
+    pub fn layer_norm(self, d: usize) -> Result<LayerNorm, Error> {
+        LayerNorm::with_defaults(d, self.gamma, self.beta, self.eps)
+    }
+}
+
 /// `eval ln`: `E[M]`, `Var[M]`, `E[V]`, `c` (`c_ε`), `E[LN(z)]`.
-pub fn ln(
-    x: &[f64],
-    p: f64,
-    gamma: Option<Vec<f64>>,
-    beta: Option<Vec<f64>>,
-    eps: f64,
-    budget: Budget,
-) -> Result<EvalOutput, Error> {
+pub fn ln(x: &[f64], p: f64, norm: LayerNormParams, budget: Budget) -> Result<EvalOutput, Error> {
+    let eps = norm.eps;
     let (mu, s2) = moments_or_constant(x, eps)?;
     let rate = Rate::new(p)?;
-    let ln = LayerNorm::with_defaults(x.len(), gamma, beta, eps)?;
+    let ln = norm.layer_norm(x.len())?;
     let site = Site::plain(x, p)?;
     let uncorrected = fl::uncorrected(x, &ln)?;
     let constant = s2 == 0.0;
@@ -104,20 +142,7 @@ pub fn ln(
     finish(out, Some(("E[LN(z)]", &units, Norm::Ln(&ln))), eps)
 }
 
-/// Arguments of `eval ln`.
-#[derive(Debug, Clone, Args)]
-pub struct LnArgs {
-    #[command(flatten)]
-    pub x: VectorArg,
-    #[command(flatten)]
-    pub p: RateArg,
-    #[command(flatten)]
-    pub norm: NormArgs,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-}
-
-/// The affine parameters and ε of a LayerNorm (or RMSNorm, without `β`).
+/// The flags of [`LayerNormParams`]: `--gamma`, `--beta`, `--eps`.
 #[derive(Debug, Clone, Args)]
 pub struct NormArgs {
     /// Gains γ, one per unit (default 1).
@@ -128,6 +153,18 @@ pub struct NormArgs {
     pub beta: Option<String>,
     #[command(flatten)]
     pub eps: EpsArg,
+}
+
+impl NormArgs {
+    /// The parameters given (read in flag order: `--gamma`, `--beta`,
+    /// `--eps`).
+    pub fn params(&self) -> Result<LayerNormParams, Error> {
+        Ok(LayerNormParams {
+            gamma: optional_list("--gamma", &self.gamma)?,
+            beta: optional_list("--beta", &self.beta)?,
+            eps: self.eps.value()?,
+        })
+    }
 }
 
 /// The normalization ε.
@@ -148,16 +185,4 @@ impl EpsArg {
 /// A list flag that may be absent.
 pub(super) fn optional_list(flag: &str, text: &Option<String>) -> Result<Option<Vec<f64>>, Error> {
     text.as_deref().map(|t| read_list(flag, t)).transpose()
-}
-
-/// `eval ln` from its arguments.
-pub fn run(a: LnArgs) -> Result<EvalOutput, Error> {
-    ln(
-        &a.x.value()?,
-        a.p.value()?,
-        optional_list("--gamma", &a.norm.gamma)?,
-        optional_list("--beta", &a.norm.beta)?,
-        a.norm.eps.value()?,
-        a.sampling.budget(),
-    )
 }

@@ -50,6 +50,7 @@ pub mod rms;
 pub mod second_order;
 mod table;
 
+pub use ln::LayerNormParams;
 pub use quantity::{EvalQuantity, SamplingArgs, quantities};
 pub use table::{table, table_fitted};
 

@@ -4,7 +4,7 @@ use clap::Args;
 
 use super::quantity::RateArg;
 
-use super::{EvalOutput, EvalResult, SamplingArgs, Values, monte_carlo, power_of_two_scale};
+use super::{EvalOutput, EvalResult, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
@@ -84,6 +84,12 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
     EvalOutput::new("moments", p, x.len(), budget, results).checked()
 }
 
+/// The one-line help of `eval moments`.
+pub const ABOUT: &str = "Dropout moments per unit and of the sum.";
+/// The longer help of `eval moments`.
+pub const LONG_ABOUT: &str =
+    "E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k.";
+
 /// Arguments of `eval moments`.
 #[derive(Debug, Clone, Args)]
 pub struct MomentsArgs {
@@ -92,13 +98,11 @@ pub struct MomentsArgs {
     pub x: String,
     #[command(flatten)]
     pub p: RateArg,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
 }
 
 /// `eval moments` from its arguments.
-pub fn run(a: MomentsArgs) -> Result<EvalOutput, Error> {
-    moments(&read_list("--x", &a.x)?, a.p.value()?, a.sampling.budget())
+pub fn run(a: MomentsArgs, budget: Budget) -> Result<EvalOutput, Error> {
+    moments(&read_list("--x", &a.x)?, a.p.value()?, budget)
 }
 
 type SumMoments = (Option<Vec<f64>>, Option<Vec<f64>>);

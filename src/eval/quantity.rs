@@ -46,21 +46,23 @@ impl std::fmt::Debug for EvalQuantity {
 }
 
 impl EvalQuantity {
-    /// A quantity whose arguments are the clap-derived struct `A` and whose
-    /// evaluation is `run`.
+    /// A quantity whose arguments are the clap-derived struct `A` followed
+    /// by the [`SamplingArgs`] every quantity takes, and whose evaluation is
+    /// `run` (given `A` and the budget those make).
     pub fn new<A: Args + FromArgMatches + 'static>(
         name: &'static str,
         about: &'static str,
-        run: fn(A) -> Result<EvalOutput, Error>,
+        run: fn(A, Budget) -> Result<EvalOutput, Error>,
     ) -> Self {
         EvalQuantity {
             name,
             about,
             long_about: None,
-            args: Arc::new(A::augment_args),
+            args: Arc::new(|c: Command| SamplingArgs::augment_args(A::augment_args(c))),
             run: Arc::new(move |m: &ArgMatches| {
                 let args = A::from_arg_matches(m).map_err(|e| usage(&e))?;
-                run(args)
+                let sampling = SamplingArgs::from_arg_matches(m).map_err(|e| usage(&e))?;
+                run(args, sampling.budget())
             }),
         }
     }
@@ -116,46 +118,18 @@ fn usage(e: &clap::Error) -> Error {
     }
 }
 
-/// The crate's quantities, in the order `dropmc eval --help` lists them:
-/// moments, ln, rms, bypass, compound, attn, bn.
+/// The crate's quantities, in the order `dropmc eval --help` lists them;
+/// each module's `ABOUT` is its one-line help.
 pub fn quantities() -> Vec<EvalQuantity> {
+    use super::{attn, bn, bypass, compound, ln, moments, rms};
     vec![
-        EvalQuantity::new(
-            "moments",
-            "Dropout moments per unit and of the sum.",
-            super::moments::run,
-        )
-        .long_about("E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k."),
-        EvalQuantity::new(
-            "ln",
-            "LayerNorm after dropout: E[M], Var[M], E[V], c, E[LN(z)].",
-            super::ln::run,
-        ),
-        EvalQuantity::new(
-            "rms",
-            "RMSNorm after dropout: E[R^2], E[RMSNorm(z)].",
-            super::rms::run,
-        ),
-        EvalQuantity::new(
-            "bypass",
-            "Bypass y = h + dropout(v) before LayerNorm: E[V], c_damped, E[LN(y)].",
-            super::bypass::run,
-        ),
-        EvalQuantity::new(
-            "compound",
-            "dropout -> LN1 -> LN2: c1, c2, E[LN2(LN1(z))].",
-            super::compound::run,
-        ),
-        EvalQuantity::new(
-            "attn",
-            "Attention dropout after softmax: E[b], E[R], Var[R], E[o], Var[o].",
-            super::attn::run,
-        ),
-        EvalQuantity::new(
-            "bn",
-            "From trained BatchNorm buffers: c per channel and the folded running_var.",
-            super::bn::run,
-        ),
+        EvalQuantity::new("moments", moments::ABOUT, moments::run).long_about(moments::LONG_ABOUT),
+        EvalQuantity::new("ln", ln::ABOUT, ln::run),
+        EvalQuantity::new("rms", rms::ABOUT, rms::run),
+        EvalQuantity::new("bypass", bypass::ABOUT, bypass::run),
+        EvalQuantity::new("compound", compound::ABOUT, compound::run),
+        EvalQuantity::new("attn", attn::ABOUT, attn::run),
+        EvalQuantity::new("bn", bn::ABOUT, bn::run),
     ]
 }
 
@@ -174,22 +148,27 @@ impl RateArg {
     }
 }
 
-/// The pre-dropout vector `--x` of the quantities that drop one vector.
+/// The pre-dropout vector `--x` and its drop rate `--p`, for the quantities
+/// that drop one vector.
 #[derive(Debug, Clone, Args)]
-pub struct VectorArg {
+pub struct DroppedVectorArgs {
     /// The pre-dropout vector, comma-separated (or @FILE).
     #[arg(long, allow_hyphen_values = true)]
     pub x: String,
+    #[command(flatten)]
+    pub p: RateArg,
 }
 
-impl VectorArg {
-    /// The vector given.
-    pub fn value(&self) -> Result<Vec<f64>, Error> {
-        crate::input::read_list("--x", &self.x)
+impl DroppedVectorArgs {
+    /// The vector and the rate given (read in that order, so the first bad
+    /// flag is the one an error names).
+    pub fn values(&self) -> Result<(Vec<f64>, f64), Error> {
+        Ok((crate::input::read_list("--x", &self.x)?, self.p.value()?))
     }
 }
 
-/// Sampling options shared by every `eval` quantity.
+/// Sampling options shared by every `eval` quantity: [`EvalQuantity::new`]
+/// adds them after the quantity's own arguments.
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {
     /// Monte Carlo draws (0: closed forms and exact values only).

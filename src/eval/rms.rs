@@ -8,17 +8,39 @@
 
 use clap::Args;
 
-use super::quantity::{RateArg, VectorArg};
+use super::quantity::DroppedVectorArgs;
 
 use super::ln::{EpsArg, optional_list};
 use super::norm::{Plan, finish, measure};
 use super::second_order::Norm;
-use super::{EvalOutput, EvalResult, SamplingArgs, Values};
+use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
 use crate::formulas::rmsnorm as fr;
 use crate::formulas::second_order::NoisyUnits;
 use crate::ops::{Rate, RmsNorm, Site};
+
+/// The one-line help of `eval rms`.
+pub const ABOUT: &str = "RMSNorm after dropout: E[R^2], E[RMSNorm(z)].";
+
+/// Arguments of `eval rms`.
+#[derive(Debug, Clone, Args)]
+pub struct RmsArgs {
+    #[command(flatten)]
+    pub input: DroppedVectorArgs,
+    /// RMSNorm gains γ, one per unit (default 1).
+    #[arg(long, allow_hyphen_values = true)]
+    pub gamma: Option<String>,
+    #[command(flatten)]
+    pub eps: EpsArg,
+}
+
+/// `eval rms` from its arguments.
+pub fn run(a: RmsArgs, budget: Budget) -> Result<EvalOutput, Error> {
+    let (x, p) = a.input.values()?;
+    let gamma = optional_list("--gamma", &a.gamma)?;
+    rms(&x, p, gamma, a.eps.value()?, budget)
+}
 
 /// `eval rms`: `E[R^2]`, `E[RMSNorm(z)]`.
 pub fn rms(
@@ -57,31 +79,4 @@ pub fn rms(
     let plan = Plan::Rms { rms: rms.clone() };
     let out = measure("rms", &site, &plan, budget, results)?;
     finish(out, Some(("E[RMSNorm(z)]", &units, Norm::Rms(&rms))), eps)
-}
-
-/// Arguments of `eval rms`.
-#[derive(Debug, Clone, Args)]
-pub struct RmsArgs {
-    #[command(flatten)]
-    pub x: VectorArg,
-    #[command(flatten)]
-    pub p: RateArg,
-    /// RMSNorm gains γ, one per unit (default 1).
-    #[arg(long, allow_hyphen_values = true)]
-    pub gamma: Option<String>,
-    #[command(flatten)]
-    pub eps: EpsArg,
-    #[command(flatten)]
-    pub sampling: SamplingArgs,
-}
-
-/// `eval rms` from its arguments.
-pub fn run(a: RmsArgs) -> Result<EvalOutput, Error> {
-    rms(
-        &a.x.value()?,
-        a.p.value()?,
-        optional_list("--gamma", &a.gamma)?,
-        a.eps.value()?,
-        a.sampling.budget(),
-    )
 }

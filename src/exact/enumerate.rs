@@ -118,7 +118,7 @@ pub fn sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error
 }
 
 /// `E[f(m)]` over all `2^d` masks, `f` writing `dim` values per mask.
-pub fn enumerate_masks<F>(d: usize, rate: Rate, dim: usize, mut f: F) -> Result<Oracle, Error>
+pub fn enumerate_masks<F>(d: usize, rate: Rate, dim: usize, f: F) -> Result<Oracle, Error>
 where
     F: FnMut(&[bool], &mut [f64]),
 {
@@ -132,15 +132,31 @@ where
             got: d,
         });
     }
-    let terms = 1u64 << d;
-    let mut mask = vec![false; d];
+    Ok(enumerate_mask_bits(&vec![rate; d], dim, f))
+}
+
+/// `E[f(m)]` over every word `m` of `rates.len()` mask bits, bit `b` kept
+/// with probability `rates[b].q()` (weight `Π_b q_b^{m_b} p_b^{1 − m_b}`):
+/// the sum behind [`enumerate_masks`] and [`super::site_expectation`]. The
+/// caller has checked the number of bits against [`MAX_ENUMERATION_D`].
+///
+/// The rounding bound is Higham's for recursive summation,
+/// `(N + bits) ε Σ w |f|`: `N = 2^bits` terms, `bits` multiplications per
+/// weight.
+pub(super) fn enumerate_mask_bits<F>(rates: &[Rate], dim: usize, mut f: F) -> Oracle
+where
+    F: FnMut(&[bool], &mut [f64]),
+{
+    let bits = rates.len();
+    let terms = 1u64 << bits;
+    let mut mask = vec![false; bits];
     let mut out = vec![0.0; dim];
     let mut values = vec![0.0; dim];
     let mut magnitude = vec![0.0; dim];
-    for bits in 0..terms {
+    for word in 0..terms {
         let mut weight = 1.0;
-        for (k, m) in mask.iter_mut().enumerate() {
-            *m = (bits >> k) & 1 == 1;
+        for (b, (m, rate)) in mask.iter_mut().zip(rates).enumerate() {
+            *m = (word >> b) & 1 == 1;
             weight *= if *m { rate.q() } else { rate.p() };
         }
         if weight == 0.0 {
@@ -152,9 +168,9 @@ where
             *a += weight * o.abs();
         }
     }
-    let factor = (terms as f64 + d as f64) * f64::EPSILON;
+    let factor = (terms as f64 + bits as f64) * f64::EPSILON;
     let rounding = magnitude.iter().map(|a| factor * a).collect();
-    Ok(Oracle { values, rounding })
+    Oracle { values, rounding }
 }
 
 /// `E[f(z)]` for one unit with value `a`, by its two outcomes:

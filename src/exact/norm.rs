@@ -12,6 +12,7 @@ use crate::error::Error;
 use crate::ops::{LayerNorm, RmsNorm, Site};
 use crate::tolerance;
 
+use super::enumerate::enumerate_mask_bits;
 use super::grouped::enumerate_counts;
 use super::{MAX_ENUMERATION_D, Oracle};
 
@@ -80,35 +81,18 @@ where
             got: bits,
         });
     }
-    let terms = 1u64 << bits;
-    let mut masks = vec![vec![false; d]; j];
+    // Bit t·d + k of a word is unit k of term t.
+    let rates: Vec<_> = site
+        .terms()
+        .iter()
+        .flat_map(|&(_, rate)| std::iter::repeat_n(rate, d))
+        .collect();
     let mut y = vec![0.0; d];
-    let mut out = vec![0.0; dim];
-    let mut values = vec![0.0; dim];
-    let mut magnitude = vec![0.0; dim];
-    for word in 0..terms {
-        let mut weight = 1.0;
-        for (t, mask) in masks.iter_mut().enumerate() {
-            let rate = site.terms()[t].1;
-            for (k, m) in mask.iter_mut().enumerate() {
-                *m = (word >> (t * d + k)) & 1 == 1;
-                weight *= if *m { rate.q() } else { rate.p() };
-            }
-        }
-        if weight == 0.0 {
-            continue;
-        }
-        let refs: Vec<&[bool]> = masks.iter().map(|m| m.as_slice()).collect();
-        site.apply_masks(&refs, &mut y);
-        f(&y, &mut out);
-        for ((v, a), o) in values.iter_mut().zip(&mut magnitude).zip(&out) {
-            *v += weight * o;
-            *a += weight * o.abs();
-        }
-    }
-    let factor = (terms as f64 + bits as f64) * f64::EPSILON;
-    let rounding = magnitude.iter().map(|a| factor * a).collect();
-    Ok(Oracle { values, rounding })
+    Ok(enumerate_mask_bits(&rates, dim, |mask, out| {
+        let masks: Vec<&[bool]> = mask.chunks(d).collect();
+        site.apply_masks(&masks, &mut y);
+        f(&y, out);
+    }))
 }
 
 /// `E[pipeline(y)]` per unit by full enumeration.

@@ -19,7 +19,7 @@ pub use dropout::{
     DropoutLayer, InvertedDropout, Subject, SubjectKind, default_positions, keep_and_scale,
     scale_kept_gradients,
 };
-pub use norm::{LayerNorm, RmsNorm, mean_and_variance};
+pub use norm::{LayerNorm, LayerNormKind, Norm, NormKind, RmsNorm, RmsNormKind, mean_and_variance};
 pub use rate::Rate;
 pub use shape::{CountingRng, MaskShape, row_width};
 pub use site::Site;

@@ -35,12 +35,75 @@ fn check_eps(eps: f64) -> Result<f64, Error> {
     }
 }
 
-/// LayerNorm with per-unit gain `γ`, shift `β` and `ε ≥ 0`.
+/// A normalization layer over `d` units: the per-unit gain `γ` and `ε ≥ 0`
+/// every norm has, and what its kind `K` adds and computes ([`LayerNormKind`]: the
+/// shift `β` and centring; [`RmsNormKind`]: nothing more). The accessors and the
+/// checked [`forward`](Norm::forward) are written once here; each kind
+/// supplies only its arithmetic.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LayerNorm {
+pub struct Norm<K> {
     gamma: Vec<f64>,
-    beta: Vec<f64>,
     eps: f64,
+    kind: K,
+}
+
+/// LayerNorm with per-unit gain `γ`, shift `β` and `ε ≥ 0`.
+pub type LayerNorm = Norm<LayerNormKind>;
+
+/// RMSNorm with per-unit gain `γ` and `ε ≥ 0`.
+pub type RmsNorm = Norm<RmsNormKind>;
+
+/// What LayerNorm adds to `γ` and `ε`: the shift `β` (and centring by the
+/// mean).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerNormKind {
+    beta: Vec<f64>,
+}
+
+/// RMSNorm adds nothing to `γ` and `ε` (no centring, no shift).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RmsNormKind;
+
+/// A kind of norm: the names its errors use and its arithmetic.
+pub trait NormKind: Sized {
+    /// The norm's name (`"LayerNorm"`).
+    const NAME: &'static str;
+    /// What a wrong-length or non-finite input is called in an error.
+    const INPUT: &'static str;
+    /// What a wrong-length output buffer is called in an error.
+    const OUTPUT: &'static str;
+    /// The norm of `z` into `out`, lengths already checked.
+    fn apply(norm: &Norm<Self>, z: &[f64], out: &mut [f64]);
+}
+
+impl<K: NormKind> Norm<K> {
+    /// Number of units.
+    pub fn dim(&self) -> usize {
+        self.gamma.len()
+    }
+    /// The gains `γ`.
+    pub fn gamma(&self) -> &[f64] {
+        &self.gamma
+    }
+    /// `ε`.
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
+    /// The norm of `z` into `out`; a constant `z` gives `β` (LayerNorm) and
+    /// the zero vector zero (RMSNorm), see the module docs.
+    pub fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
+        check_len(K::INPUT, z, self.dim())?;
+        check_len(K::OUTPUT, out, self.dim())?;
+        check_all_finite(K::INPUT, z)?;
+        self.forward_unchecked(z, out);
+        check_overflow(K::NAME, out)
+    }
+
+    /// The norm of `z` without length checks (the caller guarantees them).
+    pub(crate) fn forward_unchecked(&self, z: &[f64], out: &mut [f64]) {
+        K::apply(self, z, out)
+    }
 }
 
 impl LayerNorm {
@@ -49,10 +112,10 @@ impl LayerNorm {
         check_finite_vec("gamma", &gamma)?;
         check_len("beta", &beta, gamma.len())?;
         check_all_finite("beta", &beta)?;
-        Ok(LayerNorm {
+        Ok(Norm {
             gamma,
-            beta,
             eps: check_eps(eps)?,
+            kind: LayerNormKind { beta },
         })
     }
 
@@ -74,60 +137,38 @@ impl LayerNorm {
         LayerNorm::new(gamma, beta, eps)
     }
 
-    /// Number of units.
-    pub fn dim(&self) -> usize {
-        self.gamma.len()
-    }
-    /// The gains `γ`.
-    pub fn gamma(&self) -> &[f64] {
-        &self.gamma
-    }
     /// The shifts `β`.
     pub fn beta(&self) -> &[f64] {
-        &self.beta
+        &self.kind.beta
     }
-    /// `ε`.
-    pub fn eps(&self) -> f64 {
-        self.eps
-    }
+}
 
-    /// `LN(z)` into `out`; a constant `z` gives `β` (see the module docs).
-    pub fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
-        check_len("LayerNorm input", z, self.dim())?;
-        check_len("LayerNorm output", out, self.dim())?;
-        crate::error::check_all_finite("LayerNorm input", z)?;
-        self.forward_unchecked(z, out);
-        check_overflow("LayerNorm", out)
-    }
+impl NormKind for LayerNormKind {
+    const NAME: &'static str = "LayerNorm";
+    const INPUT: &'static str = "LayerNorm input";
+    const OUTPUT: &'static str = "LayerNorm output";
 
-    /// `LN(z)` without length checks (the caller guarantees them).
-    pub(crate) fn forward_unchecked(&self, z: &[f64], out: &mut [f64]) {
+    fn apply(ln: &LayerNorm, z: &[f64], out: &mut [f64]) {
         let (m, v) = mean_and_variance(z);
         let inv = if is_constant(z) {
             0.0
         } else {
-            1.0 / (v + self.eps).sqrt()
+            1.0 / (v + ln.eps).sqrt()
         };
-        for (((o, &zk), g), b) in out.iter_mut().zip(z).zip(&self.gamma).zip(&self.beta) {
+        for (((o, &zk), g), b) in out.iter_mut().zip(z).zip(&ln.gamma).zip(ln.beta()) {
             *o = g * (zk - m) * inv + b;
         }
     }
-}
-
-/// RMSNorm with per-unit gain `γ` and `ε ≥ 0`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RmsNorm {
-    gamma: Vec<f64>,
-    eps: f64,
 }
 
 impl RmsNorm {
     /// Validates `γ` (non-empty, finite) and `ε` (finite, `≥ 0`).
     pub fn new(gamma: Vec<f64>, eps: f64) -> Result<Self, Error> {
         check_finite_vec("gamma", &gamma)?;
-        Ok(RmsNorm {
+        Ok(Norm {
             gamma,
             eps: check_eps(eps)?,
+            kind: RmsNormKind,
         })
     }
 
@@ -137,37 +178,21 @@ impl RmsNorm {
         check_len("gamma", &gamma, d)?;
         RmsNorm::new(gamma, eps)
     }
+}
 
-    /// Number of units.
-    pub fn dim(&self) -> usize {
-        self.gamma.len()
-    }
-    /// The gains `γ`.
-    pub fn gamma(&self) -> &[f64] {
-        &self.gamma
-    }
-    /// `ε`.
-    pub fn eps(&self) -> f64 {
-        self.eps
-    }
+impl NormKind for RmsNormKind {
+    const NAME: &'static str = "RMSNorm";
+    const INPUT: &'static str = "RMSNorm input";
+    const OUTPUT: &'static str = "RMSNorm output";
 
-    /// `RMS(z)` into `out`; the zero vector gives zero (see the module docs).
-    pub fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
-        check_len("RMSNorm input", z, self.dim())?;
-        check_len("RMSNorm output", out, self.dim())?;
-        crate::error::check_all_finite("RMSNorm input", z)?;
-        self.forward_unchecked(z, out);
-        check_overflow("RMSNorm", out)
-    }
-
-    pub(crate) fn forward_unchecked(&self, z: &[f64], out: &mut [f64]) {
+    fn apply(rms: &RmsNorm, z: &[f64], out: &mut [f64]) {
         let r2 = z.iter().map(|v| v * v).sum::<f64>() / z.len() as f64;
-        let inv = if r2 + self.eps > 0.0 {
-            1.0 / (r2 + self.eps).sqrt()
+        let inv = if r2 + rms.eps > 0.0 {
+            1.0 / (r2 + rms.eps).sqrt()
         } else {
             0.0
         };
-        for ((o, &zk), g) in out.iter_mut().zip(z).zip(&self.gamma) {
+        for ((o, &zk), g) in out.iter_mut().zip(z).zip(&rms.gamma) {
             *o = g * zk * inv;
         }
     }
@@ -197,27 +222,18 @@ fn is_constant(z: &[f64]) -> bool {
     z.iter().all(|&v| v == z[0])
 }
 
-impl crate::formulas::NormParams for LayerNorm {
+impl<K: NormKind> crate::formulas::NormParams for Norm<K> {
     fn gamma(&self) -> &[f64] {
-        LayerNorm::gamma(self)
+        Norm::gamma(self)
     }
     fn eps(&self) -> f64 {
-        LayerNorm::eps(self)
+        Norm::eps(self)
     }
 }
 
 impl crate::formulas::ShiftedNormParams for LayerNorm {
     fn beta(&self) -> &[f64] {
         LayerNorm::beta(self)
-    }
-}
-
-impl crate::formulas::NormParams for RmsNorm {
-    fn gamma(&self) -> &[f64] {
-        RmsNorm::gamma(self)
-    }
-    fn eps(&self) -> f64 {
-        RmsNorm::eps(self)
     }
 }
 

@@ -8,6 +8,7 @@ use super::spec::{Axis, Dash, Marker, Panel, Series, SeriesStyle};
 use crate::claims::norm::NormClaim;
 use crate::engine::Budget;
 use crate::error::Error;
+use crate::eval::LayerNormParams;
 use crate::formulas::layernorm::shrink;
 use crate::ops::{Rate, Subject};
 use crate::registry::{Figure, Registry};
@@ -166,7 +167,12 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
         for (j, &r) in ratios.iter().enumerate() {
             let x: Vec<f64> = u.iter().map(|t| r + t).collect();
             let seed = 100 * i as u64 + j as u64;
-            let out = crate::eval::norm::ln(&x, p, None, None, 0.0, Budget::new(100_000, seed)?)?;
+            let out = crate::eval::norm::ln(
+                &x,
+                p,
+                LayerNormParams::default(),
+                Budget::new(100_000, seed)?,
+            )?;
             let c = out
                 .results
                 .iter()
@@ -282,6 +288,7 @@ fn deep_stack(path: &Path) -> Result<(), Error> {
             }
         }
     }
+    // Same shape as layernorm_c's chart: both figures declare two panels as data (axes, series, height).
     chart(
         path,
         "Dropout before BatchNorm: eval/train output variance by depth",
