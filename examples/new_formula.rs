@@ -34,7 +34,7 @@
 use std::process::ExitCode;
 
 use dropmc::Error;
-use dropmc::claims::{Claim, SamplerKind, Shape};
+use dropmc::claims::{Card, Claim, SamplerKind, Shape};
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, SamplingArgs, Values, monte_carlo};
 use dropmc::exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
@@ -130,20 +130,14 @@ fn sample_products(
 struct PairCovariance;
 
 impl Claim for PairCovariance {
-    fn id(&self) -> &'static str {
-        "example.pair_product"
-    }
-    fn family(&self) -> &'static str {
-        "example"
-    }
-    fn formula(&self) -> &'static str {
-        "E[z_j z_k] = x_j x_k for j != k"
-    }
-    fn shape(&self) -> Shape {
-        Shape::Vector
-    }
-    fn default_samples(&self) -> u64 {
-        1_000_000
+    fn card(&self) -> Card {
+        Card::new(
+            "example.pair_product",
+            "example",
+            "E[z_j z_k] = x_j x_k for j != k",
+            Shape::Vector,
+            1_000_000,
+        )
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         Ok(products(&X))

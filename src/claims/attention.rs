@@ -11,11 +11,11 @@
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
-use super::Shape;
 use super::fn_claim::{
     FastFn, FastFnClaim, FnClaim, dropout_alone_family, half_squared_difference, indicator,
     sample_means, with_fast,
 };
+use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
@@ -78,12 +78,14 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
     with_fast(
         vec![
             FnClaim {
-                id: "attention.entry_mean",
-                family: "attention",
-                formula: "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
-                shape: Shape::Vector,
-                samples: 400_000,
-                statistic: entry_statistic(),
+                card: Card::new(
+                    "attention.entry_mean",
+                    "attention",
+                    "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
+                    Shape::Vector,
+                    400_000,
+                )
+                .with_statistic(entry_statistic()),
                 analytic: || Ok(f::entry_mean(&A)),
                 oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
                 estimate: |s, b| {
@@ -94,12 +96,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "attention.row_sum_mean",
-                family: "attention",
-                formula: "E[R] = sum_i a_i = 1",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "attention.row_sum_mean",
+                    "attention",
+                    "E[R] = sum_i a_i = 1",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || Ok(vec![f::row_sum_mean(&A)]),
                 oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
                 estimate: |s, b| {
@@ -110,12 +113,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "attention.row_sum_variance",
-                family: "attention",
-                formula: "Var R = (p/q) sum_i a_i^2 = 0.38",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "attention.row_sum_variance",
+                    "attention",
+                    "Var R = (p/q) sum_i a_i^2 = 0.38",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
                 oracle: Some(|| {
                     Ok(oracle(2, |b, out| {
@@ -134,12 +138,14 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "attention.row_sum_pmf",
-                family: "attention",
-                formula: "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
-                shape: Shape::Vector,
-                samples: 400_000,
-                statistic: Statistic::Indicator { trials: 1 },
+                card: Card::new(
+                    "attention.row_sum_pmf",
+                    "attention",
+                    "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
+                    Shape::Vector,
+                    400_000,
+                )
+                .with_statistic(Statistic::Indicator { trials: 1 }),
                 analytic: || Ok(f::seed_row_sum_pmf()),
                 oracle: Some(|| {
                     oracle(7, |b, out| {
@@ -160,12 +166,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "attention.output_mean",
-                family: "attention",
-                formula: "v=(1,-2,3): E[o] = sum_i a_i v_i",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "attention.output_mean",
+                    "attention",
+                    "v=(1,-2,3): E[o] = sum_i a_i v_i",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || Ok(vec![f::output_mean(&A, &V)]),
                 oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
                 estimate: |s, b| {
@@ -176,12 +183,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "attention.output_variance",
-                family: "attention",
-                formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "attention.output_variance",
+                    "attention",
+                    "Var o = (p/q) sum_i a_i^2 v_i^2",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
                 oracle: Some(|| {
                     Ok(oracle(2, |b, out| {

@@ -10,7 +10,7 @@
 //! per sample.
 
 use super::fn_claim::half_squared_difference;
-use super::{Claim, Shape};
+use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
@@ -37,6 +37,9 @@ pub const COUNT_X: [f64; 6] = [1.0; 6];
 /// Drop rate of the kept-count claim.
 pub const COUNT_P: f64 = 0.3;
 
+/// The family name its claims carry.
+const FAMILY: &str = "dropout";
+
 /// One sample: two independent training passes over `x`.
 pub struct Draw<'a> {
     pub x: &'a [f64],
@@ -50,20 +53,16 @@ pub type OracleFn = fn(&[f64], Rate) -> Result<Oracle, Error>;
 
 /// A claim of this family: configuration, closed form, oracle, statistic.
 pub struct DropoutClaim {
-    pub id: &'static str,
-    pub formula: &'static str,
-    pub shape: Shape,
+    /// What it states.
+    pub card: Card,
     pub x: &'static [f64],
     pub p: f64,
-    pub samples: u64,
-    /// The per-draw statistic's kind, which decides the test.
-    pub statistic_kind: Statistic,
     /// The closed form at `(x, rate)`.
     pub analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
     /// An independent exact computation, if any.
     pub oracle: Option<OracleFn>,
     /// Writes the per-sample statistic (as many values as `analytic`).
-    pub statistic: fn(&Draw, &mut [f64]),
+    pub draw_statistic: fn(&Draw, &mut [f64]),
 }
 
 impl DropoutClaim {
@@ -73,23 +72,8 @@ impl DropoutClaim {
 }
 
 impl Claim for DropoutClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        "dropout"
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn shape(&self) -> Shape {
-        self.shape
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
-    }
-    fn statistic(&self) -> Statistic {
-        self.statistic_kind
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)(self.x, self.rate()?)
@@ -100,7 +84,7 @@ impl Claim for DropoutClaim {
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         FAST.iter()
-            .find(|(id, _)| *id == self.id)
+            .find(|(id, _)| *id == self.card.id)
             .map(|(_, fast)| fast(self.x, self.p, budget))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
@@ -109,7 +93,7 @@ impl Claim for DropoutClaim {
             x: self.x,
             p: self.p,
             dim: self.analytic()?.len(),
-            statistic: self.statistic,
+            statistic: self.draw_statistic,
         };
         Ok(estimate(&sampler, budget)?.estimates())
     }
@@ -207,13 +191,10 @@ fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
 
 fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
     DropoutClaim {
-        id,
-        formula,
-        shape: Shape::Vector,
+        card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000)
+            .with_statistic(unit_statistic()),
         x: &UNIT_X,
         p: UNIT_P,
-        samples: 1_000_000,
-        statistic_kind: unit_statistic(),
         analytic: match r {
             1 => |x, _| Ok(per_unit(x, f::unit_mean)),
             2 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 2))),
@@ -226,7 +207,7 @@ fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutC
             3 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z)),
             _ => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z * z)),
         }),
-        statistic: match r {
+        draw_statistic: match r {
             1 => |d, out| out.copy_from_slice(d.z),
             2 => |d, out| power_into(d.z, 2, out),
             3 => |d, out| power_into(d.z, 3, out),
@@ -241,16 +222,20 @@ fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
     }
 }
 
-/// The worked case by its kept count alone: all units equal `a`, so
-/// `S = K a / q` with `K ~ Binomial(d, q)`, and
-/// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
-fn equal_units_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
-    let a = x[0];
-    if x.iter().any(|&v| v != a) {
-        return Err(Error::Degenerate {
-            what: "the kept-count oracle needs equal units".into(),
-        });
+/// The exact `E[S]` (or `Var S` when `variance`) of the sum of dropped-out
+/// `x`: by the kept count alone when all units are equal (the worked case,
+/// whose `2^512` masks cannot be enumerated), by enumerating the masks
+/// ([`sum_oracle`]) otherwise.
+fn masked_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
+    match x.first() {
+        Some(&a) if x.iter().all(|&v| v == a) => equal_units_sum_oracle(x, a, rate, variance),
+        _ => sum_oracle(x, rate, variance),
     }
+}
+
+/// All units equal `a`, so `S = K a / q` with `K ~ Binomial(d, q)`, and
+/// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
+fn equal_units_sum_oracle(x: &[f64], a: f64, rate: Rate, variance: bool) -> Result<Oracle, Error> {
     let pmf = f::kept_count_pmf(x.len() as u64, rate)?;
     let (mut m1, mut m2, mut mag) = (0.0, 0.0, 0.0);
     for (k, w) in pmf.iter().enumerate() {
@@ -271,6 +256,48 @@ fn sum_of(z: &[f64]) -> f64 {
     z.iter().sum()
 }
 
+/// Which moment of the sum `S` a claim states.
+#[derive(Clone, Copy)]
+enum SumMoment {
+    Mean,
+    Variance,
+}
+
+/// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its
+/// closed form, its exact value ([`masked_sum_oracle`]) and its per-draw
+/// statistic, `S` or `(S − S')²/2`.
+fn sum_claim(
+    id: &'static str,
+    formula: &'static str,
+    x: &'static [f64],
+    p: f64,
+    samples: u64,
+    moment: SumMoment,
+) -> DropoutClaim {
+    type Analytic = fn(&[f64], Rate) -> Result<Vec<f64>, Error>;
+    type Statistic = fn(&Draw, &mut [f64]);
+    let (analytic, oracle, draw_statistic): (Analytic, OracleFn, Statistic) = match moment {
+        SumMoment::Mean => (
+            |x, _| Ok(vec![f::sum_mean(x)]),
+            |x, rate| masked_sum_oracle(x, rate, false),
+            |d, out| out[0] = sum_of(d.z),
+        ),
+        SumMoment::Variance => (
+            |x, rate| Ok(vec![f::sum_variance(x, rate)]),
+            |x, rate| masked_sum_oracle(x, rate, true),
+            |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
+        ),
+    };
+    DropoutClaim {
+        card: Card::new(id, FAMILY, formula, Shape::Scalar, samples),
+        x,
+        p,
+        analytic,
+        oracle: Some(oracle),
+        draw_statistic,
+    }
+}
+
 static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new(|| {
     vec![
         raw_moment_claim("dropout.mean", "E[z_k] = x_k", 1),
@@ -278,13 +305,16 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
         raw_moment_claim("dropout.third_moment", "E[z_k^3] = x_k^3 / q^2", 3),
         raw_moment_claim("dropout.fourth_moment", "E[z_k^4] = x_k^4 / q^3", 4),
         DropoutClaim {
-            id: "dropout.variance",
-            formula: "Var z_k = x_k^2 p / q",
-            shape: Shape::Vector,
+            card: Card::new(
+                "dropout.variance",
+                FAMILY,
+                "Var z_k = x_k^2 p / q",
+                Shape::Vector,
+                1_000_000,
+            )
+            .with_statistic(unit_half_square_statistic()),
             x: &UNIT_X,
             p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: unit_half_square_statistic(),
             analytic: |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
             oracle: Some(|x, rate| {
                 let m1 = unit_oracle(x, rate, |z| z);
@@ -302,68 +332,55 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                     .collect();
                 Ok(Oracle { values, rounding })
             }),
-            statistic: |d, out| {
+            draw_statistic: |d, out| {
                 for ((o, a), b) in out.iter_mut().zip(d.z).zip(d.z_alt) {
                     *o = half_squared_difference(*a, *b);
                 }
             },
         },
+        sum_claim(
+            "dropout.sum_mean",
+            "E[S] = sum_k x_k",
+            &UNIT_X,
+            UNIT_P,
+            1_000_000,
+            SumMoment::Mean,
+        ),
+        sum_claim(
+            "dropout.sum_variance",
+            "Var S = (p/q) sum_k x_k^2",
+            &UNIT_X,
+            UNIT_P,
+            1_000_000,
+            SumMoment::Variance,
+        ),
+        sum_claim(
+            "dropout.worked_512_mean",
+            "d=512, x=1, p=0.5: E[S] = 512",
+            &WORKED_X,
+            WORKED_P,
+            200_000,
+            SumMoment::Mean,
+        ),
+        sum_claim(
+            "dropout.worked_512_variance",
+            "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
+            &WORKED_X,
+            WORKED_P,
+            200_000,
+            SumMoment::Variance,
+        ),
         DropoutClaim {
-            id: "dropout.sum_mean",
-            formula: "E[S] = sum_k x_k",
-            shape: Shape::Scalar,
-            x: &UNIT_X,
-            p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, _| Ok(vec![f::sum_mean(x)]),
-            oracle: Some(|x, rate| sum_oracle(x, rate, false)),
-            statistic: |d, out| out[0] = sum_of(d.z),
-        },
-        DropoutClaim {
-            id: "dropout.sum_variance",
-            formula: "Var S = (p/q) sum_k x_k^2",
-            shape: Shape::Scalar,
-            x: &UNIT_X,
-            p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
-            oracle: Some(|x, rate| sum_oracle(x, rate, true)),
-            statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
-        },
-        DropoutClaim {
-            id: "dropout.worked_512_mean",
-            formula: "d=512, x=1, p=0.5: E[S] = 512",
-            shape: Shape::Scalar,
-            x: &WORKED_X,
-            p: WORKED_P,
-            samples: 200_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, _| Ok(vec![f::sum_mean(x)]),
-            oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, false)),
-            statistic: |d, out| out[0] = sum_of(d.z),
-        },
-        DropoutClaim {
-            id: "dropout.worked_512_variance",
-            formula: "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
-            shape: Shape::Scalar,
-            x: &WORKED_X,
-            p: WORKED_P,
-            samples: 200_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
-            oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, true)),
-            statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
-        },
-        DropoutClaim {
-            id: "dropout.kept_count",
-            formula: "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
-            shape: Shape::Vector,
+            card: Card::new(
+                "dropout.kept_count",
+                FAMILY,
+                "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
+                Shape::Vector,
+                1_000_000,
+            )
+            .with_statistic(Statistic::Indicator { trials: 1 }),
             x: &COUNT_X,
             p: COUNT_P,
-            samples: 1_000_000,
-            statistic_kind: Statistic::Indicator { trials: 1 },
             analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
             oracle: Some(|x, rate| {
                 enumerate_masks(x.len(), rate, x.len() + 1, |mask, out| {
@@ -371,19 +388,22 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                     out[mask.iter().filter(|m| **m).count()] = 1.0;
                 })
             }),
-            statistic: |d, out| {
+            draw_statistic: |d, out| {
                 out.fill(0.0);
                 out[d.mask.iter().filter(|m| **m).count()] = 1.0;
             },
         },
         DropoutClaim {
-            id: "dropout.original_scheme",
-            formula: "original scheme: E_train[m_k x_k] = q x_k = eval output",
-            shape: Shape::Vector,
+            card: Card::new(
+                "dropout.original_scheme",
+                FAMILY,
+                "original scheme: E_train[m_k x_k] = q x_k = eval output",
+                Shape::Vector,
+                1_000_000,
+            )
+            .with_statistic(unit_statistic()),
             x: &UNIT_X,
             p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: unit_statistic(),
             analytic: |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
             oracle: Some(|x, rate| {
                 enumerate_masks(x.len(), rate, x.len(), |mask, out| {
@@ -392,7 +412,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                     }
                 })
             }),
-            statistic: |d, out| {
+            draw_statistic: |d, out| {
                 for ((o, &m), &a) in out.iter_mut().zip(d.mask).zip(d.x) {
                     *o = if m { a } else { 0.0 };
                 }
@@ -442,7 +462,7 @@ const FAST: [(&str, FastFn); 11] = [
 /// This family: its claims, in report order.
 pub fn family() -> Family {
     Family::new(
-        "dropout",
+        FAMILY,
         "inverted dropout's moments, kept count and survivors",
     )
     .with_claims(&CLAIMS)

@@ -9,10 +9,10 @@
 //! gaps come from [`crate::fast::ensemble`]: each `f` here is a function of
 //! one masked sum, so a mask costs one table look-up.
 
-use super::Shape;
 use super::fn_claim::{
     FastFn, FastFnClaim, FnClaim, dropout_alone_family, sample_means, with_fast,
 };
+use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerated_gap};
@@ -20,7 +20,6 @@ use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject};
 use crate::registry::Family;
-use crate::stats::Statistic;
 
 /// The input, `d = 6`.
 pub const X: [f64; 6] = [0.8, -0.4, 1.2, 0.3, -1.0, 0.6];
@@ -68,12 +67,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
     with_fast(
         vec![
             FnClaim {
-                id: "ensemble.affine_gap",
-                family: "ensemble",
-                formula: "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "ensemble.affine_gap",
+                    "ensemble",
+                    "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || Ok(vec![0.0]),
                 oracle: Some(|| {
                     let (gap, rounding) = enumerated_gap(&X, rate()?, affine)?;
@@ -90,12 +90,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "ensemble.relu_gap",
-                family: "ensemble",
-                formula: "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "ensemble.relu_gap",
+                    "ensemble",
+                    "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || convex_gap(relu),
                 oracle: None,
                 estimate: |s, b| {
@@ -106,12 +107,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "ensemble.logsumexp_gap",
-                family: "ensemble",
-                formula: "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "ensemble.logsumexp_gap",
+                    "ensemble",
+                    "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
+                    Shape::Scalar,
+                    400_000,
+                ),
                 analytic: || convex_gap(f::log_sum_exp),
                 oracle: None,
                 estimate: |s, b| {

@@ -12,7 +12,7 @@
 //!   a claim declaring [`Statistic::Violations`] compares it with the
 //!   target 0 exactly: a single violation anywhere refutes the claim.
 
-use super::{Claim, Kind, Shape};
+use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::Oracle;
@@ -25,13 +25,8 @@ pub type DrawFn = fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error>;
 
 /// A claim whose parts are functions.
 pub struct FnClaim {
-    pub id: &'static str,
-    pub family: &'static str,
-    pub formula: &'static str,
-    pub shape: Shape,
-    pub samples: u64,
-    /// The per-draw statistic's kind, which decides the test.
-    pub statistic: Statistic,
+    /// What it states.
+    pub card: Card,
     /// The closed form.
     pub analytic: fn() -> Result<Vec<f64>, Error>,
     /// An independent exact computation, if any.
@@ -41,26 +36,8 @@ pub struct FnClaim {
 }
 
 impl Claim for FnClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        self.family
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn kind(&self) -> Kind {
-        Kind::Exact
-    }
-    fn shape(&self) -> Shape {
-        self.shape
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
-    }
-    fn statistic(&self) -> Statistic {
-        self.statistic
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)()
@@ -70,6 +47,74 @@ impl Claim for FnClaim {
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         (self.estimate)(subject, budget)
+    }
+}
+
+/// What a claim can say about a subject (see [`Claim::note_on`]).
+pub type DescribeFn = fn(&Subject) -> Result<String, Error>;
+
+/// A claim that `rules` rules hold on every draw (a deterministic check,
+/// see the module doc): its closed form is 0 violations of each rule, its
+/// estimate the counts of [`violation_counts`] over `draw`, its test exact
+/// ([`Statistic::Violations`]).
+pub struct RuleClaim {
+    /// What it states.
+    pub card: Card,
+    /// Rules checked per draw (one count each).
+    pub rules: usize,
+    /// One draw: writes each rule's violations on it.
+    pub draw: DrawFn,
+    /// What a run can say about the subject itself (which rounding its
+    /// layer uses, say), as the claim's note.
+    pub describe: Option<DescribeFn>,
+}
+
+impl RuleClaim {
+    /// The claim that the `rules` rules `draw` checks hold on every one of
+    /// `samples` draws: one count is a scalar, several a vector.
+    pub const fn new(
+        id: &'static str,
+        family: &'static str,
+        formula: &'static str,
+        samples: u64,
+        rules: usize,
+        draw: DrawFn,
+    ) -> Self {
+        let shape = if rules == 1 {
+            Shape::Scalar
+        } else {
+            Shape::Vector
+        };
+        RuleClaim {
+            card: Card::new(id, family, formula, shape, samples)
+                .with_statistic(Statistic::Violations),
+            rules,
+            draw,
+            describe: None,
+        }
+    }
+
+    /// The same claim, noting `describe(subject)` on each run.
+    pub const fn describing(self, describe: DescribeFn) -> Self {
+        RuleClaim {
+            describe: Some(describe),
+            ..self
+        }
+    }
+}
+
+impl Claim for RuleClaim {
+    fn card(&self) -> Card {
+        self.card
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        Ok(vec![0.0; self.rules])
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        violation_counts(subject, budget, self.rules, self.draw)
+    }
+    fn note_on(&self, subject: &Subject) -> Option<String> {
+        self.describe.and_then(|describe| describe(subject).ok())
     }
 }
 
@@ -91,7 +136,10 @@ pub fn with_fast(claims: Vec<FnClaim>, fast: &[(&str, FastFn)]) -> Vec<FastFnCla
     claims
         .into_iter()
         .map(|claim| {
-            let fast = fast.iter().find(|(id, _)| *id == claim.id).map(|(_, f)| *f);
+            let fast = fast
+                .iter()
+                .find(|(id, _)| *id == claim.card.id)
+                .map(|(_, f)| *f);
             FastFnClaim { claim, fast }
         })
         .collect()
@@ -110,23 +158,8 @@ pub fn dropout_alone_family(
 }
 
 impl Claim for FastFnClaim {
-    fn id(&self) -> &'static str {
-        self.claim.id()
-    }
-    fn family(&self) -> &'static str {
-        self.claim.family()
-    }
-    fn formula(&self) -> &'static str {
-        self.claim.formula()
-    }
-    fn kind(&self) -> Kind {
-        self.claim.kind()
-    }
-    fn shape(&self) -> Shape {
-        self.claim.shape()
-    }
-    fn default_samples(&self) -> u64 {
-        self.claim.default_samples()
+    fn card(&self) -> Card {
+        self.claim.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         self.claim.analytic()
@@ -139,18 +172,6 @@ impl Claim for FastFnClaim {
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         self.fast.map(|f| f(budget))
-    }
-    fn statistic(&self) -> Statistic {
-        self.claim.statistic()
-    }
-    fn min_samples(&self) -> u64 {
-        self.claim.min_samples()
-    }
-    fn note_on(&self, subject: &Subject) -> Option<String> {
-        self.claim.note_on(subject)
-    }
-    fn note(&self) -> Option<String> {
-        self.claim.note()
     }
 }
 

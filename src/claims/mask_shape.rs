@@ -4,11 +4,11 @@
 //! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]
 //! (one mask per sample, the variances as sample variances).
 
-use super::Shape;
 use super::fn_claim::{
     FastFn, FastFnClaim, FnClaim, dropout_alone_family, half_squared_difference, indicator,
     sample_means, with_fast,
 };
+use super::{Card, Shape};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
@@ -151,12 +151,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
     with_fast(
         vec![
             FnClaim {
-                id: "mask_shape.independent_variance",
-                family: "mask_shape",
-                formula: "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "mask_shape.independent_variance",
+                    "mask_shape",
+                    "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
+                    Shape::Vector,
+                    200_000,
+                ),
                 analytic: || Ok(f::independent_variance(&X, D, rate()?)),
                 oracle: Some(|| variance_oracle(false)),
                 estimate: |s, b| {
@@ -166,12 +167,13 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "mask_shape.shared_variance",
-                family: "mask_shape",
-                formula: "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::default(),
+                card: Card::new(
+                    "mask_shape.shared_variance",
+                    "mask_shape",
+                    "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
+                    Shape::Vector,
+                    200_000,
+                ),
                 analytic: || Ok(f::shared_variance(&X, D, rate()?)),
                 oracle: Some(|| variance_oracle(true)),
                 estimate: |s, b| {
@@ -181,12 +183,14 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "mask_shape.independent_zero_column",
-                family: "mask_shape",
-                formula: "independent: P(column k all zero) = p^T",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::Indicator { trials: 1 },
+                card: Card::new(
+                    "mask_shape.independent_zero_column",
+                    "mask_shape",
+                    "independent: P(column k all zero) = p^T",
+                    Shape::Vector,
+                    200_000,
+                )
+                .with_statistic(Statistic::Indicator { trials: 1 }),
                 analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
                 oracle: Some(|| zero_column_oracle(false)),
                 estimate: |s, b| {
@@ -196,12 +200,14 @@ static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(
                 },
             },
             FnClaim {
-                id: "mask_shape.shared_zero_column",
-                family: "mask_shape",
-                formula: "shared: P(column k all zero) = p",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::Indicator { trials: 1 },
+                card: Card::new(
+                    "mask_shape.shared_zero_column",
+                    "mask_shape",
+                    "shared: P(column k all zero) = p",
+                    Shape::Vector,
+                    200_000,
+                )
+                .with_statistic(Statistic::Indicator { trials: 1 }),
                 analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
                 oracle: Some(|| zero_column_oracle(true)),
                 estimate: |s, b| {

@@ -9,7 +9,7 @@
 //! statistic is a variance (`(t − t')²/2`, see [`crate::engine::Sampler`]),
 //! and then the crate's own LayerNorm / RMSNorm.
 
-use super::{Claim, Kind, Shape};
+use super::{Card, Claim, Kind, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{
@@ -85,12 +85,10 @@ impl Stat {
 pub type Baseline = (&'static str, fn(&Config) -> Result<Vec<f64>, Error>);
 
 /// A claim of a normalization family.
+#[derive(Clone)]
 pub struct NormClaim {
-    pub id: &'static str,
-    pub family: &'static str,
-    pub formula: &'static str,
-    pub kind: Kind,
-    pub samples: u64,
+    /// What it states.
+    pub card: Card,
     pub config: fn() -> Result<Config, Error>,
     pub stat: Stat,
     /// The closed form (the leading-order estimate for a leading-order claim).
@@ -103,6 +101,50 @@ pub struct NormClaim {
 }
 
 impl NormClaim {
+    /// An exact claim: the mean of `stat` over draws of `config()`'s site
+    /// is `analytic`, per unit for the output statistics and one number
+    /// otherwise; no baselines, no sweep (see
+    /// [`leading_order`](NormClaim::leading_order)).
+    pub fn new(
+        id: &'static str,
+        family: &'static str,
+        formula: &'static str,
+        samples: u64,
+        config: fn() -> Result<Config, Error>,
+        stat: Stat,
+        analytic: fn(&Config) -> Result<Vec<f64>, Error>,
+    ) -> Self {
+        let shape = match stat {
+            Stat::Ln | Stat::Rms | Stat::LnLn => Shape::Vector,
+            _ => Shape::Scalar,
+        };
+        NormClaim {
+            card: Card::new(id, family, formula, shape, samples),
+            config,
+            stat,
+            analytic,
+            baselines: &[],
+            sweep: None,
+        }
+    }
+
+    /// The same claim as a leading-order statement with error
+    /// `O(1/d^order)`, whose gap is measured against `baselines` and along
+    /// `sweep`.
+    pub fn leading_order(
+        self,
+        order: u32,
+        baselines: &'static [Baseline],
+        sweep: fn(usize) -> Result<Config, Error>,
+    ) -> Self {
+        NormClaim {
+            card: self.card.leading_order(order),
+            baselines,
+            sweep: Some(sweep),
+            ..self
+        }
+    }
+
     /// The configuration.
     pub fn configuration(&self) -> Result<Config, Error> {
         (self.config)()
@@ -152,9 +194,9 @@ impl NormClaim {
     /// claim's order (see [`GapCurve::fit`]).
     pub fn gap_curve(&self, ds: &[usize]) -> Result<GapCurve, Error> {
         let sweep = self.sweep.ok_or_else(|| Error::Degenerate {
-            what: format!("{} has no sweep configuration", self.id),
+            what: format!("{} has no sweep configuration", self.card.id),
         })?;
-        let order = match self.kind {
+        let order = match self.card.kind {
             Kind::LeadingOrder { order } => order,
             Kind::Exact => 1,
         };
@@ -176,33 +218,15 @@ impl NormClaim {
         match config.pipeline(self.stat) {
             Some(pipeline) => grouped_pipeline(&config.site, pipeline),
             None => Err(Error::Degenerate {
-                what: format!("{} has no grouped oracle", self.id),
+                what: format!("{} has no grouped oracle", self.card.id),
             }),
         }
     }
 }
 
 impl Claim for NormClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        self.family
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-    fn shape(&self) -> Shape {
-        match self.stat {
-            Stat::Ln | Stat::Rms | Stat::LnLn => Shape::Vector,
-            _ => Shape::Scalar,
-        }
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)(&self.configuration()?)
@@ -225,7 +249,7 @@ impl Claim for NormClaim {
             .transpose()
     }
     fn note(&self) -> Option<String> {
-        if !matches!(self.kind, Kind::LeadingOrder { .. }) {
+        if !matches!(self.card.kind, Kind::LeadingOrder { .. }) {
             return None;
         }
         Some(match leading_order_note(self) {
