@@ -189,31 +189,70 @@ fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
     Oracle { values, rounding }
 }
 
-fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
+/// The per-unit variance's exact value `m2 − m1²` from the raw-moment
+/// oracles (rounding [`UNIT_VARIANCE_ROUNDINGS`]).
+fn unit_variance_oracle(x: &[f64], rate: Rate) -> Result<Oracle, Error> {
+    let m1 = unit_oracle(x, rate, |z| z);
+    let m2 = unit_oracle(x, rate, |z| z * z);
+    let values: Vec<f64> = m2
+        .values
+        .iter()
+        .zip(&m1.values)
+        .map(|(b, a)| b - a * a)
+        .collect();
+    let rounding = m2
+        .values
+        .iter()
+        .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
+        .collect();
+    Ok(Oracle { values, rounding })
+}
+
+/// A claim per unit at the per-unit configuration ([`UNIT_X`], [`UNIT_P`],
+/// 10⁶ draws).
+fn unit_claim(
+    id: &'static str,
+    formula: &'static str,
+    statistic: Statistic,
+    analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
+    oracle: OracleFn,
+    draw_statistic: fn(&Draw, &mut [f64]),
+) -> DropoutClaim {
     DropoutClaim {
-        card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000)
-            .with_statistic(unit_statistic()),
+        card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000).with_statistic(statistic),
         x: &UNIT_X,
         p: UNIT_P,
-        analytic: match r {
+        analytic,
+        oracle: Some(oracle),
+        draw_statistic,
+    }
+}
+
+/// `E[z_k^r]` per unit, `r ≤ 4`.
+fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
+    unit_claim(
+        id,
+        formula,
+        unit_statistic(),
+        match r {
             1 => |x, _| Ok(per_unit(x, f::unit_mean)),
             2 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 2))),
             3 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 3))),
             _ => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 4))),
         },
-        oracle: Some(match r {
+        match r {
             1 => |x, rate| Ok(unit_oracle(x, rate, |z| z)),
             2 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z)),
             3 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z)),
             _ => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z * z)),
-        }),
-        draw_statistic: match r {
+        },
+        match r {
             1 => |d, out| out.copy_from_slice(d.z),
             2 => |d, out| power_into(d.z, 2, out),
             3 => |d, out| power_into(d.z, 3, out),
             _ => |d, out| power_into(d.z, 4, out),
         },
-    }
+    )
 }
 
 fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
@@ -250,6 +289,13 @@ fn equal_units_sum_oracle(x: &[f64], a: f64, rate: Rate, variance: bool) -> Resu
         rounding: vec![rounding, rounding],
     };
     Ok(raw.mean_or_variance(variance))
+}
+
+/// `m_k x_k` per unit: the original scheme's training output.
+fn kept_units(x: &[f64], mask: &[bool], out: &mut [f64]) {
+    for ((o, &m), &a) in out.iter_mut().zip(mask).zip(x) {
+        *o = if m { a } else { 0.0 };
+    }
 }
 
 fn sum_of(z: &[f64]) -> f64 {
@@ -304,40 +350,18 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
         raw_moment_claim("dropout.second_moment", "E[z_k^2] = x_k^2 / q", 2),
         raw_moment_claim("dropout.third_moment", "E[z_k^3] = x_k^3 / q^2", 3),
         raw_moment_claim("dropout.fourth_moment", "E[z_k^4] = x_k^4 / q^3", 4),
-        DropoutClaim {
-            card: Card::new(
-                "dropout.variance",
-                FAMILY,
-                "Var z_k = x_k^2 p / q",
-                Shape::Vector,
-                1_000_000,
-            )
-            .with_statistic(unit_half_square_statistic()),
-            x: &UNIT_X,
-            p: UNIT_P,
-            analytic: |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
-            oracle: Some(|x, rate| {
-                let m1 = unit_oracle(x, rate, |z| z);
-                let m2 = unit_oracle(x, rate, |z| z * z);
-                let values: Vec<f64> = m2
-                    .values
-                    .iter()
-                    .zip(&m1.values)
-                    .map(|(b, a)| b - a * a)
-                    .collect();
-                let rounding = m2
-                    .values
-                    .iter()
-                    .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
-                    .collect();
-                Ok(Oracle { values, rounding })
-            }),
-            draw_statistic: |d, out| {
+        unit_claim(
+            "dropout.variance",
+            "Var z_k = x_k^2 p / q",
+            unit_half_square_statistic(),
+            |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
+            unit_variance_oracle,
+            |d, out| {
                 for ((o, a), b) in out.iter_mut().zip(d.z).zip(d.z_alt) {
                     *o = half_squared_difference(*a, *b);
                 }
             },
-        },
+        ),
         sum_claim(
             "dropout.sum_mean",
             "E[S] = sum_k x_k",
@@ -393,31 +417,14 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                 out[d.mask.iter().filter(|m| **m).count()] = 1.0;
             },
         },
-        DropoutClaim {
-            card: Card::new(
-                "dropout.original_scheme",
-                FAMILY,
-                "original scheme: E_train[m_k x_k] = q x_k = eval output",
-                Shape::Vector,
-                1_000_000,
-            )
-            .with_statistic(unit_statistic()),
-            x: &UNIT_X,
-            p: UNIT_P,
-            analytic: |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
-            oracle: Some(|x, rate| {
-                enumerate_masks(x.len(), rate, x.len(), |mask, out| {
-                    for ((o, &m), &a) in out.iter_mut().zip(mask).zip(x) {
-                        *o = if m { a } else { 0.0 };
-                    }
-                })
-            }),
-            draw_statistic: |d, out| {
-                for ((o, &m), &a) in out.iter_mut().zip(d.mask).zip(d.x) {
-                    *o = if m { a } else { 0.0 };
-                }
-            },
-        },
+        unit_claim(
+            "dropout.original_scheme",
+            "original scheme: E_train[m_k x_k] = q x_k = eval output",
+            unit_statistic(),
+            |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
+            |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
+            |d, out| kept_units(d.x, d.mask, out),
+        ),
     ]
 });
 

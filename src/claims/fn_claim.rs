@@ -147,10 +147,10 @@ pub fn with_fast(claims: Vec<FnClaim>, fast: &[(&str, FastFn)]) -> Vec<FastFnCla
 
 /// A family about dropout alone (no normalization) whose claims carry
 /// their fast estimators: the attention, mask-shape and ensemble families.
-pub fn dropout_alone_family(
+pub fn dropout_alone_family<C: Claim + 'static>(
     name: &'static str,
     about: &'static str,
-    claims: &'static [FastFnClaim],
+    claims: &'static [C],
 ) -> Family {
     Family::new(name, about)
         .with_claims(claims)
@@ -175,13 +175,16 @@ impl Claim for FastFnClaim {
     }
 }
 
-struct FnSampler<'a> {
+struct FnSampler<'a, F> {
     subject: &'a Subject<'a>,
     dim: usize,
-    draw: DrawFn,
+    draw: F,
 }
 
-impl Sampler for FnSampler<'_> {
+impl<F> Sampler for FnSampler<'_, F>
+where
+    F: Fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error> + Sync,
+{
     type Scratch = ();
     fn dim(&self) -> usize {
         self.dim
@@ -192,12 +195,13 @@ impl Sampler for FnSampler<'_> {
     }
 }
 
-/// Means (with standard errors) of `dim` per-draw statistics.
+/// Means (with standard errors) of `dim` per-draw statistics, which `draw`
+/// writes (a [`DrawFn`], or a closure over the claim's parameters).
 pub fn sample_means(
     subject: &Subject,
     budget: Budget,
     dim: usize,
-    draw: DrawFn,
+    draw: impl Fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error> + Sync,
 ) -> Result<Vec<Estimate>, Error> {
     let sampler = FnSampler { subject, dim, draw };
     Ok(estimate(&sampler, budget)?.estimates())

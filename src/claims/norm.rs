@@ -15,7 +15,7 @@ use crate::error::Error;
 use crate::exact::{
     Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
 };
-use crate::ops::{LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
+use crate::ops::{DropoutLayer, LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
 use crate::stats::Estimate;
 use crate::verify::order::{GapCurve, SWEEP_D};
 
@@ -305,13 +305,41 @@ pub struct SiteSampler<'a> {
     pub stat: Stat,
 }
 
-/// Working buffers of [`SiteSampler`].
-pub struct SiteScratch {
+/// The buffers of one draw of a site through a dropout layer: the site's
+/// output `y`, and the layer's output and mask for each term in turn.
+pub struct SiteBuffers {
     y: Vec<f64>,
-    y_alt: Vec<f64>,
-    buf: Vec<f64>,
-    tmp: Vec<f64>,
+    term: Vec<f64>,
     mask: Vec<bool>,
+}
+
+impl SiteBuffers {
+    /// Buffers for a site of width `d`.
+    pub fn new(d: usize) -> Self {
+        SiteBuffers {
+            y: vec![0.0; d],
+            term: vec![0.0; d],
+            mask: vec![false; d],
+        }
+    }
+
+    /// Draws `site` through `layer` (see [`Site::draw`]) and returns its
+    /// output `y`.
+    pub fn draw(
+        &mut self,
+        site: &Site,
+        layer: &dyn DropoutLayer,
+        rng: &mut Stream,
+    ) -> Result<&[f64], Error> {
+        site.draw(layer, rng, &mut self.y, &mut self.term, &mut self.mask)?;
+        Ok(&self.y)
+    }
+}
+
+/// Working buffers of [`SiteSampler`]: the draw's and the norm's.
+pub struct SiteScratch {
+    site: SiteBuffers,
+    tmp: Vec<f64>,
 }
 
 impl Sampler for SiteSampler<'_> {
@@ -322,30 +350,26 @@ impl Sampler for SiteSampler<'_> {
     fn scratch(&self) -> SiteScratch {
         let d = self.config.site.dim();
         SiteScratch {
-            y: vec![0.0; d],
-            y_alt: vec![0.0; d],
-            buf: vec![0.0; d],
+            site: SiteBuffers::new(d),
             tmp: vec![0.0; d],
-            mask: vec![false; d],
         }
     }
     fn draw(&self, rng: &mut Stream, s: &mut SiteScratch, out: &mut [f64]) -> Result<(), Error> {
-        let layer = self.subject.dropout;
-        let site = &self.config.site;
-        site.draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
+        let (layer, site) = (self.subject.dropout, &self.config.site);
+        let y = s.site.draw(site, layer, rng)?;
         match self.stat {
-            Stat::M => out[0] = mean_and_variance(&s.y).0,
+            Stat::M => out[0] = mean_and_variance(y).0,
             Stat::VarM => {
-                site.draw(layer, rng, &mut s.y_alt, &mut s.buf, &mut s.mask)?;
-                let diff = mean_and_variance(&s.y).0 - mean_and_variance(&s.y_alt).0;
-                out[0] = 0.5 * diff * diff;
+                let m = mean_and_variance(y).0;
+                let m_alt = mean_and_variance(s.site.draw(site, layer, rng)?).0;
+                out[0] = 0.5 * (m - m_alt) * (m - m_alt);
             }
-            Stat::V => out[0] = mean_and_variance(&s.y).1,
-            Stat::R2 => out[0] = s.y.iter().map(|v| v * v).sum::<f64>() / s.y.len() as f64,
-            Stat::Ln => Pipeline::Ln(&self.config.ln).apply(&s.y, &mut s.tmp, out),
-            Stat::Rms => Pipeline::Rms(&self.config.rms).apply(&s.y, &mut s.tmp, out),
+            Stat::V => out[0] = mean_and_variance(y).1,
+            Stat::R2 => out[0] = y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64,
+            Stat::Ln => Pipeline::Ln(&self.config.ln).apply(y, &mut s.tmp, out),
+            Stat::Rms => Pipeline::Rms(&self.config.rms).apply(y, &mut s.tmp, out),
             Stat::LnLn => {
-                Pipeline::LnLn(&self.config.ln, &self.config.ln2).apply(&s.y, &mut s.tmp, out)
+                Pipeline::LnLn(&self.config.ln, &self.config.ln2).apply(y, &mut s.tmp, out)
             }
         }
         Ok(())

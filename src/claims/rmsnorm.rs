@@ -17,10 +17,9 @@ pub fn config() -> Result<Config, Error> {
     Ok(c)
 }
 
-/// The same shape at width `d`, with plain RMSNorm.
-pub fn sweep(d: usize) -> Result<Config, Error> {
-    Config::plain(Site::plain(&two_groups(d, A, B)?, P)?)
-}
+/// The same shape at width `d`, with plain norms: the LayerNorm family's
+/// sweep, whose plain RMSNorm this family reads.
+pub use super::layernorm::sweep;
 
 const UNCORRECTED: &[Baseline] = &[("uncorrected RMS(x)", |c| {
     f::uncorrected(&c.site.clean(), &c.rms)
