@@ -14,8 +14,10 @@
 //! 2. an exact oracle: enumerate every mask with `exact::enumerate_masks`;
 //! 3. a Monte Carlo estimator: a `Sampler` run by `engine::estimate`, which
 //!    gives the same bits for the same seed on any number of threads;
-//! 4. a `Claim` implementation; `claims::check` then z-tests the estimate at
-//!    the suite's level and compares the oracle with the closed form.
+//! 4. a `Claim` implementation: its `Card` (id, family, formula, shape,
+//!    budget, statistic) and the three computations; `claims::check` then
+//!    z-tests the estimate at the suite's level and compares the oracle with
+//!    the closed form.
 //!
 //! Step 5 registers it: a [`Family`] holding the claim and an `eval`
 //! quantity (the same three parts on the user's own `x` and `p`), added to

@@ -74,6 +74,9 @@ fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
     })
 }
 
+// A data table: the row sum R and the output o are both scalar functions of
+// b with a mean and a variance claim each, so their entries share a shape
+// (the fields are `fn` pointers, which cannot take that function as a value).
 static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
     with_fast(
         vec![

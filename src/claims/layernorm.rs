@@ -48,6 +48,8 @@ const UNCORRECTED: &[Baseline] = &[("uncorrected LN(x)", |c| {
     f::uncorrected(&c.site.clean(), &c.ln)
 })];
 
+// A data table: each entry is one statement's id, formula, budget, statistic
+// and closed form, so consecutive entries share their shape.
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
     vec![
         NormClaim::new(

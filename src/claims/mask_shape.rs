@@ -147,6 +147,9 @@ pub fn default_shape_draws() -> (u64, f64) {
     (draws, miss)
 }
 
+// A data table: two quantities (column variance, all-zero column) under two
+// mask shapes, so the entries of one quantity share a shape and differ in
+// the mask shape they name.
 static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
     with_fast(
         vec![

@@ -25,6 +25,8 @@ const UNCORRECTED: &[Baseline] = &[("uncorrected RMS(x)", |c| {
     f::uncorrected(&c.site.clean(), &c.rms)
 })];
 
+// Same shape as layernorm.rs's table: a normalization family is its
+// uncorrected baseline and a data table of `NormClaim::new` entries.
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
     vec![
         NormClaim::new(
