@@ -73,8 +73,8 @@ pub enum Curvature {
 
 /// A claim on the ensemble gap of one function `g` of the dropout output.
 /// Closed form: 0 for an affine `g` (its oracle enumerates the gap), the
-/// enumerated Jensen gap for a convex one ([`convex_gap`]). Estimate: the
-/// mean of `g(z) − g(x)`; on the mathematics, `fast`.
+/// enumerated Jensen gap for a convex one (refusing a negative value).
+/// Estimate: the mean of `g(z) − g(x)`; on the mathematics, `fast`.
 pub struct GapClaim {
     /// What it states.
     pub card: Card,

@@ -5,8 +5,8 @@
 //! estimates are the baselines they must beat. Derivation:
 //! [`crate::formulas::second_order`]; machinery: [`super::norm`].
 //!
-//! The claims are [`Kind::LeadingOrder`] with `order: 2`: their gap to the
-//! exact oracle is `O(1/d²)`, and the report's note shows it falling with a
+//! The claims are [`super::Kind::LeadingOrder`] with `order: 2`: their gap
+//! to the exact oracle is `O(1/d²)`, and the report's note shows it falling with a
 //! log-log slope near −2 on the grouped oracle. In the formulas
 //! `D = E[V] + ε` (LayerNorm) or `E[R²] + ε` (RMSNorm); `Var V`, `Var R²`
 //! and the covariances are those of [`NoisyUnits`]. The Monte Carlo side
