@@ -76,6 +76,7 @@ impl fmt::Debug for Figure {
 ///             s.dropout.forward_train(&X, 0.25, rng, out, &mut mask)
 ///         })
 ///     },
+///     fast: None,
 /// };
 ///
 /// let registry = Registry::default()

@@ -6,8 +6,8 @@
 //! dropout layer over the claim's `x`, and reduces them to the statistic
 //! whose expectation is the claimed value (variances through
 //! `(t − t')² / 2`, see [`crate::engine::Sampler`]). On the mathematics
-//! every claim uses its bit-mask estimator instead (`FAST` below): one mask
-//! per sample.
+//! every claim uses its bit-mask estimator instead ([`DropoutClaim::fast`]):
+//! one mask per sample.
 
 use super::fn_claim::half_squared_difference;
 use super::{Card, Claim, Shape};
@@ -51,6 +51,9 @@ pub struct Draw<'a> {
 /// An exact computation at `(x, rate)`.
 pub type OracleFn = fn(&[f64], Rate) -> Result<Oracle, Error>;
 
+/// A fast estimator at `(x, p)` (on the mathematics).
+pub type FastFn = fn(&[f64], f64, Budget) -> Result<Vec<Estimate>, Error>;
+
 /// A claim of this family: configuration, closed form, oracle, statistic.
 pub struct DropoutClaim {
     /// What it states.
@@ -63,6 +66,13 @@ pub struct DropoutClaim {
     pub oracle: Option<OracleFn>,
     /// Writes the per-sample statistic (as many values as `analytic`).
     pub draw_statistic: fn(&Draw, &mut [f64]),
+    /// The fast estimator: every claim of this family has one, from the
+    /// bit-mask kernels of [`crate::fast::dropout`] (per-unit moments from
+    /// keep counts, the sum from one masked sum per mask, `K` from a
+    /// histogram). The variances are sample variances of single draws, not
+    /// the pair form of [`PairSampler`] (standard error:
+    /// [`crate::fast::PowerSums`]).
+    pub fast: FastFn,
 }
 
 impl DropoutClaim {
@@ -83,9 +93,7 @@ impl Claim for DropoutClaim {
         self.oracle.map(|o| o(self.x, rate)).transpose()
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
-        FAST.iter()
-            .find(|(id, _)| *id == self.card.id)
-            .map(|(_, fast)| fast(self.x, self.p, budget))
+        Some((self.fast)(self.x, self.p, budget))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
@@ -217,6 +225,7 @@ fn unit_claim(
     analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
     oracle: OracleFn,
     draw_statistic: fn(&Draw, &mut [f64]),
+    fast: FastFn,
 ) -> DropoutClaim {
     DropoutClaim {
         card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000).with_statistic(statistic),
@@ -225,6 +234,7 @@ fn unit_claim(
         analytic,
         oracle: Some(oracle),
         draw_statistic,
+        fast,
     }
 }
 
@@ -251,6 +261,12 @@ fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutC
             2 => |d, out| power_into(d.z, 2, out),
             3 => |d, out| power_into(d.z, 3, out),
             _ => |d, out| power_into(d.z, 4, out),
+        },
+        match r {
+            1 => |x, p, b| fast::unit_raw_moments(x, p, 1, b),
+            2 => |x, p, b| fast::unit_raw_moments(x, p, 2, b),
+            3 => |x, p, b| fast::unit_raw_moments(x, p, 3, b),
+            _ => |x, p, b| fast::unit_raw_moments(x, p, 4, b),
         },
     )
 }
@@ -321,19 +337,22 @@ fn sum_claim(
     moment: SumMoment,
 ) -> DropoutClaim {
     type Analytic = fn(&[f64], Rate) -> Result<Vec<f64>, Error>;
-    type Statistic = fn(&Draw, &mut [f64]);
-    let (analytic, oracle, draw_statistic): (Analytic, OracleFn, Statistic) = match moment {
-        SumMoment::Mean => (
-            |x, _| Ok(vec![f::sum_mean(x)]),
-            |x, rate| masked_sum_oracle(x, rate, false),
-            |d, out| out[0] = sum_of(d.z),
-        ),
-        SumMoment::Variance => (
-            |x, rate| Ok(vec![f::sum_variance(x, rate)]),
-            |x, rate| masked_sum_oracle(x, rate, true),
-            |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
-        ),
-    };
+    type DrawStatistic = fn(&Draw, &mut [f64]);
+    let (analytic, oracle, draw_statistic, fast): (Analytic, OracleFn, DrawStatistic, FastFn) =
+        match moment {
+            SumMoment::Mean => (
+                |x, _| Ok(vec![f::sum_mean(x)]),
+                |x, rate| masked_sum_oracle(x, rate, false),
+                |d, out| out[0] = sum_of(d.z),
+                |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.mean()]),
+            ),
+            SumMoment::Variance => (
+                |x, rate| Ok(vec![f::sum_variance(x, rate)]),
+                |x, rate| masked_sum_oracle(x, rate, true),
+                |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
+                |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.variance()]),
+            ),
+        };
     DropoutClaim {
         card: Card::new(id, FAMILY, formula, Shape::Scalar, samples),
         x,
@@ -341,7 +360,15 @@ fn sum_claim(
         analytic,
         oracle: Some(oracle),
         draw_statistic,
+        fast,
     }
+}
+
+/// The indicator of the kept count: 1 at `#kept`, 0 elsewhere (`d + 1`
+/// slots).
+fn kept_count_indicator(mask: &[bool], out: &mut [f64]) {
+    out.fill(0.0);
+    out[mask.iter().filter(|m| **m).count()] = 1.0;
 }
 
 static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new(|| {
@@ -361,6 +388,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                     *o = half_squared_difference(*a, *b);
                 }
             },
+            fast::unit_variances,
         ),
         sum_claim(
             "dropout.sum_mean",
@@ -407,15 +435,10 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             p: COUNT_P,
             analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
             oracle: Some(|x, rate| {
-                enumerate_masks(x.len(), rate, x.len() + 1, |mask, out| {
-                    out.fill(0.0);
-                    out[mask.iter().filter(|m| **m).count()] = 1.0;
-                })
+                enumerate_masks(x.len(), rate, x.len() + 1, kept_count_indicator)
             }),
-            draw_statistic: |d, out| {
-                out.fill(0.0);
-                out[d.mask.iter().filter(|m| **m).count()] = 1.0;
-            },
+            draw_statistic: |d, out| kept_count_indicator(d.mask, out),
+            fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
         },
         unit_claim(
             "dropout.original_scheme",
@@ -424,47 +447,10 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
             |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
             |d, out| kept_units(d.x, d.mask, out),
+            fast::original_scheme_means,
         ),
     ]
 });
-
-/// A fast estimator at `(x, p)` (on the mathematics).
-type FastFn = fn(&[f64], f64, Budget) -> Result<Vec<Estimate>, Error>;
-
-/// The fast estimators by claim id: every claim of this family has one,
-/// from the bit-mask kernels of [`crate::fast::dropout`] (per-unit moments
-/// from keep counts, the sum from one masked sum per mask, `K` from a
-/// histogram). The variances are sample variances of single draws, not the
-/// pair form of [`PairSampler`] (standard error: [`crate::fast::PowerSums`]).
-const FAST: [(&str, FastFn); 11] = [
-    ("dropout.mean", |x, p, b| fast::unit_raw_moments(x, p, 1, b)),
-    ("dropout.second_moment", |x, p, b| {
-        fast::unit_raw_moments(x, p, 2, b)
-    }),
-    ("dropout.third_moment", |x, p, b| {
-        fast::unit_raw_moments(x, p, 3, b)
-    }),
-    ("dropout.fourth_moment", |x, p, b| {
-        fast::unit_raw_moments(x, p, 4, b)
-    }),
-    ("dropout.variance", fast::unit_variances),
-    ("dropout.sum_mean", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.mean()])
-    }),
-    ("dropout.sum_variance", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.variance()])
-    }),
-    ("dropout.worked_512_mean", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.mean()])
-    }),
-    ("dropout.worked_512_variance", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.variance()])
-    }),
-    ("dropout.kept_count", |x, p, b| {
-        fast::kept_count_pmf(x.len(), p, b)
-    }),
-    ("dropout.original_scheme", fast::original_scheme_means),
-];
 
 /// This family: its claims, in report order.
 pub fn family() -> Family {

@@ -1,5 +1,5 @@
 //! A claim assembled from plain functions (with a fast estimator where its
-//! quantity has a bit-mask form, [`FastFnClaim`]), and the samplers the
+//! quantity has a bit-mask form), and the samplers the
 //! semantics, attention, mask-shape and ensemble families share.
 //!
 //! Two kinds of estimate come out of these helpers:
@@ -33,6 +33,9 @@ pub struct FnClaim {
     pub oracle: Option<fn() -> Result<Oracle, Error>>,
     /// The estimate on a subject.
     pub estimate: fn(&Subject, Budget) -> Result<Vec<Estimate>, Error>,
+    /// The fast estimate on the mathematics, where the claim's quantity has
+    /// a bit-mask form (see [`Claim::fast_estimate`]).
+    pub fast: Option<FastFn>,
 }
 
 impl Claim for FnClaim {
@@ -47,6 +50,9 @@ impl Claim for FnClaim {
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         (self.estimate)(subject, budget)
+    }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        self.fast.map(|f| f(budget))
     }
 }
 
@@ -122,29 +128,6 @@ impl Claim for RuleClaim {
 /// [`Claim::fast_estimate`]).
 pub type FastFn = fn(Budget) -> Result<Vec<Estimate>, Error>;
 
-/// A [`FnClaim`] with, where its quantity has a bit-mask form, a fast
-/// estimator: the generic estimate on an implementation under test, `fast`
-/// on the mathematics. Every other part is the wrapped claim's.
-pub struct FastFnClaim {
-    pub claim: FnClaim,
-    pub fast: Option<FastFn>,
-}
-
-/// Pairs each claim with the fast estimator listed under its id (none when
-/// its id is not listed).
-pub fn with_fast(claims: Vec<FnClaim>, fast: &[(&str, FastFn)]) -> Vec<FastFnClaim> {
-    claims
-        .into_iter()
-        .map(|claim| {
-            let fast = fast
-                .iter()
-                .find(|(id, _)| *id == claim.card.id)
-                .map(|(_, f)| *f);
-            FastFnClaim { claim, fast }
-        })
-        .collect()
-}
-
 /// A family about dropout alone (no normalization) whose claims carry
 /// their fast estimators: the attention, mask-shape and ensemble families.
 pub fn dropout_alone_family<C: Claim + 'static>(
@@ -155,24 +138,6 @@ pub fn dropout_alone_family<C: Claim + 'static>(
     Family::new(name, about)
         .with_claims(claims)
         .exercising_dropout_alone()
-}
-
-impl Claim for FastFnClaim {
-    fn card(&self) -> Card {
-        self.claim.card
-    }
-    fn analytic(&self) -> Result<Vec<f64>, Error> {
-        self.claim.analytic()
-    }
-    fn oracle(&self) -> Result<Option<Oracle>, Error> {
-        self.claim.oracle()
-    }
-    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        self.claim.estimate(subject, budget)
-    }
-    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
-        self.fast.map(|f| f(budget))
-    }
 }
 
 struct FnSampler<'a, F> {

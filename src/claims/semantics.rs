@@ -276,6 +276,7 @@ static KEEP_FRACTION: FnClaim = FnClaim {
     analytic: || Ok(vec![Rate::new(P)?.q()]),
     oracle: None,
     estimate: |s, b| sample_means(s, b, 1, keep_fraction),
+    fast: None,
 };
 
 /// This family: its claims, in report order.
