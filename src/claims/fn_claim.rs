@@ -1,6 +1,7 @@
-//! A claim assembled from plain functions (with a fast estimator where its
-//! quantity has a bit-mask form), and the samplers the
-//! semantics, attention, mask-shape and ensemble families share.
+//! A claim assembled from plain functions ([`FnClaim`], with a fast
+//! estimator where its quantity has a bit-mask form), a claim that rules
+//! hold on every draw ([`RuleClaim`]), and the samplers the semantics,
+//! attention, mask-shape and ensemble families share.
 //!
 //! Two kinds of estimate come out of these helpers:
 //!

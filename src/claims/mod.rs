@@ -78,6 +78,21 @@ pub enum Shape {
 /// What a claim states about itself, apart from its computations: the
 /// fields every report, list and test reads. A claim holds one and returns
 /// it from [`Claim::card`].
+///
+/// ```
+/// use dropmc::claims::{Card, Kind, Shape};
+/// use dropmc::stats::Statistic;
+///
+/// let pmf = Card::new("mine.kept", "mine", "P(K = k) = C(d,k) q^k p^(d-k)", Shape::Vector, 10_000)
+///     .with_statistic(Statistic::Indicator { trials: 1 });
+/// assert_eq!(pmf.kind, Kind::Exact);
+/// assert_eq!(pmf.statistic, Statistic::Indicator { trials: 1 });
+///
+/// let output = Card::new("mine.output", "mine", "E[LN(z)] ~ ...", Shape::Vector, 10_000)
+///     .leading_order(1);
+/// assert_eq!(output.kind, Kind::LeadingOrder { order: 1 });
+/// assert_eq!(output.statistic, Statistic::default());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Card {
     /// Stable identifier, `family.name`.
