@@ -14,8 +14,10 @@
 //! 2. an exact oracle: enumerate every mask with `exact::enumerate_masks`;
 //! 3. a Monte Carlo estimator: a `Sampler` run by `engine::estimate`, which
 //!    gives the same bits for the same seed on any number of threads;
-//! 4. a `Claim` implementation; `claims::check` then z-tests the estimate at
-//!    the suite's level and compares the oracle with the closed form.
+//! 4. a `Claim` implementation: its `Card` (id, family, formula, shape,
+//!    budget, statistic) and the three computations; `claims::check` then
+//!    z-tests the estimate at the suite's level and compares the oracle with
+//!    the closed form.
 //!
 //! Step 5 registers it: a [`Family`] holding the claim and an `eval`
 //! quantity (the same three parts on the user's own `x` and `p`), added to
@@ -34,7 +36,7 @@
 use std::process::ExitCode;
 
 use dropmc::Error;
-use dropmc::claims::{Claim, SamplerKind, Shape};
+use dropmc::claims::{Card, Claim, SamplerKind, Shape};
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, Values, monte_carlo};
 use dropmc::exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
@@ -130,20 +132,14 @@ fn sample_products(
 struct PairCovariance;
 
 impl Claim for PairCovariance {
-    fn id(&self) -> &'static str {
-        "example.pair_product"
-    }
-    fn family(&self) -> &'static str {
-        "example"
-    }
-    fn formula(&self) -> &'static str {
-        "E[z_j z_k] = x_j x_k for j != k"
-    }
-    fn shape(&self) -> Shape {
-        Shape::Vector
-    }
-    fn default_samples(&self) -> u64 {
-        1_000_000
+    fn card(&self) -> Card {
+        Card::new(
+            "example.pair_product",
+            "example",
+            "E[z_j z_k] = x_j x_k for j != k",
+            Shape::Vector,
+            1_000_000,
+        )
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         Ok(products(&X))

@@ -59,21 +59,15 @@ impl fmt::Debug for Figure {
 /// dropout keeps `E[z] = x`, written from plain functions:
 ///
 /// ```
-/// use dropmc::claims::Shape;
+/// use dropmc::claims::{Card, Shape};
 /// use dropmc::claims::fn_claim::{FnClaim, sample_means};
 /// use dropmc::ops::Subject;
 /// use dropmc::registry::{Family, Registry};
 /// use dropmc::report::{self, Options};
-/// use dropmc::stats::{DEFAULT_SKEWNESS, Statistic};
 ///
 /// const X: [f64; 3] = [1.0, -2.0, 0.5];
 /// static MEAN: FnClaim = FnClaim {
-///     id: "mine.mean",
-///     family: "mine",
-///     formula: "E[z] = x",
-///     shape: Shape::Vector,
-///     samples: 50_000,
-///     statistic: Statistic::Mean { skewness: DEFAULT_SKEWNESS },
+///     card: Card::new("mine.mean", "mine", "E[z] = x", Shape::Vector, 50_000),
 ///     analytic: || Ok(X.to_vec()),
 ///     oracle: None,
 ///     estimate: |subject, budget| {
@@ -82,6 +76,7 @@ impl fmt::Debug for Figure {
 ///             s.dropout.forward_train(&X, 0.25, rng, out, &mut mask)
 ///         })
 ///     },
+///     fast: None,
 /// };
 ///
 /// let registry = Registry::default()

@@ -12,7 +12,7 @@
 
 mod common;
 
-use dropmc::claims::{Claim, Kind, Shape, registry};
+use dropmc::claims::{Card, Claim, registry};
 use dropmc::engine::Budget;
 use dropmc::error::Error;
 use dropmc::exact::Oracle;
@@ -66,26 +66,12 @@ impl Planted {
 }
 
 impl Claim for Planted {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        self.inner.family()
-    }
-    fn formula(&self) -> &'static str {
-        self.inner.formula()
-    }
-    fn kind(&self) -> Kind {
-        self.inner.kind()
-    }
-    fn shape(&self) -> Shape {
-        self.inner.shape()
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
-    }
-    fn statistic(&self) -> dropmc::stats::Statistic {
-        self.inner.statistic()
+    fn card(&self) -> Card {
+        Card {
+            id: self.id,
+            samples: self.samples,
+            ..self.inner.card()
+        }
     }
     fn min_samples(&self) -> u64 {
         self.inner.min_samples()

@@ -26,7 +26,7 @@ fn leading_claims() -> Vec<&'static NormClaim> {
     ]
     .into_iter()
     .flatten()
-    .filter(|c| matches!(c.kind, Kind::LeadingOrder { .. }))
+    .filter(|c| matches!(c.card.kind, Kind::LeadingOrder { .. }))
     .collect()
 }
 
@@ -40,7 +40,7 @@ fn agree(a: &Oracle, b: &Oracle) -> bool {
 
 #[test]
 fn there_are_four_leading_order_claims() {
-    let ids: Vec<&str> = leading_claims().iter().map(|c| c.id).collect();
+    let ids: Vec<&str> = leading_claims().iter().map(|c| c.card.id).collect();
     assert_eq!(
         ids,
         [
@@ -66,7 +66,7 @@ fn the_grouped_oracle_agrees_with_full_enumeration() {
             assert!(
                 agree(&full, &grouped),
                 "{} at d = {}: full {:?} vs grouped {:?}",
-                claim.id,
+                claim.card.id,
                 config.site.dim(),
                 full,
                 grouped
@@ -103,14 +103,14 @@ fn gaps(claim: &NormClaim) -> (Vec<f64>, f64) {
 fn each_corrected_estimate_beats_the_weaker_ones() {
     for claim in leading_claims() {
         let (g, slack) = gaps(claim);
-        assert!(g.len() >= 2, "{} has no baseline", claim.id);
+        assert!(g.len() >= 2, "{} has no baseline", claim.card.id);
         // compound: c1 + c2 beats c1-only beats uncorrected; others: corrected
         // beats uncorrected. A gap is known to ± slack.
         for pair in g.windows(2) {
             assert!(
                 pair[0] + 2.0 * slack < pair[1],
                 "{}: gaps {:?} (slack {slack:e})",
-                claim.id,
+                claim.card.id,
                 g
             );
         }
@@ -121,7 +121,7 @@ fn curve(claim: &NormClaim) -> GapCurve {
     let c = claim.gap_curve(&SWEEP_D).unwrap();
     eprintln!(
         "{}: gaps {:?}\n local slopes {:?}\n slope {} tolerance {} A {} B {}",
-        claim.id, c.gap, c.local_slopes, c.slope, c.tolerance, c.a, c.b
+        claim.card.id, c.gap, c.local_slopes, c.slope, c.tolerance, c.a, c.b
     );
     c
 }
@@ -140,10 +140,14 @@ fn leading_order_gaps_fall_like_one_over_d() {
         // The oracle's rounding bound (worst case) is a small fraction of
         // the gap it measures; its share of the slope is in the tolerance.
         for (r, g) in c.rounding.iter().zip(&c.gap) {
-            assert!(*r <= 1e-2 * g, "{}: rounding {r:e} vs gap {g:e}", claim.id);
+            assert!(
+                *r <= 1e-2 * g,
+                "{}: rounding {r:e} vs gap {g:e}",
+                claim.card.id
+            );
         }
         if let Err(why) = check_order(&c) {
-            panic!("{}: {why}", claim.id);
+            panic!("{}: {why}", claim.card.id);
         }
     }
 }
@@ -232,16 +236,8 @@ fn with_analytic(
     analytic: fn(&dropmc::claims::norm::Config) -> Result<Vec<f64>, Error>,
 ) -> NormClaim {
     NormClaim {
-        id: claim.id,
-        family: claim.family,
-        formula: claim.formula,
-        kind: claim.kind,
-        samples: claim.samples,
-        config: claim.config,
-        stat: claim.stat,
         analytic,
-        baselines: claim.baselines,
-        sweep: claim.sweep,
+        ..claim.clone()
     }
 }
 
@@ -268,7 +264,7 @@ fn a_wrong_correction_fails_the_order_test() {
         assert!(
             check_order(&c).is_err(),
             "{} with a wrong correction passed: slope {} ± {}",
-            wrong.id,
+            wrong.card.id,
             c.slope,
             c.tolerance
         );
@@ -276,7 +272,7 @@ fn a_wrong_correction_fails_the_order_test() {
         assert!(
             c.gap[c.gap.len() - 1] > 0.5 * c.gap[0],
             "{}: {:?}",
-            wrong.id,
+            wrong.card.id,
             c.gap
         );
     }
@@ -314,7 +310,7 @@ fn with_eps_the_corrected_estimates_still_beat_the_uncorrected() {
             assert!(
                 a + 2.0 * slack < b,
                 "{} at eps = {eps}: {a} vs {b}",
-                claim.id
+                claim.card.id
             );
         }
     }

@@ -116,7 +116,7 @@ fn pairs() -> Vec<(&'static NormClaim, &'static NormClaim)> {
     let first = |claims: &'static [NormClaim], id: &str| {
         claims
             .iter()
-            .find(|c| c.id == id)
+            .find(|c| c.card.id == id)
             .expect("first-order claim")
     };
     let second = second_order::norm_claims();
@@ -134,13 +134,13 @@ fn pairs() -> Vec<(&'static NormClaim, &'static NormClaim)> {
 #[test]
 fn second_order_residual_falls_like_one_over_d_squared() {
     for (second, first) in pairs() {
-        assert_eq!(second.kind, Kind::LeadingOrder { order: 2 });
+        assert_eq!(second.card.kind, Kind::LeadingOrder { order: 2 });
         let c: GapCurve = second.gap_curve(&SWEEP_D).unwrap();
         let f = first.gap_curve(&SWEEP_D).unwrap();
         assert_eq!(c.order, 2);
         println!(
             "{}: slope {:.4} ± {:.4} (fit d ≥ {}), local slopes {:?}, A = {:.3}, B = {:.3}",
-            second.id, c.slope, c.tolerance, c.d[c.fit_from], c.local_slopes, c.a, c.b
+            second.card.id, c.slope, c.tolerance, c.d[c.fit_from], c.local_slopes, c.a, c.b
         );
         for k in 0..c.d.len() {
             // The oracle's rounding bound is a worst case; at d = 4096 it is
@@ -151,7 +151,7 @@ fn second_order_residual_falls_like_one_over_d_squared() {
             assert!(
                 c.rounding[k] <= 0.1 * c.gap[k],
                 "{} at d = {}: rounding {:e} vs residual {:e}",
-                second.id,
+                second.card.id,
                 c.d[k],
                 c.rounding[k],
                 c.gap[k]
@@ -161,7 +161,7 @@ fn second_order_residual_falls_like_one_over_d_squared() {
             assert!(
                 c.gap[k] + c.rounding[k] + f.rounding[k] < f.gap[k],
                 "{} at d = {}: second {:e} vs first {:e}",
-                second.id,
+                second.card.id,
                 c.d[k],
                 c.gap[k],
                 f.gap[k]
@@ -176,7 +176,7 @@ fn second_order_residual_falls_like_one_over_d_squared() {
             );
         }
         if let Err(why) = c.check_order() {
-            panic!("{}: {why}", second.id);
+            panic!("{}: {why}", second.card.id);
         }
     }
 }
@@ -198,13 +198,13 @@ fn on_full_enumeration_second_order_beats_first_order() {
             let g1 = mean_abs_gap(&(first.analytic)(&config).unwrap(), &exact.values);
             println!(
                 "{} {label}: first {g1:.3e}, second {g2:.3e}, ratio {:.3}",
-                second.id,
+                second.card.id,
                 g2 / g1
             );
             assert!(
                 g2 + 2.0 * rounding < g1,
                 "{} {label}: second {g2:e} vs first {g1:e}",
-                second.id
+                second.card.id
             );
         }
     }
@@ -253,7 +253,7 @@ fn a_second_order_missing_a_term_fails_the_order_test() {
     ] {
         let wrong = NormClaim {
             analytic,
-            ..clone_claim(ln)
+            ..ln.clone()
         };
         let c = wrong.gap_curve(&SWEEP_D).unwrap();
         assert!(
@@ -262,21 +262,6 @@ fn a_second_order_missing_a_term_fails_the_order_test() {
             c.slope,
             c.tolerance
         );
-    }
-}
-
-fn clone_claim(c: &NormClaim) -> NormClaim {
-    NormClaim {
-        id: c.id,
-        family: c.family,
-        formula: c.formula,
-        kind: c.kind,
-        samples: c.samples,
-        config: c.config,
-        stat: c.stat,
-        analytic: c.analytic,
-        baselines: c.baselines,
-        sweep: c.sweep,
     }
 }
 

@@ -26,7 +26,7 @@
 
 use dropmc::Error;
 use dropmc::claims::dropout::{Draw, PairSampler};
-use dropmc::claims::{Claim, Shape};
+use dropmc::claims::{Card, Claim, Shape};
 use dropmc::engine::{Budget, estimate};
 use dropmc::formulas::dropout as f;
 use dropmc::formulas::semantics::{backward_bound, kept_roundings};
@@ -148,34 +148,16 @@ pub type EstimateFn<'a> = Box<dyn Fn(&Subject, Budget) -> Result<Vec<Estimate>, 
 
 /// One claim on the Python subject.
 pub struct PyClaim<'a> {
-    pub id: &'static str,
-    pub formula: &'static str,
-    pub shape: Shape,
-    pub samples: u64,
-    pub statistic: Statistic,
+    /// What it states (its family is its id's prefix, [`family_of`]).
+    pub card: Card,
     pub analytic: Vec<f64>,
     pub note: Option<String>,
     pub estimate: EstimateFn<'a>,
 }
 
 impl Claim for PyClaim<'_> {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        family_of(self.id)
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn shape(&self) -> Shape {
-        self.shape
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
-    }
-    fn statistic(&self) -> Statistic {
-        self.statistic
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         Ok(self.analytic.clone())
@@ -215,15 +197,12 @@ fn pair_claim<'a>(
 ) -> PyClaim<'a> {
     let dim = analytic.len();
     let p = rate.p();
+    // The suite's budget, raised to the test's minimum where an extreme
+    // rate makes the statistic skewed enough to need more (p or q below
+    // about 0.005), so no claim is inconclusive by construction.
+    let samples = MOMENT_SAMPLES.max(statistic_kind.min_samples());
     PyClaim {
-        id,
-        formula,
-        shape,
-        // The suite's budget, raised to the test's minimum where an extreme
-        // rate makes the statistic skewed enough to need more (p or q below
-        // about 0.005), so no claim is inconclusive by construction.
-        samples: MOMENT_SAMPLES.max(statistic_kind.min_samples()),
-        statistic: statistic_kind,
+        card: Card::new(id, family_of(id), formula, shape, samples).with_statistic(statistic_kind),
         analytic,
         note: None,
         estimate: Box::new(move |subject, budget| {
@@ -361,11 +340,8 @@ fn rule_claim<'a>(
     rule: impl Fn(Budget) -> Result<f64, Error> + Sync + 'a,
 ) -> PyClaim<'a> {
     PyClaim {
-        id,
-        formula,
-        shape: Shape::Scalar,
-        samples: RULE_SAMPLES,
-        statistic: Statistic::Violations,
+        card: Card::new(id, family_of(id), formula, Shape::Scalar, RULE_SAMPLES)
+            .with_statistic(Statistic::Violations),
         analytic: vec![0.0],
         note,
         estimate: Box::new(move |_, budget| {
@@ -615,7 +591,7 @@ pub fn claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, St
     run.extend(rules);
     let stated: Vec<&str> = run
         .iter()
-        .map(|c| c.id)
+        .map(|c| c.card.id)
         .chain(skipped.iter().map(|(id, _)| *id))
         .collect();
     for claim in dropmc::conformance::claims(&dropmc::conformance::Options::default()) {

@@ -193,7 +193,7 @@ fn run_claims(setup: &claims::Setup, options: &Options) -> Result<Outcome, Error
     for claim in &run {
         let budget = Budget::new(
             samples_for(claim, options),
-            derive_seed(options.seed, claim.id),
+            derive_seed(options.seed, claim.card.id),
         )?;
         results.push(check(claim, &subject, budget));
     }

@@ -5,7 +5,7 @@
 //! ([`dropmc::eval::norm::ln`]'s `exact`, `d ≤ 20`), with the crate's
 //! convention for the all-dropped row (`ε → 0⁺`: LayerNorm returns `β`,
 //! RMSNorm 0). Each component of the mean of the user's rows is z-tested
-//! against it by the suite's mean test ([`Statistic::default`], Student-t
+//! against it by the suite's mean test ([`Card::new`], Student-t
 //! at the per-assertion level [`dropmc::stats::critical_z`], the suite's
 //! family α split over its assertion budget, a Bonferroni split; the d ≤ 20
 //! components of one call stay far inside it) through the suite's
@@ -14,17 +14,17 @@
 //! gaps to the exact value: how much a user relying on either is off.
 
 use dropmc::Error;
-use dropmc::claims::{Shape, check};
+use dropmc::claims::{Card, Shape, check};
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::eval::{EvalResult, LayerNormParams, Values};
 use dropmc::ops::Subject;
-use dropmc::stats::{MeanAccumulator, Statistic};
+use dropmc::stats::MeanAccumulator;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
-use crate::claims::PyClaim;
+use crate::claims::{PyClaim, family_of};
 use crate::forward::PyForward;
 use crate::{dtype, rate, run_on_one_thread, summary, to_py};
 
@@ -124,11 +124,13 @@ pub fn check_norm_site(
     );
     let (xs, rows) = (x.clone(), &forward);
     let claim = PyClaim {
-        id,
-        formula: "E[norm(dropout(x))]_k = exact enumeration of the masks",
-        shape: Shape::Vector,
-        samples: NORM_SITE_SAMPLES,
-        statistic: Statistic::default(),
+        card: Card::new(
+            id,
+            family_of(id),
+            "E[norm(dropout(x))]_k = exact enumeration of the masks",
+            Shape::Vector,
+            NORM_SITE_SAMPLES,
+        ),
         analytic: exact.clone(),
         note: Some(note),
         estimate: Box::new(move |_, budget| {

@@ -11,11 +11,10 @@
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
-use super::Shape;
 use super::fn_claim::{
-    FastFn, FastFnClaim, FnClaim, dropout_alone_family, half_squared_difference, indicator,
-    sample_means, with_fast,
+    FnClaim, dropout_alone_family, half_squared_difference, indicator, sample_means,
 };
+use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
@@ -74,158 +73,151 @@ fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
     })
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
-    with_fast(
-        vec![
-            FnClaim {
-                id: "attention.entry_mean",
-                family: "attention",
-                formula: "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
-                shape: Shape::Vector,
-                samples: 400_000,
-                statistic: entry_statistic(),
-                analytic: || Ok(f::entry_mean(&A)),
-                oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
-                estimate: |s, b| {
-                    sample_means(s, b, 3, |s, rng, out| {
-                        out.copy_from_slice(&pass(s, rng)?.0);
-                        Ok(())
-                    })
-                },
+// A data table: the row sum R and the output o are both scalar functions of
+// b with a mean and a variance claim each, so their entries share a shape
+// (the fields are `fn` pointers, which cannot take that function as a value).
+static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        FnClaim {
+            card: Card::new(
+                "attention.entry_mean",
+                "attention",
+                "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
+                Shape::Vector,
+                400_000,
+            )
+            .with_statistic(entry_statistic()),
+            analytic: || Ok(f::entry_mean(&A)),
+            oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
+            estimate: |s, b| {
+                sample_means(s, b, 3, |s, rng, out| {
+                    out.copy_from_slice(&pass(s, rng)?.0);
+                    Ok(())
+                })
             },
-            FnClaim {
-                id: "attention.row_sum_mean",
-                family: "attention",
-                formula: "E[R] = sum_i a_i = 1",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(vec![f::row_sum_mean(&A)]),
-                oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        out[0] = pass(s, rng)?.1;
-                        Ok(())
-                    })
-                },
+            fast: Some(|b| Ok(fast::row(&A, &V, P, b)?.entry_mean)),
+        },
+        FnClaim {
+            card: Card::new(
+                "attention.row_sum_mean",
+                "attention",
+                "E[R] = sum_i a_i = 1",
+                Shape::Scalar,
+                400_000,
+            ),
+            analytic: || Ok(vec![f::row_sum_mean(&A)]),
+            oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    out[0] = pass(s, rng)?.1;
+                    Ok(())
+                })
             },
-            FnClaim {
-                id: "attention.row_sum_variance",
-                family: "attention",
-                formula: "Var R = (p/q) sum_i a_i^2 = 0.38",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
-                oracle: Some(|| {
-                    Ok(oracle(2, |b, out| {
-                        let r: f64 = b.iter().sum();
-                        out[0] = r;
-                        out[1] = r * r;
-                    })?
-                    .variances())
-                }),
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
-                        out[0] = half_squared_difference(r1, r2);
-                        Ok(())
-                    })
-                },
+            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_mean])),
+        },
+        FnClaim {
+            card: Card::new(
+                "attention.row_sum_variance",
+                "attention",
+                "Var R = (p/q) sum_i a_i^2 = 0.38",
+                Shape::Scalar,
+                400_000,
+            ),
+            analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
+            oracle: Some(|| {
+                Ok(oracle(2, |b, out| {
+                    let r: f64 = b.iter().sum();
+                    out[0] = r;
+                    out[1] = r * r;
+                })?
+                .variances())
+            }),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
+                    out[0] = half_squared_difference(r1, r2);
+                    Ok(())
+                })
             },
-            FnClaim {
-                id: "attention.row_sum_pmf",
-                family: "attention",
-                formula: "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
-                shape: Shape::Vector,
-                samples: 400_000,
-                statistic: Statistic::Indicator { trials: 1 },
-                analytic: || Ok(f::seed_row_sum_pmf()),
-                oracle: Some(|| {
-                    oracle(7, |b, out| {
-                        out.fill(0.0);
-                        if let Some(i) = support_index(b.iter().sum()) {
-                            out[i] = 1.0;
-                        }
-                    })
-                }),
-                estimate: |s, b| {
-                    sample_means(s, b, 7, |s, rng, out| {
-                        let r = pass(s, rng)?.1;
-                        for (i, o) in out.iter_mut().enumerate() {
-                            *o = indicator(support_index(r) == Some(i));
-                        }
-                        Ok(())
-                    })
-                },
+            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_variance])),
+        },
+        FnClaim {
+            card: Card::new(
+                "attention.row_sum_pmf",
+                "attention",
+                "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
+                Shape::Vector,
+                400_000,
+            )
+            .with_statistic(Statistic::Indicator { trials: 1 }),
+            analytic: || Ok(f::seed_row_sum_pmf()),
+            oracle: Some(|| {
+                oracle(7, |b, out| {
+                    out.fill(0.0);
+                    if let Some(i) = support_index(b.iter().sum()) {
+                        out[i] = 1.0;
+                    }
+                })
+            }),
+            estimate: |s, b| {
+                sample_means(s, b, 7, |s, rng, out| {
+                    let r = pass(s, rng)?.1;
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = indicator(support_index(r) == Some(i));
+                    }
+                    Ok(())
+                })
             },
-            FnClaim {
-                id: "attention.output_mean",
-                family: "attention",
-                formula: "v=(1,-2,3): E[o] = sum_i a_i v_i",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(vec![f::output_mean(&A, &V)]),
-                oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        out[0] = pass(s, rng)?.2;
-                        Ok(())
-                    })
-                },
+            fast: Some(|b| {
+                fast::row_sum_distribution(&A, P, f::SEED_ROW_SUMS.len(), support_index, b)
+            }),
+        },
+        FnClaim {
+            card: Card::new(
+                "attention.output_mean",
+                "attention",
+                "v=(1,-2,3): E[o] = sum_i a_i v_i",
+                Shape::Scalar,
+                400_000,
+            ),
+            analytic: || Ok(vec![f::output_mean(&A, &V)]),
+            oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    out[0] = pass(s, rng)?.2;
+                    Ok(())
+                })
             },
-            FnClaim {
-                id: "attention.output_variance",
-                family: "attention",
-                formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
-                oracle: Some(|| {
-                    Ok(oracle(2, |b, out| {
-                        let o = f::output_mean(b, &V);
-                        out[0] = o;
-                        out[1] = o * o;
-                    })?
-                    .variances())
-                }),
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
-                        out[0] = half_squared_difference(o1, o2);
-                        Ok(())
-                    })
-                },
+            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.output_mean])),
+        },
+        FnClaim {
+            card: Card::new(
+                "attention.output_variance",
+                "attention",
+                "Var o = (p/q) sum_i a_i^2 v_i^2",
+                Shape::Scalar,
+                400_000,
+            ),
+            analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
+            oracle: Some(|| {
+                Ok(oracle(2, |b, out| {
+                    let o = f::output_mean(b, &V);
+                    out[0] = o;
+                    out[1] = o * o;
+                })?
+                .variances())
+            }),
+            estimate: |s, b| {
+                sample_means(s, b, 1, |s, rng, out| {
+                    let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
+                    out[0] = half_squared_difference(o1, o2);
+                    Ok(())
+                })
             },
-        ],
-        &FAST,
-    )
+            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.output_variance])),
+        },
+    ]
 });
-
-/// The fast estimators (on the mathematics) by claim id: every claim of
-/// this family has one, from the bit-mask kernels of [`crate::fast::attention_row`].
-const FAST: [(&str, FastFn); 6] = [
-    ("attention.entry_mean", |b| {
-        Ok(fast::row(&A, &V, P, b)?.entry_mean)
-    }),
-    ("attention.row_sum_mean", |b| {
-        Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_mean])
-    }),
-    ("attention.row_sum_variance", |b| {
-        Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_variance])
-    }),
-    ("attention.row_sum_pmf", |b| {
-        fast::row_sum_distribution(&A, P, f::SEED_ROW_SUMS.len(), support_index, b)
-    }),
-    ("attention.output_mean", |b| {
-        Ok(vec![fast::row_sums(&A, &V, P, b)?.output_mean])
-    }),
-    ("attention.output_variance", |b| {
-        Ok(vec![fast::row_sums(&A, &V, P, b)?.output_variance])
-    }),
-];
 
 /// This family: its claims, in report order.
 pub fn family() -> Family {

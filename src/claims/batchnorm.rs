@@ -25,7 +25,7 @@ use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
 use super::fn_claim::{DrawFn, half_squared_difference, sample_means};
-use super::{Claim, Shape};
+use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
@@ -107,20 +107,16 @@ pub struct BnClaim {
 }
 
 impl Claim for BnClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        "batchnorm"
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn shape(&self) -> Shape {
-        Shape::Vector
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
+    /// Every claim of this family is per channel (or per component of its
+    /// post-processed vector) and tests a mean.
+    fn card(&self) -> Card {
+        Card::new(
+            self.id,
+            "batchnorm",
+            self.formula,
+            Shape::Vector,
+            self.samples,
+        )
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)()

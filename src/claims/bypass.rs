@@ -3,7 +3,6 @@
 //! estimate of `E[LN(y)]` (leading order). Derivations:
 //! [`crate::formulas::bypass`]; machinery: [`super::norm`].
 
-use super::Kind;
 use super::layernorm::{D, P, gains, shifts};
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
@@ -41,42 +40,34 @@ const UNCORRECTED: &[Baseline] = &[("uncorrected LN(x)", |c| f::uncorrected(&c.s
 
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
     vec![
-        NormClaim {
-            id: "bypass.mean_of_v",
-            family: "bypass",
-            formula: "y = h + dropout(v): E[V_y] = sigma^2 + (p/q) mean(v^2) (1 - 1/d)",
-            kind: Kind::Exact,
-            samples: 10_000_000,
+        NormClaim::new(
+            "bypass.mean_of_v",
+            "bypass",
+            "y = h + dropout(v): E[V_y] = sigma^2 + (p/q) mean(v^2) (1 - 1/d)",
+            10_000_000,
             config,
-            stat: Stat::V,
-            analytic: |c| Ok(vec![f::mean_of_v(&c.site)?]),
-            baselines: &[],
-            sweep: None,
-        },
-        NormClaim {
-            id: "bypass.several_terms_mean_of_v",
-            family: "bypass",
-            formula: "y = h + sum_j dropout_pj(v_j): E[V_y] = sigma^2 + (1 - 1/d) sum_j (p_j/q_j) mean(v_j^2)",
-            kind: Kind::Exact,
-            samples: 10_000_000,
-            config: several_terms,
-            stat: Stat::V,
-            analytic: |c| Ok(vec![f::mean_of_v(&c.site)?]),
-            baselines: &[],
-            sweep: None,
-        },
-        NormClaim {
-            id: "bypass.output",
-            family: "bypass",
-            formula: "E[LN(y)] ~ beta + c_damped (LN(x) - beta), c_damped = sqrt(q / (q + p rho^2))",
-            kind: Kind::LeadingOrder { order: 1 },
-            samples: 5_000_000,
+            Stat::V,
+            |c| Ok(vec![f::mean_of_v(&c.site)?]),
+        ),
+        NormClaim::new(
+            "bypass.several_terms_mean_of_v",
+            "bypass",
+            "y = h + sum_j dropout_pj(v_j): E[V_y] = sigma^2 + (1 - 1/d) sum_j (p_j/q_j) mean(v_j^2)",
+            10_000_000,
+            several_terms,
+            Stat::V,
+            |c| Ok(vec![f::mean_of_v(&c.site)?]),
+        ),
+        NormClaim::new(
+            "bypass.output",
+            "bypass",
+            "E[LN(y)] ~ beta + c_damped (LN(x) - beta), c_damped = sqrt(q / (q + p rho^2))",
+            5_000_000,
             config,
-            stat: Stat::Ln,
-            analytic: |c| f::corrected(&c.site, &c.ln),
-            baselines: UNCORRECTED,
-            sweep: Some(|d| Config::plain(site(d)?)),
-        },
+            Stat::Ln,
+            |c| f::corrected(&c.site, &c.ln),
+        )
+        .leading_order(1, UNCORRECTED, |d| Config::plain(site(d)?)),
     ]
 });
 

@@ -3,7 +3,6 @@
 //! `LN2(ĉ1)`, which must beat the uncorrected `LN2(LN1(x))`. Derivation:
 //! [`crate::formulas::compound`]; machinery: [`super::norm`].
 
-use super::Kind;
 use super::layernorm::{A, B, D, P, gains, shifts};
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
@@ -53,21 +52,21 @@ const BASELINES: &[Baseline] = &[
 ];
 
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
-    vec![NormClaim {
-        id: "compound.output",
-        family: "compound",
-        formula: "E[LN2(LN1(z))] ~ beta2 + c2 (LN2(c1_hat) - beta2), c2 = sqrt(q / (q + p rho^2))",
-        kind: Kind::LeadingOrder { order: 1 },
-        samples: 5_000_000,
-        config,
-        stat: Stat::LnLn,
-        analytic: |c| {
-            let (x, rate) = x_and_rate(c);
-            f::corrected(&x, &c.ln, &c.ln2, rate)
-        },
-        baselines: BASELINES,
-        sweep: Some(sweep),
-    }]
+    vec![
+        NormClaim::new(
+            "compound.output",
+            "compound",
+            "E[LN2(LN1(z))] ~ beta2 + c2 (LN2(c1_hat) - beta2), c2 = sqrt(q / (q + p rho^2))",
+            5_000_000,
+            config,
+            Stat::LnLn,
+            |c| {
+                let (x, rate) = x_and_rate(c);
+                f::corrected(&x, &c.ln, &c.ln2, rate)
+            },
+        )
+        .leading_order(1, BASELINES, sweep),
+    ]
 });
 
 /// This family: its claims, in report order.

@@ -6,11 +6,11 @@
 //! dropout layer over the claim's `x`, and reduces them to the statistic
 //! whose expectation is the claimed value (variances through
 //! `(t − t')² / 2`, see [`crate::engine::Sampler`]). On the mathematics
-//! every claim uses its bit-mask estimator instead (`FAST` below): one mask
-//! per sample.
+//! every claim uses its bit-mask estimator instead ([`DropoutClaim::fast`]):
+//! one mask per sample.
 
 use super::fn_claim::half_squared_difference;
-use super::{Claim, Shape};
+use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
@@ -37,6 +37,9 @@ pub const COUNT_X: [f64; 6] = [1.0; 6];
 /// Drop rate of the kept-count claim.
 pub const COUNT_P: f64 = 0.3;
 
+/// The family name its claims carry.
+const FAMILY: &str = "dropout";
+
 /// One sample: two independent training passes over `x`.
 pub struct Draw<'a> {
     pub x: &'a [f64],
@@ -48,22 +51,28 @@ pub struct Draw<'a> {
 /// An exact computation at `(x, rate)`.
 pub type OracleFn = fn(&[f64], Rate) -> Result<Oracle, Error>;
 
+/// A fast estimator at `(x, p)` (on the mathematics).
+pub type FastFn = fn(&[f64], f64, Budget) -> Result<Vec<Estimate>, Error>;
+
 /// A claim of this family: configuration, closed form, oracle, statistic.
 pub struct DropoutClaim {
-    pub id: &'static str,
-    pub formula: &'static str,
-    pub shape: Shape,
+    /// What it states.
+    pub card: Card,
     pub x: &'static [f64],
     pub p: f64,
-    pub samples: u64,
-    /// The per-draw statistic's kind, which decides the test.
-    pub statistic_kind: Statistic,
     /// The closed form at `(x, rate)`.
     pub analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
     /// An independent exact computation, if any.
     pub oracle: Option<OracleFn>,
     /// Writes the per-sample statistic (as many values as `analytic`).
-    pub statistic: fn(&Draw, &mut [f64]),
+    pub draw_statistic: fn(&Draw, &mut [f64]),
+    /// The fast estimator: every claim of this family has one, from the
+    /// bit-mask kernels of [`crate::fast::dropout`] (per-unit moments from
+    /// keep counts, the sum from one masked sum per mask, `K` from a
+    /// histogram). The variances are sample variances of single draws, not
+    /// the pair form of [`PairSampler`] (standard error:
+    /// [`crate::fast::PowerSums`]).
+    pub fast: FastFn,
 }
 
 impl DropoutClaim {
@@ -73,23 +82,8 @@ impl DropoutClaim {
 }
 
 impl Claim for DropoutClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        "dropout"
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn shape(&self) -> Shape {
-        self.shape
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
-    }
-    fn statistic(&self) -> Statistic {
-        self.statistic_kind
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)(self.x, self.rate()?)
@@ -99,9 +93,7 @@ impl Claim for DropoutClaim {
         self.oracle.map(|o| o(self.x, rate)).transpose()
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
-        FAST.iter()
-            .find(|(id, _)| *id == self.id)
-            .map(|(_, fast)| fast(self.x, self.p, budget))
+        Some((self.fast)(self.x, self.p, budget))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
@@ -109,7 +101,7 @@ impl Claim for DropoutClaim {
             x: self.x,
             p: self.p,
             dim: self.analytic()?.len(),
-            statistic: self.statistic,
+            statistic: self.draw_statistic,
         };
         Ok(estimate(&sampler, budget)?.estimates())
     }
@@ -205,34 +197,78 @@ fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
     Oracle { values, rounding }
 }
 
-fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
+/// The per-unit variance's exact value `m2 − m1²` from the raw-moment
+/// oracles (rounding [`UNIT_VARIANCE_ROUNDINGS`]).
+fn unit_variance_oracle(x: &[f64], rate: Rate) -> Result<Oracle, Error> {
+    let m1 = unit_oracle(x, rate, |z| z);
+    let m2 = unit_oracle(x, rate, |z| z * z);
+    let values: Vec<f64> = m2
+        .values
+        .iter()
+        .zip(&m1.values)
+        .map(|(b, a)| b - a * a)
+        .collect();
+    let rounding = m2
+        .values
+        .iter()
+        .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
+        .collect();
+    Ok(Oracle { values, rounding })
+}
+
+/// A claim per unit at the per-unit configuration ([`UNIT_X`], [`UNIT_P`],
+/// 10⁶ draws).
+fn unit_claim(
+    id: &'static str,
+    formula: &'static str,
+    statistic: Statistic,
+    analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
+    oracle: OracleFn,
+    draw_statistic: fn(&Draw, &mut [f64]),
+    fast: FastFn,
+) -> DropoutClaim {
     DropoutClaim {
-        id,
-        formula,
-        shape: Shape::Vector,
+        card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000).with_statistic(statistic),
         x: &UNIT_X,
         p: UNIT_P,
-        samples: 1_000_000,
-        statistic_kind: unit_statistic(),
-        analytic: match r {
+        analytic,
+        oracle: Some(oracle),
+        draw_statistic,
+        fast,
+    }
+}
+
+/// `E[z_k^r]` per unit, `r ≤ 4`.
+fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
+    unit_claim(
+        id,
+        formula,
+        unit_statistic(),
+        match r {
             1 => |x, _| Ok(per_unit(x, f::unit_mean)),
             2 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 2))),
             3 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 3))),
             _ => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 4))),
         },
-        oracle: Some(match r {
+        match r {
             1 => |x, rate| Ok(unit_oracle(x, rate, |z| z)),
             2 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z)),
             3 => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z)),
             _ => |x, rate| Ok(unit_oracle(x, rate, |z| z * z * z * z)),
-        }),
-        statistic: match r {
+        },
+        match r {
             1 => |d, out| out.copy_from_slice(d.z),
             2 => |d, out| power_into(d.z, 2, out),
             3 => |d, out| power_into(d.z, 3, out),
             _ => |d, out| power_into(d.z, 4, out),
         },
-    }
+        match r {
+            1 => |x, p, b| fast::unit_raw_moments(x, p, 1, b),
+            2 => |x, p, b| fast::unit_raw_moments(x, p, 2, b),
+            3 => |x, p, b| fast::unit_raw_moments(x, p, 3, b),
+            _ => |x, p, b| fast::unit_raw_moments(x, p, 4, b),
+        },
+    )
 }
 
 fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
@@ -241,16 +277,20 @@ fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
     }
 }
 
-/// The worked case by its kept count alone: all units equal `a`, so
-/// `S = K a / q` with `K ~ Binomial(d, q)`, and
-/// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
-fn equal_units_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
-    let a = x[0];
-    if x.iter().any(|&v| v != a) {
-        return Err(Error::Degenerate {
-            what: "the kept-count oracle needs equal units".into(),
-        });
+/// The exact `E[S]` (or `Var S` when `variance`) of the sum of dropped-out
+/// `x`: by the kept count alone when all units are equal (the worked case,
+/// whose `2^512` masks cannot be enumerated), by enumerating the masks
+/// ([`sum_oracle`]) otherwise.
+fn masked_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
+    match x.first() {
+        Some(&a) if x.iter().all(|&v| v == a) => equal_units_sum_oracle(x, a, rate, variance),
+        _ => sum_oracle(x, rate, variance),
     }
+}
+
+/// All units equal `a`, so `S = K a / q` with `K ~ Binomial(d, q)`, and
+/// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
+fn equal_units_sum_oracle(x: &[f64], a: f64, rate: Rate, variance: bool) -> Result<Oracle, Error> {
     let pmf = f::kept_count_pmf(x.len() as u64, rate)?;
     let (mut m1, mut m2, mut mag) = (0.0, 0.0, 0.0);
     for (k, w) in pmf.iter().enumerate() {
@@ -267,8 +307,68 @@ fn equal_units_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracl
     Ok(raw.mean_or_variance(variance))
 }
 
+/// `m_k x_k` per unit: the original scheme's training output.
+fn kept_units(x: &[f64], mask: &[bool], out: &mut [f64]) {
+    for ((o, &m), &a) in out.iter_mut().zip(mask).zip(x) {
+        *o = if m { a } else { 0.0 };
+    }
+}
+
 fn sum_of(z: &[f64]) -> f64 {
     z.iter().sum()
+}
+
+/// Which moment of the sum `S` a claim states.
+#[derive(Clone, Copy)]
+enum SumMoment {
+    Mean,
+    Variance,
+}
+
+/// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its
+/// closed form, its exact value ([`masked_sum_oracle`]) and its per-draw
+/// statistic, `S` or `(S − S')²/2`.
+fn sum_claim(
+    id: &'static str,
+    formula: &'static str,
+    x: &'static [f64],
+    p: f64,
+    samples: u64,
+    moment: SumMoment,
+) -> DropoutClaim {
+    type Analytic = fn(&[f64], Rate) -> Result<Vec<f64>, Error>;
+    type DrawStatistic = fn(&Draw, &mut [f64]);
+    let (analytic, oracle, draw_statistic, fast): (Analytic, OracleFn, DrawStatistic, FastFn) =
+        match moment {
+            SumMoment::Mean => (
+                |x, _| Ok(vec![f::sum_mean(x)]),
+                |x, rate| masked_sum_oracle(x, rate, false),
+                |d, out| out[0] = sum_of(d.z),
+                |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.mean()]),
+            ),
+            SumMoment::Variance => (
+                |x, rate| Ok(vec![f::sum_variance(x, rate)]),
+                |x, rate| masked_sum_oracle(x, rate, true),
+                |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
+                |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.variance()]),
+            ),
+        };
+    DropoutClaim {
+        card: Card::new(id, FAMILY, formula, Shape::Scalar, samples),
+        x,
+        p,
+        analytic,
+        oracle: Some(oracle),
+        draw_statistic,
+        fast,
+    }
+}
+
+/// The indicator of the kept count: 1 at `#kept`, 0 elsewhere (`d + 1`
+/// slots).
+fn kept_count_indicator(mask: &[bool], out: &mut [f64]) {
+    out.fill(0.0);
+    out[mask.iter().filter(|m| **m).count()] = 1.0;
 }
 
 static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new(|| {
@@ -277,172 +377,85 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
         raw_moment_claim("dropout.second_moment", "E[z_k^2] = x_k^2 / q", 2),
         raw_moment_claim("dropout.third_moment", "E[z_k^3] = x_k^3 / q^2", 3),
         raw_moment_claim("dropout.fourth_moment", "E[z_k^4] = x_k^4 / q^3", 4),
-        DropoutClaim {
-            id: "dropout.variance",
-            formula: "Var z_k = x_k^2 p / q",
-            shape: Shape::Vector,
-            x: &UNIT_X,
-            p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: unit_half_square_statistic(),
-            analytic: |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
-            oracle: Some(|x, rate| {
-                let m1 = unit_oracle(x, rate, |z| z);
-                let m2 = unit_oracle(x, rate, |z| z * z);
-                let values: Vec<f64> = m2
-                    .values
-                    .iter()
-                    .zip(&m1.values)
-                    .map(|(b, a)| b - a * a)
-                    .collect();
-                let rounding = m2
-                    .values
-                    .iter()
-                    .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
-                    .collect();
-                Ok(Oracle { values, rounding })
-            }),
-            statistic: |d, out| {
+        unit_claim(
+            "dropout.variance",
+            "Var z_k = x_k^2 p / q",
+            unit_half_square_statistic(),
+            |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
+            unit_variance_oracle,
+            |d, out| {
                 for ((o, a), b) in out.iter_mut().zip(d.z).zip(d.z_alt) {
                     *o = half_squared_difference(*a, *b);
                 }
             },
-        },
+            fast::unit_variances,
+        ),
+        sum_claim(
+            "dropout.sum_mean",
+            "E[S] = sum_k x_k",
+            &UNIT_X,
+            UNIT_P,
+            1_000_000,
+            SumMoment::Mean,
+        ),
+        sum_claim(
+            "dropout.sum_variance",
+            "Var S = (p/q) sum_k x_k^2",
+            &UNIT_X,
+            UNIT_P,
+            1_000_000,
+            SumMoment::Variance,
+        ),
+        sum_claim(
+            "dropout.worked_512_mean",
+            "d=512, x=1, p=0.5: E[S] = 512",
+            &WORKED_X,
+            WORKED_P,
+            200_000,
+            SumMoment::Mean,
+        ),
+        sum_claim(
+            "dropout.worked_512_variance",
+            "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
+            &WORKED_X,
+            WORKED_P,
+            200_000,
+            SumMoment::Variance,
+        ),
         DropoutClaim {
-            id: "dropout.sum_mean",
-            formula: "E[S] = sum_k x_k",
-            shape: Shape::Scalar,
-            x: &UNIT_X,
-            p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, _| Ok(vec![f::sum_mean(x)]),
-            oracle: Some(|x, rate| sum_oracle(x, rate, false)),
-            statistic: |d, out| out[0] = sum_of(d.z),
-        },
-        DropoutClaim {
-            id: "dropout.sum_variance",
-            formula: "Var S = (p/q) sum_k x_k^2",
-            shape: Shape::Scalar,
-            x: &UNIT_X,
-            p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
-            oracle: Some(|x, rate| sum_oracle(x, rate, true)),
-            statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
-        },
-        DropoutClaim {
-            id: "dropout.worked_512_mean",
-            formula: "d=512, x=1, p=0.5: E[S] = 512",
-            shape: Shape::Scalar,
-            x: &WORKED_X,
-            p: WORKED_P,
-            samples: 200_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, _| Ok(vec![f::sum_mean(x)]),
-            oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, false)),
-            statistic: |d, out| out[0] = sum_of(d.z),
-        },
-        DropoutClaim {
-            id: "dropout.worked_512_variance",
-            formula: "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
-            shape: Shape::Scalar,
-            x: &WORKED_X,
-            p: WORKED_P,
-            samples: 200_000,
-            statistic_kind: Statistic::default(),
-            analytic: |x, rate| Ok(vec![f::sum_variance(x, rate)]),
-            oracle: Some(|x, rate| equal_units_sum_oracle(x, rate, true)),
-            statistic: |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
-        },
-        DropoutClaim {
-            id: "dropout.kept_count",
-            formula: "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
-            shape: Shape::Vector,
+            card: Card::new(
+                "dropout.kept_count",
+                FAMILY,
+                "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
+                Shape::Vector,
+                1_000_000,
+            )
+            .with_statistic(Statistic::Indicator { trials: 1 }),
             x: &COUNT_X,
             p: COUNT_P,
-            samples: 1_000_000,
-            statistic_kind: Statistic::Indicator { trials: 1 },
             analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
             oracle: Some(|x, rate| {
-                enumerate_masks(x.len(), rate, x.len() + 1, |mask, out| {
-                    out.fill(0.0);
-                    out[mask.iter().filter(|m| **m).count()] = 1.0;
-                })
+                enumerate_masks(x.len(), rate, x.len() + 1, kept_count_indicator)
             }),
-            statistic: |d, out| {
-                out.fill(0.0);
-                out[d.mask.iter().filter(|m| **m).count()] = 1.0;
-            },
+            draw_statistic: |d, out| kept_count_indicator(d.mask, out),
+            fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
         },
-        DropoutClaim {
-            id: "dropout.original_scheme",
-            formula: "original scheme: E_train[m_k x_k] = q x_k = eval output",
-            shape: Shape::Vector,
-            x: &UNIT_X,
-            p: UNIT_P,
-            samples: 1_000_000,
-            statistic_kind: unit_statistic(),
-            analytic: |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
-            oracle: Some(|x, rate| {
-                enumerate_masks(x.len(), rate, x.len(), |mask, out| {
-                    for ((o, &m), &a) in out.iter_mut().zip(mask).zip(x) {
-                        *o = if m { a } else { 0.0 };
-                    }
-                })
-            }),
-            statistic: |d, out| {
-                for ((o, &m), &a) in out.iter_mut().zip(d.mask).zip(d.x) {
-                    *o = if m { a } else { 0.0 };
-                }
-            },
-        },
+        unit_claim(
+            "dropout.original_scheme",
+            "original scheme: E_train[m_k x_k] = q x_k = eval output",
+            unit_statistic(),
+            |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
+            |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
+            |d, out| kept_units(d.x, d.mask, out),
+            fast::original_scheme_means,
+        ),
     ]
 });
-
-/// A fast estimator at `(x, p)` (on the mathematics).
-type FastFn = fn(&[f64], f64, Budget) -> Result<Vec<Estimate>, Error>;
-
-/// The fast estimators by claim id: every claim of this family has one,
-/// from the bit-mask kernels of [`crate::fast::dropout`] (per-unit moments
-/// from keep counts, the sum from one masked sum per mask, `K` from a
-/// histogram). The variances are sample variances of single draws, not the
-/// pair form of [`PairSampler`] (standard error: [`crate::fast::PowerSums`]).
-const FAST: [(&str, FastFn); 11] = [
-    ("dropout.mean", |x, p, b| fast::unit_raw_moments(x, p, 1, b)),
-    ("dropout.second_moment", |x, p, b| {
-        fast::unit_raw_moments(x, p, 2, b)
-    }),
-    ("dropout.third_moment", |x, p, b| {
-        fast::unit_raw_moments(x, p, 3, b)
-    }),
-    ("dropout.fourth_moment", |x, p, b| {
-        fast::unit_raw_moments(x, p, 4, b)
-    }),
-    ("dropout.variance", fast::unit_variances),
-    ("dropout.sum_mean", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.mean()])
-    }),
-    ("dropout.sum_variance", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.variance()])
-    }),
-    ("dropout.worked_512_mean", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.mean()])
-    }),
-    ("dropout.worked_512_variance", |x, p, b| {
-        Ok(vec![fast::sum_power_sums(x, p, b)?.variance()])
-    }),
-    ("dropout.kept_count", |x, p, b| {
-        fast::kept_count_pmf(x.len(), p, b)
-    }),
-    ("dropout.original_scheme", fast::original_scheme_means),
-];
 
 /// This family: its claims, in report order.
 pub fn family() -> Family {
     Family::new(
-        "dropout",
+        FAMILY,
         "inverted dropout's moments, kept count and survivors",
     )
     .with_claims(&CLAIMS)

@@ -9,18 +9,16 @@
 //! gaps come from [`crate::fast::ensemble`]: each `f` here is a function of
 //! one masked sum, so a mask costs one table look-up.
 
-use super::Shape;
-use super::fn_claim::{
-    FastFn, FastFnClaim, FnClaim, dropout_alone_family, sample_means, with_fast,
-};
-use crate::engine::Stream;
+use super::fn_claim::{FastFn, dropout_alone_family, sample_means};
+use super::{Card, Claim, Shape};
+use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerated_gap};
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject};
 use crate::registry::Family;
-use crate::stats::Statistic;
+use crate::stats::Estimate;
 
 /// The input, `d = 6`.
 pub const X: [f64; 6] = [0.8, -0.4, 1.2, 0.3, -1.0, 0.6];
@@ -30,6 +28,9 @@ pub const W: [f64; 6] = [0.5, -1.0, 0.7, 0.2, -0.3, 1.1];
 pub const C: f64 = -2.4;
 /// Drop rate.
 pub const P: f64 = 0.3;
+
+/// The family name its claims carry.
+const FAMILY: &str = "ensemble";
 
 fn rate() -> Result<Rate, Error> {
     Rate::new(P)
@@ -62,88 +63,103 @@ fn convex_gap(g: fn(&[f64]) -> f64) -> Result<Vec<f64>, Error> {
     Ok(vec![gap])
 }
 
-// The claims' `estimate` closures differ only in the function they pass to
-// `gap_draw`: `FnClaim` holds plain `fn` pointers, which cannot capture it.
-static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
-    with_fast(
-        vec![
-            FnClaim {
-                id: "ensemble.affine_gap",
-                family: "ensemble",
-                formula: "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(vec![0.0]),
-                oracle: Some(|| {
-                    let (gap, rounding) = enumerated_gap(&X, rate()?, affine)?;
-                    Ok(Oracle {
-                        values: vec![gap],
-                        rounding: vec![rounding],
-                    })
-                }),
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        out[0] = gap_draw(s, rng, affine)?;
-                        Ok(())
-                    })
-                },
-            },
-            FnClaim {
-                id: "ensemble.relu_gap",
-                family: "ensemble",
-                formula: "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || convex_gap(relu),
-                oracle: None,
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        out[0] = gap_draw(s, rng, relu)?;
-                        Ok(())
-                    })
-                },
-            },
-            FnClaim {
-                id: "ensemble.logsumexp_gap",
-                family: "ensemble",
-                formula: "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
-                shape: Shape::Scalar,
-                samples: 400_000,
-                statistic: Statistic::default(),
-                analytic: || convex_gap(f::log_sum_exp),
-                oracle: None,
-                estimate: |s, b| {
-                    sample_means(s, b, 1, |s, rng, out| {
-                        out[0] = gap_draw(s, rng, f::log_sum_exp)?;
-                        Ok(())
-                    })
-                },
-            },
-        ],
-        &FAST,
-    )
-});
+/// Whether the function of the dropout output is affine (gap 0) or convex
+/// (gap `G ≥ 0` by Jensen).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Curvature {
+    Affine,
+    Convex,
+}
 
-/// The fast estimators (on the mathematics) by claim id: every claim of
-/// this family has one, from the bit-mask kernels of [`crate::fast::ensemble`].
-const FAST: [(&str, FastFn); 3] = [
-    ("ensemble.affine_gap", |b| {
-        Ok(vec![fast::gap(&fast::affine_gap_kernel(&X, &W, C, P)?, b)?])
-    }),
-    ("ensemble.relu_gap", |b| {
-        Ok(vec![fast::gap(&fast::relu_gap_kernel(&X, &W, C, P)?, b)?])
-    }),
-    ("ensemble.logsumexp_gap", |b| {
-        Ok(vec![fast::gap(&fast::log_sum_exp_gap_kernel(&X, P)?, b)?])
-    }),
+/// A claim on the ensemble gap of one function `g` of the dropout output.
+/// Closed form: 0 for an affine `g` (its oracle enumerates the gap), the
+/// enumerated Jensen gap for a convex one (refusing a negative value).
+/// Estimate: the mean of `g(z) − g(x)`; on the mathematics, `fast`.
+pub struct GapClaim {
+    /// What it states.
+    pub card: Card,
+    pub g: fn(&[f64]) -> f64,
+    pub curvature: Curvature,
+    /// The bit-mask estimator of [`crate::fast::ensemble`].
+    pub fast: FastFn,
+}
+
+impl Claim for GapClaim {
+    fn card(&self) -> Card {
+        self.card
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        match self.curvature {
+            Curvature::Affine => Ok(vec![0.0]),
+            Curvature::Convex => convex_gap(self.g),
+        }
+    }
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        if self.curvature == Curvature::Convex {
+            return Ok(None);
+        }
+        let (gap, rounding) = enumerated_gap(&X, rate()?, self.g)?;
+        Ok(Some(Oracle {
+            values: vec![gap],
+            rounding: vec![rounding],
+        }))
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        let g = self.g;
+        sample_means(subject, budget, 1, move |s, rng, out| {
+            out[0] = gap_draw(s, rng, g)?;
+            Ok(())
+        })
+    }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        Some((self.fast)(budget))
+    }
+}
+
+/// The family's claims, in report order.
+static CLAIMS: [GapClaim; 3] = [
+    GapClaim {
+        card: Card::new(
+            "ensemble.affine_gap",
+            FAMILY,
+            "affine f = w.z + c: E_m[f(z)] - f(x) = 0",
+            Shape::Scalar,
+            400_000,
+        ),
+        g: affine,
+        curvature: Curvature::Affine,
+        fast: |b| Ok(vec![fast::gap(&fast::affine_gap_kernel(&X, &W, C, P)?, b)?]),
+    },
+    GapClaim {
+        card: Card::new(
+            "ensemble.relu_gap",
+            FAMILY,
+            "f = relu(w.z + c): E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
+            Shape::Scalar,
+            400_000,
+        ),
+        g: relu,
+        curvature: Curvature::Convex,
+        fast: |b| Ok(vec![fast::gap(&fast::relu_gap_kernel(&X, &W, C, P)?, b)?]),
+    },
+    GapClaim {
+        card: Card::new(
+            "ensemble.logsumexp_gap",
+            FAMILY,
+            "f = log sum exp z: E_m[f(z)] - f(x) = G >= 0 (Jensen; G over 64 masks)",
+            Shape::Scalar,
+            400_000,
+        ),
+        g: f::log_sum_exp,
+        curvature: Curvature::Convex,
+        fast: |b| Ok(vec![fast::gap(&fast::log_sum_exp_gap_kernel(&X, P)?, b)?]),
+    },
 ];
 
 /// This family: its claims, in report order.
 pub fn family() -> Family {
     dropout_alone_family(
-        "ensemble",
+        FAMILY,
         "the ensemble gap of a convex function of the dropout output",
         &CLAIMS,
     )

@@ -1,6 +1,7 @@
-//! A claim assembled from plain functions (with a fast estimator where its
-//! quantity has a bit-mask form, [`FastFnClaim`]), and the samplers the
-//! semantics, attention, mask-shape and ensemble families share.
+//! A claim assembled from plain functions ([`FnClaim`], with a fast
+//! estimator where its quantity has a bit-mask form), a claim that rules
+//! hold on every draw ([`RuleClaim`]), and the samplers the semantics,
+//! attention, mask-shape and ensemble families share.
 //!
 //! Two kinds of estimate come out of these helpers:
 //!
@@ -12,7 +13,7 @@
 //!   a claim declaring [`Statistic::Violations`] compares it with the
 //!   target 0 exactly: a single violation anywhere refutes the claim.
 
-use super::{Claim, Kind, Shape};
+use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::Oracle;
@@ -25,42 +26,22 @@ pub type DrawFn = fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error>;
 
 /// A claim whose parts are functions.
 pub struct FnClaim {
-    pub id: &'static str,
-    pub family: &'static str,
-    pub formula: &'static str,
-    pub shape: Shape,
-    pub samples: u64,
-    /// The per-draw statistic's kind, which decides the test.
-    pub statistic: Statistic,
+    /// What it states.
+    pub card: Card,
     /// The closed form.
     pub analytic: fn() -> Result<Vec<f64>, Error>,
     /// An independent exact computation, if any.
     pub oracle: Option<fn() -> Result<Oracle, Error>>,
     /// The estimate on a subject.
     pub estimate: fn(&Subject, Budget) -> Result<Vec<Estimate>, Error>,
+    /// The fast estimate on the mathematics, where the claim's quantity has
+    /// a bit-mask form (see [`Claim::fast_estimate`]).
+    pub fast: Option<FastFn>,
 }
 
 impl Claim for FnClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        self.family
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn kind(&self) -> Kind {
-        Kind::Exact
-    }
-    fn shape(&self) -> Shape {
-        self.shape
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
-    }
-    fn statistic(&self) -> Statistic {
-        self.statistic
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)()
@@ -71,96 +52,105 @@ impl Claim for FnClaim {
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         (self.estimate)(subject, budget)
     }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        self.fast.map(|f| f(budget))
+    }
+}
+
+/// What a claim can say about a subject (see [`Claim::note_on`]).
+pub type DescribeFn = fn(&Subject) -> Result<String, Error>;
+
+/// A claim that `rules` rules hold on every draw (a deterministic check,
+/// see the module doc): its closed form is 0 violations of each rule, its
+/// estimate the counts of [`violation_counts`] over `draw`, its test exact
+/// ([`Statistic::Violations`]).
+pub struct RuleClaim {
+    /// What it states.
+    pub card: Card,
+    /// Rules checked per draw (one count each).
+    pub rules: usize,
+    /// One draw: writes each rule's violations on it.
+    pub draw: DrawFn,
+    /// What a run can say about the subject itself (which rounding its
+    /// layer uses, say), as the claim's note.
+    pub describe: Option<DescribeFn>,
+}
+
+impl RuleClaim {
+    /// The claim that the `rules` rules `draw` checks hold on every one of
+    /// `samples` draws: one count is a scalar, several a vector.
+    pub const fn new(
+        id: &'static str,
+        family: &'static str,
+        formula: &'static str,
+        samples: u64,
+        rules: usize,
+        draw: DrawFn,
+    ) -> Self {
+        let shape = if rules == 1 {
+            Shape::Scalar
+        } else {
+            Shape::Vector
+        };
+        RuleClaim {
+            card: Card::new(id, family, formula, shape, samples)
+                .with_statistic(Statistic::Violations),
+            rules,
+            draw,
+            describe: None,
+        }
+    }
+
+    /// The same claim, noting `describe(subject)` on each run.
+    pub const fn describing(self, describe: DescribeFn) -> Self {
+        RuleClaim {
+            describe: Some(describe),
+            ..self
+        }
+    }
+}
+
+impl Claim for RuleClaim {
+    fn card(&self) -> Card {
+        self.card
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        Ok(vec![0.0; self.rules])
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        violation_counts(subject, budget, self.rules, self.draw)
+    }
+    fn note_on(&self, subject: &Subject) -> Option<String> {
+        self.describe.and_then(|describe| describe(subject).ok())
+    }
 }
 
 /// A fast estimator of a claim about the mathematics (see
 /// [`Claim::fast_estimate`]).
 pub type FastFn = fn(Budget) -> Result<Vec<Estimate>, Error>;
 
-/// A [`FnClaim`] with, where its quantity has a bit-mask form, a fast
-/// estimator: the generic estimate on an implementation under test, `fast`
-/// on the mathematics. Every other part is the wrapped claim's.
-pub struct FastFnClaim {
-    pub claim: FnClaim,
-    pub fast: Option<FastFn>,
-}
-
-/// Pairs each claim with the fast estimator listed under its id (none when
-/// its id is not listed).
-pub fn with_fast(claims: Vec<FnClaim>, fast: &[(&str, FastFn)]) -> Vec<FastFnClaim> {
-    claims
-        .into_iter()
-        .map(|claim| {
-            let fast = fast.iter().find(|(id, _)| *id == claim.id).map(|(_, f)| *f);
-            FastFnClaim { claim, fast }
-        })
-        .collect()
-}
-
 /// A family about dropout alone (no normalization) whose claims carry
 /// their fast estimators: the attention, mask-shape and ensemble families.
-pub fn dropout_alone_family(
+pub fn dropout_alone_family<C: Claim + 'static>(
     name: &'static str,
     about: &'static str,
-    claims: &'static [FastFnClaim],
+    claims: &'static [C],
 ) -> Family {
     Family::new(name, about)
         .with_claims(claims)
         .exercising_dropout_alone()
 }
 
-impl Claim for FastFnClaim {
-    fn id(&self) -> &'static str {
-        self.claim.id()
-    }
-    fn family(&self) -> &'static str {
-        self.claim.family()
-    }
-    fn formula(&self) -> &'static str {
-        self.claim.formula()
-    }
-    fn kind(&self) -> Kind {
-        self.claim.kind()
-    }
-    fn shape(&self) -> Shape {
-        self.claim.shape()
-    }
-    fn default_samples(&self) -> u64 {
-        self.claim.default_samples()
-    }
-    fn analytic(&self) -> Result<Vec<f64>, Error> {
-        self.claim.analytic()
-    }
-    fn oracle(&self) -> Result<Option<Oracle>, Error> {
-        self.claim.oracle()
-    }
-    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        self.claim.estimate(subject, budget)
-    }
-    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
-        self.fast.map(|f| f(budget))
-    }
-    fn statistic(&self) -> Statistic {
-        self.claim.statistic()
-    }
-    fn min_samples(&self) -> u64 {
-        self.claim.min_samples()
-    }
-    fn note_on(&self, subject: &Subject) -> Option<String> {
-        self.claim.note_on(subject)
-    }
-    fn note(&self) -> Option<String> {
-        self.claim.note()
-    }
-}
-
-struct FnSampler<'a> {
+struct FnSampler<'a, F> {
     subject: &'a Subject<'a>,
     dim: usize,
-    draw: DrawFn,
+    draw: F,
 }
 
-impl Sampler for FnSampler<'_> {
+impl<F> Sampler for FnSampler<'_, F>
+where
+    F: Fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error> + Sync,
+{
     type Scratch = ();
     fn dim(&self) -> usize {
         self.dim
@@ -171,12 +161,13 @@ impl Sampler for FnSampler<'_> {
     }
 }
 
-/// Means (with standard errors) of `dim` per-draw statistics.
+/// Means (with standard errors) of `dim` per-draw statistics, which `draw`
+/// writes (a [`DrawFn`], or a closure over the claim's parameters).
 pub fn sample_means(
     subject: &Subject,
     budget: Budget,
     dim: usize,
-    draw: DrawFn,
+    draw: impl Fn(&Subject, &mut Stream, &mut [f64]) -> Result<(), Error> + Sync,
 ) -> Result<Vec<Estimate>, Error> {
     let sampler = FnSampler { subject, dim, draw };
     Ok(estimate(&sampler, budget)?.estimates())

@@ -2,7 +2,6 @@
 //! estimate `β + c (LN(x) − β)` of `E[LN(z)]` (leading order). Derivations:
 //! [`crate::formulas::layernorm`]; machinery: [`super::norm`].
 
-use super::Kind;
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
 use crate::formulas::layernorm as f;
@@ -49,66 +48,57 @@ const UNCORRECTED: &[Baseline] = &[("uncorrected LN(x)", |c| {
     f::uncorrected(&c.site.clean(), &c.ln)
 })];
 
+// A data table: each entry is one statement's id, formula, budget, statistic
+// and closed form, so consecutive entries share their shape.
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
     vec![
-        NormClaim {
-            id: "layernorm.mean_of_m",
-            family: "layernorm",
-            formula: "E[M] = mu",
-            kind: Kind::Exact,
-            samples: 10_000_000,
+        NormClaim::new(
+            "layernorm.mean_of_m",
+            "layernorm",
+            "E[M] = mu",
+            10_000_000,
             config,
-            stat: Stat::M,
-            analytic: |c| Ok(vec![f::mean_of_m(&c.site.clean())?]),
-            baselines: &[],
-            sweep: None,
-        },
-        NormClaim {
-            id: "layernorm.var_of_m",
-            family: "layernorm",
-            formula: "Var M = p (sigma^2 + mu^2) / (q d)",
-            kind: Kind::Exact,
-            // Masks, two per draw of (M − M')²/2: 10⁷ pairs.
-            samples: 20_000_000,
+            Stat::M,
+            |c| Ok(vec![f::mean_of_m(&c.site.clean())?]),
+        ),
+        // Masks, two per draw of (M − M')²/2: 10⁷ pairs.
+        NormClaim::new(
+            "layernorm.var_of_m",
+            "layernorm",
+            "Var M = p (sigma^2 + mu^2) / (q d)",
+            20_000_000,
             config,
-            stat: Stat::VarM,
-            analytic: |c| {
+            Stat::VarM,
+            |c| {
                 let (x, rate) = x_and_rate(c)?;
                 Ok(vec![f::variance_of_m(&x, rate)?])
             },
-            baselines: &[],
-            sweep: None,
-        },
-        NormClaim {
-            id: "layernorm.mean_of_v",
-            family: "layernorm",
-            formula: "E[V] = (sigma^2 + p mu^2)/q - p (sigma^2 + mu^2)/(q d)",
-            kind: Kind::Exact,
-            samples: 10_000_000,
+        ),
+        NormClaim::new(
+            "layernorm.mean_of_v",
+            "layernorm",
+            "E[V] = (sigma^2 + p mu^2)/q - p (sigma^2 + mu^2)/(q d)",
+            10_000_000,
             config,
-            stat: Stat::V,
-            analytic: |c| {
+            Stat::V,
+            |c| {
                 let (x, rate) = x_and_rate(c)?;
                 Ok(vec![f::mean_of_v(&x, rate)?])
             },
-            baselines: &[],
-            sweep: None,
-        },
-        NormClaim {
-            id: "layernorm.output",
-            family: "layernorm",
-            formula: "E[LN(z)] ~ beta + c (LN(x) - beta), c = sqrt(q / (1 + p (mu/sigma)^2))",
-            kind: Kind::LeadingOrder { order: 1 },
-            samples: 5_000_000,
+        ),
+        NormClaim::new(
+            "layernorm.output",
+            "layernorm",
+            "E[LN(z)] ~ beta + c (LN(x) - beta), c = sqrt(q / (1 + p (mu/sigma)^2))",
+            5_000_000,
             config,
-            stat: Stat::Ln,
-            analytic: |c| {
+            Stat::Ln,
+            |c| {
                 let (x, rate) = x_and_rate(c)?;
                 f::corrected(&x, &c.ln, rate)
             },
-            baselines: UNCORRECTED,
-            sweep: Some(sweep),
-        },
+        )
+        .leading_order(1, UNCORRECTED, sweep),
     ]
 });
 

@@ -4,11 +4,10 @@
 //! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]
 //! (one mask per sample, the variances as sample variances).
 
-use super::Shape;
 use super::fn_claim::{
-    FastFn, FastFnClaim, FnClaim, dropout_alone_family, half_squared_difference, indicator,
-    sample_means, with_fast,
+    FnClaim, dropout_alone_family, half_squared_difference, indicator, sample_means,
 };
+use super::{Card, Shape};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
@@ -147,90 +146,83 @@ pub fn default_shape_draws() -> (u64, f64) {
     (draws, miss)
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<FastFnClaim>> = std::sync::LazyLock::new(|| {
-    with_fast(
-        vec![
-            FnClaim {
-                id: "mask_shape.independent_variance",
-                family: "mask_shape",
-                formula: "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(f::independent_variance(&X, D, rate()?)),
-                oracle: Some(|| variance_oracle(false)),
-                estimate: |s, b| {
-                    sample_means(s, b, D, |s, rng, out| {
-                        variance_draw(s, MaskShape::Independent, rng, out)
-                    })
-                },
+// A data table: two quantities (column variance, all-zero column) under two
+// mask shapes, so the entries of one quantity share a shape and differ in
+// the mask shape they name.
+static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
+    vec![
+        FnClaim {
+            card: Card::new(
+                "mask_shape.independent_variance",
+                "mask_shape",
+                "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
+                Shape::Vector,
+                200_000,
+            ),
+            analytic: || Ok(f::independent_variance(&X, D, rate()?)),
+            oracle: Some(|| variance_oracle(false)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    variance_draw(s, MaskShape::Independent, rng, out)
+                })
             },
-            FnClaim {
-                id: "mask_shape.shared_variance",
-                family: "mask_shape",
-                formula: "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::default(),
-                analytic: || Ok(f::shared_variance(&X, D, rate()?)),
-                oracle: Some(|| variance_oracle(true)),
-                estimate: |s, b| {
-                    sample_means(s, b, D, |s, rng, out| {
-                        variance_draw(s, MaskShape::SharedOverPositions, rng, out)
-                    })
-                },
+            fast: Some(|b| fast::column_sum_variances::<D>(&X, T, false, P, b)),
+        },
+        FnClaim {
+            card: Card::new(
+                "mask_shape.shared_variance",
+                "mask_shape",
+                "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
+                Shape::Vector,
+                200_000,
+            ),
+            analytic: || Ok(f::shared_variance(&X, D, rate()?)),
+            oracle: Some(|| variance_oracle(true)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    variance_draw(s, MaskShape::SharedOverPositions, rng, out)
+                })
             },
-            FnClaim {
-                id: "mask_shape.independent_zero_column",
-                family: "mask_shape",
-                formula: "independent: P(column k all zero) = p^T",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::Indicator { trials: 1 },
-                analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
-                oracle: Some(|| zero_column_oracle(false)),
-                estimate: |s, b| {
-                    sample_means(s, b, D, |s, rng, out| {
-                        zero_column_draw(s, MaskShape::Independent, rng, out)
-                    })
-                },
+            fast: Some(|b| fast::column_sum_variances::<D>(&X, T, true, P, b)),
+        },
+        FnClaim {
+            card: Card::new(
+                "mask_shape.independent_zero_column",
+                "mask_shape",
+                "independent: P(column k all zero) = p^T",
+                Shape::Vector,
+                200_000,
+            )
+            .with_statistic(Statistic::Indicator { trials: 1 }),
+            analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
+            oracle: Some(|| zero_column_oracle(false)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    zero_column_draw(s, MaskShape::Independent, rng, out)
+                })
             },
-            FnClaim {
-                id: "mask_shape.shared_zero_column",
-                family: "mask_shape",
-                formula: "shared: P(column k all zero) = p",
-                shape: Shape::Vector,
-                samples: 200_000,
-                statistic: Statistic::Indicator { trials: 1 },
-                analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
-                oracle: Some(|| zero_column_oracle(true)),
-                estimate: |s, b| {
-                    sample_means(s, b, D, |s, rng, out| {
-                        zero_column_draw(s, MaskShape::SharedOverPositions, rng, out)
-                    })
-                },
+            fast: Some(|b| fast::zero_column_probabilities(T, D, false, P, b)),
+        },
+        FnClaim {
+            card: Card::new(
+                "mask_shape.shared_zero_column",
+                "mask_shape",
+                "shared: P(column k all zero) = p",
+                Shape::Vector,
+                200_000,
+            )
+            .with_statistic(Statistic::Indicator { trials: 1 }),
+            analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
+            oracle: Some(|| zero_column_oracle(true)),
+            estimate: |s, b| {
+                sample_means(s, b, D, |s, rng, out| {
+                    zero_column_draw(s, MaskShape::SharedOverPositions, rng, out)
+                })
             },
-        ],
-        &FAST,
-    )
+            fast: Some(|b| fast::zero_column_probabilities(T, D, true, P, b)),
+        },
+    ]
 });
-
-/// The fast estimators (on the mathematics) by claim id: every claim of
-/// this family has one, from the bit-mask kernels of [`crate::fast::mask_shape`].
-const FAST: [(&str, FastFn); 4] = [
-    ("mask_shape.independent_variance", |b| {
-        fast::column_sum_variances::<D>(&X, T, false, P, b)
-    }),
-    ("mask_shape.shared_variance", |b| {
-        fast::column_sum_variances::<D>(&X, T, true, P, b)
-    }),
-    ("mask_shape.independent_zero_column", |b| {
-        fast::zero_column_probabilities(T, D, false, P, b)
-    }),
-    ("mask_shape.shared_zero_column", |b| {
-        fast::zero_column_probabilities(T, D, true, P, b)
-    }),
-];
 
 /// This family: its claims, in report order.
 pub fn family() -> Family {

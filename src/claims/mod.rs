@@ -45,7 +45,7 @@ use crate::engine::Budget;
 use crate::error::Error;
 use crate::exact::Oracle;
 use crate::ops::Subject;
-use crate::stats::{Estimate, Statistic};
+use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
 
 /// Whether a statement is exact or an approximation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,22 +75,113 @@ pub enum Shape {
     Vector,
 }
 
-/// One analytic statement under test.
-pub trait Claim: Sync {
+/// What a claim states about itself, apart from its computations: the
+/// fields every report, list and test reads. A claim holds one and returns
+/// it from [`Claim::card`].
+///
+/// ```
+/// use dropmc::claims::{Card, Kind, Shape};
+/// use dropmc::stats::Statistic;
+///
+/// let pmf = Card::new("mine.kept", "mine", "P(K = k) = C(d,k) q^k p^(d-k)", Shape::Vector, 10_000)
+///     .with_statistic(Statistic::Indicator { trials: 1 });
+/// assert_eq!(pmf.kind, Kind::Exact);
+/// assert_eq!(pmf.statistic, Statistic::Indicator { trials: 1 });
+///
+/// let output = Card::new("mine.output", "mine", "E[LN(z)] ~ ...", Shape::Vector, 10_000)
+///     .leading_order(1);
+/// assert_eq!(output.kind, Kind::LeadingOrder { order: 1 });
+/// assert_eq!(output.statistic, Statistic::default());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Card {
     /// Stable identifier, `family.name`.
-    fn id(&self) -> &'static str;
+    pub id: &'static str,
     /// The family (one formula file) it belongs to.
-    fn family(&self) -> &'static str;
+    pub family: &'static str,
     /// The statement, readable in a table.
-    fn formula(&self) -> &'static str;
+    pub formula: &'static str,
+    /// Exact or leading order.
+    pub kind: Kind,
+    /// Scalar or per-component.
+    pub shape: Shape,
+    /// Draws at the default budget.
+    pub samples: u64,
+    /// The kind of per-draw statistic, which decides the test.
+    pub statistic: Statistic,
+}
+
+impl Card {
+    /// An exact claim whose per-draw statistic is a mean with the default
+    /// skewness bound ([`Statistic::default`]).
+    pub const fn new(
+        id: &'static str,
+        family: &'static str,
+        formula: &'static str,
+        shape: Shape,
+        samples: u64,
+    ) -> Card {
+        Card {
+            id,
+            family,
+            formula,
+            kind: Kind::Exact,
+            shape,
+            samples,
+            statistic: Statistic::Mean {
+                skewness: DEFAULT_SKEWNESS,
+            },
+        }
+    }
+
+    /// The same card with another per-draw statistic.
+    pub const fn with_statistic(self, statistic: Statistic) -> Card {
+        Card { statistic, ..self }
+    }
+
+    /// The same card for a leading-order statement with error `O(1/d^order)`.
+    pub const fn leading_order(self, order: u32) -> Card {
+        Card {
+            kind: Kind::LeadingOrder { order },
+            ..self
+        }
+    }
+}
+
+/// One analytic statement under test.
+///
+/// An implementation says what it states in its [`Card`] and computes the
+/// closed form and the estimate; the card's fields are read through the
+/// provided accessors ([`id`](Claim::id), [`family`](Claim::family), …),
+/// which are not meant to be overridden.
+pub trait Claim: Sync {
+    /// What the claim states: id, family, formula, kind, shape, budget and
+    /// statistic.
+    fn card(&self) -> Card;
+    /// Stable identifier, `family.name`.
+    fn id(&self) -> &'static str {
+        self.card().id
+    }
+    /// The family (one formula file) it belongs to.
+    fn family(&self) -> &'static str {
+        self.card().family
+    }
+    /// The statement, readable in a table.
+    fn formula(&self) -> &'static str {
+        self.card().formula
+    }
     /// Exact or leading order.
     fn kind(&self) -> Kind {
-        Kind::Exact
+        self.card().kind
     }
     /// Scalar or per-component.
-    fn shape(&self) -> Shape;
+    fn shape(&self) -> Shape {
+        self.card().shape
+    }
     /// Draws at the default budget.
-    fn default_samples(&self) -> u64;
+    fn default_samples(&self) -> u64 {
+        self.card().samples
+    }
     /// The closed form's value(s) at the claim's configuration.
     fn analytic(&self) -> Result<Vec<f64>, Error>;
     /// The exact value(s) by an independent computation, where one exists.
@@ -110,10 +201,10 @@ pub trait Claim: Sync {
         None
     }
     /// The kind of per-draw statistic, which decides the test (see
-    /// [`crate::stats::Statistic`]): a mean with sample standard error and
-    /// the default skewness bound unless the claim says otherwise.
+    /// [`crate::stats::Statistic`]; [`Card::new`] starts from a mean with
+    /// sample standard error and the default skewness bound).
     fn statistic(&self) -> Statistic {
-        Statistic::default()
+        self.card().statistic
     }
     /// The smallest budget at which the claim's test has its stated size;
     /// below it [`check`] reports [`Verdict::Inconclusive`].

@@ -9,13 +9,13 @@
 //! statistic is a variance (`(t − t')²/2`, see [`crate::engine::Sampler`]),
 //! and then the crate's own LayerNorm / RMSNorm.
 
-use super::{Claim, Kind, Shape};
+use super::{Card, Claim, Kind, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{
     Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
 };
-use crate::ops::{LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
+use crate::ops::{DropoutLayer, LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
 use crate::stats::Estimate;
 use crate::verify::order::{GapCurve, SWEEP_D};
 
@@ -85,12 +85,10 @@ impl Stat {
 pub type Baseline = (&'static str, fn(&Config) -> Result<Vec<f64>, Error>);
 
 /// A claim of a normalization family.
+#[derive(Clone)]
 pub struct NormClaim {
-    pub id: &'static str,
-    pub family: &'static str,
-    pub formula: &'static str,
-    pub kind: Kind,
-    pub samples: u64,
+    /// What it states.
+    pub card: Card,
     pub config: fn() -> Result<Config, Error>,
     pub stat: Stat,
     /// The closed form (the leading-order estimate for a leading-order claim).
@@ -103,6 +101,50 @@ pub struct NormClaim {
 }
 
 impl NormClaim {
+    /// An exact claim: the mean of `stat` over draws of `config()`'s site
+    /// is `analytic`, per unit for the output statistics and one number
+    /// otherwise; no baselines, no sweep (see
+    /// [`leading_order`](NormClaim::leading_order)).
+    pub fn new(
+        id: &'static str,
+        family: &'static str,
+        formula: &'static str,
+        samples: u64,
+        config: fn() -> Result<Config, Error>,
+        stat: Stat,
+        analytic: fn(&Config) -> Result<Vec<f64>, Error>,
+    ) -> Self {
+        let shape = match stat {
+            Stat::Ln | Stat::Rms | Stat::LnLn => Shape::Vector,
+            _ => Shape::Scalar,
+        };
+        NormClaim {
+            card: Card::new(id, family, formula, shape, samples),
+            config,
+            stat,
+            analytic,
+            baselines: &[],
+            sweep: None,
+        }
+    }
+
+    /// The same claim as a leading-order statement with error
+    /// `O(1/d^order)`, whose gap is measured against `baselines` and along
+    /// `sweep`.
+    pub fn leading_order(
+        self,
+        order: u32,
+        baselines: &'static [Baseline],
+        sweep: fn(usize) -> Result<Config, Error>,
+    ) -> Self {
+        NormClaim {
+            card: self.card.leading_order(order),
+            baselines,
+            sweep: Some(sweep),
+            ..self
+        }
+    }
+
     /// The configuration.
     pub fn configuration(&self) -> Result<Config, Error> {
         (self.config)()
@@ -152,9 +194,9 @@ impl NormClaim {
     /// claim's order (see [`GapCurve::fit`]).
     pub fn gap_curve(&self, ds: &[usize]) -> Result<GapCurve, Error> {
         let sweep = self.sweep.ok_or_else(|| Error::Degenerate {
-            what: format!("{} has no sweep configuration", self.id),
+            what: format!("{} has no sweep configuration", self.card.id),
         })?;
-        let order = match self.kind {
+        let order = match self.card.kind {
             Kind::LeadingOrder { order } => order,
             Kind::Exact => 1,
         };
@@ -176,33 +218,15 @@ impl NormClaim {
         match config.pipeline(self.stat) {
             Some(pipeline) => grouped_pipeline(&config.site, pipeline),
             None => Err(Error::Degenerate {
-                what: format!("{} has no grouped oracle", self.id),
+                what: format!("{} has no grouped oracle", self.card.id),
             }),
         }
     }
 }
 
 impl Claim for NormClaim {
-    fn id(&self) -> &'static str {
-        self.id
-    }
-    fn family(&self) -> &'static str {
-        self.family
-    }
-    fn formula(&self) -> &'static str {
-        self.formula
-    }
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-    fn shape(&self) -> Shape {
-        match self.stat {
-            Stat::Ln | Stat::Rms | Stat::LnLn => Shape::Vector,
-            _ => Shape::Scalar,
-        }
-    }
-    fn default_samples(&self) -> u64 {
-        self.samples
+    fn card(&self) -> Card {
+        self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)(&self.configuration()?)
@@ -225,7 +249,7 @@ impl Claim for NormClaim {
             .transpose()
     }
     fn note(&self) -> Option<String> {
-        if !matches!(self.kind, Kind::LeadingOrder { .. }) {
+        if !matches!(self.card.kind, Kind::LeadingOrder { .. }) {
             return None;
         }
         Some(match leading_order_note(self) {
@@ -281,13 +305,41 @@ pub struct SiteSampler<'a> {
     pub stat: Stat,
 }
 
-/// Working buffers of [`SiteSampler`].
-pub struct SiteScratch {
+/// The buffers of one draw of a site through a dropout layer: the site's
+/// output `y`, and the layer's output and mask for each term in turn.
+pub struct SiteBuffers {
     y: Vec<f64>,
-    y_alt: Vec<f64>,
-    buf: Vec<f64>,
-    tmp: Vec<f64>,
+    term: Vec<f64>,
     mask: Vec<bool>,
+}
+
+impl SiteBuffers {
+    /// Buffers for a site of width `d`.
+    pub fn new(d: usize) -> Self {
+        SiteBuffers {
+            y: vec![0.0; d],
+            term: vec![0.0; d],
+            mask: vec![false; d],
+        }
+    }
+
+    /// Draws `site` through `layer` (see [`Site::draw`]) and returns its
+    /// output `y`.
+    pub fn draw(
+        &mut self,
+        site: &Site,
+        layer: &dyn DropoutLayer,
+        rng: &mut Stream,
+    ) -> Result<&[f64], Error> {
+        site.draw(layer, rng, &mut self.y, &mut self.term, &mut self.mask)?;
+        Ok(&self.y)
+    }
+}
+
+/// Working buffers of [`SiteSampler`]: the draw's and the norm's.
+pub struct SiteScratch {
+    site: SiteBuffers,
+    tmp: Vec<f64>,
 }
 
 impl Sampler for SiteSampler<'_> {
@@ -298,30 +350,26 @@ impl Sampler for SiteSampler<'_> {
     fn scratch(&self) -> SiteScratch {
         let d = self.config.site.dim();
         SiteScratch {
-            y: vec![0.0; d],
-            y_alt: vec![0.0; d],
-            buf: vec![0.0; d],
+            site: SiteBuffers::new(d),
             tmp: vec![0.0; d],
-            mask: vec![false; d],
         }
     }
     fn draw(&self, rng: &mut Stream, s: &mut SiteScratch, out: &mut [f64]) -> Result<(), Error> {
-        let layer = self.subject.dropout;
-        let site = &self.config.site;
-        site.draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
+        let (layer, site) = (self.subject.dropout, &self.config.site);
+        let y = s.site.draw(site, layer, rng)?;
         match self.stat {
-            Stat::M => out[0] = mean_and_variance(&s.y).0,
+            Stat::M => out[0] = mean_and_variance(y).0,
             Stat::VarM => {
-                site.draw(layer, rng, &mut s.y_alt, &mut s.buf, &mut s.mask)?;
-                let diff = mean_and_variance(&s.y).0 - mean_and_variance(&s.y_alt).0;
-                out[0] = 0.5 * diff * diff;
+                let m = mean_and_variance(y).0;
+                let m_alt = mean_and_variance(s.site.draw(site, layer, rng)?).0;
+                out[0] = 0.5 * (m - m_alt) * (m - m_alt);
             }
-            Stat::V => out[0] = mean_and_variance(&s.y).1,
-            Stat::R2 => out[0] = s.y.iter().map(|v| v * v).sum::<f64>() / s.y.len() as f64,
-            Stat::Ln => Pipeline::Ln(&self.config.ln).apply(&s.y, &mut s.tmp, out),
-            Stat::Rms => Pipeline::Rms(&self.config.rms).apply(&s.y, &mut s.tmp, out),
+            Stat::V => out[0] = mean_and_variance(y).1,
+            Stat::R2 => out[0] = y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64,
+            Stat::Ln => Pipeline::Ln(&self.config.ln).apply(y, &mut s.tmp, out),
+            Stat::Rms => Pipeline::Rms(&self.config.rms).apply(y, &mut s.tmp, out),
             Stat::LnLn => {
-                Pipeline::LnLn(&self.config.ln, &self.config.ln2).apply(&s.y, &mut s.tmp, out)
+                Pipeline::LnLn(&self.config.ln, &self.config.ln2).apply(y, &mut s.tmp, out)
             }
         }
         Ok(())

@@ -2,7 +2,6 @@
 //! estimate of `E[RMS(z)]` (leading order). Derivations:
 //! [`crate::formulas::rmsnorm`]; machinery: [`super::norm`].
 
-use super::Kind;
 use super::layernorm::{A, B, D, P, gains};
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use crate::error::Error;
@@ -18,41 +17,37 @@ pub fn config() -> Result<Config, Error> {
     Ok(c)
 }
 
-/// The same shape at width `d`, with plain RMSNorm.
-pub fn sweep(d: usize) -> Result<Config, Error> {
-    Config::plain(Site::plain(&two_groups(d, A, B)?, P)?)
-}
+/// The same shape at width `d`, with plain norms: the LayerNorm family's
+/// sweep, whose plain RMSNorm this family reads.
+pub use super::layernorm::sweep;
 
 const UNCORRECTED: &[Baseline] = &[("uncorrected RMS(x)", |c| {
     f::uncorrected(&c.site.clean(), &c.rms)
 })];
 
+// Same shape as layernorm.rs's table: a normalization family is its
+// uncorrected baseline and a data table of `NormClaim::new` entries.
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
     vec![
-        NormClaim {
-            id: "rmsnorm.mean_of_r2",
-            family: "rmsnorm",
-            formula: "E[R^2] = mean_k x_k^2 / q",
-            kind: Kind::Exact,
-            samples: 10_000_000,
+        NormClaim::new(
+            "rmsnorm.mean_of_r2",
+            "rmsnorm",
+            "E[R^2] = mean_k x_k^2 / q",
+            10_000_000,
             config,
-            stat: Stat::R2,
-            analytic: |c| Ok(vec![f::mean_of_r2(&c.site.clean(), c.site.terms()[0].1)?]),
-            baselines: &[],
-            sweep: None,
-        },
-        NormClaim {
-            id: "rmsnorm.output",
-            family: "rmsnorm",
-            formula: "E[RMSNorm(z)] ~ sqrt(q) RMSNorm(x)",
-            kind: Kind::LeadingOrder { order: 1 },
-            samples: 5_000_000,
+            Stat::R2,
+            |c| Ok(vec![f::mean_of_r2(&c.site.clean(), c.site.terms()[0].1)?]),
+        ),
+        NormClaim::new(
+            "rmsnorm.output",
+            "rmsnorm",
+            "E[RMSNorm(z)] ~ sqrt(q) RMSNorm(x)",
+            5_000_000,
             config,
-            stat: Stat::Rms,
-            analytic: |c| f::corrected(&c.site.clean(), &c.rms, c.site.terms()[0].1),
-            baselines: UNCORRECTED,
-            sweep: Some(sweep),
-        },
+            Stat::Rms,
+            |c| f::corrected(&c.site.clean(), &c.rms, c.site.terms()[0].1),
+        )
+        .leading_order(1, UNCORRECTED, sweep),
     ]
 });
 

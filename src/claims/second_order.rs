@@ -5,8 +5,8 @@
 //! estimates are the baselines they must beat. Derivation:
 //! [`crate::formulas::second_order`]; machinery: [`super::norm`].
 //!
-//! The claims are [`Kind::LeadingOrder`] with `order: 2`: their gap to the
-//! exact oracle is `O(1/d²)`, and the report's note shows it falling with a
+//! The claims are [`super::Kind::LeadingOrder`] with `order: 2`: their gap
+//! to the exact oracle is `O(1/d²)`, and the report's note shows it falling with a
 //! log-log slope near −2 on the grouped oracle. In the formulas
 //! `D = E[V] + ε` (LayerNorm) or `E[R²] + ε` (RMSNorm); `Var V`, `Var R²`
 //! and the covariances are those of [`NoisyUnits`]. The Monte Carlo side
@@ -14,7 +14,6 @@
 //! configurations at 5 000 000); what is new here is the closed form, whose
 //! check is the note's gap and slope against the exact oracle.
 
-use super::Kind;
 use super::norm::{Baseline, Config, NormClaim, Stat};
 use super::{bypass, layernorm, rmsnorm};
 use crate::error::Error;
@@ -53,42 +52,36 @@ const BYPASS_FIRST: &[Baseline] = &[
 
 static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(|| {
     vec![
-        NormClaim {
-            id: "second_order.layernorm_output",
-            family: "second_order",
-            formula: "E[LN(z)]_k ~ beta + gamma [(x_k-mu)(1 + 3 Var V/(8 D^2)) - Cov(z_k-M, V)/(2 D)] / D^1/2",
-            kind: Kind::LeadingOrder { order: 2 },
-            samples: 2_000_000,
-            config: layernorm::config,
-            stat: Stat::Ln,
-            analytic: ln_second_order,
-            baselines: LN_FIRST,
-            sweep: Some(layernorm::sweep),
-        },
-        NormClaim {
-            id: "second_order.rmsnorm_output",
-            family: "second_order",
-            formula: "E[RMS(z)]_k ~ gamma [x_k (1 + 3 Var R^2/(8 D^2)) - Cov(z_k, R^2)/(2 D)] / D^1/2",
-            kind: Kind::LeadingOrder { order: 2 },
-            samples: 2_000_000,
-            config: rmsnorm::config,
-            stat: Stat::Rms,
-            analytic: rms_second_order,
-            baselines: RMS_FIRST,
-            sweep: Some(rmsnorm::sweep),
-        },
-        NormClaim {
-            id: "second_order.bypass_output",
-            family: "second_order",
-            formula: "y = h + dropout(v): E[LN(y)] as second_order.layernorm_output, with the moments of y",
-            kind: Kind::LeadingOrder { order: 2 },
-            samples: 2_000_000,
-            config: bypass::config,
-            stat: Stat::Ln,
-            analytic: ln_second_order,
-            baselines: BYPASS_FIRST,
-            sweep: Some(|d| Config::plain(bypass::site(d)?)),
-        },
+        NormClaim::new(
+            "second_order.layernorm_output",
+            "second_order",
+            "E[LN(z)]_k ~ beta + gamma [(x_k-mu)(1 + 3 Var V/(8 D^2)) - Cov(z_k-M, V)/(2 D)] / D^1/2",
+            2_000_000,
+            layernorm::config,
+            Stat::Ln,
+            ln_second_order,
+        )
+        .leading_order(2, LN_FIRST, layernorm::sweep),
+        NormClaim::new(
+            "second_order.rmsnorm_output",
+            "second_order",
+            "E[RMS(z)]_k ~ gamma [x_k (1 + 3 Var R^2/(8 D^2)) - Cov(z_k, R^2)/(2 D)] / D^1/2",
+            2_000_000,
+            rmsnorm::config,
+            Stat::Rms,
+            rms_second_order,
+        )
+        .leading_order(2, RMS_FIRST, rmsnorm::sweep),
+        NormClaim::new(
+            "second_order.bypass_output",
+            "second_order",
+            "y = h + dropout(v): E[LN(y)] as second_order.layernorm_output, with the moments of y",
+            2_000_000,
+            bypass::config,
+            Stat::Ln,
+            ln_second_order,
+        )
+        .leading_order(2, BYPASS_FIRST, |d| Config::plain(bypass::site(d)?)),
     ]
 });
 

@@ -7,20 +7,18 @@
 //! `dropout.original_scheme` (train `m x`, eval `q x`, equal in expectation).
 //!
 //! Each rule that must hold on every draw is a deterministic check
-//! ([`violation_counts`]): the claim's value is the number of violations,
+//! ([`RuleClaim`]): the claim's value is the number of violations,
 //! its target 0, its standard error 0.
 
 use crate::registry::Family;
 use rand::RngExt;
 
-use super::fn_claim::{FnClaim, sample_means, violation_counts};
-use super::{Claim, Shape};
-use crate::engine::Budget;
+use super::fn_claim::{FnClaim, RuleClaim, sample_means};
+use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::formulas::semantics as f;
 use crate::ops::{CountingRng, Rate, Subject};
-use crate::stats::Estimate;
 use crate::stats::Statistic;
 
 /// Drop rate of the semantics claims.
@@ -209,126 +207,77 @@ fn rate_rule(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error
     Ok(())
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
-    vec![
-        FnClaim {
-            id: "semantics.eval_identity",
-            family: FAMILY,
-            formula: "eval: [bits of z differing from x, generator draws] = [0, 0]",
-            shape: Shape::Vector,
-            samples: 20_000,
-            statistic: Statistic::Violations,
-            analytic: || Ok(vec![0.0, 0.0]),
-            oracle: None,
-            estimate: |s, b| violation_counts(s, b, 2, eval_identity),
-        },
-        FnClaim {
-            id: "semantics.keep_fraction",
-            family: FAMILY,
-            formula: "d=64, p=0.3: #kept / d = q (binomial test)",
-            shape: Shape::Scalar,
-            samples: 100_000,
-            statistic: Statistic::Indicator {
-                trials: KEEP_D as u64,
-            },
-            analytic: || Ok(vec![Rate::new(P)?.q()]),
-            oracle: None,
-            estimate: |s, b| sample_means(s, b, 1, keep_fraction),
-        },
-        FnClaim {
-            id: "semantics.backward_mask",
-            family: FAMILY,
-            formula: "backward = g m / q with the forward's mask (2 roundings): 0 violations",
-            shape: Shape::Scalar,
-            samples: 20_000,
-            statistic: Statistic::Violations,
-            analytic: || Ok(vec![0.0]),
-            oracle: None,
-            estimate: |s, b| violation_counts(s, b, 1, backward_mask),
-        },
-        FnClaim {
-            id: "semantics.backward_finite_difference",
-            family: FAMILY,
-            formula: "backward = central difference of the replayed masked forward: 0 violations",
-            shape: Shape::Scalar,
-            samples: 5_000,
-            statistic: Statistic::Violations,
-            analytic: || Ok(vec![0.0]),
-            oracle: None,
-            estimate: |s, b| violation_counts(s, b, 1, finite_difference),
-        },
-        FnClaim {
-            id: "semantics.p_zero_identity",
-            family: FAMILY,
-            formula: "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
-            shape: Shape::Scalar,
-            samples: 20_000,
-            statistic: Statistic::Violations,
-            analytic: || Ok(vec![0.0]),
-            oracle: None,
-            estimate: |s, b| violation_counts(s, b, 1, p_zero),
-        },
-        FnClaim {
-            id: "semantics.rate_rule",
-            family: FAMILY,
-            formula: "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
-            shape: Shape::Scalar,
-            samples: 64,
-            statistic: Statistic::Violations,
-            analytic: || Ok(vec![0.0]),
-            oracle: None,
-            estimate: |s, b| violation_counts(s, b, 1, rate_rule),
-        },
-    ]
-});
+/// The rules that hold on every draw, in report order (the keep fraction,
+/// a statistical claim, stands after the first).
+static RULES: [RuleClaim; 6] = [
+    RuleClaim::new(
+        "semantics.eval_identity",
+        FAMILY,
+        "eval: [bits of z differing from x, generator draws] = [0, 0]",
+        20_000,
+        2,
+        eval_identity,
+    ),
+    RuleClaim::new(
+        "semantics.survivors_exact",
+        FAMILY,
+        "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit, dropped z_k = 0: 0 violations",
+        20_000,
+        1,
+        survivors,
+    )
+    .describing(survivors_rounding),
+    RuleClaim::new(
+        "semantics.backward_mask",
+        FAMILY,
+        "backward = g m / q with the forward's mask (2 roundings): 0 violations",
+        20_000,
+        1,
+        backward_mask,
+    ),
+    RuleClaim::new(
+        "semantics.backward_finite_difference",
+        FAMILY,
+        "backward = central difference of the replayed masked forward: 0 violations",
+        5_000,
+        1,
+        finite_difference,
+    ),
+    RuleClaim::new(
+        "semantics.p_zero_identity",
+        FAMILY,
+        "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
+        20_000,
+        1,
+        p_zero,
+    ),
+    RuleClaim::new(
+        "semantics.rate_rule",
+        FAMILY,
+        "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
+        64,
+        1,
+        rate_rule,
+    ),
+];
 
-/// `semantics.survivors_exact`, which also says which rounding the subject
-/// uses ([`survivors_rounding`]).
-pub struct Survivors(FnClaim);
-
-impl Claim for Survivors {
-    fn id(&self) -> &'static str {
-        self.0.id()
-    }
-    fn family(&self) -> &'static str {
-        self.0.family()
-    }
-    fn formula(&self) -> &'static str {
-        self.0.formula()
-    }
-    fn shape(&self) -> Shape {
-        self.0.shape()
-    }
-    fn default_samples(&self) -> u64 {
-        self.0.default_samples()
-    }
-    fn statistic(&self) -> Statistic {
-        self.0.statistic()
-    }
-    fn analytic(&self) -> Result<Vec<f64>, Error> {
-        self.0.analytic()
-    }
-    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        self.0.estimate(subject, budget)
-    }
-    fn note_on(&self, subject: &Subject) -> Option<String> {
-        survivors_rounding(subject).ok()
-    }
-}
-
-static SURVIVORS: std::sync::LazyLock<Survivors> = std::sync::LazyLock::new(|| {
-    Survivors(FnClaim {
-        id: "semantics.survivors_exact",
-        family: FAMILY,
-        formula: "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit, dropped z_k = 0: 0 violations",
-        shape: Shape::Scalar,
-        samples: 20_000,
-        statistic: Statistic::Violations,
-        analytic: || Ok(vec![0.0]),
-        oracle: None,
-        estimate: |s, b| violation_counts(s, b, 1, survivors),
-    })
-});
+/// `semantics.keep_fraction`, the family's one statistical claim.
+static KEEP_FRACTION: FnClaim = FnClaim {
+    card: Card::new(
+        "semantics.keep_fraction",
+        FAMILY,
+        "d=64, p=0.3: #kept / d = q (binomial test)",
+        Shape::Scalar,
+        100_000,
+    )
+    .with_statistic(Statistic::Indicator {
+        trials: KEEP_D as u64,
+    }),
+    analytic: || Ok(vec![Rate::new(P)?.q()]),
+    oracle: None,
+    estimate: |s, b| sample_means(s, b, 1, keep_fraction),
+    fast: None,
+};
 
 /// This family: its claims, in report order.
 pub fn family() -> Family {
@@ -336,8 +285,8 @@ pub fn family() -> Family {
         FAMILY,
         "train/eval semantics: eval identity, no eval draws, same mask in backward",
     )
-    .with_claims(&CLAIMS[..2])
-    .with_claim(&*SURVIVORS)
-    .with_claims(&CLAIMS[2..])
+    .with_claim(&RULES[0])
+    .with_claim(&KEEP_FRACTION)
+    .with_claims(&RULES[1..])
     .exercising_dropout_alone()
 }

@@ -33,6 +33,7 @@
 use super::second_order::{Norm, attach};
 use super::{EvalOutput, EvalResult, monte_carlo};
 use crate::claims::SamplerKind;
+use crate::claims::norm::SiteBuffers;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{MAX_ENUMERATION_D, site_expectation};
@@ -163,11 +164,11 @@ struct PlanSampler<'a> {
     plan: &'a Plan,
 }
 
+/// Working buffers: the site's draw, the norm's, and the second draw's
+/// statistics.
 struct Scratch {
-    y: Vec<f64>,
-    buf: Vec<f64>,
+    site: SiteBuffers,
     tmp: Vec<f64>,
-    mask: Vec<bool>,
     alt: Vec<f64>,
 }
 
@@ -177,25 +178,20 @@ impl Sampler for PlanSampler<'_> {
         self.plan.dim(self.site.dim())
     }
     fn scratch(&self) -> Scratch {
-        let d = self.site.dim();
         Scratch {
-            y: vec![0.0; d],
-            buf: vec![0.0; d],
-            tmp: vec![0.0; d],
-            mask: vec![false; d],
+            site: SiteBuffers::new(self.site.dim()),
+            tmp: vec![0.0; self.site.dim()],
             alt: vec![0.0; self.dim()],
         }
     }
     fn draw(&self, rng: &mut Stream, s: &mut Scratch, out: &mut [f64]) -> Result<(), Error> {
         let layer = self.subject.dropout;
-        self.site
-            .draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
-        self.plan.stats(&s.y, &mut s.tmp, out);
+        let y = s.site.draw(self.site, layer, rng)?;
+        self.plan.stats(y, &mut s.tmp, out);
         if matches!(self.plan, Plan::Ln { .. }) {
             // Var M from two independent draws: (M − M')²/2.
-            self.site
-                .draw(layer, rng, &mut s.y, &mut s.buf, &mut s.mask)?;
-            self.plan.stats(&s.y, &mut s.tmp, &mut s.alt);
+            let y = s.site.draw(self.site, layer, rng)?;
+            self.plan.stats(y, &mut s.tmp, &mut s.alt);
             out[1] = 0.5 * (out[0] - s.alt[0]) * (out[0] - s.alt[0]);
         }
         Ok(())

@@ -110,7 +110,7 @@ fn leading_order_gap(path: &Path) -> Result<(), Error> {
             .collect();
         series.push(
             Series::new(
-                format!("{} (fitted slope {:.3})", claim.id, curve.slope),
+                format!("{} (fitted slope {:.3})", claim.card.id, curve.slope),
                 measured,
                 SeriesStyle::Points(MARKERS[i % MARKERS.len()]),
             )
@@ -118,7 +118,7 @@ fn leading_order_gap(path: &Path) -> Result<(), Error> {
         );
         series.push(
             Series::new(
-                format!("A/d + B/d^2 fit, {}", claim.id),
+                format!("A/d + B/d^2 fit, {}", claim.card.id),
                 fitted,
                 SeriesStyle::DASHED,
             )
