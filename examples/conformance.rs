@@ -9,15 +9,16 @@
 //! Implement `dropmc::ops::DropoutLayer` for your layer, draw every random
 //! number from the generator you are given, and hand the layer to
 //! `dropmc::conformance::run`. The program exits 1 when a claim fails.
-//! `dropmc::ops::Rate` and `dropmc::ops::check_buffers` make the checks the
-//! reference makes (a valid rate, buffers of the input's length).
+//! Each method gets its pass's buffers as one value (`TrainPass`, `EvalPass`,
+//! `BackwardPass`); `dropmc::ops::Rate::new` and the pass's `check_lengths`
+//! make the checks the reference makes, in its order (a valid rate, then
+//! buffers of the input's length).
 
 use std::process::ExitCode;
 
 use dropmc::Error;
 use dropmc::conformance::{self, Options};
-use dropmc::error::check_len;
-use dropmc::ops::{DropoutLayer, Rate, check_buffers};
+use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, Rate, TrainPass};
 use rand::{Rng, RngExt};
 
 /// A user's own inverted dropout, with a switch for a classic bug.
@@ -35,17 +36,11 @@ impl DropoutLayer for MyDropout {
         }
     }
 
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
         // dropmc's rule: 0 <= p < 1, p = 1 and NaN rejected.
         let q = Rate::new(p)?.q();
-        check_buffers("output buffer", out, mask, x.len())?;
+        pass.check_lengths()?;
+        let TrainPass { x, out, mask } = pass;
         for ((o, m), v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
             *m = rng.random::<f64>() >= p;
             *o = if *m { v / q } else { 0.0 };
@@ -53,30 +48,23 @@ impl DropoutLayer for MyDropout {
         Ok(())
     }
 
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        _: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _: &mut dyn Rng) -> Result<(), Error> {
         let q = Rate::new(p)?.q();
-        check_len("eval output buffer", out, x.len())?;
-        for (o, v) in out.iter_mut().zip(x) {
+        pass.check_lengths()?;
+        for (o, v) in pass.out.iter_mut().zip(pass.x) {
             *o = if self.scale_at_eval { v * q } else { *v };
         }
         Ok(())
     }
 
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
         let q = Rate::new(p)?.q();
-        check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
+        pass.check_lengths()?;
+        let BackwardPass {
+            grad_out,
+            mask,
+            grad_in,
+        } = pass;
         for ((gi, m), g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
             *gi = if *m { g / q } else { 0.0 };
         }

@@ -41,7 +41,7 @@ use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, Values, monte_carlo};
 use dropmc::exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
 use dropmc::input::{read_list, read_number};
-use dropmc::ops::{Rate, Subject};
+use dropmc::ops::{Rate, Subject, TrainPass};
 use dropmc::registry::{Family, Registry};
 use dropmc::report::{self, Options};
 use dropmc::stats::Estimate;
@@ -105,7 +105,7 @@ impl Sampler for PairProducts<'_> {
     ) -> Result<(), Error> {
         self.subject
             .dropout
-            .forward_train(self.x, self.p, rng, z, mask)?;
+            .forward_train(TrainPass::new(self.x, z, mask), self.p, rng)?;
         for (o, &(j, k)) in out.iter_mut().zip(&self.pairs) {
             *o = z[j] * z[k];
         }

@@ -5,9 +5,14 @@
 //! 1. Implement [`DropoutLayer`] for your type: `forward_train` (write the
 //!    output and the keep mask, drawing every random number from the `rng`
 //!    you are given), `forward_eval` (must not touch `rng`) and `backward`
-//!    (given the forward pass's mask). Reject an invalid drop rate with
+//!    (given the forward pass's mask). Each gets its buffers as one value
+//!    ([`TrainPass`](crate::ops::TrainPass),
+//!    [`EvalPass`](crate::ops::EvalPass),
+//!    [`BackwardPass`](crate::ops::BackwardPass)) followed by `p` and the
+//!    generator. Reject an invalid drop rate with
 //!    [`crate::Error::InvalidRate`], `p = 1` included
-//!    (dropmc's rule: there is no inverted scale at `q = 0`).
+//!    (dropmc's rule: there is no inverted scale at `q = 0`), before
+//!    checking the buffers (the pass's `check_lengths`).
 //! 2. The attention and mask-shape claims call
 //!    [`DropoutLayer::forward_attention`] and
 //!    [`DropoutLayer::forward_positions`]; their defaults build on your

@@ -61,7 +61,7 @@ impl fmt::Debug for Figure {
 /// ```
 /// use dropmc::claims::{Card, Shape};
 /// use dropmc::claims::fn_claim::{FnClaim, sample_means};
-/// use dropmc::ops::Subject;
+/// use dropmc::ops::{Subject, TrainPass};
 /// use dropmc::registry::{Family, Registry};
 /// use dropmc::report::{self, Options};
 ///
@@ -73,7 +73,7 @@ impl fmt::Debug for Figure {
 ///     estimate: |subject, budget| {
 ///         sample_means(subject, budget, X.len(), |s, rng, out| {
 ///             let mut mask = [false; 3];
-///             s.dropout.forward_train(&X, 0.25, rng, out, &mut mask)
+///             s.dropout.forward_train(TrainPass::new(&X, out, &mut mask), 0.25, rng)
 ///         })
 ///     },
 ///     fast: None,

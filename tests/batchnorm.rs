@@ -5,7 +5,9 @@
 use dropmc::Error;
 use dropmc::claims::{check, registry};
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::ops::{BatchNorm, DropoutLayer, Linear, Rate, Subject, relu};
+use dropmc::ops::{
+    BackwardPass, BatchNorm, DropoutLayer, EvalPass, Linear, Rate, Subject, TrainPass, relu,
+};
 use dropmc::report::DEFAULT_SEED;
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
@@ -114,14 +116,8 @@ impl DropoutLayer for NoRescale {
     fn name(&self) -> &str {
         "no-rescale"
     }
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        let TrainPass { x, out, mask } = pass;
         Rate::new(p)?;
         for ((o, m), v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
             *m = dropmc::engine::keep(rng, p);
@@ -129,17 +125,17 @@ impl DropoutLayer for NoRescale {
         }
         Ok(())
     }
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        _: f64,
-        _: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn forward_eval(&self, pass: EvalPass<'_>, _: f64, _: &mut dyn Rng) -> Result<(), Error> {
+        let EvalPass { x, out } = pass;
         out.copy_from_slice(x);
         Ok(())
     }
-    fn backward(&self, g: &[f64], _: f64, m: &[bool], gi: &mut [f64]) -> Result<(), Error> {
+    fn backward(&self, pass: BackwardPass<'_>, _: f64) -> Result<(), Error> {
+        let BackwardPass {
+            grad_out: g,
+            mask: m,
+            grad_in: gi,
+        } = pass;
         for ((o, g), m) in gi.iter_mut().zip(g).zip(m) {
             *o = if *m { *g } else { 0.0 };
         }

@@ -8,7 +8,7 @@ mod common;
 
 use dropmc::Error;
 use dropmc::conformance::{self, Options};
-use dropmc::ops::DropoutLayer;
+use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, TrainPass};
 use rand::{Rng, RngExt};
 
 /// The families this test runs.
@@ -28,14 +28,8 @@ impl DropoutLayer for Outside {
     fn name(&self) -> &str {
         "outside"
     }
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        let TrainPass { x, out, mask } = pass;
         let q = keep_probability(p)?;
         for ((o, m), v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
             *m = rng.random::<f64>() >= p;
@@ -43,18 +37,18 @@ impl DropoutLayer for Outside {
         }
         Ok(())
     }
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        _: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _: &mut dyn Rng) -> Result<(), Error> {
+        let EvalPass { x, out } = pass;
         keep_probability(p)?;
         out.copy_from_slice(x);
         Ok(())
     }
-    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
+        let BackwardPass {
+            grad_out: g,
+            mask,
+            grad_in: gi,
+        } = pass;
         let q = keep_probability(p)?;
         for ((o, m), v) in gi.iter_mut().zip(mask).zip(g) {
             *o = if *m { v / q } else { 0.0 };

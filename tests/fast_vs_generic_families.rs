@@ -24,7 +24,7 @@
 use dropmc::claims::{Claim, registry};
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
 use dropmc::fast::{attention_row, dropout};
-use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
+use dropmc::ops::{DropoutLayer, InvertedDropout, Subject, TrainPass};
 use dropmc::stats::Estimate;
 
 mod common;
@@ -115,8 +115,8 @@ impl Sampler for MomentsByElement<'_> {
         (z, z_alt, mask): &mut Self::Scratch,
         out: &mut [f64],
     ) -> Result<(), dropmc::Error> {
-        InvertedDropout.forward_train(self.x, self.p, rng, z, mask)?;
-        InvertedDropout.forward_train(self.x, self.p, rng, z_alt, mask)?;
+        InvertedDropout.forward_train(TrainPass::new(self.x, z, mask), self.p, rng)?;
+        InvertedDropout.forward_train(TrainPass::new(self.x, z_alt, mask), self.p, rng)?;
         let d = self.x.len();
         for k in 0..d {
             out[k] = z[k];
@@ -178,8 +178,8 @@ impl Sampler for RowByElement<'_> {
         (b, b_alt, mask): &mut Self::Scratch,
         out: &mut [f64],
     ) -> Result<(), dropmc::Error> {
-        InvertedDropout.forward_attention(self.a, self.p, rng, b, mask)?;
-        InvertedDropout.forward_attention(self.a, self.p, rng, b_alt, mask)?;
+        InvertedDropout.forward_attention(TrainPass::new(self.a, b, mask), self.p, rng)?;
+        InvertedDropout.forward_attention(TrainPass::new(self.a, b_alt, mask), self.p, rng)?;
         let d = self.a.len();
         let dot = |b: &[f64]| b.iter().zip(self.v).map(|(b, v)| b * v).sum::<f64>();
         let (r, r_alt): (f64, f64) = (b.iter().sum(), b_alt.iter().sum());

@@ -30,7 +30,7 @@ use dropmc::adapters::burn::{
 };
 use dropmc::claims::registry;
 use dropmc::error::Error;
-use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
+use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, InvertedDropout, Subject, TrainPass};
 use dropmc::report::{Options, run};
 use dropmc::stats::assertion_alpha;
 use rand::SeedableRng;
@@ -107,7 +107,11 @@ fn pin_burn_rate_validation() {
         assert!(panicked, "p = {p} did not panic");
         let (mut z, mut m) = (vec![0.0; 3], vec![false; 3]);
         let err = BurnDropout
-            .forward_train(&[1.0, 2.0, 3.0], p, &mut rng(1), &mut z, &mut m)
+            .forward_train(
+                TrainPass::new(&[1.0, 2.0, 3.0], &mut z, &mut m),
+                p,
+                &mut rng(1),
+            )
             .expect_err("rejected");
         assert!(matches!(err, Error::InvalidRate { .. }));
     }
@@ -127,7 +131,7 @@ fn burn_dropout_is_reproducible_through_the_adapter() {
     let run_with = |seed: u64| {
         let (mut z, mut m) = (vec![0.0; 128], vec![false; 128]);
         BurnDropout
-            .forward_train(&x, 0.5, &mut rng(seed), &mut z, &mut m)
+            .forward_train(TrainPass::new(&x, &mut z, &mut m), 0.5, &mut rng(seed))
             .expect("runs");
         z
     };
@@ -163,7 +167,7 @@ fn burn_eval_is_identity() {
     let x = vec![0.5, -1.2, 3.0, 0.0, 2.0];
     let mut out = vec![9.0; 5];
     BurnDropout
-        .forward_eval(&x, 0.3, &mut rng(1), &mut out)
+        .forward_eval(EvalPass::new(&x, &mut out), 0.3, &mut rng(1))
         .expect("runs");
     assert_eq!(out, x);
 }
@@ -192,9 +196,11 @@ fn burn_backward_matches_reference() {
     let g = [0.5, -1.0, 2.5, 4.0, -0.25, 1.0];
     let mask = [true, false, true, true, false, true];
     let (mut ours, mut reference) = ([0.0; 6], [0.0; 6]);
-    BurnDropout.backward(&g, p, &mask, &mut ours).expect("runs");
+    BurnDropout
+        .backward(BackwardPass::new(&g, &mask, &mut ours), p)
+        .expect("runs");
     InvertedDropout
-        .backward(&g, p, &mask, &mut reference)
+        .backward(BackwardPass::new(&g, &mask, &mut reference), p)
         .expect("runs");
     for k in 0..6 {
         if mask[k] {

@@ -27,7 +27,9 @@ use candle_core::{DType, Device, Tensor, Var};
 use dropmc::adapters::candle::{CandleDropout, Norm, accepts_rate, normalize, survivor_scale};
 use dropmc::claims::registry;
 use dropmc::error::Error;
-use dropmc::ops::{DropoutLayer, InvertedDropout, Rate, Subject};
+use dropmc::ops::{
+    BackwardPass, DropoutLayer, EvalPass, InvertedDropout, Rate, Subject, TrainPass,
+};
 use dropmc::report::{Options, run};
 use dropmc::stats::assertion_alpha;
 use rand::SeedableRng;
@@ -89,10 +91,10 @@ fn pin_candle_cpu_rng_cannot_be_seeded() {
     // The adapter ignores the trait's generator: the same seed, other masks.
     let (mut z1, mut z2, mut m) = (vec![0.0; 128], vec![0.0; 128], vec![false; 128]);
     CandleDropout
-        .forward_train(&x, 0.5, &mut rng(), &mut z1, &mut m)
+        .forward_train(TrainPass::new(&x, &mut z1, &mut m), 0.5, &mut rng())
         .expect("runs");
     CandleDropout
-        .forward_train(&x, 0.5, &mut rng(), &mut z2, &mut m)
+        .forward_train(TrainPass::new(&x, &mut z2, &mut m), 0.5, &mut rng())
         .expect("runs");
     assert_ne!(z1, z2);
 }
@@ -121,7 +123,7 @@ fn pin_candle_rate_validation() {
     let (mut z, mut m) = (vec![0.0; 3], vec![false; 3]);
     assert!(
         CandleDropout
-            .forward_train(&x, 1.0, &mut rng(), &mut z, &mut m)
+            .forward_train(TrainPass::new(&x, &mut z, &mut m), 1.0, &mut rng())
             .is_err()
     );
 }
@@ -187,13 +189,13 @@ fn pin_candle_eval_is_identity_and_unvalidated() {
     for p in [0.0, 0.3, 1.0, 7.0, f64::NAN] {
         let mut out = vec![9.0; 5];
         CandleDropout
-            .forward_eval(&x, p, &mut rng(), &mut out)
+            .forward_eval(EvalPass::new(&x, &mut out), p, &mut rng())
             .expect("eval never validates p");
         assert_eq!(out, x, "p = {p}");
     }
     assert!(
         InvertedDropout
-            .forward_eval(&x, 1.0, &mut rng(), &mut [0.0; 5])
+            .forward_eval(EvalPass::new(&x, &mut [0.0; 5]), 1.0, &mut rng())
             .is_err()
     );
     let t = Tensor::from_slice(&x, 5, &Device::Cpu).expect("tensor");
@@ -231,10 +233,10 @@ fn candle_backward_matches_reference_up_to_its_scale() {
     let mut ours = [0.0; 6];
     let mut reference = [0.0; 6];
     CandleDropout
-        .backward(&g, p, &mask, &mut ours)
+        .backward(BackwardPass::new(&g, &mask, &mut ours), p)
         .expect("runs");
     InvertedDropout
-        .backward(&g, p, &mask, &mut reference)
+        .backward(BackwardPass::new(&g, &mask, &mut reference), p)
         .expect("runs");
     let q = 1.0 - p;
     let slack = (survivor_scale(p) - 1.0 / q).abs() + 4.0 * f64::EPSILON / q;

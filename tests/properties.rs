@@ -2,7 +2,7 @@
 //! (proptest strategies and quickcheck newtypes for the same domains).
 
 use dropmc::engine::stream;
-use dropmc::ops::{DropoutLayer, InvertedDropout};
+use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, InvertedDropout, TrainPass};
 use proptest::prelude::*;
 use quickcheck::{Arbitrary, Gen, QuickCheck};
 use rand::Rng;
@@ -56,7 +56,7 @@ proptest! {
     fn p_zero_is_the_identity(x in vector(), seed in any::<u64>()) {
         let mut rng = stream(seed, 0);
         let (mut out, mut mask) = (vec![0.0; x.len()], vec![false; x.len()]);
-        InvertedDropout.forward_train(&x, 0.0, &mut rng, &mut out, &mut mask).unwrap();
+        InvertedDropout.forward_train(TrainPass::new(&x, &mut out, &mut mask), 0.0, &mut rng).unwrap();
         prop_assert_eq!(&out, &x);
         prop_assert!(mask.iter().all(|m| *m));
     }
@@ -65,7 +65,7 @@ proptest! {
     fn eval_returns_the_input_and_draws_nothing(x in vector(), p in rate(), seed in any::<u64>()) {
         let mut rng = Counting { inner: stream(seed, 0), draws: 0 };
         let mut out = vec![f64::NAN; x.len()];
-        InvertedDropout.forward_eval(&x, p, &mut rng, &mut out).unwrap();
+        InvertedDropout.forward_eval(EvalPass::new(&x, &mut out), p, &mut rng).unwrap();
         let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
         prop_assert_eq!(bits(&out), bits(&x));
         prop_assert_eq!(rng.draws, 0);
@@ -75,7 +75,7 @@ proptest! {
     fn survivors_are_x_over_q_and_the_dropped_are_zero(x in vector(), p in rate(), seed in any::<u64>()) {
         let mut rng = stream(seed, 0);
         let (mut out, mut mask) = (vec![0.0; x.len()], vec![false; x.len()]);
-        InvertedDropout.forward_train(&x, p, &mut rng, &mut out, &mut mask).unwrap();
+        InvertedDropout.forward_train(TrainPass::new(&x, &mut out, &mut mask), p, &mut rng).unwrap();
         for k in 0..x.len() {
             let expected = if mask[k] { x[k] / (1.0 - p) } else { 0.0 };
             prop_assert_eq!(out[k].to_bits(), expected.to_bits());
@@ -86,10 +86,10 @@ proptest! {
     fn backward_is_grad_times_mask_over_q(x in vector(), p in rate(), seed in any::<u64>()) {
         let mut rng = stream(seed, 0);
         let (mut out, mut mask) = (vec![0.0; x.len()], vec![false; x.len()]);
-        InvertedDropout.forward_train(&x, p, &mut rng, &mut out, &mut mask).unwrap();
+        InvertedDropout.forward_train(TrainPass::new(&x, &mut out, &mut mask), p, &mut rng).unwrap();
         let grad: Vec<f64> = x.iter().map(|v| 0.5 - v).collect();
         let mut grad_in = vec![0.0; x.len()];
-        InvertedDropout.backward(&grad, p, &mask, &mut grad_in).unwrap();
+        InvertedDropout.backward(BackwardPass::new(&grad, &mask, &mut grad_in), p).unwrap();
         for k in 0..x.len() {
             let expected = if mask[k] { grad[k] / (1.0 - p) } else { 0.0 };
             prop_assert_eq!(grad_in[k].to_bits(), expected.to_bits());
@@ -102,7 +102,7 @@ proptest! {
     ) {
         let mut rng = stream(0, 0);
         let (mut out, mut mask) = (vec![0.0; 2], vec![false; 2]);
-        prop_assert!(InvertedDropout.forward_train(&[1.0, 2.0], p, &mut rng, &mut out, &mut mask).is_err());
+        prop_assert!(InvertedDropout.forward_train(TrainPass::new(&[1.0, 2.0], &mut out, &mut mask), p, &mut rng).is_err());
         prop_assert!(dropmc::ops::Rate::new(p).is_err());
     }
 }
@@ -144,7 +144,7 @@ fn quickcheck_eval_is_the_identity() {
         };
         let mut out = vec![0.0; x.0.len()];
         InvertedDropout
-            .forward_eval(&x.0, p.0, &mut rng, &mut out)
+            .forward_eval(EvalPass::new(&x.0, &mut out), p.0, &mut rng)
             .is_ok()
             && out == x.0
             && rng.draws == 0
@@ -161,7 +161,7 @@ fn quickcheck_mask_matches_output() {
         let n = x.0.len();
         let (mut out, mut mask) = (vec![0.0; n], vec![false; n]);
         InvertedDropout
-            .forward_train(&x.0, p.0, &mut rng, &mut out, &mut mask)
+            .forward_train(TrainPass::new(&x.0, &mut out, &mut mask), p.0, &mut rng)
             .is_ok()
             && (0..n).all(|k| {
                 if mask[k] {

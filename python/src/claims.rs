@@ -30,7 +30,7 @@ use dropmc::claims::{Card, Claim, Shape};
 use dropmc::engine::{Budget, estimate};
 use dropmc::formulas::dropout as f;
 use dropmc::formulas::semantics::{backward_bound, kept_roundings};
-use dropmc::ops::{DropoutLayer, Rate, Subject};
+use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, Rate, Subject, TrainPass};
 use dropmc::stats::{Estimate, Statistic, per_draw_dof, two_point_skewness};
 use rand::Rng;
 
@@ -104,14 +104,8 @@ impl DropoutLayer for PyDropout<'_> {
         "python"
     }
 
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        _rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        let TrainPass { x, out, mask } = pass;
         self.at_own_rate(p)?;
         self.forward
             .train_row(x, |row| out.copy_from_slice(row.out))?;
@@ -121,20 +115,15 @@ impl DropoutLayer for PyDropout<'_> {
         Ok(())
     }
 
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        _rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        let EvalPass { x, out } = pass;
         self.at_own_rate(p)?;
         self.forward
             .eval_row(x, |row| out.copy_from_slice(row.out))?;
         Ok(())
     }
 
-    fn backward(&self, _: &[f64], _: f64, _: &[bool], _: &mut [f64]) -> Result<(), Error> {
+    fn backward(&self, _: BackwardPass<'_>, _: f64) -> Result<(), Error> {
         // A Python backward takes no mask: `semantics.backward_mask` pairs
         // each gradient with the forward output of the same call instead.
         Err(Error::InvalidOption {

@@ -49,9 +49,9 @@ use ::burn::nn::{BatchNorm, BatchNormConfig, DropoutConfig, LayerNormConfig};
 use ::burn::tensor::{DType, Device, FloatDType, Tensor, TensorData};
 use rand::Rng;
 
-use super::framework::{check_backward, rows_of, train_reading_mask};
-use crate::error::{Error, check_len};
-use crate::ops::DropoutLayer;
+use super::framework::{backward_through, eval_through, rows_of, train_reading_mask};
+use crate::error::Error;
+use crate::ops::{BackwardPass, DropoutLayer, EvalPass, TrainPass};
 
 /// The framework name used in errors and reports.
 pub const FRAMEWORK: &str = "burn 0.22.1 (ndarray)";
@@ -151,56 +151,34 @@ impl DropoutLayer for BurnDropout {
         "burn 0.22.1 nn::Dropout (ndarray, autodiff)"
     }
 
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        train_reading_mask(x, out, mask, |probe| {
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        train_reading_mask(pass, |probe| {
             Self::raw_forward(probe, p, rng.next_u64(), &autodiff_device()?)
         })
     }
 
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        _rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        check_len("eval output buffer", out, x.len())?;
-        if !accepts_rate(p) {
-            return Err(Error::InvalidRate { p });
-        }
-        let layer = DropoutConfig::new(p).init().valid();
-        let y = read(layer.forward(tensor(x, [x.len()], &autodiff_device()?)))?;
-        out.copy_from_slice(&y);
-        Ok(())
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        eval_through(pass, |x| {
+            if !accepts_rate(p) {
+                return Err(Error::InvalidRate { p });
+            }
+            let layer = DropoutConfig::new(p).init().valid();
+            read(layer.forward(tensor(x, [x.len()], &autodiff_device()?)))
+        })
     }
 
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        check_backward(grad_out, p, accepts_rate(p), mask, grad_in)?;
-        let d = grad_out.len();
-        let device = autodiff_device()?;
-        let bits: Vec<f64> = mask.iter().map(|&m| f64::from(u8::from(m))).collect();
-        let x = tensor(&vec![1.0; d], [d], &device).require_grad();
-        // burn-nn's two steps: `input * random`, then `* (1 / prob_keep)`.
-        let z = (x.clone() * tensor(&bits, [d], &device)) * (1.0 / (1.0 - p));
-        let grads = (z * tensor(grad_out, [d], &device)).sum().backward();
-        let g = x
-            .grad(&grads)
-            .ok_or_else(|| framework("no gradient for the input"))?;
-        grad_in.copy_from_slice(&read(g)?);
-        Ok(())
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
+        backward_through(pass, p, accepts_rate(p), |grad_out, mask| {
+            let d = grad_out.len();
+            let device = autodiff_device()?;
+            let bits: Vec<f64> = mask.iter().map(|&m| f64::from(u8::from(m))).collect();
+            let x = tensor(&vec![1.0; d], [d], &device).require_grad();
+            // burn-nn's two steps: `input * random`, then `* (1 / prob_keep)`.
+            let z = (x.clone() * tensor(&bits, [d], &device)) * (1.0 / (1.0 - p));
+            let grads = (z * tensor(grad_out, [d], &device)).sum().backward();
+            let g = x.grad(&grads);
+            read(g.ok_or_else(|| framework("no gradient for the input"))?)
+        })
     }
 }
 

@@ -45,9 +45,9 @@
 use candle_core::{DType, Device, Module, Tensor, Var};
 use rand::Rng;
 
-use super::framework::{check_backward, rows_of, train_reading_mask};
-use crate::error::{Error, check_len};
-use crate::ops::DropoutLayer;
+use super::framework::{backward_through, eval_through, rows_of, train_reading_mask};
+use crate::error::Error;
+use crate::ops::{BackwardPass, DropoutLayer, EvalPass, TrainPass};
 
 /// The framework name used in errors and reports.
 pub const FRAMEWORK: &str = "candle 0.11.1";
@@ -100,59 +100,42 @@ impl DropoutLayer for CandleDropout {
         "candle-nn 0.11.1 dropout"
     }
 
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        _rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        train_reading_mask(x, out, mask, |probe| Self::raw_train(probe, p))
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        train_reading_mask(pass, |probe| Self::raw_train(probe, p))
     }
 
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        _rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        check_len("eval output buffer", out, x.len())?;
-        let t = tensor(x, 1, x.len())?;
-        let y = candle_nn::Dropout::new(p as f32)
-            .forward(&t, false)
-            .map_err(framework)?;
-        out.copy_from_slice(&read(&y)?);
-        Ok(())
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        eval_through(pass, |x| {
+            let y = candle_nn::Dropout::new(p as f32)
+                .forward(&tensor(x, 1, x.len())?, false)
+                .map_err(framework)?;
+            read(&y)
+        })
     }
 
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        check_backward(grad_out, p, accepts_rate(p), mask, grad_in)?;
-        let d = grad_out.len();
-        let dev = Device::Cpu;
-        let bits: Vec<u8> = mask.iter().map(|&m| u8::from(m)).collect();
-        let run = || -> candle_core::Result<Vec<f64>> {
-            // candle-nn's own two steps: the 0/1 mask in the input's dtype,
-            // times the scale.
-            let m = (Tensor::from_vec(bits, d, &dev)?.to_dtype(DType::F64)? * survivor_scale(p))?;
-            let x = Var::from_tensor(&Tensor::ones(d, DType::F64, &dev)?)?;
-            let z = (x.as_tensor() * m)?;
-            let g = Tensor::from_slice(grad_out, d, &dev)?;
-            let grads = (z * g)?.sum_all()?.backward()?;
-            match grads.get(x.as_tensor()) {
-                Some(t) => t.to_vec1::<f64>(),
-                None => candle_core::bail!("no gradient for the input"),
-            }
-        };
-        grad_in.copy_from_slice(&run().map_err(framework)?);
-        Ok(())
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
+        backward_through(pass, p, accepts_rate(p), |grad_out, mask| {
+            autograd_of_product(grad_out, mask, p).map_err(framework)
+        })
+    }
+}
+
+/// `∂/∂x Σ g ⊙ (x ⊙ mask)` by candle's autograd, the mask built with
+/// candle-nn's own two steps (the 0/1 mask in the input's dtype, times the
+/// scale).
+fn autograd_of_product(g: &[f64], mask: &[bool], p: f64) -> candle_core::Result<Vec<f64>> {
+    let d = g.len();
+    let dev = Device::Cpu;
+    let bits: Vec<u8> = mask.iter().map(|&m| u8::from(m)).collect();
+    let m = (Tensor::from_vec(bits, d, &dev)?.to_dtype(DType::F64)? * survivor_scale(p))?;
+    let x = Var::from_tensor(&Tensor::ones(d, DType::F64, &dev)?)?;
+    let z = (x.as_tensor() * m)?;
+    let grads = (z * Tensor::from_slice(g, d, &dev)?)?
+        .sum_all()?
+        .backward()?;
+    match grads.get(x.as_tensor()) {
+        Some(t) => t.to_vec1::<f64>(),
+        None => candle_core::bail!("no gradient for the input"),
     }
 }
 

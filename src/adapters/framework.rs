@@ -1,6 +1,8 @@
 //! What the framework adapters share: reading the keep mask off a
-//! framework's output, and the checks a pass makes before calling the
-//! framework.
+//! framework's output, and the shape of each pass around the framework's
+//! own call — the checks made before it, the copy of its output after
+//! ([`train_reading_mask`], [`eval_through`], [`backward_through`]); an
+//! adapter supplies only the call.
 //!
 //! # Reading the mask off the output
 //!
@@ -13,7 +15,7 @@
 //! up to association, which is exact since `keep` is 0 or 1).
 
 use crate::error::Error;
-use crate::ops::check_buffers;
+use crate::ops::{BackwardPass, EvalPass, TrainPass};
 
 /// Whether a unit's own output shows its mask: finite and non-zero.
 fn identifiable(v: f64) -> bool {
@@ -23,12 +25,11 @@ fn identifiable(v: f64) -> bool {
 /// A training pass through a framework's dropout `run` (input in, output
 /// out), with the mask read off its output (see the module docs).
 pub(crate) fn train_reading_mask(
-    x: &[f64],
-    out: &mut [f64],
-    mask: &mut [bool],
+    pass: TrainPass<'_>,
     run: impl FnOnce(&[f64]) -> Result<Vec<f64>, Error>,
 ) -> Result<(), Error> {
-    check_buffers("output buffer", out, mask, x.len())?;
+    pass.check_lengths()?;
+    let TrainPass { x, out, mask } = pass;
     let probe: Vec<f64> = x
         .iter()
         .map(|&v| if identifiable(v) { v } else { 1.0 })
@@ -41,22 +42,34 @@ pub(crate) fn train_reading_mask(
     Ok(())
 }
 
-/// The checks of a backward pass before the framework runs: the buffers
-/// hold `grad_out.len()` entries and the framework accepts the rate `p`
-/// (`accepted`); an unaccepted rate is [`Error::InvalidRate`].
-pub(crate) fn check_backward(
-    grad_out: &[f64],
+/// An evaluation pass through a framework's eval-mode forward `run`: the
+/// output buffer is checked first, then `run`'s output copied into it.
+pub(crate) fn eval_through(
+    pass: EvalPass<'_>,
+    run: impl FnOnce(&[f64]) -> Result<Vec<f64>, Error>,
+) -> Result<(), Error> {
+    pass.check_lengths()?;
+    pass.out.copy_from_slice(&run(pass.x)?);
+    Ok(())
+}
+
+/// A backward pass through a framework's autograd `run` (given `∂L/∂z` and
+/// the mask, returning `∂L/∂x`). Checked before the framework runs: the
+/// buffers hold `grad_out.len()` entries, then the framework accepts the
+/// rate `p` (`accepted`); an unaccepted rate is [`Error::InvalidRate`].
+pub(crate) fn backward_through(
+    pass: BackwardPass<'_>,
     p: f64,
     accepted: bool,
-    mask: &[bool],
-    grad_in: &[f64],
+    run: impl FnOnce(&[f64], &[bool]) -> Result<Vec<f64>, Error>,
 ) -> Result<(), Error> {
-    check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
-    if accepted {
-        Ok(())
-    } else {
-        Err(Error::InvalidRate { p })
+    pass.check_lengths()?;
+    if !accepted {
+        return Err(Error::InvalidRate { p });
     }
+    pass.grad_in
+        .copy_from_slice(&run(pass.grad_out, pass.mask)?);
+    Ok(())
 }
 
 /// The number of rows of `x`, read as rows of `d` values (row-major).

@@ -20,7 +20,7 @@ use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
-use crate::ops::{Rate, Subject};
+use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
 use crate::stats::{Statistic, two_point_skewness};
 
@@ -46,7 +46,8 @@ fn entry_statistic() -> Statistic {
 /// Row sum, output, and the row itself of one pass.
 fn pass(s: &Subject, rng: &mut Stream) -> Result<([f64; 3], f64, f64), Error> {
     let (mut b, mut m) = ([0.0; 3], [false; 3]);
-    s.dropout.forward_attention(&A, P, rng, &mut b, &mut m)?;
+    s.dropout
+        .forward_attention(TrainPass::new(&A, &mut b, &mut m), P, rng)?;
     let r = b.iter().sum();
     let o = f::output_mean(&b, &V);
     Ok((b, r, o))

@@ -29,7 +29,7 @@ use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
-use crate::ops::{BatchNorm, Rate, Subject};
+use crate::ops::{BatchNorm, Rate, Subject, TrainPass};
 use crate::stats::Estimate;
 
 /// Channel means of the family's configuration (a zero, a positive and a
@@ -66,7 +66,9 @@ fn draw_dropped(
     let mut x = vec![0.0; mu.len()];
     let mut mask = vec![false; mu.len()];
     draw_clean(rng, mu, sigma, &mut x);
-    subject.dropout.forward_train(&x, p, rng, out, &mut mask)
+    subject
+        .dropout
+        .forward_train(TrainPass::new(&x, out, &mut mask), p, rng)
 }
 
 /// The buffer refresh: runs `steps` train-mode batches of dropped-out

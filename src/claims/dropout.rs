@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
 use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
-use crate::ops::{Rate, Subject};
+use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
 use crate::stats::{Estimate, Statistic, two_point_skewness};
 use crate::tolerance;
@@ -140,8 +140,12 @@ impl Sampler for PairSampler<'_> {
     }
     fn draw(&self, rng: &mut Stream, s: &mut PairScratch, out: &mut [f64]) -> Result<(), Error> {
         let layer = self.subject.dropout;
-        layer.forward_train(self.x, self.p, rng, &mut s.z, &mut s.mask)?;
-        layer.forward_train(self.x, self.p, rng, &mut s.z_alt, &mut s.mask_alt)?;
+        layer.forward_train(TrainPass::new(self.x, &mut s.z, &mut s.mask), self.p, rng)?;
+        layer.forward_train(
+            TrainPass::new(self.x, &mut s.z_alt, &mut s.mask_alt),
+            self.p,
+            rng,
+        )?;
         let draw = Draw {
             x: self.x,
             z: &s.z,

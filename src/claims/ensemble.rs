@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::exact::{Oracle, enumerated_gap};
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
-use crate::ops::{Rate, Subject};
+use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
 use crate::stats::Estimate;
 
@@ -38,7 +38,8 @@ fn rate() -> Result<Rate, Error> {
 
 fn gap_draw(s: &Subject, rng: &mut Stream, g: fn(&[f64]) -> f64) -> Result<f64, Error> {
     let (mut z, mut m) = ([0.0; 6], [false; 6]);
-    s.dropout.forward_train(&X, P, rng, &mut z, &mut m)?;
+    s.dropout
+        .forward_train(TrainPass::new(&X, &mut z, &mut m), P, rng)?;
     Ok(g(&z) - g(&X))
 }
 

@@ -13,7 +13,7 @@ use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
-use crate::ops::{DropoutLayer, MaskShape, Rate, Subject};
+use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
 use crate::registry::Family;
 use crate::stats::Statistic;
 
@@ -37,8 +37,11 @@ fn rate() -> Result<Rate, Error> {
 
 fn pass(s: &Subject, shape: MaskShape, rng: &mut Stream) -> Result<[f64; 12], Error> {
     let (mut z, mut m) = ([0.0; 12], [false; 12]);
-    s.dropout
-        .forward_positions(&X, T, shape, P, rng, &mut z, &mut m)?;
+    s.dropout.forward_positions(
+        BlockPass::new(TrainPass::new(&X, &mut z, &mut m), T, shape),
+        P,
+        rng,
+    )?;
     Ok(z)
 }
 
@@ -126,7 +129,11 @@ pub fn observed_shape(
     let mut rng = stream(seed, 0);
     let (mut z, mut m) = ([0.0; 12], [false; 12]);
     for _ in 0..draws {
-        layer.forward_positions(&X, T, requested, P, &mut rng, &mut z, &mut m)?;
+        layer.forward_positions(
+            BlockPass::new(TrainPass::new(&X, &mut z, &mut m), T, requested),
+            P,
+            &mut rng,
+        )?;
         let mixed = (0..D).any(|k| {
             let zeros = (0..T).filter(|t| z[t * D + k] == 0.0).count();
             zeros > 0 && zeros < T

@@ -18,7 +18,7 @@ use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::formulas::semantics as f;
-use crate::ops::{CountingRng, Rate, Subject};
+use crate::ops::{BackwardPass, CountingRng, EvalPass, Rate, Subject, TrainPass};
 use crate::stats::Statistic;
 
 /// Drop rate of the semantics claims.
@@ -46,7 +46,8 @@ fn eval_identity(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), E
     let x = inputs(rng);
     let mut z = vec![f64::NAN; x.len()];
     let mut counting = CountingRng::new(rng);
-    s.dropout.forward_eval(&x, P, &mut counting, &mut z)?;
+    s.dropout
+        .forward_eval(EvalPass::new(&x, &mut z), P, &mut counting)?;
     out[0] = x
         .iter()
         .zip(&z)
@@ -59,7 +60,8 @@ fn eval_identity(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), E
 fn keep_fraction(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
     let x = [1.0; KEEP_D];
     let (mut z, mut m) = ([0.0; KEEP_D], [false; KEEP_D]);
-    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    s.dropout
+        .forward_train(TrainPass::new(&x, &mut z, &mut m), P, rng)?;
     out[0] = m.iter().filter(|k| **k).count() as f64 / KEEP_D as f64;
     Ok(())
 }
@@ -82,7 +84,8 @@ fn survivors_draw(s: &Subject, rng: &mut Stream) -> Result<[usize; 3], Error> {
     let rate = Rate::new(P)?;
     let mut z = vec![f64::NAN; x.len()];
     let mut m = vec![false; x.len()];
-    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    s.dropout
+        .forward_train(TrainPass::new(&x, &mut z, &mut m), P, rng)?;
     let mut seen = [0; 3];
     for ((a, b), kept) in x.iter().zip(&z).zip(&m) {
         let kind = if *kept {
@@ -132,9 +135,10 @@ fn backward_mask(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), E
     let rate = Rate::new(P)?;
     let n = x.len();
     let (mut z, mut m, mut gi) = (vec![0.0; n], vec![false; n], vec![f64::NAN; n]);
-    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
+    s.dropout
+        .forward_train(TrainPass::new(&x, &mut z, &mut m), P, rng)?;
     let g: Vec<f64> = (0..n).map(|_| 4.0 * rng.random::<f64>() - 2.0).collect();
-    s.dropout.backward(&g, P, &m, &mut gi)?;
+    s.dropout.backward(BackwardPass::new(&g, &m, &mut gi), P)?;
     out[0] = (0..n)
         .filter(|&k| {
             let want = if m[k] { g[k] / rate.q() } else { 0.0 };
@@ -155,8 +159,9 @@ fn finite_difference(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(
     let g: Vec<f64> = (0..n).map(|_| 4.0 * rng.random::<f64>() - 2.0).collect();
     let start = rng.clone();
     let (mut z, mut m, mut gi) = (vec![0.0; n], vec![false; n], vec![0.0; n]);
-    s.dropout.forward_train(&x, P, rng, &mut z, &mut m)?;
-    s.dropout.backward(&g, P, &m, &mut gi)?;
+    s.dropout
+        .forward_train(TrainPass::new(&x, &mut z, &mut m), P, rng)?;
+    s.dropout.backward(BackwardPass::new(&g, &m, &mut gi), P)?;
     let (mut zp, mut zm, mut mp, mut mm) =
         (vec![0.0; n], vec![0.0; n], vec![false; n], vec![false; n]);
     let mut violations = 0;
@@ -165,9 +170,9 @@ fn finite_difference(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(
         xp[k] += H;
         xm[k] -= H;
         s.dropout
-            .forward_train(&xp, P, &mut start.clone(), &mut zp, &mut mp)?;
+            .forward_train(TrainPass::new(&xp, &mut zp, &mut mp), P, &mut start.clone())?;
         s.dropout
-            .forward_train(&xm, P, &mut start.clone(), &mut zm, &mut mm)?;
+            .forward_train(TrainPass::new(&xm, &mut zm, &mut mm), P, &mut start.clone())?;
         // The replay must reproduce the mask: a layer draws only from `rng`.
         let replayed = mp == m && mm == m;
         let fd: f64 = (0..n).map(|j| g[j] * (zp[j] - zm[j])).sum::<f64>() / (2.0 * H);
@@ -182,9 +187,11 @@ fn p_zero(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
     let x = inputs(rng);
     let n = x.len();
     let (mut z, mut m, mut gi) = (vec![f64::NAN; n], vec![false; n], vec![f64::NAN; n]);
-    s.dropout.forward_train(&x, 0.0, rng, &mut z, &mut m)?;
+    s.dropout
+        .forward_train(TrainPass::new(&x, &mut z, &mut m), 0.0, rng)?;
     let g: Vec<f64> = (0..n).map(|_| 4.0 * rng.random::<f64>() - 2.0).collect();
-    s.dropout.backward(&g, 0.0, &m, &mut gi)?;
+    s.dropout
+        .backward(BackwardPass::new(&g, &m, &mut gi), 0.0)?;
     out[0] = (0..n)
         .filter(|&k| !m[k] || z[k].to_bits() != x[k].to_bits() || gi[k].to_bits() != g[k].to_bits())
         .count() as f64;
@@ -197,11 +204,13 @@ fn rate_rule(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error
     let mut accepted = 0;
     for p in f::INVALID_RATES {
         let rejected = |r: Result<(), Error>| matches!(r, Err(Error::InvalidRate { .. }));
-        accepted += usize::from(!rejected(
-            s.dropout.forward_train(&x, p, rng, &mut z, &mut m),
-        ));
-        accepted += usize::from(!rejected(s.dropout.forward_eval(&x, p, rng, &mut z)));
-        accepted += usize::from(!rejected(s.dropout.backward(&x, p, &[true; 3], &mut z)));
+        let layer = s.dropout;
+        let train = layer.forward_train(TrainPass::new(&x, &mut z, &mut m), p, rng);
+        accepted += usize::from(!rejected(train));
+        let eval = layer.forward_eval(EvalPass::new(&x, &mut z), p, rng);
+        accepted += usize::from(!rejected(eval));
+        let back = layer.backward(BackwardPass::new(&x, &[true; 3], &mut z), p);
+        accepted += usize::from(!rejected(back));
     }
     out[0] = accepted as f64;
     Ok(())

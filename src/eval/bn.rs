@@ -27,7 +27,7 @@ use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
 use crate::formulas::batchnorm as f;
 use crate::input::{read_list, read_number};
-use crate::ops::{Rate, Subject};
+use crate::ops::{Rate, Subject, TrainPass};
 use crate::stats::Estimate;
 
 struct BufferSampler<'a> {
@@ -56,7 +56,7 @@ impl Sampler for BufferSampler<'_> {
             let target = if round == 0 { &mut *z } else { &mut *z_alt };
             self.subject
                 .dropout
-                .forward_train(x, self.p, rng, target, mask)?;
+                .forward_train(TrainPass::new(x, target, mask), self.p, rng)?;
         }
         for ((o, a), b) in out.iter_mut().zip(z.iter()).zip(z_alt.iter()) {
             *o = 0.5 * (a - b) * (a - b);

@@ -3,13 +3,11 @@
 //! `M`, `V`, `R²`, `LN(z)`, `R` and `o` computed directly from `z`, run by
 //! the engine's per-draw loop ([`crate::engine::estimate`]).
 
-use rand::Rng;
-
 use super::attention::AttentionEstimates;
 use super::norm::{NormEstimates, check_eps};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_finite_vec, check_len};
-use crate::ops::{DropoutLayer, InvertedDropout, Rate};
+use crate::ops::{DropoutLayer, InvertedDropout, Rate, TrainPass};
 
 /// Reference sampler of `[M, V, R², LN(z)_0, …, LN(z)_{d−1}]`.
 #[derive(Debug, Clone)]
@@ -63,7 +61,7 @@ impl Sampler for ReferenceNorm {
         (z, mask): &mut Self::Scratch,
         out: &mut [f64],
     ) -> Result<(), Error> {
-        InvertedDropout.forward_train(&self.x, self.p, rng as &mut dyn Rng, z, mask)?;
+        InvertedDropout.forward_train(TrainPass::new(&self.x, z, mask), self.p, rng)?;
         let d = z.len() as f64;
         let m = z.iter().sum::<f64>() / d;
         let v = z.iter().map(|t| (t - m) * (t - m)).sum::<f64>() / d;
@@ -135,7 +133,7 @@ impl Sampler for ReferenceAttention {
         (b, mask): &mut Self::Scratch,
         out: &mut [f64],
     ) -> Result<(), Error> {
-        InvertedDropout.forward_train(&self.a, self.p, rng as &mut dyn Rng, b, mask)?;
+        InvertedDropout.forward_train(TrainPass::new(&self.a, b, mask), self.p, rng)?;
         let r: f64 = b.iter().sum();
         out[0] = r;
         out[1] = (r - self.total) * (r - self.total);

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rand::{Rng, RngExt};
 
-use crate::error::{Error, check_len};
+use crate::error::Error;
 use crate::ops::{
-    DropoutLayer, InvertedDropout, MaskShape, Rate, default_positions, keep_and_scale,
-    scale_kept_gradients,
+    BackwardPass, BlockPass, DropoutLayer, EvalPass, InvertedDropout, MaskShape, Rate, TrainPass,
+    default_positions, keep_and_scale, scale_kept_gradients,
 };
 
 /// The reference, for the parts a mutant leaves alone.
@@ -126,28 +126,6 @@ pub struct Deviant {
 /// mask.
 static FRESH_MASK_CALLS: AtomicU64 = AtomicU64::new(0);
 
-/// The training pass keeping by `keep` and writing `survivor` for a kept
-/// unit.
-fn scaled_train(
-    x: &[f64],
-    p: f64,
-    rng: &mut dyn Rng,
-    out: &mut [f64],
-    mask: &mut [bool],
-    keep: Keep,
-    survivor: Scale,
-) -> Result<(), Error> {
-    keep_and_scale(
-        x,
-        p,
-        rng,
-        out,
-        mask,
-        |rng, rate| keep.keeps(rng.random::<f64>(), rate),
-        |v, rate| survivor.apply(v, rate),
-    )
-}
-
 /// Softmax of `logits` into `out`, shifted by the maximum.
 fn softmax(logits: &[f64], out: &mut [f64]) {
     let top = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -162,93 +140,69 @@ impl DropoutLayer for Deviant {
         self.name
     }
 
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        match self.deviation {
-            Deviation::Scaling { keep, survivor, .. } => {
-                scaled_train(x, p, rng, out, mask, keep, survivor)
-            }
-            Deviation::RescaleDropped => {
-                scaled_train(x, p, rng, out, mask, Keep::AtLeastP, Scale::Unscaled)?;
-                let q = 1.0 - p;
-                out.iter_mut().for_each(|o| *o /= q);
-                Ok(())
-            }
-            _ => REFERENCE.forward_train(x, p, rng, out, mask),
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        let (keep, survivor) = match self.deviation {
+            Deviation::Scaling { keep, survivor, .. } => (keep, survivor),
+            Deviation::RescaleDropped => (Keep::AtLeastP, Scale::Unscaled),
+            _ => return REFERENCE.forward_train(pass, p, rng),
+        };
+        let TrainPass { x, out, mask } = pass;
+        let kept = |rng: &mut dyn Rng, rate| keep.keeps(rng.random::<f64>(), rate);
+        let scaled = |v, rate| survivor.apply(v, rate);
+        keep_and_scale(TrainPass::new(x, out, mask), p, rng, kept, scaled)?;
+        if self.deviation == Deviation::RescaleDropped {
+            let q = 1.0 - p;
+            out.iter_mut().for_each(|o| *o /= q);
         }
+        Ok(())
     }
 
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
         match self.deviation {
             Deviation::EvalScalesByQ => {
                 let rate = Rate::new(p)?;
-                check_len("eval output buffer", out, x.len())?;
-                for (o, v) in out.iter_mut().zip(x) {
+                pass.check_lengths()?;
+                for (o, v) in pass.out.iter_mut().zip(pass.x) {
                     *o = v * rate.q();
                 }
                 Ok(())
             }
             Deviation::EvalDraws => {
                 let _ = rng.next_u64();
-                REFERENCE.forward_eval(x, p, rng, out)
+                REFERENCE.forward_eval(pass, p, rng)
             }
             Deviation::EvalMasks => {
-                let mut mask = vec![false; x.len()];
-                REFERENCE.forward_train(x, p, rng, out, &mut mask)
+                let mut mask = vec![false; pass.x.len()];
+                REFERENCE.forward_train(TrainPass::new(pass.x, pass.out, &mut mask), p, rng)
             }
-            _ => REFERENCE.forward_eval(x, p, rng, out),
+            _ => REFERENCE.forward_eval(pass, p, rng),
         }
     }
 
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
         match self.deviation {
             Deviation::Scaling { gradient, .. } => {
-                scale_kept_gradients(grad_out, p, mask, grad_in, |g, rate| {
-                    gradient.apply(g, rate)
-                })
+                scale_kept_gradients(pass, p, |g, rate| gradient.apply(g, rate))
             }
             Deviation::BackwardFreshMask => {
                 let call = FRESH_MASK_CALLS.fetch_add(1, Ordering::Relaxed);
                 let mut own = crate::engine::stream(0x5eed, call);
-                let fresh: Vec<bool> = grad_out
+                let fresh: Vec<bool> = pass
+                    .grad_out
                     .iter()
                     .map(|_| crate::engine::keep(&mut own, p))
                     .collect();
-                REFERENCE.backward(grad_out, p, &fresh, grad_in)
+                REFERENCE.backward(BackwardPass::new(pass.grad_out, &fresh, pass.grad_in), p)
             }
-            _ => REFERENCE.backward(grad_out, p, mask, grad_in),
+            _ => REFERENCE.backward(pass, p),
         }
     }
 
-    fn forward_attention(
-        &self,
-        a: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+    fn forward_attention(&self, a: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        let TrainPass { x, out, mask } = a;
         match self.deviation {
             Deviation::AttentionRenormalised => {
-                REFERENCE.forward_train(a, p, rng, out, mask)?;
+                REFERENCE.forward_train(TrainPass::new(x, out, mask), p, rng)?;
                 let total: f64 = out.iter().sum();
                 if total > 0.0 {
                     out.iter_mut().for_each(|o| *o /= total);
@@ -257,31 +211,22 @@ impl DropoutLayer for Deviant {
             }
             Deviation::AttentionLogits => {
                 // Logits whose softmax is `a`, dropped, then normalised.
-                let logits: Vec<f64> = a.iter().map(|v| v.ln()).collect();
-                let mut dropped = vec![0.0; a.len()];
-                REFERENCE.forward_train(&logits, p, rng, &mut dropped, mask)?;
+                let logits: Vec<f64> = x.iter().map(|v| v.ln()).collect();
+                let mut dropped = vec![0.0; x.len()];
+                REFERENCE.forward_train(TrainPass::new(&logits, &mut dropped, mask), p, rng)?;
                 softmax(&dropped, out);
                 Ok(())
             }
-            _ => self.forward_train(a, p, rng, out, mask),
+            _ => self.forward_train(TrainPass::new(x, out, mask), p, rng),
         }
     }
 
-    fn forward_positions(
-        &self,
-        x: &[f64],
-        positions: usize,
-        shape: MaskShape,
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+    fn forward_positions(&self, b: BlockPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
         match self.deviation {
             Deviation::ForcedShape(forced) => {
-                default_positions(&REFERENCE, x, positions, forced, p, rng, out, mask)
+                default_positions(&REFERENCE, b.with_shape(forced), p, rng)
             }
-            _ => default_positions(self, x, positions, shape, p, rng, out, mask),
+            _ => default_positions(self, b, p, rng),
         }
     }
 }

@@ -5,7 +5,10 @@
 //! entries. [`check_buffers`] is that one check, shared by the reference,
 //! the mutant gallery, the framework adapters and the perturbed layers, so
 //! that every layer rejects a short buffer the same way instead of letting a
-//! `zip` silently truncate it.
+//! `zip` silently truncate it. The passes' own checks
+//! ([`TrainPass::check_lengths`](super::TrainPass::check_lengths),
+//! [`BackwardPass::check_lengths`](super::BackwardPass::check_lengths)) are
+//! this check on their buffers.
 
 use crate::error::{Error, check_len};
 

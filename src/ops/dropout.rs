@@ -13,14 +13,23 @@
 //! `p = 0` keeps every unit and divides by 1: the identity. `p = 1` is
 //! rejected with [`Error::InvalidRate`]: there is no inverted scale to apply,
 //! and returning zeros silently would hide a configuration mistake.
+//!
+//! # The trait's shape
+//!
+//! Each method of [`DropoutLayer`] takes the buffers of its pass as one
+//! value ([`TrainPass`], [`EvalPass`], [`BackwardPass`], [`BlockPass`]),
+//! then the drop rate `p` and (for the passes that may draw) the
+//! generator. An implementation checks `p` first ([`Rate::new`]), then the
+//! buffers' lengths ([`TrainPass::check_lengths`] and its siblings), as the
+//! reference does.
 
 use rand::Rng;
 
-use super::buffers::check_buffers;
+use super::pass::{BackwardPass, BlockPass, EvalPass, TrainPass};
 use super::rate::Rate;
 use super::shape::{MaskShape, row_width};
 use crate::engine::keep;
-use crate::error::{Error, check_len};
+use crate::error::Error;
 
 /// A dropout implementation under test (the conformance trait).
 ///
@@ -32,65 +41,30 @@ pub trait DropoutLayer: Sync {
     fn name(&self) -> &str;
 
     /// Training-mode forward pass at drop rate `p`: writes the output into
-    /// `out` and the keep mask into `mask` (both `x.len()` long).
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error>;
+    /// `pass.out` and the keep mask into `pass.mask` (both `pass.x.len()`
+    /// long).
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error>;
 
-    /// Evaluation-mode forward pass. A correct layer copies `x` and never
-    /// touches `rng`.
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error>;
+    /// Evaluation-mode forward pass. A correct layer copies `pass.x` into
+    /// `pass.out` and never touches `rng`.
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error>;
 
     /// Backward pass given the forward pass's mask.
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error>;
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error>;
 
-    /// Attention dropout: drops entries of one row `a` of attention
+    /// Attention dropout: drops entries of one row `a.x` of attention
     /// probabilities (after the softmax) in training mode. The default is
     /// [`forward_train`](Self::forward_train) on the row, which is what the
     /// specification asks; override it only if your attention path differs.
-    fn forward_attention(
-        &self,
-        a: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        self.forward_train(a, p, rng, out, mask)
+    fn forward_attention(&self, a: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        self.forward_train(a, p, rng)
     }
 
-    /// Training-mode pass over a `T × d` block `x` (row-major, `positions`
-    /// rows) with the mask shape `shape`. The default is
+    /// Training-mode pass over a `T × d` block `b` (`b.pass.x` row-major,
+    /// `b.positions` rows) with the mask shape `b.shape`. The default is
     /// [`default_positions`].
-    #[allow(clippy::too_many_arguments)]
-    fn forward_positions(
-        &self,
-        x: &[f64],
-        positions: usize,
-        shape: MaskShape,
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        default_positions(self, x, positions, shape, p, rng, out, mask)
+    fn forward_positions(&self, b: BlockPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        default_positions(self, b, p, rng)
     }
 }
 
@@ -101,26 +75,25 @@ pub trait DropoutLayer: Sync {
 /// * `SharedOverPositions`: the layer's training pass over the first row
 ///   draws the `d` feature masks; every row then keeps the features that
 ///   row kept, survivors divided by `q` like the reference does.
-#[allow(clippy::too_many_arguments)]
-pub fn default_positions<L: DropoutLayer + ?Sized>(
+pub fn default_positions<L>(
     layer: &L,
-    x: &[f64],
-    positions: usize,
-    shape: MaskShape,
+    block: BlockPass<'_>,
     p: f64,
     rng: &mut dyn Rng,
-    out: &mut [f64],
-    mask: &mut [bool],
-) -> Result<(), Error> {
-    let d = row_width(x.len(), positions)?;
-    match shape {
-        MaskShape::Independent => layer.forward_train(x, p, rng, out, mask),
+) -> Result<(), Error>
+where
+    L: DropoutLayer + ?Sized,
+{
+    let d = row_width(block.pass.x.len(), block.positions)?;
+    match block.shape {
+        MaskShape::Independent => layer.forward_train(block.pass, p, rng),
         MaskShape::SharedOverPositions => {
             let rate = Rate::new(p)?;
-            check_buffers("output buffer", out, mask, x.len())?;
+            block.pass.check_lengths()?;
+            let TrainPass { x, out, mask } = block.pass;
             let mut row_out = vec![0.0; d];
             let mut row_mask = vec![false; d];
-            layer.forward_train(&x[..d], p, rng, &mut row_out, &mut row_mask)?;
+            layer.forward_train(TrainPass::new(&x[..d], &mut row_out, &mut row_mask), p, rng)?;
             for (i, (o, m)) in out.iter_mut().zip(mask.iter_mut()).enumerate() {
                 *m = row_mask[i % d];
                 *o = if *m { x[i] / rate.q() } else { 0.0 };
@@ -139,46 +112,19 @@ impl DropoutLayer for InvertedDropout {
         "reference"
     }
 
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
-        keep_and_scale(
-            x,
-            p,
-            rng,
-            out,
-            mask,
-            |rng, rate| keep(rng, rate.p()),
-            |v, rate| v / rate.q(),
-        )
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        keep_and_scale(pass, p, rng, |rng, r| keep(rng, r.p()), |v, r| v / r.q())
     }
 
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        _rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
         Rate::new(p)?;
-        check_len("eval output buffer", out, x.len())?;
-        out.copy_from_slice(x);
+        pass.check_lengths()?;
+        pass.out.copy_from_slice(pass.x);
         Ok(())
     }
 
-    fn backward(
-        &self,
-        grad_out: &[f64],
-        p: f64,
-        mask: &[bool],
-        grad_in: &mut [f64],
-    ) -> Result<(), Error> {
-        scale_kept_gradients(grad_out, p, mask, grad_in, |g, rate| g / rate.q())
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
+        scale_kept_gradients(pass, p, |g, rate| g / rate.q())
     }
 }
 
@@ -188,16 +134,15 @@ impl DropoutLayer for InvertedDropout {
 /// its mask entry, and a kept unit `x_k` becomes `survivor(x_k, rate)`, a
 /// dropped one `0`.
 pub fn keep_and_scale(
-    x: &[f64],
+    pass: TrainPass<'_>,
     p: f64,
     rng: &mut dyn Rng,
-    out: &mut [f64],
-    mask: &mut [bool],
     kept: impl Fn(&mut dyn Rng, Rate) -> bool,
     survivor: impl Fn(f64, Rate) -> f64,
 ) -> Result<(), Error> {
     let rate = Rate::new(p)?;
-    check_buffers("output buffer", out, mask, x.len())?;
+    pass.check_lengths()?;
+    let TrainPass { x, out, mask } = pass;
     for ((o, m), &v) in out.iter_mut().zip(mask.iter_mut()).zip(x) {
         *m = kept(&mut *rng, rate);
         *o = if *m { survivor(v, rate) } else { 0.0 };
@@ -209,15 +154,13 @@ pub fn keep_and_scale(
 /// before the buffers; a kept unit's gradient `g` becomes `scale(g, rate)`,
 /// a dropped unit's `0`.
 pub fn scale_kept_gradients(
-    grad_out: &[f64],
+    pass: BackwardPass<'_>,
     p: f64,
-    mask: &[bool],
-    grad_in: &mut [f64],
     scale: impl Fn(f64, Rate) -> f64,
 ) -> Result<(), Error> {
     let rate = Rate::new(p)?;
-    check_buffers("gradient buffer", grad_in, mask, grad_out.len())?;
-    for ((gi, &m), &g) in grad_in.iter_mut().zip(mask).zip(grad_out) {
+    pass.check_lengths()?;
+    for ((gi, &m), &g) in pass.grad_in.iter_mut().zip(pass.mask).zip(pass.grad_out) {
         *gi = if m { scale(g, rate) } else { 0.0 };
     }
     Ok(())

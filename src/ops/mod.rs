@@ -9,6 +9,7 @@ mod batchnorm;
 mod buffers;
 mod dropout;
 mod norm;
+mod pass;
 mod rate;
 mod shape;
 mod site;
@@ -20,6 +21,7 @@ pub use dropout::{
     scale_kept_gradients,
 };
 pub use norm::{LayerNorm, LayerNormKind, Norm, NormKind, RmsNorm, RmsNormKind, mean_and_variance};
+pub use pass::{BackwardPass, BlockPass, EvalPass, TrainPass};
 pub use rate::Rate;
 pub use shape::{CountingRng, MaskShape, row_width};
 pub use site::Site;

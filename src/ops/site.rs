@@ -8,6 +8,7 @@
 use rand::Rng;
 
 use super::dropout::DropoutLayer;
+use super::pass::TrainPass;
 use super::rate::Rate;
 use crate::error::{Error, check_finite_vec, check_len};
 
@@ -72,7 +73,7 @@ impl Site {
     ) -> Result<(), Error> {
         y.copy_from_slice(&self.h);
         for (v, rate) in &self.terms {
-            layer.forward_train(v, rate.p(), rng, buf, mask)?;
+            layer.forward_train(TrainPass::new(v, buf, mask), rate.p(), rng)?;
             for (a, b) in y.iter_mut().zip(buf.iter()) {
                 *a += b;
             }

@@ -9,7 +9,7 @@ use rand_distr::{Distribution, StandardNormal};
 use super::config::StackConfig;
 use crate::engine::Stream;
 use crate::error::Error;
-use crate::ops::{BatchNorm, Linear, Subject, mean_and_variance, relu};
+use crate::ops::{BatchNorm, EvalPass, Linear, Subject, TrainPass, mean_and_variance, relu};
 
 /// Where the dropout layers sit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,9 +137,11 @@ fn dropout_columns(
         if train {
             subject
                 .dropout
-                .forward_train(col, p, rng, &mut out, &mut mask)?;
+                .forward_train(TrainPass::new(col, &mut out, &mut mask), p, rng)?;
         } else {
-            subject.dropout.forward_eval(col, p, rng, &mut out)?;
+            subject
+                .dropout
+                .forward_eval(EvalPass::new(col, &mut out), p, rng)?;
         }
         col.copy_from_slice(&out);
     }
@@ -168,17 +170,33 @@ fn biased_row_var_min(a: &DMatrix<f64>) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// How the passes of one measurement run: the experiment's
+/// configuration, the mode, the drop rate `p`, where the dropout layers sit
+/// and the layer under test they run.
+#[derive(Clone, Copy)]
+pub(super) struct Passes<'a> {
+    pub(super) cfg: &'a StackConfig,
+    pub(super) mode: Mode,
+    pub(super) p: f64,
+    pub(super) placement: Placement,
+    pub(super) subject: &'a Subject<'a>,
+}
+
+impl Passes<'_> {
+    /// The same passes in `mode`.
+    pub(super) fn in_mode(self, mode: Mode) -> Self {
+        Passes { mode, ..self }
+    }
+}
+
 fn pass(
     net: &mut Net,
     mut h: DMatrix<f64>,
-    mode: Mode,
-    p: f64,
-    placement: Placement,
-    subject: &Subject,
+    run: Passes<'_>,
     rng: &mut Stream,
     acc: Option<&mut Moments>,
 ) -> Result<(), Error> {
+    let (mode, p, placement, subject) = (run.mode, run.p, run.placement, run.subject);
     let mut acc = acc;
     let train_dropout = mode == Mode::Train;
     for l in 0..net.linears.len() {
@@ -226,44 +244,33 @@ fn pass(
 /// re-estimation) batches, which set every BatchNorm's running statistics
 /// the way training would (momentum 0.1 from the buffers `(0, 1)`), and
 /// returns the moments of the second half of them.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn refresh_buffers(
     net: &mut Net,
-    cfg: &StackConfig,
-    mode: Mode,
-    p: f64,
-    placement: Placement,
-    subject: &Subject,
+    run: Passes<'_>,
     rng: &mut Stream,
 ) -> Result<Moments, Error> {
+    let cfg = run.cfg;
     let mut acc = Moments::new(cfg.depth, cfg.width);
     let half = cfg.refresh_batches / 2;
     for t in 0..cfg.refresh_batches {
         let x = inputs(cfg, cfg.batch, rng);
         let record = if t >= half { Some(&mut acc) } else { None };
-        pass(net, x, mode, p, placement, subject, rng, record)?;
+        pass(net, x, run, rng, record)?;
     }
     Ok(acc)
 }
 
-/// Runs `eval_examples` fresh inputs through the network in `mode` and
+/// Runs `eval_examples` fresh inputs through the network in `run.mode` and
 /// returns their moments.
-pub(super) fn evaluate(
-    net: &mut Net,
-    cfg: &StackConfig,
-    mode: Mode,
-    p: f64,
-    placement: Placement,
-    subject: &Subject,
-    rng: &mut Stream,
-) -> Result<Moments, Error> {
+pub(super) fn evaluate(net: &mut Net, run: Passes<'_>, rng: &mut Stream) -> Result<Moments, Error> {
+    let cfg = run.cfg;
     let mut acc = Moments::new(cfg.depth, cfg.width);
     let mut left = cfg.eval_examples;
     while left > 0 {
         let n = left.min(cfg.batch);
         // Train-mode LayerNorm passes need no batch of 2; BN passes here are eval.
         let x = inputs(cfg, n, rng);
-        pass(net, x, mode, p, placement, subject, rng, Some(&mut acc))?;
+        pass(net, x, run, rng, Some(&mut acc))?;
         left -= n;
     }
     Ok(acc)

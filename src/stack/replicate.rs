@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::config::StackConfig;
 use super::network::{
-    Mode, Moments, Net, Placement, evaluate, inputs, random_net, refresh_buffers,
+    Mode, Moments, Net, Passes, Placement, evaluate, inputs, random_net, refresh_buffers,
 };
 use crate::engine::Stream;
 use crate::error::Error;
@@ -86,34 +86,43 @@ pub(super) fn replicate_on(
 ) -> Result<Replicate, Error> {
     let rate = Rate::new(p)?;
     let d = cfg.depth;
-    let before = Placement::BeforeEachNorm;
+    let before = Passes {
+        cfg,
+        mode: Mode::Train,
+        p,
+        placement: Placement::BeforeEachNorm,
+        subject,
+    };
 
     let mut base = fresh.clone();
-    let train = refresh_buffers(&mut base, cfg, Mode::Train, p, before, subject, rng)?;
-    let eval = evaluate(&mut base, cfg, Mode::Eval, p, before, subject, rng)?;
+    let train = refresh_buffers(&mut base, before.in_mode(Mode::Train), rng)?;
+    let eval = evaluate(&mut base, before.in_mode(Mode::Eval), rng)?;
 
     let mut folded = base.clone();
     for bn in folded.bns.iter_mut().flatten() {
         bn.fold_dropout(p)?;
     }
-    let eval_fold = evaluate(&mut folded, cfg, Mode::Eval, p, before, subject, rng)?;
+    let eval_fold = evaluate(&mut folded, before.in_mode(Mode::Eval), rng)?;
 
     let mut re = base.clone();
     for bn in re.bns.iter_mut().flatten() {
         bn.reset_running_stats();
     }
-    refresh_buffers(&mut re, cfg, Mode::Reestimate, p, before, subject, rng)?;
-    let eval_re = evaluate(&mut re, cfg, Mode::Eval, p, before, subject, rng)?;
+    refresh_buffers(&mut re, before.in_mode(Mode::Reestimate), rng)?;
+    let eval_re = evaluate(&mut re, before.in_mode(Mode::Eval), rng)?;
 
-    let after = Placement::AfterLastNorm;
+    let after = Passes {
+        placement: Placement::AfterLastNorm,
+        ..before
+    };
     let mut late = fresh.clone();
-    let train_late = refresh_buffers(&mut late, cfg, Mode::Train, p, after, subject, rng)?;
-    let eval_late = evaluate(&mut late, cfg, Mode::Eval, p, after, subject, rng)?;
+    let train_late = refresh_buffers(&mut late, after.in_mode(Mode::Train), rng)?;
+    let eval_late = evaluate(&mut late, after.in_mode(Mode::Eval), rng)?;
 
     let mut ln = fresh.clone();
     ln.bns = None;
-    let train_ln = evaluate(&mut ln, cfg, Mode::Train, p, before, subject, rng)?;
-    let eval_ln = evaluate(&mut ln, cfg, Mode::Eval, p, before, subject, rng)?;
+    let train_ln = evaluate(&mut ln, before.in_mode(Mode::Train), rng)?;
+    let eval_ln = evaluate(&mut ln, before.in_mode(Mode::Eval), rng)?;
 
     // The first BN's clean inputs: relu(W1 x), measured on fresh inputs.
     let x = inputs(cfg, cfg.eval_examples, rng);

@@ -5,7 +5,9 @@ use rand::Rng;
 
 use crate::engine::keep;
 use crate::error::Error;
-use crate::ops::{DropoutLayer, InvertedDropout, keep_and_scale};
+use crate::ops::{
+    BackwardPass, DropoutLayer, EvalPass, InvertedDropout, TrainPass, keep_and_scale,
+};
 
 /// A graded deviation of the training pass, of relative size `relative`
 /// (0.01 is 1 %); evaluation and backward stay the reference's.
@@ -46,45 +48,28 @@ impl DropoutLayer for Perturbed {
     fn name(&self) -> &str {
         &self.name
     }
-    fn forward_train(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-        mask: &mut [bool],
-    ) -> Result<(), Error> {
+
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
         match self.perturbation {
             Perturbation::RateOff { relative } => {
                 let actual = (p * (1.0 + relative)).clamp(0.0, 1.0);
-                keep_and_scale(
-                    x,
-                    p,
-                    rng,
-                    out,
-                    mask,
-                    |rng, _| keep(rng, actual),
-                    |v, rate| v / rate.q(),
-                )?;
+                keep_and_scale(pass, p, rng, |rng, _| keep(rng, actual), |v, r| v / r.q())
             }
             Perturbation::MeanShift { relative } => {
-                InvertedDropout.forward_train(x, p, rng, out, mask)?;
+                let TrainPass { x, out, mask } = pass;
+                InvertedDropout.forward_train(TrainPass::new(x, out, mask), p, rng)?;
                 out.iter_mut().for_each(|o| *o *= 1.0 + relative);
+                Ok(())
             }
         }
-        Ok(())
     }
-    fn forward_eval(
-        &self,
-        x: &[f64],
-        p: f64,
-        rng: &mut dyn Rng,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_eval(x, p, rng, out)
+
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, rng: &mut dyn Rng) -> Result<(), Error> {
+        InvertedDropout.forward_eval(pass, p, rng)
     }
-    fn backward(&self, g: &[f64], p: f64, mask: &[bool], gi: &mut [f64]) -> Result<(), Error> {
-        InvertedDropout.backward(g, p, mask, gi)
+
+    fn backward(&self, pass: BackwardPass<'_>, p: f64) -> Result<(), Error> {
+        InvertedDropout.backward(pass, p)
     }
 }
 
