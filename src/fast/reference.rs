@@ -34,7 +34,7 @@ impl ReferenceNorm {
 
     /// Runs `budget.samples` masks.
     pub fn estimate(&self, budget: Budget) -> Result<NormEstimates, Error> {
-        let e = estimate(self, budget)?.estimates();
+        let e = estimate(&DropThen(self), budget)?.estimates();
         Ok(NormEstimates {
             mean: e[0],
             var: e[1],
@@ -44,24 +44,16 @@ impl ReferenceNorm {
     }
 }
 
-impl Sampler for ReferenceNorm {
-    type Scratch = (Vec<f64>, Vec<bool>);
+impl FromDropped for ReferenceNorm {
+    fn dropped(&self) -> (&[f64], f64) {
+        (&self.x, self.p)
+    }
 
     fn dim(&self) -> usize {
         3 + if self.ln { self.x.len() } else { 0 }
     }
 
-    fn scratch(&self) -> Self::Scratch {
-        (vec![0.0; self.x.len()], vec![false; self.x.len()])
-    }
-
-    fn draw(
-        &self,
-        rng: &mut Stream,
-        (z, mask): &mut Self::Scratch,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
-        InvertedDropout.forward_train(TrainPass::new(&self.x, z, mask), self.p, rng)?;
+    fn statistics(&self, z: &[f64], out: &mut [f64]) {
         let d = z.len() as f64;
         let m = z.iter().sum::<f64>() / d;
         let v = z.iter().map(|t| (t - m) * (t - m)).sum::<f64>() / d;
@@ -75,7 +67,6 @@ impl Sampler for ReferenceNorm {
                 *o = (t - m) / s;
             }
         }
-        Ok(())
     }
 }
 
@@ -105,7 +96,7 @@ impl ReferenceAttention {
 
     /// Runs `budget.samples` rows.
     pub fn estimate(&self, budget: Budget) -> Result<AttentionEstimates, Error> {
-        let e = estimate(self, budget)?.estimates();
+        let e = estimate(&DropThen(self), budget)?.estimates();
         Ok(AttentionEstimates {
             row_sum: e[0],
             row_sum_var: e[1],
@@ -114,30 +105,59 @@ impl ReferenceAttention {
     }
 }
 
-// Same shape as `ReferenceNorm`'s `Sampler` impl: the trait's signatures and one
-// dropout draw of the input, because only what is computed from the draw differs.
-impl Sampler for ReferenceAttention {
-    type Scratch = (Vec<f64>, Vec<bool>);
+impl FromDropped for ReferenceAttention {
+    fn dropped(&self) -> (&[f64], f64) {
+        (&self.a, self.p)
+    }
 
     fn dim(&self) -> usize {
         3
     }
 
+    fn statistics(&self, b: &[f64], out: &mut [f64]) {
+        let r: f64 = b.iter().sum();
+        out[0] = r;
+        out[1] = (r - self.total) * (r - self.total);
+        out[2] = b.iter().zip(&self.v).map(|(b, v)| b * v).sum();
+    }
+}
+
+/// What a reference sampler computes from one training pass of the crate's
+/// [`InvertedDropout`]: the one draw both samplers share is [`DropThen`]'s.
+trait FromDropped: Sync {
+    /// The vector dropout is applied to, and the drop rate.
+    fn dropped(&self) -> (&[f64], f64);
+    /// Number of statistics per draw.
+    fn dim(&self) -> usize;
+    /// The statistics of one dropped vector `z`, into `out` (`dim` long).
+    fn statistics(&self, z: &[f64], out: &mut [f64]);
+}
+
+/// The engine's [`Sampler`] for a [`FromDropped`]: one training pass of
+/// [`InvertedDropout`] over the vector, then its statistics.
+struct DropThen<'a, T>(&'a T);
+
+impl<T: FromDropped> Sampler for DropThen<'_, T> {
+    type Scratch = (Vec<f64>, Vec<bool>);
+
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+
     fn scratch(&self) -> Self::Scratch {
-        (vec![0.0; self.a.len()], vec![false; self.a.len()])
+        let d = self.0.dropped().0.len();
+        (vec![0.0; d], vec![false; d])
     }
 
     fn draw(
         &self,
         rng: &mut Stream,
-        (b, mask): &mut Self::Scratch,
+        (z, mask): &mut Self::Scratch,
         out: &mut [f64],
     ) -> Result<(), Error> {
-        InvertedDropout.forward_train(TrainPass::new(&self.a, b, mask), self.p, rng)?;
-        let r: f64 = b.iter().sum();
-        out[0] = r;
-        out[1] = (r - self.total) * (r - self.total);
-        out[2] = b.iter().zip(&self.v).map(|(b, v)| b * v).sum();
+        let (x, p) = self.0.dropped();
+        InvertedDropout.forward_train(TrainPass::new(x, z, mask), p, rng)?;
+        self.0.statistics(z, out);
         Ok(())
     }
 }
