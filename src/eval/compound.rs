@@ -19,7 +19,9 @@ use crate::ops::{LayerNorm, Rate, Site};
 pub const ABOUT: &str = "dropout -> LN1 -> LN2: c1, c2, E[LN2(LN1(z))].";
 
 /// Arguments of `eval compound`.
-// Same shape as NormArgs, RmsArgs and ReportArgs: one clap field per flag; LN2's flags are NormArgs' renamed (--gamma2, --beta2), which a flattened struct cannot be.
+// Same shape as NormArgs, RmsArgs and ReportArgs: one clap field per flag.
+// LN2's flags are NormArgs' renamed (--gamma2, --beta2), and clap cannot
+// flatten a struct under other flag names.
 #[derive(Debug, Clone, Args)]
 pub struct CompoundArgs {
     #[command(flatten)]
