@@ -1,0 +1,223 @@
+//! The conformance claims on a Python dropout, at the user's drop rate.
+//!
+//! The Rust suite's claims ([`dropmc::conformance`]) fix their own drop
+//! rates (`p = 0.3` for the moments and the semantics rules) and call a
+//! layer's forward with that `p`. A Python `forward(x, training)` has its
+//! rate built in, so this module states the same claims at the user's `p`
+//! and judges them with the suite's own machinery: each is a
+//! [`dropmc::claims::Claim`] checked by [`dropmc::claims::check`], so the
+//! test of each component (Student-t for a mean, exact binomial for counts,
+//! exact for violations), the per-assertion level
+//! ([`dropmc::stats::critical_z`], from the suite's family α) and the
+//! minimum budget below which a verdict is inconclusive are the suite's.
+//! The moment claims draw through the suite's own
+//! [`PairSampler`](dropmc::claims::dropout::PairSampler) (two independent
+//! training passes per draw) over the layer [`PyDropout`].
+//!
+//! What the Python subject cannot express is reported as skipped, with the
+//! reason (the second list [`claims`] returns): a claim that replays the layer's random numbers
+//! (dropmc does not own the user's generator), one that calls the forward
+//! at another rate, and the attention, mask-shape and ensemble families
+//! (other code paths than one elementwise forward).
+//!
+//! The claims carry no exact oracle: the oracle checks a closed form
+//! against enumeration, a statement about the mathematics that
+//! `dropmc report` verifies; here the question is the implementation.
+
+use dropmc::Error;
+use dropmc::claims::{Card, Claim};
+use dropmc::engine::Budget;
+use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, Rate, Subject, TrainPass};
+use dropmc::stats::Estimate;
+use rand::Rng;
+
+use crate::forward::PyForward;
+
+mod moments;
+mod rules;
+
+use moments::moment_claims;
+use rules::rule_claims;
+
+/// Units of the kept-count claim: all ones, so no unit reads as dropped
+/// for being zero ([`dropmc::claims::dropout::COUNT_X`]).
+pub use dropmc::claims::dropout::COUNT_X;
+/// The moment claims' default input: the Rust suite's per-unit
+/// configuration ([`dropmc::claims::dropout::UNIT_X`]).
+pub use dropmc::claims::dropout::UNIT_X as MOMENT_X;
+
+/// The semantics claims' default input in float64: the Rust suite's fixed
+/// inputs ([`dropmc::claims::semantics::X`]): signs, a signed zero, the
+/// smallest subnormal, a huge and a fractional value.
+pub use dropmc::claims::semantics::X as SEMANTICS_X64;
+/// The same in float32: the subnormal and the huge value replaced by
+/// float32's (the smallest subnormal `2⁻¹⁴⁹` and `10³⁸`), which the cast
+/// to float32 would otherwise round to 0 and to infinity.
+pub const SEMANTICS_X32: [f64; 8] = [
+    0.5,
+    -1.2,
+    3.0,
+    -0.0,
+    2.0,
+    1.401298464324817e-45,
+    1e38,
+    -7.25,
+];
+
+/// Draws of the moment claims (the Rust suite's default for them).
+pub const MOMENT_SAMPLES: u64 = 1_000_000;
+/// Draws (rows) of the semantics rules (the Rust suite's default).
+pub const RULE_SAMPLES: u64 = 20_000;
+
+/// The drop rate the claims run at, and the inputs.
+pub struct Setup<'a> {
+    pub forward: &'a PyForward,
+    pub rate: Rate,
+    /// Input of the moment claims.
+    pub moment_x: Vec<f64>,
+    /// Input of the semantics rules.
+    pub semantics_x: Vec<f64>,
+    /// Whether `rng_state` was given.
+    pub has_rng_state: bool,
+}
+
+/// The Python forward as a [`DropoutLayer`], at the user's rate only.
+pub struct PyDropout<'a> {
+    pub forward: &'a PyForward,
+    pub p: f64,
+}
+
+impl PyDropout<'_> {
+    fn at_own_rate(&self, p: f64) -> Result<(), Error> {
+        if p.to_bits() == self.p.to_bits() {
+            Ok(())
+        } else {
+            Err(Error::InvalidOption {
+                what: format!(
+                    "the Python forward runs at its own p = {}, not p = {p}",
+                    self.p
+                ),
+            })
+        }
+    }
+}
+
+impl DropoutLayer for PyDropout<'_> {
+    fn name(&self) -> &str {
+        "python"
+    }
+
+    fn forward_train(&self, pass: TrainPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        let TrainPass { x, out, mask } = pass;
+        self.at_own_rate(p)?;
+        self.forward
+            .train_row(x, |row| out.copy_from_slice(row.out))?;
+        for (m, z) in mask.iter_mut().zip(out.iter()) {
+            *m = *z != 0.0;
+        }
+        Ok(())
+    }
+
+    fn forward_eval(&self, pass: EvalPass<'_>, p: f64, _rng: &mut dyn Rng) -> Result<(), Error> {
+        let EvalPass { x, out } = pass;
+        self.at_own_rate(p)?;
+        self.forward
+            .eval_row(x, |row| out.copy_from_slice(row.out))?;
+        Ok(())
+    }
+
+    fn backward(&self, _: BackwardPass<'_>, _: f64) -> Result<(), Error> {
+        // A Python backward takes no mask: `semantics.backward_mask` pairs
+        // each gradient with the forward output of the same call instead.
+        Err(Error::InvalidOption {
+            what: "the Python subject's backward is checked by semantics.backward_mask".into(),
+        })
+    }
+}
+
+/// A claim's estimator on a subject and budget.
+pub type EstimateFn<'a> = Box<dyn Fn(&Subject, Budget) -> Result<Vec<Estimate>, Error> + Sync + 'a>;
+
+/// One claim on the Python subject.
+pub struct PyClaim<'a> {
+    /// What it states (its family is its id's prefix, [`family_of`]).
+    pub card: Card,
+    pub analytic: Vec<f64>,
+    pub note: Option<String>,
+    pub estimate: EstimateFn<'a>,
+}
+
+impl Claim for PyClaim<'_> {
+    fn card(&self) -> Card {
+        self.card
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        Ok(self.analytic.clone())
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        (self.estimate)(subject, budget)
+    }
+    fn note(&self) -> Option<String> {
+        self.note.clone()
+    }
+}
+
+/// The family of a claim id (`family.name`).
+pub fn family_of(id: &str) -> &str {
+    id.split_once('.').map_or(id, |(family, _)| family)
+}
+
+/// Why each conformance claim not stated here is skipped.
+fn skip_reason(id: &str) -> String {
+    let reason = match id {
+        "semantics.keep_fraction" => {
+            "the kept count's Binomial(d, q) law at your p is dropout.kept_count"
+        }
+        "semantics.backward_finite_difference" => {
+            "replays the forward with the same random numbers: dropmc does not own your generator"
+        }
+        "semantics.rate_rule" => {
+            "calls the forward at invalid rates: your forward has no p argument"
+        }
+        "dropout.worked_512_mean" | "dropout.worked_512_variance" => {
+            "the worked case d = 512, x = 1, p = 0.5: pass x=np.ones(512), samples=200_000 with a p = 0.5 forward (dropout.sum_mean, dropout.sum_variance)"
+        }
+        "dropout.original_scheme" => {
+            "a statement about the original (non-inverted) scheme's mathematics"
+        }
+        _ => match family_of(id) {
+            "attention" => {
+                "attention dropout is a separate code path (rows of softmax probabilities); check it with your attention layer as forward"
+            }
+            "mask_shape" => "needs the layer's mask-shape option (shared over positions)",
+            "ensemble" => "a statement about the mathematics of averaging masks",
+            _ => "not expressible with forward(x, training) alone",
+        },
+    };
+    reason.to_string()
+}
+
+/// The claims to run and the conformance claims skipped (id, reason).
+pub fn claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, String)>) {
+    let mut run = moment_claims(setup);
+    let (rules, mut skipped) = rule_claims(setup);
+    run.extend(rules);
+    let stated: Vec<&str> = run
+        .iter()
+        .map(|c| c.card.id)
+        .chain(skipped.iter().map(|(id, _)| *id))
+        .collect();
+    for claim in dropmc::conformance::claims(&dropmc::conformance::Options::default()) {
+        let id = claim.id();
+        if stated.contains(&id) {
+            continue;
+        }
+        let reason = if setup.rate.p() == 0.0 && claim.family() == "dropout" {
+            "p = 0: every moment is the input's; semantics.p_zero_identity judges the layer".into()
+        } else {
+            skip_reason(id)
+        };
+        skipped.push((id, reason));
+    }
+    (run, skipped)
+}

@@ -1,0 +1,234 @@
+//! The semantics rules on a Python dropout (eval identity, eval draws
+//! nothing, survivors, backward mask, `p = 0` identity), each a count of
+//! violations over rows at the user's rate and dtype.
+
+use dropmc::Error;
+use dropmc::claims::{Card, Shape};
+use dropmc::engine::Budget;
+use dropmc::formulas::semantics::{backward_bound, kept_roundings};
+use dropmc::ops::Rate;
+use dropmc::stats::{Estimate, Statistic, per_draw_dof};
+
+use super::{PyClaim, RULE_SAMPLES, Setup, family_of};
+use crate::forward::Dtype;
+
+/// A deterministic rule: `rule` returns its total violations over
+/// `budget.samples` rows.
+fn rule_claim<'a>(
+    id: &'static str,
+    formula: &'static str,
+    note: Option<String>,
+    rule: impl Fn(Budget) -> Result<f64, Error> + Sync + 'a,
+) -> PyClaim<'a> {
+    PyClaim {
+        card: Card::new(id, family_of(id), formula, Shape::Scalar, RULE_SAMPLES)
+            .with_statistic(Statistic::Violations),
+        analytic: vec![0.0],
+        note,
+        estimate: Box::new(move |_, budget| {
+            let violations = rule(budget)?;
+            Ok(vec![Estimate {
+                value: violations,
+                stderr: 0.0,
+                n: budget.samples,
+                dof: per_draw_dof(budget.samples),
+            }])
+        }),
+    }
+}
+
+/// Sums `per_row` over `budget.samples` rows.
+fn count_rows(
+    budget: Budget,
+    mut per_row: impl FnMut() -> Result<usize, Error>,
+) -> Result<f64, Error> {
+    let mut total = 0usize;
+    for _ in 0..budget.samples {
+        total += per_row()?;
+    }
+    Ok(total as f64)
+}
+
+/// The kept outputs a dtype's arithmetic may give for `x / q`: `fl(x/q)`
+/// and `fl(x · fl(1/q))` (the Rust suite's two roundings,
+/// [`kept_roundings`]); in float32 the same with every operation rounded
+/// to float32, `q` and `1/q` rounded from their float64 values or `1/q`
+/// from the rounded `q` (numpy, JAX and PyTorch cast a Python float scale
+/// to the array's dtype).
+fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 3] {
+    match dtype {
+        Dtype::F64 => {
+            let (division, reciprocal) = kept_roundings(x, rate);
+            [division, reciprocal, reciprocal]
+        }
+        Dtype::F32 => {
+            let (x, q) = (x as f32, rate.q() as f32);
+            let inverse = (1.0 / rate.q()) as f32;
+            [(x / q) as f64, (x * inverse) as f64, (x * (1.0 / q)) as f64]
+        }
+    }
+}
+
+/// The unit roundoff `ε` of the dtype (the spacing of its numbers at 1).
+fn epsilon(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F64 => f64::EPSILON,
+        Dtype::F32 => f32::EPSILON as f64,
+    }
+}
+
+/// The smallest positive normal number of the dtype.
+fn smallest_normal(dtype: Dtype) -> f64 {
+    match dtype {
+        Dtype::F64 => f64::MIN_POSITIVE,
+        Dtype::F32 => f32::MIN_POSITIVE as f64,
+    }
+}
+
+fn same_bits(a: f64, b: f64) -> bool {
+    a.to_bits() == b.to_bits()
+}
+
+/// The components of `a` and `b` whose bits differ.
+fn differing_bits(a: &[f64], b: &[f64]) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|(u, v)| !same_bits(**u, **v))
+        .count()
+}
+
+/// The semantics rules: eval identity, eval draws nothing, survivors,
+/// backward mask, `p = 0` identity (each where the subject can express it;
+/// the rest are returned as skipped, with the reason).
+pub(super) fn rule_claims<'a>(
+    setup: &Setup<'a>,
+) -> (Vec<PyClaim<'a>>, Vec<(&'static str, String)>) {
+    let forward = setup.forward;
+    let dtype = forward.dtype();
+    let rate = setup.rate;
+    let x: Vec<f64> = setup.semantics_x.iter().map(|&v| dtype.round(v)).collect();
+    let mut claims = Vec::new();
+    let mut skipped = Vec::new();
+    let xe = x.clone();
+    claims.push(rule_claim(
+        "semantics.eval_identity",
+        "eval: bits of z differing from x = 0",
+        None,
+        move |budget| {
+            count_rows(budget, || {
+                forward.eval_row(&xe, |row| differing_bits(&xe, row.out))
+            })
+        },
+    ));
+    if setup.has_rng_state {
+        let xd = x.clone();
+        claims.push(rule_claim(
+            "semantics.eval_draws_nothing",
+            "eval: rows from forward(X, False) calls that changed rng_state() = 0",
+            None,
+            move |budget| {
+                count_rows(budget, || {
+                    forward.eval_row(&xd, |row| usize::from(row.drew == Some(true)))
+                })
+            },
+        ));
+    } else {
+        skipped.push((
+            "semantics.eval_draws_nothing",
+            "no rng_state given: pass rng_state=lambda: <your generator's state> to check \
+             that eval mode draws no random numbers"
+                .to_string(),
+        ));
+    }
+    let xs = x.clone();
+    claims.push(rule_claim(
+        "semantics.survivors_exact",
+        "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit in the input's dtype, dropped z_k = 0: 0 violations",
+        None,
+        move |budget| {
+            let accepted: Vec<[f64; 3]> =
+                xs.iter().map(|&a| accepted_survivors(a, rate, dtype)).collect();
+            count_rows(budget, || {
+                forward.train_row(&xs, |row| {
+                    row.out
+                        .iter()
+                        .zip(&accepted)
+                        .filter(|(z, ok)| **z != 0.0 && !ok.iter().any(|a| same_bits(*a, **z)))
+                        .count()
+                })
+            })
+        },
+    ));
+    // The mask is read off the output, so the backward rule runs on the
+    // units whose kept output cannot be zero: inputs of normal magnitude
+    // (a zero input reads as dropped, and so does a subnormal one under a
+    // flush-to-zero float mode, as XLA uses on the CPU).
+    let xb: Vec<f64> = x
+        .iter()
+        .copied()
+        .filter(|v| v.abs() >= smallest_normal(dtype))
+        .collect();
+    if !forward.has_backward() {
+        skipped.push((
+            "semantics.backward_mask",
+            "no backward given: pass backward=lambda x, grad, training: ... (the gradient of \
+             the most recent forward call) to check that it uses the forward's mask"
+                .to_string(),
+        ));
+    } else if rate.p() == 0.0 {
+        skipped.push((
+            "semantics.backward_mask",
+            "p = 0: semantics.p_zero_identity checks backward = g bit for bit".to_string(),
+        ));
+    } else if !xb.is_empty() {
+        let eps = epsilon(dtype);
+        claims.push(rule_claim(
+            "semantics.backward_mask",
+            "backward = g m / q with the forward's mask (2 roundings of the dtype): 0 violations",
+            None,
+            move |budget| {
+                count_rows(budget, || {
+                    forward.backward_row(&xb, |row| {
+                        (0..xb.len())
+                            .filter(|&k| {
+                                let (g, kept) = (row.grad_out[k], row.out[k] != 0.0);
+                                let want = if kept { g / rate.q() } else { 0.0 };
+                                // backward_bound's two roundings, at the dtype's ε.
+                                let bound = backward_bound(g, rate) * eps / f64::EPSILON;
+                                let err = (row.grad_in[k] - want).abs();
+                                err.is_nan() || err > bound
+                            })
+                            .count()
+                    })
+                })
+            },
+        ));
+    }
+    if rate.p() == 0.0 {
+        let x0 = x.clone();
+        let backward = forward.has_backward();
+        claims.push(rule_claim(
+            "semantics.p_zero_identity",
+            "p = 0: z = x (and backward = g when given), bit for bit: 0 violations",
+            None,
+            move |budget| {
+                count_rows(budget, || {
+                    let mut bad = forward.train_row(&x0, |row| differing_bits(&x0, row.out))?;
+                    if backward {
+                        bad += forward
+                            .backward_row(&x0, |row| differing_bits(row.grad_out, row.grad_in))?;
+                    }
+                    Ok(bad)
+                })
+            },
+        ));
+    } else {
+        skipped.push((
+            "semantics.p_zero_identity",
+            "runs at p = 0 only (your forward's rate is fixed): check a forward built \
+             with p = 0 as check_dropout(forward0, 0.0)"
+                .to_string(),
+        ));
+    }
+    (claims, skipped)
+}
