@@ -64,10 +64,16 @@ fn affine_parameters_and_the_fold_act_per_channel() {
 fn bad_inputs_are_typed_errors() {
     assert!(BatchNorm::new(0).is_err());
     let bn = BatchNorm::new(2).unwrap();
-    assert!(bn.clone().with_momentum(1.5).is_err());
-    assert!(bn.clone().with_eps(f64::NAN).is_err());
-    assert!(bn.clone().with_eps(-1.0).is_err());
-    assert!(bn.clone().with_buffers(&[0.0, 0.0], &[1.0, 0.0]).is_err());
+    // An out-of-range setting is an invalid option, not a formula undefined
+    // at the input.
+    let invalid_option =
+        |r: Result<BatchNorm, Error>| matches!(r, Err(Error::InvalidOption { .. }));
+    assert!(invalid_option(bn.clone().with_momentum(1.5)));
+    assert!(invalid_option(bn.clone().with_eps(f64::NAN)));
+    assert!(invalid_option(bn.clone().with_eps(-1.0)));
+    assert!(invalid_option(
+        bn.clone().with_buffers(&[0.0, 0.0], &[1.0, 0.0])
+    ));
     assert!(bn.clone().with_affine(&[1.0], &[0.0, 0.0]).is_err());
     let mut b = bn.clone();
     // Wrong channel count, one-example train batch, non-finite input.

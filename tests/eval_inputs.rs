@@ -43,6 +43,10 @@ fn a_row_off_by_more_than_rounding_is_refused() {
     a[0] += 2.0 * float32_row_sum_slack(d);
     let err = attn(&a, 0.1, None, Budget::new(200, 1).unwrap()).unwrap_err();
     assert!(err.to_string().contains("--a sums to"), "{err}");
+    assert!(
+        matches!(err, dropmc::Error::InvalidOption { .. }),
+        "{err:?}"
+    );
 }
 
 /// The progress observer sees the draws of `eval ln`'s kernels and changes

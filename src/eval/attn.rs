@@ -52,14 +52,14 @@ pub fn attn(
     let rate = Rate::new(p)?;
     let mc = monte_carlo(budget)?;
     if let Some(i) = a.iter().position(|v| *v < 0.0) {
-        return Err(Error::Degenerate {
+        return Err(Error::InvalidOption {
             what: format!("a[{i}] = {} is negative; a must be a probability row", a[i]),
         });
     }
     let total: f64 = a.iter().sum();
     let slack = float32_row_sum_slack(a.len());
     if (total - 1.0).abs() > slack {
-        return Err(Error::Degenerate {
+        return Err(Error::InvalidOption {
             what: format!(
                 "--a sums to {total}, not 1 (within a float32 softmax's rounding, {slack:.1e} \
                  at d = {}); a must be a probability row",

@@ -201,7 +201,7 @@ pub fn fold_running_var(
         .enumerate()
         .map(|(k, (&rm, &rv))| {
             if rv <= 0.0 {
-                return Err(Error::Degenerate {
+                return Err(Error::InvalidOption {
                     what: format!("channel {k}: running_var = {rv} must be > 0"),
                 });
             }

@@ -75,7 +75,7 @@ impl BatchNorm {
     /// Sets `ε` (finite, `≥ 0`).
     pub fn with_eps(mut self, eps: f64) -> Result<Self, Error> {
         if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::Degenerate {
+            return Err(Error::InvalidOption {
                 what: format!("BatchNorm eps = {eps} must be a finite number >= 0"),
             });
         }
@@ -86,7 +86,7 @@ impl BatchNorm {
     /// Sets the momentum `m` (`0 <= m <= 1`).
     pub fn with_momentum(mut self, momentum: f64) -> Result<Self, Error> {
         if !(momentum.is_finite() && (0.0..=1.0).contains(&momentum)) {
-            return Err(Error::Degenerate {
+            return Err(Error::InvalidOption {
                 what: format!("BatchNorm momentum = {momentum} must be in [0, 1]"),
             });
         }
@@ -105,7 +105,7 @@ impl BatchNorm {
         check_len("running_mean", running_mean, self.channels())?;
         check_len("running_var", running_var, self.channels())?;
         if let Some(k) = running_var.iter().position(|&v| v <= 0.0) {
-            return Err(Error::Degenerate {
+            return Err(Error::InvalidOption {
                 what: format!("running_var[{k}] = {} must be > 0", running_var[k]),
             });
         }
@@ -302,8 +302,8 @@ fn overflow_check<'a>(what: &str, mut values: impl Iterator<Item = &'a f64>) -> 
     if values.all(|v| v.is_finite()) {
         Ok(())
     } else {
-        Err(Error::Degenerate {
-            what: format!("{what} output overflows f64 for this input (rescale it)"),
+        Err(Error::Overflow {
+            what: format!("{what} output"),
         })
     }
 }
