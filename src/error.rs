@@ -154,6 +154,18 @@ pub fn check_rate(p: f64) -> Result<f64, Error> {
     }
 }
 
+/// Checks a normalization `ε` (LayerNorm, RMSNorm, BatchNorm): finite and
+/// `≥ 0`; anything else is an [`Error::InvalidOption`] naming `what`.
+pub fn check_eps(what: &str, eps: f64) -> Result<f64, Error> {
+    if eps.is_finite() && eps >= 0.0 {
+        Ok(eps)
+    } else {
+        Err(Error::InvalidOption {
+            what: format!("{what} = {eps} must be a finite number >= 0"),
+        })
+    }
+}
+
 /// Checks that a vector is non-empty and every entry finite.
 pub fn check_finite_vec(what: &'static str, x: &[f64]) -> Result<(), Error> {
     if x.is_empty() {

@@ -166,3 +166,35 @@ fn constant_x_has_no_layer_norm_spread_and_is_a_typed_error() {
         Err(Error::LengthMismatch { .. })
     ));
 }
+
+/// A negative, infinite or NaN ε is refused as an invalid option by every
+/// norm that takes one (one check, `dropmc::error::check_eps`), and ε = 0 is
+/// accepted.
+#[test]
+fn an_out_of_range_eps_is_an_invalid_option_everywhere() {
+    use dropmc::formulas::bypass::damped;
+    use dropmc::ops::{BatchNorm, LayerNorm, RmsNorm, Site};
+    let site = Site::new(vec![1.0, 2.0, 4.0], vec![(vec![0.5, -1.0, 2.0], 0.3)]).unwrap();
+    let invalid = |r: Result<(), Error>| matches!(r, Err(Error::InvalidOption { .. }));
+    for eps in [-1e-5, f64::INFINITY, f64::NAN] {
+        assert!(
+            invalid(LayerNorm::plain(3, eps).map(|_| ())),
+            "LayerNorm eps = {eps}"
+        );
+        assert!(
+            invalid(RmsNorm::new(vec![1.0; 3], eps).map(|_| ())),
+            "RMSNorm eps = {eps}"
+        );
+        let bn = BatchNorm::new(3).unwrap();
+        assert!(
+            invalid(bn.with_eps(eps).map(|_| ())),
+            "BatchNorm eps = {eps}"
+        );
+        assert!(
+            invalid(damped(&site, eps).map(|_| ())),
+            "damped eps = {eps}"
+        );
+    }
+    assert!(LayerNorm::plain(3, 0.0).is_ok());
+    assert!(damped(&site, 0.0).is_ok());
+}

@@ -46,7 +46,7 @@
 
 use super::layernorm::{input_moments, shrink_towards_beta};
 use super::{DropoutSite, ShiftedNormParams};
-use crate::error::Error;
+use crate::error::{Error, check_eps};
 
 /// `Σ_j (p_j/q_j) mean_k v_jk²`, the noise the dropped terms add per unit.
 pub fn added_noise(site: &impl DropoutSite) -> f64 {
@@ -77,11 +77,7 @@ pub fn rho2(site: &impl DropoutSite) -> Result<f64, Error> {
 /// `ε = 0` this is `sqrt(q/(q + p ρ²))`.
 pub fn damped(site: &impl DropoutSite, eps: f64) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
-    if !(eps.is_finite() && eps >= 0.0) {
-        return Err(Error::Degenerate {
-            what: format!("eps must be finite and >= 0 (eps = {eps})"),
-        });
-    }
+    check_eps("eps", eps)?;
     Ok(((s2 + eps) / (s2 + added_noise(site) + eps)).sqrt())
 }
 

@@ -25,7 +25,7 @@ use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 use rand_distr::{Distribution, StandardNormal};
 
-use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
+use crate::error::{Error, check_all_finite, check_eps, check_finite_vec, check_len};
 use crate::formulas::batchnorm as f;
 
 use super::Rate;
@@ -74,11 +74,7 @@ impl BatchNorm {
 
     /// Sets `ε` (finite, `≥ 0`).
     pub fn with_eps(mut self, eps: f64) -> Result<Self, Error> {
-        if !(eps.is_finite() && eps >= 0.0) {
-            return Err(Error::InvalidOption {
-                what: format!("BatchNorm eps = {eps} must be a finite number >= 0"),
-            });
-        }
+        check_eps("BatchNorm eps", eps)?;
         self.eps = eps;
         Ok(self)
     }

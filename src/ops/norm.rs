@@ -23,17 +23,7 @@
 //! oracle and sampler in the crate uses these ops or the same rule, so the
 //! expectations they compute are of one and the same function.
 
-use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
-
-fn check_eps(eps: f64) -> Result<f64, Error> {
-    if eps.is_finite() && eps >= 0.0 {
-        Ok(eps)
-    } else {
-        Err(Error::Degenerate {
-            what: format!("eps = {eps}: it must be a finite number >= 0"),
-        })
-    }
-}
+use crate::error::{Error, check_all_finite, check_eps, check_finite_vec, check_len};
 
 /// A normalization layer over `d` units: the per-unit gain `γ` and `ε ≥ 0`
 /// every norm has, and what its kind `K` adds and computes ([`LayerNormKind`]: the
@@ -114,7 +104,7 @@ impl LayerNorm {
         check_all_finite("beta", &beta)?;
         Ok(Norm {
             gamma,
-            eps: check_eps(eps)?,
+            eps: check_eps("eps", eps)?,
             kind: LayerNormKind { beta },
         })
     }
@@ -167,7 +157,7 @@ impl RmsNorm {
         check_finite_vec("gamma", &gamma)?;
         Ok(Norm {
             gamma,
-            eps: check_eps(eps)?,
+            eps: check_eps("eps", eps)?,
             kind: RmsNormKind,
         })
     }
