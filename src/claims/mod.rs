@@ -45,7 +45,7 @@ use crate::engine::Budget;
 use crate::error::Error;
 use crate::exact::Oracle;
 use crate::ops::Subject;
-use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
+use crate::stats::{Estimate, Statistic};
 
 /// Whether a statement is exact or an approximation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -128,9 +128,7 @@ impl Card {
             kind: Kind::Exact,
             shape,
             samples,
-            statistic: Statistic::Mean {
-                skewness: DEFAULT_SKEWNESS,
-            },
+            statistic: Statistic::DEFAULT,
         }
     }
 

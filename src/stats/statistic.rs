@@ -84,13 +84,17 @@ pub enum Statistic {
 
 impl Default for Statistic {
     fn default() -> Self {
-        Statistic::Mean {
-            skewness: DEFAULT_SKEWNESS,
-        }
+        Statistic::DEFAULT
     }
 }
 
 impl Statistic {
+    /// A mean with the default skewness bound [`DEFAULT_SKEWNESS`] (what
+    /// [`Statistic::default`] returns, usable in a `const`).
+    pub const DEFAULT: Statistic = Statistic::Mean {
+        skewness: DEFAULT_SKEWNESS,
+    };
+
     /// Tests one component's estimate against its target.
     pub fn test(self, estimate: Estimate, target: f64) -> ZTest {
         match self {
