@@ -251,10 +251,13 @@ mod tests {
 
     #[test]
     fn the_flag_level_skips_ks_below_its_minimum_and_flags_only_below_the_level() {
-        // 10⁻⁸ split over 100 tests is 10⁻¹⁰, where a KS test needs at least
-        // 11 values to reach the level (the derivation of `min_sample_for`).
-        let plan = FlagLevel::new(1e-8, 100);
-        assert!((plan.flag_level - 1e-10).abs() < 1e-24);
+        // 1.28·10⁻⁸ split over 128 tests is 10⁻¹⁰, where a KS test needs at
+        // least 11 values to reach the level (the derivation of
+        // `min_sample_for`). Dividing by a power of two is exact and commutes
+        // with rounding (fl(128 a) = 128 fl(a) away from the subnormals), so
+        // the level is the literal 1e-10 to the bit.
+        let plan = FlagLevel::new(1.28e-8, 128);
+        assert_eq!(plan.flag_level, 1e-10);
         assert_eq!(plan.ks_min_seeds, Some(11));
         // Ten values, however far from uniform, cannot reach it: skipped.
         assert!(plan.ks_uniform(&[1e-6; 10]).is_none());
