@@ -39,17 +39,26 @@ Conventions
   respect to ``x`` of the *most recent* ``forward(x, training)`` call with
   incoming gradient ``grad`` (a layer that caches its mask, or an autograd
   adapter that keeps its last output; see ``examples/torch_dropout.py``).
-  dropmc calls ``forward(X, True)`` then ``backward(X, G, True)``.
+  dropmc calls ``forward(X, True)`` then ``backward(X, G, True)``. An
+  omitted ``backward`` leaves ``semantics.backward_mask`` unchecked and
+  ``result.passed`` false ("not checked: backward"); ``backward=False``
+  declares a forward without one (``passed`` then judges the rest).
 * ``rng_state()``, if given, returns a snapshot of your generator that
   compares with ``!=`` (``rng.bit_generator.state``,
   ``torch.random.get_rng_state``); dropmc takes one before and one after
   each ``forward(X, False)`` call to check that eval mode draws nothing.
+  The snapshot must be a value: the generator object itself (``lambda:
+  rng``) equals itself whatever it drew, so returning the same object twice
+  raises ``TypeError``; a returned view is deep-copied.
+* ``forward`` must not write into ``x`` (``semantics.forward_preserves_input``
+  fails an in-place dropout: the caller's input would be lost).
 * ``seed`` seeds dropmc's own streams (the gradients of the backward
   check). Your forward's randomness is yours: seed it for a repeatable run.
 """
 
 from __future__ import annotations
 
+import copy as _copy
 import json as _json
 import math as _math
 from typing import Any, Callable, Optional
@@ -93,8 +102,25 @@ class Result:
 
     @property
     def passed(self) -> bool:
+        """Every claim that ran passed and none was left unchecked for want
+        of an argument (``unchecked``: an omitted ``backward=``)."""
+        return self.passed_as_run and not self.unchecked
+
+    @property
+    def passed_as_run(self) -> bool:
+        """Every claim that ran passed (skipped and unchecked claims aside)."""
         ran = [c for c in self.claims if c["verdict"] != "skipped"]
         return bool(ran) and all(c["verdict"] == "pass" for c in ran)
+
+    @property
+    def unchecked(self) -> dict:
+        """Claims skipped because an argument was omitted: claim id -> what to pass."""
+        return {c["id"]: c["unchecked"] for c in self.claims if c.get("unchecked")}
+
+    @property
+    def likely_causes(self) -> list:
+        """The likely cause the set of failing claims points to, one line each."""
+        return self.to_dict().get("likely_causes", [])
 
     def failed(self) -> list:
         """The claims whose verdict is ``fail``."""
@@ -137,9 +163,13 @@ class Result:
         lines.append(
             f"{passed} of {len(ran)} claims pass; a component fails when |z| > {critical_z():.2f}."
         )
+        for cause in self.likely_causes:
+            lines.append(f"likely cause: {cause}")
+        for claim_id, what in self.unchecked.items():
+            lines.append(f"not checked: {what} ({claim_id}; not passed until checked)")
         reasons = {}
         for c in self.claims:
-            if c["verdict"] == "skipped":
+            if c["verdict"] == "skipped" and not c.get("unchecked"):
                 reasons.setdefault(c.get("note") or "", []).append(c["id"])
         for reason, ids in reasons.items():
             lines.append(f"skipped {', '.join(ids)}: {reason}")
@@ -208,6 +238,27 @@ def _checked(name: str, out, shape, dtype, nan_hint: str = _NAN_HINT) -> _np.nda
     return _np.ascontiguousarray(arr)
 
 
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset)
+
+
+def _snapshot(rng_state, previous=None):
+    """``rng_state()`` as a value: a deep copy, and an error if it returns
+    the very object it returned before (a live generator, which compares
+    equal to itself whatever it drew)."""
+    state = rng_state()
+    if previous is not None and state is previous[0] and not isinstance(state, _IMMUTABLE):
+        raise TypeError(
+            f"rng_state() returned the same {type(state).__name__} object twice: it must "
+            "return a snapshot of the generator's state by value (rng.bit_generator.state, "
+            "torch.random.get_rng_state(), generator.get_state()), not the generator itself, "
+            "which compares equal to itself whatever it drew"
+        )
+    try:
+        return state, _copy.deepcopy(state)
+    except Exception:  # an object that cannot be copied is compared as returned
+        return state, state
+
+
 def _changed(before, after) -> bool:
     """Whether two generator snapshots differ (``!=``, reduced with ``any`` for arrays)."""
     diff = before != after
@@ -241,8 +292,8 @@ def check_dropout(
     dtype_name = _dtype_name(dtype)
     if not callable(forward):
         raise TypeError("forward must be callable as forward(x, training)")
-    if backward is not None and not callable(backward):
-        raise TypeError("backward must be callable as backward(x, grad, training)")
+    if backward is not None and backward is not False and not callable(backward):
+        raise TypeError("backward must be callable as backward(x, grad, training), or False for a forward without one")
     if rng_state is not None and not callable(rng_state):
         raise TypeError("rng_state must be a zero-argument callable returning a snapshot")
     if samples is not None and (int(samples) != samples or samples < 2):
@@ -262,9 +313,9 @@ def check_dropout(
         return _checked("forward(x, True)", forward(X, True), X.shape, dt)
 
     def evaluate(X):
-        before = rng_state() if rng_state is not None else None
+        before = _snapshot(rng_state) if rng_state is not None else None
         out = forward(X, False)
-        drew = _changed(before, rng_state()) if rng_state is not None else None
+        drew = _changed(before[1], _snapshot(rng_state, before)[0]) if rng_state is not None else None
         return _checked("forward(x, False)", out, X.shape, dt), drew
 
     def train_and_backward(X, G):
@@ -275,7 +326,7 @@ def check_dropout(
     text, claims = _dropmc.check_dropout(
         train,
         evaluate,
-        train_and_backward if backward is not None else None,
+        train_and_backward if callable(backward) else None,
         p,
         dtype_name,
         moment_x,
@@ -284,6 +335,10 @@ def check_dropout(
         int(seed),
         rng_state is not None,
     )
+    if backward is None:
+        for c in claims:
+            if c["id"] == "semantics.backward_mask" and c["verdict"] == "skipped":
+                c["unchecked"] = "backward (pass backward=..., or backward=False for a forward without one)"
     return Result(text, claims)
 
 

@@ -8,7 +8,7 @@ __all__ = ["assert_dropout", "MEANINGS", "explain"]
 
 #: What a failure of each claim means for the implementation.
 MEANINGS = {
-    "dropout.mean": "E[z] != x: the training output is biased (a wrong scale 1/q, or the keep rule inverted)",
+    "dropout.mean": "E[z] != x: the training output is biased (see the likely cause below)",
     "dropout.second_moment": "E[z^2] != x^2/q: the survivors' scale or the keep probability is wrong",
     "dropout.third_moment": "E[z^3] != x^3/q^2: the survivors' scale or the keep probability is wrong",
     "dropout.fourth_moment": "E[z^4] != x^4/q^3: the survivors' scale or the keep probability is wrong",
@@ -19,6 +19,7 @@ MEANINGS = {
     "semantics.eval_identity": "eval output != input: the eval path rescales or drops",
     "semantics.eval_draws_nothing": "eval mode changed the generator's state: the eval path draws random numbers",
     "semantics.survivors_exact": "a kept output is not x/(1-p) to the rounding of the dtype: survivors are scaled wrongly",
+    "semantics.forward_preserves_input": "forward(x, True) wrote into x: an in-place dropout overwrites the caller's input",
     "semantics.backward_mask": "the backward pass does not use the forward pass's mask (or scales wrongly)",
     "semantics.p_zero_identity": "at p = 0 the layer is not the identity",
     "norm_site.layernorm_mean": "E[LayerNorm(dropout(x))] differs from dropmc's exact value",
@@ -32,7 +33,9 @@ def _value(v) -> str:
 
 def explain(claim: dict) -> str:
     """One line on a failed claim: its numbers and what the failure means."""
-    where = "" if claim.get("component") is None else f" (unit {claim['component']})"
+    # kept_count's components are the counts K = 0..d, the others' units.
+    label = "K =" if claim["id"] == "dropout.kept_count" else "unit"
+    where = "" if claim.get("component") is None else f" ({label} {claim['component']})"
     meaning = MEANINGS.get(claim["id"], claim.get("formula") or "")
     line = (
         f"{claim['id']}{where}: estimate {_value(claim.get('estimate'))}, "
@@ -53,7 +56,9 @@ def assert_dropout(forward, p, **kwargs) -> Result:
     result = check_dropout(forward, p, **kwargs)
     if not result.passed:
         bad = [c for c in result.claims if c["verdict"] in ("fail", "inconclusive")]
-        lines = [f"dropout at p = {p} fails {len(bad)} dropmc claim(s):"]
+        lines = [f"dropout at p = {p} fails {len(bad)} dropmc claim(s), {len(result.unchecked)} unchecked:"]
         lines += ["  " + ("" if c["verdict"] == "fail" else "inconclusive: ") + explain(c) for c in bad]
+        lines += [f"  likely cause: {cause}" for cause in result.likely_causes]
+        lines += [f"  not checked: {what}" for what in result.unchecked.values()]
         raise AssertionError("\n".join(lines))
     return result

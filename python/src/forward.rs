@@ -65,17 +65,22 @@ impl Dtype {
 
 /// Elements per Python call the batch size aims at: large enough that the
 /// call's fixed cost (tens of microseconds in numpy, more through a jitted
-/// framework) is a small part of the elementwise work.
+/// framework) is a small part of the elementwise work, and the bound on a
+/// batch's memory: a batch of `x` with `d ≤ ELEMENTS_PER_CALL` units holds
+/// at most `ELEMENTS_PER_CALL` elements per array (512 KiB in float64;
+/// the input, output and, for backward, two gradient arrays), a wider `x`
+/// one row per call.
 const ELEMENTS_PER_CALL: usize = 1 << 16;
 /// Rows per call at most: bounds the rows a run draws beyond its budget
 /// (the rest of the last batch of each input is never read).
 const MAX_ROWS_PER_CALL: usize = 8192;
-/// Rows per call at least, however wide `x` is.
-const MIN_ROWS_PER_CALL: usize = 256;
 
-/// Rows of one batch for inputs of `d` units.
+/// Rows of one batch for inputs of `d` units: `ELEMENTS_PER_CALL / d`, at
+/// least one and at most [`MAX_ROWS_PER_CALL`]. (Before issue 23 a batch
+/// had at least 256 rows, so `d = 100 000` drew 2.6·10⁷ elements per call
+/// and 1.1 GB for `samples = 2`.)
 fn rows_per_call(d: usize) -> usize {
-    (ELEMENTS_PER_CALL / d.max(1)).clamp(MIN_ROWS_PER_CALL, MAX_ROWS_PER_CALL)
+    (ELEMENTS_PER_CALL / d.max(1)).clamp(1, MAX_ROWS_PER_CALL)
 }
 
 /// One batch of output rows for one input `x`, served in order.
@@ -88,6 +93,8 @@ struct Rows {
     extra: Vec<f64>,
     /// Per batch: whether the generator state changed (eval batches only).
     drew: Option<bool>,
+    /// Per row: whether the call wrote into its input row.
+    input_changed: Vec<bool>,
     next: usize,
     rows: usize,
 }
@@ -114,6 +121,9 @@ pub struct Row<'r> {
     /// Whether the call this row came from changed the generator state
     /// (eval rows with an `rng_state`; `None` without one).
     pub drew: Option<bool>,
+    /// Whether the call wrote into this row of the array it was given (an
+    /// in-place dropout: the caller's input is lost).
+    pub input_changed: bool,
 }
 
 /// The user's callables, as the Python side wrapped them:
@@ -234,6 +244,7 @@ impl PyForward {
             grad_out,
             grad_in,
             drew: rows.drew,
+            input_changed: rows.input_changed.get(k).copied().unwrap_or(false),
         }))
     }
 
@@ -266,12 +277,12 @@ impl PyForward {
             };
             match pass {
                 Pass::Train => {
-                    let out = self.train.bind(py).call1((input,))?;
+                    let out = self.train.bind(py).call1((input.clone(),))?;
                     rows.out = self.read(&out, n, d)?;
                 }
                 Pass::Eval => {
                     let (out, drew): (Bound<PyAny>, Option<bool>) =
-                        self.evaluate.bind(py).call1((input,))?.extract()?;
+                        self.evaluate.bind(py).call1((input.clone(),))?.extract()?;
                     rows.out = self.read(&out, n, d)?;
                     rows.drew = drew;
                 }
@@ -282,13 +293,21 @@ impl PyForward {
                         pyo3::exceptions::PyRuntimeError::new_err("no backward callable")
                     })?;
                     let (out, grad): (Bound<PyAny>, Bound<PyAny>) =
-                        backward.bind(py).call1((input, g))?.extract()?;
+                        backward.bind(py).call1((input.clone(), g))?.extract()?;
                     rows.out = self.read(&out, n, d)?;
                     // extra = [grad_out rows | grad_in rows].
                     rows.extra = grad_out;
                     rows.extra.extend(self.read(&grad, n, d)?);
                 }
             }
+            // The input array after the call, row by row against what was
+            // handed over (bit for bit: a signed zero rewritten counts).
+            let after = self.read(&input, n, d)?;
+            rows.input_changed = after
+                .chunks(d)
+                .zip(tiled.chunks(d))
+                .map(|(a, b)| a.iter().zip(b).any(|(u, v)| u.to_bits() != v.to_bits()))
+                .collect();
             Ok(rows)
         });
         result.map_err(|e| {

@@ -156,6 +156,7 @@ fn check_dropout(
             })
         }));
     }
+    json["likely_causes"] = json!(claims::likely_causes(&report.results));
     json["p"] = json!(p);
     json["dtype"] = json!(dtype_name);
     json["rows"] = json!(forward.rows_served());
@@ -183,10 +184,7 @@ fn check_dropout(
 type Outcome = (Vec<ClaimResult>, Vec<(&'static str, String)>);
 
 fn run_claims(setup: &claims::Setup, options: &Options) -> Result<Outcome, Error> {
-    let layer = claims::PyDropout {
-        forward: setup.forward,
-        p: setup.rate.p(),
-    };
+    let layer = claims::PyDropout::new(setup);
     let subject = Subject::with_dropout(&layer);
     let (run, skipped) = claims::claims(setup);
     let mut results = Vec::with_capacity(run.len());

@@ -105,7 +105,11 @@ def test_without_rng_state_and_backward_those_claims_are_skipped():
     v = verdicts(result)
     assert v["semantics.eval_draws_nothing"] == "skipped"
     assert v["semantics.backward_mask"] == "skipped"
-    assert result.passed
+    # An omitted backward is unchecked, so the run has not passed (issue 23);
+    # backward=False declares a forward without one.
+    assert result.passed_as_run and not result.passed
+    assert "not checked: backward" in str(result)
+    assert dropmc.check_dropout(Correct(P, seed=17).forward, P, samples=KILL_SAMPLES, backward=False).passed
     # The tutorial's eval path still fails on its output alone.
     bad = dropmc.check_dropout(Tutorial(P, seed=18).forward, P, samples=KILL_SAMPLES)
     assert "semantics.eval_identity" in failed_ids(bad)
@@ -165,7 +169,7 @@ def test_assert_dropout_explains_each_failure():
     assert "estimate" in message and "analytic" in message and "z = " in message
     # A correct layer returns its result.
     ok = Correct(P, seed=23)
-    assert assert_dropout(ok.forward, P, samples=KILL_SAMPLES).passed
+    assert assert_dropout(ok.forward, P, samples=KILL_SAMPLES, backward=False).passed
 
 
 def test_the_run_is_reproducible_given_the_users_seed():
@@ -178,7 +182,7 @@ def test_the_run_is_reproducible_given_the_users_seed():
 
 def test_a_user_input_row_is_used():
     x = [1.5, -0.25, 4.0]
-    result = dropmc.check_dropout(Correct(0.2, seed=26).forward, 0.2, x=x, samples=KILL_SAMPLES)
+    result = dropmc.check_dropout(Correct(0.2, seed=26).forward, 0.2, x=x, samples=KILL_SAMPLES, backward=False)
     mean = result.to_dict()["claims"][0]
     assert mean["id"] == "dropout.mean"
     assert mean["analytic"] == x

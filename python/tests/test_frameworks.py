@@ -57,7 +57,7 @@ def test_flax_dropout_passes():
 
 def test_flax_dropout_passes_at_another_rate():
     layer = FlaxDropout(0.1, seed=1)
-    result = dropmc.check_dropout(layer.forward, 0.1, dtype=np.float32, samples=200_000)
+    result = dropmc.check_dropout(layer.forward, 0.1, dtype=np.float32, samples=200_000, backward=False)
     assert result.passed, str(result)
 
 

@@ -33,8 +33,11 @@ use rand::Rng;
 
 use crate::forward::PyForward;
 
+mod diagnosis;
 mod moments;
 mod rules;
+
+pub use diagnosis::likely_causes;
 
 use moments::moment_claims;
 use rules::rule_claims;
@@ -83,11 +86,45 @@ pub struct Setup<'a> {
 
 /// The Python forward as a [`DropoutLayer`], at the user's rate only.
 pub struct PyDropout<'a> {
-    pub forward: &'a PyForward,
-    pub p: f64,
+    forward: &'a PyForward,
+    p: f64,
+    /// The moment input and its per-unit output scales
+    /// ([`moments::unit_scale`]: exact powers of two, 1 but at subnormal
+    /// inputs).
+    moment_x: Vec<f64>,
+    scale: Vec<f64>,
 }
 
-impl PyDropout<'_> {
+impl<'a> PyDropout<'a> {
+    /// The layer the moment claims of `setup` draw from.
+    pub fn new(setup: &Setup<'a>) -> Self {
+        let dtype = setup.forward.dtype();
+        let scale = setup
+            .moment_x
+            .iter()
+            .map(|&v| moments::unit_scale(v, setup.rate, dtype))
+            .collect();
+        PyDropout {
+            forward: setup.forward,
+            p: setup.rate.p(),
+            moment_x: setup.moment_x.clone(),
+            scale,
+        }
+    }
+
+    /// Multiplies the outputs for the moment input by their unit scales.
+    fn rescale(&self, x: &[f64], out: &mut [f64]) {
+        let is_moment_x = x.len() == self.moment_x.len()
+            && x.iter()
+                .zip(&self.moment_x)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        if is_moment_x {
+            for (z, s) in out.iter_mut().zip(&self.scale) {
+                *z *= s;
+            }
+        }
+    }
+
     fn at_own_rate(&self, p: f64) -> Result<(), Error> {
         if p.to_bits() == self.p.to_bits() {
             Ok(())
@@ -115,6 +152,7 @@ impl DropoutLayer for PyDropout<'_> {
         for (m, z) in mask.iter_mut().zip(out.iter()) {
             *m = *z != 0.0;
         }
+        self.rescale(x, out);
         Ok(())
     }
 

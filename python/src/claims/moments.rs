@@ -9,7 +9,54 @@ use dropmc::formulas::dropout as f;
 use dropmc::ops::Rate;
 use dropmc::stats::{Statistic, two_point_skewness};
 
+use super::rules::{accepted_survivors, smallest_normal};
 use super::{COUNT_X, MOMENT_SAMPLES, PyClaim, Setup, family_of};
+use crate::forward::Dtype;
+
+/// The input whose moments a correct dropout's outputs follow, in the
+/// units of [`unit_scale`]: `a = q·s·scale`, with `s = fl(x/q)` the kept
+/// output `semantics.survivors_exact` accepts (in the dtype's rounding;
+/// its first accepted rounding).
+///
+/// A correct dropout outputs `s` with probability `q` and `0` otherwise, so
+/// `E[z^r] = q s^r`, which is the textbook `a^r / q^(r−1)` at `a = q s`, and
+/// `Var z = s² p q = a² p/q`; the sums follow. For a normal `x`, `s` is
+/// `x/q` to a relative `ε/2` and `q s = x` to the same, far below any
+/// moment claim's resolution, so the target is the textbook one at `x`
+/// itself (and the scale is 1). For a subnormal `x` the rounding is the
+/// value: in float32, `x = 2⁻¹⁴⁹` and `q = 0.9` give `fl(x/q) = x`, so
+/// `E[z] = 0.9 x`, not `x` (before issue 23 the mean failed there at
+/// `z = −333` on a correct dropout).
+pub(super) fn effective_input(x: f64, rate: Rate, dtype: Dtype) -> f64 {
+    let x = dtype.round(x);
+    let scale = unit_scale(x, rate, dtype);
+    if scale == 1.0 {
+        x
+    } else {
+        rate.q() * (accepted_survivors(x, rate, dtype)[0] * scale)
+    }
+}
+
+/// Largest scale exponent: `2¹⁰⁰⁰` is finite in float64, and lifts the
+/// smallest float64 subnormal `2⁻¹⁰⁷⁴` to `2⁻⁷⁴`, whose eighth power (the
+/// fourth moment's square, in its standard error) is still normal.
+const MAX_SCALE_EXPONENT: i32 = 1000;
+
+/// The power of two a unit's outputs are multiplied by before the moment
+/// statistics: 1 for a zero or normal input, and for a subnormal one the
+/// power that lifts its survivor to about 1. The moments of `s` are tiny
+/// (`(2⁻¹⁴⁹)⁴ ≈ 4·10⁻¹⁸⁰`) and the square in a standard error underflows
+/// to 0, which would make any deviation infinitely significant; a power of
+/// two multiplies exactly, so the scaled test is the same test.
+pub(super) fn unit_scale(x: f64, rate: Rate, dtype: Dtype) -> f64 {
+    let x = dtype.round(x);
+    if x == 0.0 || x.abs() >= smallest_normal(dtype) {
+        return 1.0;
+    }
+    let s = accepted_survivors(x, rate, dtype)[0].abs();
+    let exponent = (-s.log2().floor() as i32).min(MAX_SCALE_EXPONENT);
+    2f64.powi(exponent)
+}
 
 /// A per-unit statistic `g(z_k)` with `g(0) = 0` takes two values, with
 /// probabilities `q` and `p` (the Rust suite's `unit_statistic`, at `p`).
@@ -72,6 +119,23 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
         return Vec::new();
     }
     let x = setup.moment_x.clone();
+    let dtype = setup.forward.dtype();
+    // The targets at the effective input; the layer is called on `x`.
+    let a: Vec<f64> = x.iter().map(|&v| effective_input(v, rate, dtype)).collect();
+    let scaled: Vec<String> = x
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &v)| {
+            let scale = unit_scale(v, rate, dtype);
+            (scale != 1.0).then(|| format!("unit {k} times 2^{}", scale.log2()))
+        })
+        .collect();
+    let note = (!scaled.is_empty()).then(|| {
+        format!(
+            "subnormal input: outputs and targets of {} (exact, so that their squares do not underflow)",
+            scaled.join(", ")
+        )
+    });
     let unit = unit_statistic(rate);
     let moment = |id, formula, r: i32, statistic: fn(&Draw, &mut [f64])| {
         pair_claim(
@@ -81,11 +145,11 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             x.clone(),
             rate,
             unit,
-            per_unit(&x, |a| f::unit_raw_moment(a, rate, r)),
+            per_unit(&a, |a| f::unit_raw_moment(a, rate, r)),
             statistic,
         )
     };
-    vec![
+    let mut claims = vec![
         moment("dropout.mean", "E[z_k] = x_k", 1, |d, out| {
             out.copy_from_slice(d.z)
         }),
@@ -117,7 +181,7 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             Statistic::Mean {
                 skewness: two_point_skewness(2.0 * rate.p() * rate.q()),
             },
-            per_unit(&x, |a| f::unit_variance(a, rate)),
+            per_unit(&a, |a| f::unit_variance(a, rate)),
             |d, out| {
                 for ((o, a), b) in out.iter_mut().zip(d.z).zip(d.z_alt) {
                     *o = half_squared_difference(*a, *b);
@@ -131,7 +195,7 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             x.clone(),
             rate,
             Statistic::default(),
-            vec![f::sum_mean(&x)],
+            vec![f::sum_mean(&a)],
             |d, out| out[0] = d.z.iter().sum(),
         ),
         pair_claim(
@@ -141,7 +205,7 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             x.clone(),
             rate,
             Statistic::default(),
-            vec![f::sum_variance(&x, rate)],
+            vec![f::sum_variance(&a, rate)],
             |d, out| {
                 let (s, t): (f64, f64) = (d.z.iter().sum(), d.z_alt.iter().sum());
                 out[0] = half_squared_difference(s, t);
@@ -160,5 +224,9 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
                 out[d.mask.iter().filter(|m| **m).count()] = 1.0;
             },
         ),
-    ]
+    ];
+    for claim in &mut claims {
+        claim.note = note.clone();
+    }
+    claims
 }

@@ -1,6 +1,7 @@
 //! The semantics rules on a Python dropout (eval identity, eval draws
-//! nothing, survivors, backward mask, `p = 0` identity), each a count of
-//! violations over rows at the user's rate and dtype.
+//! nothing, survivors, the input left unchanged, backward mask, `p = 0`
+//! identity), each a count of violations over rows at the user's rate and
+//! dtype.
 
 use dropmc::Error;
 use dropmc::claims::{Card, Shape};
@@ -55,7 +56,7 @@ fn count_rows(
 /// to float32, `q` and `1/q` rounded from their float64 values or `1/q`
 /// from the rounded `q` (numpy, JAX and PyTorch cast a Python float scale
 /// to the array's dtype).
-fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 3] {
+pub(super) fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 3] {
     match dtype {
         Dtype::F64 => {
             let (division, reciprocal) = kept_roundings(x, rate);
@@ -78,7 +79,7 @@ fn epsilon(dtype: Dtype) -> f64 {
 }
 
 /// The smallest positive normal number of the dtype.
-fn smallest_normal(dtype: Dtype) -> f64 {
+pub(super) fn smallest_normal(dtype: Dtype) -> f64 {
     match dtype {
         Dtype::F64 => f64::MIN_POSITIVE,
         Dtype::F32 => f32::MIN_POSITIVE as f64,
@@ -156,6 +157,17 @@ pub(super) fn rule_claims<'a>(
                         .filter(|(z, ok)| **z != 0.0 && !ok.iter().any(|a| same_bits(*a, **z)))
                         .count()
                 })
+            })
+        },
+    ));
+    let xi = x.clone();
+    claims.push(rule_claim(
+        "semantics.forward_preserves_input",
+        "forward(X, True) leaves X as it was, bit for bit: rows written into = 0",
+        None,
+        move |budget| {
+            count_rows(budget, || {
+                forward.train_row(&xi, |row| usize::from(row.input_changed))
             })
         },
     ));

@@ -1,0 +1,156 @@
+"""PyTorch layers behind dropmc's callables: ``import dropmc.torch`` (needs torch).
+
+::
+
+    import torch, dropmc.torch
+
+    torch.manual_seed(0)
+    result = dropmc.torch.check_dropout(torch.nn.Dropout(0.1), 0.1)
+    assert result.passed, str(result)
+
+``Dropout(layer)`` wraps an ``nn.Module`` (switched with ``.train()`` /
+``.eval()``) or a function ``f(x, training)`` on tensors into the
+``forward``, ``backward`` and ``rng_state`` callables
+:func:`dropmc.check_dropout` expects:
+
+* ``forward(x, training)`` runs the layer on a tensor sharing ``x``'s
+  memory (so an in-place layer is seen writing into its input) and, in
+  training mode, keeps the input and output of the call;
+* ``backward(x, grad, training)`` differentiates *that* call with
+  ``torch.autograd.grad`` (the same mask);
+* ``rng_state()`` is the generator's state as ``bytes`` — a value, not the
+  generator (``torch.random.get_rng_state()``, or ``generator.get_state()``
+  for a layer drawing from its own ``torch.Generator``).
+
+``check_dropout(layer, p, ...)`` runs :func:`dropmc.check_dropout` on the
+wrapped layer with torch at one intra-op thread (:func:`one_thread`):
+dropmc calls the layer on small batches thousands of times, where torch's
+thread pool costs more than it saves (issue 23 measured ``nn.Dropout`` at the default budget:
+73 s with 2 threads, 7.8 s with 1, on a 2-core machine).
+"""
+
+from __future__ import annotations
+
+import contextlib as _contextlib
+from typing import Any, Callable, Optional, Union
+
+import numpy as _np
+import torch as _torch
+
+import dropmc as _dropmc
+
+__all__ = ["Dropout", "check_dropout", "one_thread"]
+
+
+@_contextlib.contextmanager
+def one_thread():
+    """Runs the block with torch at one intra-op thread, restoring the
+    previous setting after (also when the block raises)."""
+    before = _torch.get_num_threads()
+    _torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        _torch.set_num_threads(before)
+
+
+class Dropout:
+    """A torch dropout (``nn.Module`` or ``f(x, training)``) as dropmc's callables.
+
+    ``generator``: the ``torch.Generator`` the layer draws from (default:
+    torch's global CPU generator, which ``nn.Dropout`` and ``F.dropout``
+    use). ``grad``: track gradients in training mode so ``backward`` can
+    differentiate the call (an in-place layer cannot be differentiated from
+    a leaf tensor; use ``grad=False`` to check its forward).
+    """
+
+    def __init__(
+        self,
+        layer: Union[_torch.nn.Module, Callable[[Any, bool], Any]],
+        *,
+        generator: Optional[_torch.Generator] = None,
+        grad: bool = True,
+    ):
+        if not (isinstance(layer, _torch.nn.Module) or callable(layer)):
+            raise TypeError("layer must be a torch.nn.Module or a function f(x, training)")
+        if generator is not None and not isinstance(generator, _torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        self.layer = layer
+        self.generator = generator
+        self.grad = bool(grad)
+        self._last = None
+
+    def _run(self, xt, training: bool):
+        if isinstance(self.layer, _torch.nn.Module):
+            self.layer.train(training)
+            return self.layer(xt)
+        return self.layer(xt, training)
+
+    def forward(self, x, training: bool):
+        """The layer on ``x`` (a numpy array) in train or eval mode, as numpy."""
+        xt = _torch.from_numpy(x)
+        if training and self.grad:
+            xt.requires_grad_(True)
+            try:
+                y = self._run(xt, True)
+            except RuntimeError as e:
+                if "in-place" not in str(e):
+                    raise
+                raise ValueError(
+                    "the layer works in place on its input, which autograd cannot differentiate "
+                    "from a leaf tensor; it also overwrites the caller's array: check its forward "
+                    "with dropmc.torch.check_dropout(layer, p, backward=False) "
+                    "(semantics.forward_preserves_input)"
+                ) from e
+            self._last = (xt, y)
+            return y.detach().cpu().numpy()
+        with _torch.no_grad():
+            y = self._run(xt, training)
+        return y.detach().cpu().numpy()
+
+    def backward(self, x, grad, training: bool):
+        """The gradient of the most recent training ``forward`` call."""
+        if self._last is None:
+            raise RuntimeError("backward called before a training forward (or with grad=False)")
+        xt, y = self._last
+        if not y.requires_grad:
+            raise ValueError("the layer's training output does not depend on its input through autograd")
+        (g,) = _torch.autograd.grad(y, xt, _torch.from_numpy(grad))
+        self._last = None
+        return g.detach().cpu().numpy()
+
+    def rng_state(self) -> bytes:
+        """The generator's state, by value."""
+        if self.generator is not None:
+            state = self.generator.get_state()
+        else:
+            state = _torch.random.get_rng_state()
+        return state.numpy().tobytes()
+
+
+def check_dropout(
+    layer: Union[_torch.nn.Module, Callable[[Any, bool], Any], Dropout],
+    p: float,
+    *,
+    backward: bool = True,
+    generator: Optional[_torch.Generator] = None,
+    **kwargs,
+) -> "_dropmc.Result":
+    """:func:`dropmc.check_dropout` on a torch layer, at one intra-op thread.
+
+    ``backward``: check the backward pass through autograd (``False`` for a
+    layer without one, or an in-place layer). Other keyword arguments
+    (``x``, ``samples``, ``seed``, ``dtype``, ...) are
+    :func:`dropmc.check_dropout`'s; ``dtype`` defaults to float64.
+    """
+    wrapped = layer if isinstance(layer, Dropout) else Dropout(layer, generator=generator, grad=backward)
+    dtype = kwargs.pop("dtype", _np.float64)
+    with one_thread():
+        return _dropmc.check_dropout(
+            wrapped.forward,
+            p,
+            rng_state=wrapped.rng_state,
+            backward=wrapped.backward if backward else False,
+            dtype=dtype,
+            **kwargs,
+        )
