@@ -350,18 +350,26 @@ def check_norm_site(
     *,
     kind: str = "layernorm",
     eps: float = 0.0,
+    gamma=None,
+    beta=None,
+    h=None,
     samples: Optional[int] = None,
     seed: int = 1,
     dtype=_np.float64,
 ) -> Result:
-    """Checks ``E[norm(dropout(x))]`` against dropmc's exact value.
+    """Checks ``E[norm(dropout(x))]`` (or ``E[norm(h + dropout(x))]``) against dropmc.
 
     ``dropout`` and ``norm`` map an ``(n, d)`` array to one of the same
     shape (``dropout`` in training mode, at rate ``p``; ``norm`` a LayerNorm
-    with ``gamma = 1, beta = 0`` or an RMSNorm with ``gamma = 1``, at
-    ``eps``). ``d = len(x) <= 20`` (the exact value enumerates the ``2^d``
-    masks). One claim, per component; the result's JSON adds the first- and
-    second-order formulas and their gaps to the exact value.
+    or an RMSNorm with gains ``gamma`` (default 1), shifts ``beta``
+    (LayerNorm only, default 0) and ``eps``). ``h``: the bypass (residual)
+    row of a post-LN block, ``norm(h + dropout(x))``; dropmc adds it.
+    ``d = len(x) <= 4096``. The reference is exact (enumeration of the
+    ``2^d`` masks) for ``d <= 20`` with LayerNorm, RMSNorm or LayerNorm after
+    a bypass; otherwise dropmc's reference sampler, one row paired with each
+    of yours, and the test is on the mean difference (the result's JSON
+    ``reference`` field and the claim's note say which). One claim, per
+    component.
     """
     p = _check_rate(p)
     dtype_name = _dtype_name(dtype)
@@ -369,20 +377,42 @@ def check_norm_site(
         raise ValueError(f'kind must be "layernorm" or "rmsnorm", got {kind!r}')
     if not (callable(dropout) and callable(norm)):
         raise TypeError("dropout and norm must be callables on (n, d) arrays")
-    eps = float(eps)
+    try:
+        eps = float(eps)
+    except (TypeError, ValueError):
+        raise TypeError(f"eps must be a number, got {type(eps).__name__}") from None
     if not (eps >= 0.0 and _math.isfinite(eps)):
         raise ValueError(f"eps must be finite and >= 0, got {eps}")
     if samples is not None and (int(samples) != samples or samples < 2):
         raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     row = _input_row(x, "x")
+    d = len(row)
+    if kind == "rmsnorm" and beta is not None:
+        raise ValueError("beta is a LayerNorm parameter; RMSNorm has only gamma")
+
+    def same_length(v, what):
+        if v is None:
+            return None
+        v = _input_row(v, what)
+        if len(v) != d:
+            raise ValueError(f"{what} must have len(x) = {d} entries, got {len(v)}")
+        return v
+
+    gamma, beta, h = same_length(gamma, "gamma"), same_length(beta, "beta"), same_length(h, "h")
     dt = _np.dtype(dtype_name)
+    h_row = None if h is None else _np.asarray(h, dtype=dt)
 
     def pipeline(X):
         y = _checked("dropout(x)", dropout(X), X.shape, dt)
+        if h_row is not None:
+            y = y + h_row
         return _checked("norm(dropout(x))", norm(y), X.shape, dt, _NORM_NAN_HINT)
 
     text, claims = _dropmc.check_norm_site(
-        pipeline, row, p, kind, eps, dtype_name, None if samples is None else int(samples), int(seed)
+        pipeline, row, h, gamma, beta, p, kind, eps, dtype_name,
+        None if samples is None else int(samples), int(seed),
     )
     return Result(text, claims)
 

@@ -1,25 +1,41 @@
 //! `dropmc.check_norm_site`: the user's dropout followed by the user's
-//! LayerNorm or RMSNorm, against dropmc's exact `E[norm(dropout(x))]`.
+//! LayerNorm or RMSNorm — with gains `γ`, shifts `β`, `ε`, and optionally
+//! the bypass form `norm(h + dropout(v))` — against dropmc's reference.
 //!
-//! The exact value is the full enumeration of the `2^d` masks
-//! ([`dropmc::eval::norm::ln`]'s `exact`, `d ≤ 20`), with the crate's
-//! convention for the all-dropped row (`ε → 0⁺`: LayerNorm returns `β`,
-//! RMSNorm 0). Each component of the mean of the user's rows is z-tested
-//! against it by the suite's mean test ([`Card::new`], Student-t
-//! at the per-assertion level [`dropmc::stats::critical_z`], the suite's
-//! family α split over its assertion budget, a Bonferroni split; the d ≤ 20
-//! components of one call stay far inside it) through the suite's
-//! [`check`]. The first-order formula (`eval ln`'s `formula`) and the
-//! second-order one (`second_order`) are reported beside it, with their
-//! gaps to the exact value: how much a user relying on either is off.
+//! # Two references
+//!
+//! * **Exact** (`d ≤` [`MAX_EXACT_D`], and an enumeration exists for the
+//!   site: plain LayerNorm or RMSNorm, or LayerNorm after a bypass): the full
+//!   enumeration of the `2^d` masks (`eval ln | rms | bypass`'s `exact`),
+//!   with the crate's convention for the all-dropped row (`ε → 0⁺`:
+//!   LayerNorm returns `β`, RMSNorm 0). Each component of the mean of the
+//!   user's rows is z-tested against it by the suite's mean test
+//!   ([`Card::new`], Student-t at the per-assertion level
+//!   [`dropmc::stats::critical_z`]) through the suite's [`check`]. The
+//!   first-order formula and the second-order one are reported beside it,
+//!   with their gaps to the exact value.
+//! * **Sampled** (every other site, `d ≤` [`MAX_D`]): no closed form is
+//!   exact there, so each user row is paired with one independent row of the
+//!   crate's reference pipeline (exact Bernoulli(q) masks from dropmc's own
+//!   stream, the crate's [`LayerNorm`]/[`RmsNorm`] in `f64`), and the claim
+//!   tests the mean of the per-row difference `user − reference` against 0:
+//!
+//!   ```text
+//!   D_i = u_i − r_i,   E[D] = E[u] − E[r],   Var D = Var u + Var r
+//!   ```
+//!
+//!   (`u_i`, `r_i` independent), so the same Student-t mean test has its
+//!   stated size with both sampling errors in its standard error, and its
+//!   MDE (reported) is the smallest bias of the user's pipeline the budget
+//!   resolves. The result says which reference it used.
 
 use dropmc::Error;
 use dropmc::claims::{Card, Shape, check};
-use dropmc::engine::{Budget, derive_seed};
+use dropmc::engine::{Budget, derive_seed, stream};
 use dropmc::eval::{EvalResult, LayerNormParams, Values};
-use dropmc::ops::Subject;
+use dropmc::ops::{LayerNorm, RmsNorm, Site, Subject};
 use dropmc::stats::MeanAccumulator;
-use pyo3::exceptions::PyRuntimeError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
@@ -33,34 +49,104 @@ use crate::{dtype, rate, run_on_one_thread, summary, to_py};
 pub const NORM_SITE_SAMPLES: u64 = 200_000;
 
 /// The largest `d` the exact enumeration takes.
-pub const MAX_D: usize = dropmc::eval::norm::EXACT_LIMIT;
+pub const MAX_EXACT_D: usize = dropmc::eval::norm::EXACT_LIMIT;
 
-/// The first-order, second-order and exact `E[norm(z)]` at `(x, p)`.
-fn reference(kind: &str, x: &[f64], p: f64, eps: f64, seed: u64) -> Result<EvalResult, Error> {
+/// The largest `d` checked at all (the sampled reference): the widths
+/// models use, up to 4 096.
+pub const MAX_D: usize = 4096;
+
+/// The normalization of the site, as the user declared it.
+struct NormSpec {
+    kind: Kind,
+    gamma: Option<Vec<f64>>,
+    beta: Option<Vec<f64>>,
+    eps: f64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    LayerNorm,
+    RmsNorm,
+}
+
+impl Kind {
+    fn parse(kind: &str) -> Result<Kind, Error> {
+        match kind {
+            "layernorm" => Ok(Kind::LayerNorm),
+            "rmsnorm" => Ok(Kind::RmsNorm),
+            other => Err(Error::InvalidOption {
+                what: format!("kind must be \"layernorm\" or \"rmsnorm\", got {other:?}"),
+            }),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Kind::LayerNorm => "layernorm",
+            Kind::RmsNorm => "rmsnorm",
+        }
+    }
+}
+
+/// The crate's norm of the spec, applied to one row.
+enum RefNorm {
+    Ln(LayerNorm),
+    Rms(RmsNorm),
+}
+
+impl RefNorm {
+    fn new(spec: &NormSpec, d: usize) -> Result<RefNorm, Error> {
+        Ok(match spec.kind {
+            Kind::LayerNorm => RefNorm::Ln(LayerNorm::with_defaults(
+                d,
+                spec.gamma.clone(),
+                spec.beta.clone(),
+                spec.eps,
+            )?),
+            Kind::RmsNorm => RefNorm::Rms(RmsNorm::with_defaults(d, spec.gamma.clone(), spec.eps)?),
+        })
+    }
+    fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
+        match self {
+            RefNorm::Ln(n) => n.forward(z, out),
+            RefNorm::Rms(n) => n.forward(z, out),
+        }
+    }
+}
+
+/// The `eval` result holding the exact `E[norm(…)]` with its first and
+/// second order, where an enumeration exists for the site; `None` when it
+/// does not (`d` too large, or RMSNorm after a bypass).
+fn exact_reference(
+    spec: &NormSpec,
+    v: &[f64],
+    h: Option<&[f64]>,
+    p: f64,
+    seed: u64,
+) -> Result<Option<EvalResult>, Error> {
+    if v.len() > MAX_EXACT_D {
+        return Ok(None);
+    }
     // Two draws: only the closed forms and the enumeration are used.
     let budget = Budget::new(2, seed)?;
-    let (output, name) = match kind {
-        "layernorm" => (
-            dropmc::eval::norm::ln(x, p, LayerNormParams::plain(eps), budget)?,
-            "E[LN(z)]",
+    let params = LayerNormParams {
+        gamma: spec.gamma.clone(),
+        beta: spec.beta.clone(),
+        eps: spec.eps,
+    };
+    let (output, name) = match (spec.kind, h) {
+        (Kind::LayerNorm, None) => (dropmc::eval::norm::ln(v, p, params, budget)?, "E[LN(z)]"),
+        (Kind::LayerNorm, Some(h)) => (
+            dropmc::eval::norm::bypass_with(h, v, p, params, budget)?,
+            "E[LN(y)]",
         ),
-        "rmsnorm" => (
-            dropmc::eval::norm::rms(x, p, None, eps, budget)?,
+        (Kind::RmsNorm, None) => (
+            dropmc::eval::norm::rms(v, p, spec.gamma.clone(), spec.eps, budget)?,
             "E[RMSNorm(z)]",
         ),
-        other => {
-            return Err(Error::InvalidOption {
-                what: format!("kind must be \"layernorm\" or \"rmsnorm\", got {other:?}"),
-            });
-        }
+        (Kind::RmsNorm, Some(_)) => return Ok(None),
     };
-    output
-        .results
-        .into_iter()
-        .find(|r| r.name == name)
-        .ok_or_else(|| Error::Degenerate {
-            what: format!("eval {kind} returned no {name}"),
-        })
+    let result = output.results.into_iter().find(|r| r.name == name);
+    Ok(result.filter(|r| r.exact.is_some()))
 }
 
 fn values(v: &Values) -> Vec<f64> {
@@ -71,15 +157,23 @@ fn gaps(approx: &[f64], exact: &[f64]) -> Vec<f64> {
     approx.iter().zip(exact).map(|(a, e)| a - e).collect()
 }
 
-/// Runs the pipeline `pipeline(X) = norm(dropout(X))` (wrapped and checked
-/// on the Python side) and compares its mean with the exact value.
+fn largest(g: &[f64]) -> f64 {
+    g.iter().fold(0.0f64, |m, v| m.max(v.abs()))
+}
+
+/// Runs the pipeline `pipeline(V) = norm(h + dropout(V))` (`h = 0` without
+/// a bypass; wrapped and checked on the Python side) and compares its mean
+/// with the exact value, or with the sampled reference (module docs).
 #[pyfunction]
-#[pyo3(signature = (pipeline, x, p, kind, eps, dtype_name, samples, seed))]
+#[pyo3(signature = (pipeline, x, h, gamma, beta, p, kind, eps, dtype_name, samples, seed))]
 #[allow(clippy::too_many_arguments)]
 pub fn check_norm_site(
     py: Python<'_>,
     pipeline: Py<PyAny>,
     x: Vec<f64>,
+    h: Option<Vec<f64>>,
+    gamma: Option<Vec<f64>>,
+    beta: Option<Vec<f64>>,
     p: f64,
     kind: &str,
     eps: f64,
@@ -87,62 +181,140 @@ pub fn check_norm_site(
     samples: Option<u64>,
     seed: u64,
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
-    rate(p)?;
+    let rate = rate(p)?;
     let dtype = dtype(dtype_name)?;
-    if x.is_empty() || x.len() > MAX_D {
-        return Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "check_norm_site needs 1 <= d <= {MAX_D} units (exact enumeration of 2^d masks), got d = {}",
-            x.len()
+    let kind = Kind::parse(kind).map_err(to_py)?;
+    let d = x.len();
+    if d == 0 || d > MAX_D {
+        return Err(PyValueError::new_err(format!(
+            "check_norm_site needs 1 <= d <= {MAX_D} units, got d = {d}"
         )));
     }
-    let x: Vec<f64> = x.iter().map(|&v| dtype.round(v)).collect();
-    let reference = reference(kind, &x, p, eps, seed).map_err(to_py)?;
-    let exact = reference
-        .exact
-        .as_ref()
-        .map(values)
-        .ok_or_else(|| PyRuntimeError::new_err("the exact enumeration returned no value"))?;
-    let first = values(&reference.formula);
-    let second = reference.second_order.as_ref().map(values);
+    if kind == Kind::RmsNorm && beta.is_some() {
+        return Err(PyValueError::new_err(
+            "beta is a LayerNorm parameter; RMSNorm has only gamma",
+        ));
+    }
+    // The arrays the user's callables see are in `dtype`; so are the
+    // inputs and parameters the reference uses.
+    let round = |v: Vec<f64>| v.into_iter().map(|a| dtype.round(a)).collect::<Vec<f64>>();
+    let (x, h) = (round(x), h.map(round));
+    let spec = NormSpec {
+        kind,
+        gamma: gamma.map(round),
+        beta: beta.map(round),
+        eps,
+    };
+    let ref_norm = RefNorm::new(&spec, d).map_err(to_py)?;
+    let site = Site::new(
+        h.clone().unwrap_or_else(|| vec![0.0; d]),
+        vec![(x.clone(), rate.p())],
+    )
+    .map_err(to_py)?;
+    let exact = exact_reference(&spec, &x, h.as_deref(), p, seed).map_err(to_py)?;
+    let samples = samples.unwrap_or(NORM_SITE_SAMPLES).max(2);
     let evaluate = pipeline.clone_ref(py);
     let forward = PyForward::new(pipeline, evaluate, None, dtype, seed);
-    let id = match kind {
-        "layernorm" => "norm_site.layernorm_mean",
-        _ => "norm_site.rmsnorm_mean",
+    let bypass = if h.is_some() { "_bypass" } else { "" };
+    let id: &'static str = match (kind, bypass.is_empty()) {
+        (Kind::LayerNorm, true) => "norm_site.layernorm_mean",
+        (Kind::LayerNorm, false) => "norm_site.layernorm_bypass_mean",
+        (Kind::RmsNorm, true) => "norm_site.rmsnorm_mean",
+        (Kind::RmsNorm, false) => "norm_site.rmsnorm_bypass_mean",
     };
-    let first_gap = gaps(&first, &exact);
-    let second_gap = second.as_ref().map(|s| gaps(s, &exact));
-    let largest = |g: &[f64]| g.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-    let note = format!(
-        "exact E[{kind}(dropout(x))] by enumeration of 2^{} masks; largest gap to it: first-order formula {:.3e}{}",
-        x.len(),
-        largest(&first_gap),
-        second_gap
-            .as_ref()
-            .map(|g| format!(", second-order {:.3e}", largest(g)))
-            .unwrap_or_default()
-    );
+    let name = kind.name();
     let (xs, rows) = (x.clone(), &forward);
-    let claim = PyClaim {
-        card: Card::new(
-            id,
-            family_of(id),
-            "E[norm(dropout(x))]_k = exact enumeration of the masks",
-            Shape::Vector,
-            NORM_SITE_SAMPLES,
-        ),
-        analytic: exact.clone(),
-        note: Some(note),
-        estimate: Box::new(move |_, budget| {
-            let mut acc = MeanAccumulator::new(xs.len());
-            for _ in 0..budget.samples {
-                rows.train_row(&xs, |row| acc.push(row.out))?;
-            }
-            Ok(acc.estimates())
-        }),
+    let (claim, mut extra) = match &exact {
+        Some(reference) => {
+            let exact_values = reference.exact.as_ref().map(values).unwrap_or_default();
+            let first = values(&reference.formula);
+            let second = reference.second_order.as_ref().map(values);
+            let first_gap = gaps(&first, &exact_values);
+            let second_gap = second.as_ref().map(|s| gaps(s, &exact_values));
+            let note = format!(
+                "reference: exact E[{name}(...)] by enumeration of 2^{d} masks; largest gap to \
+                 it: first-order formula {:.3e}{}",
+                largest(&first_gap),
+                second_gap
+                    .as_ref()
+                    .map(|g| format!(", second-order {:.3e}", largest(g)))
+                    .unwrap_or_default()
+            );
+            let claim = PyClaim {
+                card: Card::new(
+                    id,
+                    family_of(id),
+                    "E[norm(dropout(x))]_k = exact enumeration of the masks",
+                    Shape::Vector,
+                    NORM_SITE_SAMPLES,
+                ),
+                analytic: exact_values.clone(),
+                note: Some(note),
+                estimate: Box::new(move |_, budget| {
+                    let mut acc = MeanAccumulator::new(xs.len());
+                    for _ in 0..budget.samples {
+                        rows.train_row(&xs, |row| acc.push(row.out))?;
+                    }
+                    Ok(acc.estimates())
+                }),
+            };
+            let extra = json!({
+                "reference": "exact",
+                "exact": exact_values,
+                "first_order": first,
+                "second_order": second,
+                "first_order_gap": first_gap,
+                "second_order_gap": second_gap,
+            });
+            (claim, extra)
+        }
+        None => {
+            let note = format!(
+                "reference: dropmc's per-element sampler ({samples} rows of exact Bernoulli(q) \
+                 masks, f64 {name}), paired with the user's rows; tested: the mean of \
+                 user - reference = 0 (no exact enumeration at d = {d}{})",
+                if kind == Kind::RmsNorm && h.is_some() {
+                    " for RMSNorm after a bypass"
+                } else {
+                    ""
+                }
+            );
+            let (site, ref_norm) = (&site, &ref_norm);
+            let claim = PyClaim {
+                card: Card::new(
+                    id,
+                    family_of(id),
+                    "E[norm(h + dropout(x))]_k - E[reference]_k = 0 (sampled reference)",
+                    Shape::Vector,
+                    NORM_SITE_SAMPLES,
+                ),
+                analytic: vec![0.0; d],
+                note: Some(note),
+                estimate: Box::new(move |_, budget| {
+                    let layer = Subject::reference().dropout;
+                    let mut rng = stream(derive_seed(budget.seed, "python/norm_site reference"), 0);
+                    let (mut y, mut term, mut mask) = (vec![0.0; d], vec![0.0; d], vec![false; d]);
+                    let (mut r, mut diff) = (vec![0.0; d], vec![0.0; d]);
+                    let mut acc = MeanAccumulator::new(d);
+                    for _ in 0..budget.samples {
+                        site.draw(layer, &mut rng, &mut y, &mut term, &mut mask)?;
+                        ref_norm.forward(&y, &mut r)?;
+                        rows.train_row(&xs, |row| {
+                            for ((o, u), v) in diff.iter_mut().zip(row.out).zip(&r) {
+                                *o = u - v;
+                            }
+                        })?;
+                        acc.push(&diff);
+                    }
+                    Ok(acc.estimates())
+                }),
+            };
+            (
+                claim,
+                json!({ "reference": "sampled", "reference_rows": samples }),
+            )
+        }
     };
-    let samples = samples.unwrap_or(NORM_SITE_SAMPLES).max(2);
-    // The claim reads the user's rows itself; the subject is not used.
     let outcome = py.detach(|| {
         run_on_one_thread(|| -> Result<_, Error> {
             let budget = Budget::new(samples, derive_seed(seed, id))?;
@@ -153,26 +325,29 @@ pub fn check_norm_site(
         return Err(e);
     }
     let result = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
-    let json = json!({
+    let base = json!({
         "subject": "python",
         "seed": seed,
-        "kind": kind,
+        "kind": name,
         "p": p,
         "eps": eps,
         "dtype": dtype_name,
         "x": x,
-        "exact": exact,
-        "first_order": first,
-        "second_order": second,
-        "first_order_gap": first_gap,
-        "second_order_gap": second_gap,
+        "h": h,
+        "gamma": spec.gamma,
+        "beta": spec.beta,
         "claims": dropmc::report::to_json(&dropmc::report::Report {
             seed,
             subject: "python".into(),
             results: vec![result.clone()],
         })["claims"],
     });
-    let text = serde_json::to_string_pretty(&json)
+    if let (Some(map), Some(base)) = (extra.as_object_mut(), base.as_object()) {
+        for (k, v) in base {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    let text = serde_json::to_string_pretty(&extra)
         .map_err(|e| PyRuntimeError::new_err(format!("JSON: {e}")))?;
     Ok((text, vec![summary(py, &result)?]))
 }
