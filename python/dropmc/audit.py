@@ -30,7 +30,7 @@ from . import _dropmc
 __all__ = ["Audit", "audit_torch", "find_sites", "capture_sites", "audit_captures", "load"]
 
 #: Masks per token of the default budget (see docs/audit.md for what it resolves).
-DEFAULT_SAMPLES = 4096
+DEFAULT_SAMPLES = 1 << 17
 
 
 class Audit:
@@ -92,7 +92,7 @@ class Audit:
         ax.set_xticks(xs)
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("RMS gap to E[norm(h + dropout(v))]")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)

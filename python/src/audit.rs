@@ -74,7 +74,9 @@ pub fn audit_sites(
     let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
     let audits = py
         .detach(|| catch_unwind(AssertUnwindSafe(|| audit_all(&captures, samples, seed))))
-        .map_err(|_| PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)"))?
+        .map_err(|_| {
+            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
+        })?
         .map_err(to_py)?;
     let truths = audits
         .iter()

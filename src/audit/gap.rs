@@ -86,7 +86,11 @@ impl Gap {
             mean_square: mean,
             mean_square_se: se,
             rms,
-            rms_se: if rms > 0.0 { se / (2.0 * rms) } else { f64::INFINITY },
+            rms_se: if rms > 0.0 {
+                se / (2.0 * rms)
+            } else {
+                f64::INFINITY
+            },
             resolved: mean > Z_RESOLVED * se,
             upper: (mean.max(0.0) + Z_RESOLVED * se).sqrt(),
         }

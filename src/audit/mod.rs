@@ -73,7 +73,7 @@ impl SiteCapture {
         eps: f64,
     ) -> Result<Self, Error> {
         Rate::new(p)?;
-        if d == 0 || v.is_empty() || v.len() % d != 0 {
+        if d == 0 || v.is_empty() || !v.len().is_multiple_of(d) {
             return Err(Error::InvalidOption {
                 what: format!(
                     "site {name}: v holds {} values, not a whole number of rows of width {d}",
@@ -221,8 +221,14 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
         rho2,
         resolution,
         warnings: Vec::new(),
-        truth: values.iter().flat_map(|t| t.truth.iter().copied()).collect(),
-        truth_se: values.iter().flat_map(|t| t.truth_se.iter().copied()).collect(),
+        truth: values
+            .iter()
+            .flat_map(|t| t.truth.iter().copied())
+            .collect(),
+        truth_se: values
+            .iter()
+            .flat_map(|t| t.truth_se.iter().copied())
+            .collect(),
     };
     audit.warnings = warnings(&audit, rate);
     Ok(audit)
@@ -258,9 +264,93 @@ fn warnings(a: &SiteAudit, rate: Rate) -> Vec<String> {
 }
 
 /// Audits every site (in order).
-pub fn audit_sites(captures: &[SiteCapture], samples: u64, seed: u64) -> Result<Vec<SiteAudit>, Error> {
+pub fn audit_sites(
+    captures: &[SiteCapture],
+    samples: u64,
+    seed: u64,
+) -> Result<Vec<SiteAudit>, Error> {
     captures
         .iter()
         .map(|c| audit_site(c, samples, seed))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn capture(d: usize, tokens: usize) -> SiteCapture {
+        let v: Vec<f64> = (0..d * tokens)
+            .map(|i| ((i * 37 % 11) as f64 - 5.0) / 3.0)
+            .collect();
+        let h: Vec<f64> = (0..d * tokens)
+            .map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0)
+            .collect();
+        SiteCapture::new(
+            "s".into(),
+            Form::Bypass,
+            0.2,
+            d,
+            v,
+            h,
+            true,
+            vec![1.0; d],
+            vec![0.0; d],
+            1e-5,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn same_bits_on_any_thread_count() {
+        let c = capture(64, 6);
+        let on = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| audit_site(&c, 4096, 9).unwrap())
+        };
+        let (one, two) = (on(1), on(2));
+        assert_eq!(one.truth, two.truth);
+        assert_eq!(one.truth_se, two.truth_se);
+        assert!(!one.exact && one.truth_se.iter().all(|s| *s > 0.0));
+    }
+
+    #[test]
+    fn enumerated_truth_has_no_noise_and_the_correction_helps() {
+        let a = audit_site(&capture(12, 4), 4096, 1).unwrap();
+        assert!(a.exact && a.truth_se.iter().all(|s| *s == 0.0));
+        assert!(a.first_order.rms < a.uncorrected.rms);
+    }
+
+    #[test]
+    fn bad_captures_are_typed_errors() {
+        let bad_rows = SiteCapture::new(
+            "s".into(),
+            Form::Plain,
+            0.1,
+            4,
+            vec![1.0; 6],
+            vec![],
+            true,
+            vec![1.0; 4],
+            vec![0.0; 4],
+            0.0,
+        );
+        assert!(matches!(bad_rows, Err(Error::InvalidOption { .. })));
+        let bad_p = SiteCapture::new(
+            "s".into(),
+            Form::Plain,
+            1.5,
+            2,
+            vec![1.0, 2.0],
+            vec![],
+            true,
+            vec![1.0; 2],
+            vec![0.0; 2],
+            0.0,
+        );
+        assert!(bad_p.is_err());
+    }
 }
