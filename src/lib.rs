@@ -58,6 +58,7 @@
 //! * [`verify`] — calibration and power of the suite itself across seeds.
 
 pub mod adapters;
+pub mod audit;
 pub mod claims;
 pub mod cli;
 pub mod conformance;

@@ -447,3 +447,7 @@ def eval(quantity: str, **kwargs) -> dict:  # noqa: A001 - the CLI's name
         else:
             args.extend([flag, _cli_value(value)])
     return _json.loads(_dropmc.eval_json(str(quantity), args))
+
+
+# The model audit (docs/audit.md); torch is imported only when it runs.
+from . import audit  # noqa: E402

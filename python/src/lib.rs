@@ -21,6 +21,7 @@
 // modules it links to.
 #![allow(rustdoc::private_intra_doc_links)]
 
+mod audit;
 mod claims;
 mod eval_args;
 mod forward;
@@ -251,5 +252,6 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval_args::eval_json, m)?)?;
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
+    m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
     Ok(())
 }

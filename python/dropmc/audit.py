@@ -1,0 +1,371 @@
+"""Audit a PyTorch model's dropout→norm sites on its own activations.
+
+``audit_torch(model, inputs)`` finds the sites where a dropout's output
+reaches a LayerNorm or RMSNorm directly (*plain*: ``norm(dropout(v))``) or
+through one residual add (*bypass*: ``norm(h + dropout(v))``), captures on
+the user's inputs, with the model in eval mode, each site's pre-dropout
+vector ``v``, bypass ``h`` and the norm's ``γ, β, ε``, and hands them to
+dropmc's Rust engine, which computes per token the true
+``E[norm(h + dropout(v))]`` (exact enumeration for ``d ≤ 16``, else the fast
+site sampler), the eval output ``norm(h + v)``, the first-order correction
+and the second-order one, and their gaps to the truth. See docs/audit.md.
+
+Site finding: ``torch.fx`` tracing, with ``nn.TransformerEncoderLayer`` and
+``nn.MultiheadAttention`` kept as leaves (their sites follow from
+``norm_first``); a model fx cannot trace (``nn.TransformerEncoder``'s
+control flow) is walked structurally when it is a ``TransformerEncoder``,
+and otherwise needs ``sites=[(dropout_name, norm_name), ...]``.
+"""
+
+from __future__ import annotations
+
+import json as _json
+import operator as _operator
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as _np
+
+from . import _dropmc
+
+__all__ = ["Audit", "audit_torch", "find_sites", "capture_sites", "audit_captures", "load"]
+
+#: Masks per token of the default budget (see docs/audit.md for what it resolves).
+DEFAULT_SAMPLES = 1 << 17
+
+
+class Audit:
+    """The audit of a model's sites: ``str(audit)`` is the table,
+    ``audit.sites`` the per-site data (a list of dicts), ``audit.to_json()``
+    the same as JSON, ``audit.truth(i)`` site ``i``'s per-token truth and its
+    standard errors, ``audit.plot(path)`` one figure, ``audit.save(path)``
+    the captured activations as an ``.npz`` for ``dropmc audit``."""
+
+    def __init__(self, table: str, json_text: str, truths, captures):
+        self._table = table
+        self.sites: List[dict] = _json.loads(json_text)
+        self._truths = truths
+        self._captures = captures
+
+    def __str__(self) -> str:
+        return self._table
+
+    def __repr__(self) -> str:
+        return f"<dropmc.Audit of {len(self.sites)} sites>\n{self._table}"
+
+    def to_json(self) -> str:
+        return _json.dumps(self.sites, indent=2)
+
+    def truth(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
+        """Site ``i``'s ``E[norm]`` and its SE, each of shape ``(tokens, d)``."""
+        d = self.sites[i]["d"]
+        e, se = self._truths[i]
+        return _np.asarray(e).reshape(-1, d), _np.asarray(se).reshape(-1, d)
+
+    def save(self, path: str) -> None:
+        """The captures as an ``.npz`` that ``dropmc audit --activations`` reads."""
+        save_captures(path, self._captures)
+
+    def plot(self, path: str) -> None:
+        """One figure: per site, the RMS gap uncorrected, first and second
+        order (log scale; an unresolved gap is drawn at its upper bound,
+        hollow). Needs matplotlib."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as e:  # pragma: no cover
+            raise ImportError("Audit.plot needs matplotlib (pip install matplotlib)") from e
+        names = [s["name"] for s in self.sites]
+        xs = _np.arange(len(names))
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 4))
+        for off, key, label in [(-0.2, "uncorrected", "eval (uncorrected)"),
+                                (0.0, "first_order", "first order"),
+                                (0.2, "second_order", "second order")]:
+            for i, s in enumerate(self.sites):
+                g = s[key]
+                y = g["rms"] if g["resolved"] else g["upper"]
+                ax.bar(xs[i] + off, y, width=0.2, color=f"C{int(off * 5 + 1)}",
+                       fill=g["resolved"], edgecolor=f"C{int(off * 5 + 1)}",
+                       label=label if i == 0 else None)
+        ax.set_yscale("log")
+        ax.set_xticks(xs)
+        ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
+        ax.set_ylabel("RMS gap to E[norm(h + dropout(v))]")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+# --------------------------------------------------------------------------
+# Site finding
+
+
+def _norm_types():
+    import torch.nn as nn
+
+    types = [nn.LayerNorm]
+    if hasattr(nn, "RMSNorm"):
+        types.append(nn.RMSNorm)
+    return tuple(types)
+
+
+def _encoder_layer_sites(prefix: str, layer, next_norm: Optional[str]):
+    """The sites of one ``nn.TransformerEncoderLayer`` named ``prefix``:
+    post-LN ``norm1(x + dropout1(sa))``, ``norm2(x + dropout2(ff))``;
+    pre-LN ``norm2(x + dropout1(sa))`` inside the block and
+    ``next_norm(x + dropout2(ff))`` across blocks (when a norm follows)."""
+    p = prefix + "." if prefix else ""
+    if not layer.norm_first:
+        return [(p + "dropout1", p + "norm1"), (p + "dropout2", p + "norm2")]
+    sites = [(p + "dropout1", p + "norm2")]
+    if next_norm is not None:
+        sites.append((p + "dropout2", next_norm))
+    return sites
+
+
+def _encoder_sites(prefix: str, encoder) -> List[Tuple[str, str]]:
+    p = prefix + "." if prefix else ""
+    layers = list(encoder.layers)
+    sites = []
+    for i, layer in enumerate(layers):
+        if i + 1 < len(layers):
+            nxt = layers[i + 1]
+            next_norm = f"{p}layers.{i + 1}.norm1" if nxt.norm_first else None
+        else:
+            next_norm = p + "norm" if encoder.norm is not None else None
+        sites += _encoder_layer_sites(f"{p}layers.{i}", layer, next_norm)
+    return sites
+
+
+def _fx_sites(model) -> List[Tuple[str, str]]:
+    import torch.fx as fx
+    import torch.nn as nn
+
+    leaves = (nn.TransformerEncoderLayer, nn.MultiheadAttention) + _norm_types()
+
+    class _Tracer(fx.Tracer):
+        def is_leaf_module(self, m, qualname):
+            return isinstance(m, leaves) or super().is_leaf_module(m, qualname)
+
+    tracer = _Tracer()
+    graph = tracer.trace(model)
+    modules = dict(model.named_modules())
+
+    def module_of(node):
+        return modules.get(node.target) if node.op == "call_module" else None
+
+    def is_add(node):
+        return (node.op == "call_function" and node.target in (_operator.add, _operator.iadd)) or (
+            node.op == "call_method" and node.target in ("add", "add_")
+        ) or (node.op == "call_function" and getattr(node.target, "__name__", "") == "add")
+
+    norms = _norm_types()
+    sites = []
+    for node in graph.nodes:
+        m = module_of(node)
+        if isinstance(m, nn.Dropout):
+            for user in node.users:
+                if isinstance(module_of(user), norms):
+                    sites.append((node.target, user.target))
+                elif is_add(user):
+                    for w in user.users:
+                        if isinstance(module_of(w), norms):
+                            sites.append((node.target, w.target))
+        elif isinstance(m, nn.TransformerEncoderLayer):
+            nxt = [u for u in node.users if isinstance(module_of(u), (nn.TransformerEncoderLayer,) + norms)]
+            next_norm = None
+            if len(nxt) == 1:
+                um = module_of(nxt[0])
+                if isinstance(um, norms):
+                    next_norm = nxt[0].target
+                elif um.norm_first:
+                    next_norm = nxt[0].target + ".norm1"
+            sites += _encoder_layer_sites(node.target, m, next_norm)
+    return sites
+
+
+def find_sites(model) -> List[Tuple[str, str]]:
+    """``[(dropout_name, norm_name), ...]`` of ``model``: by ``torch.fx``,
+    or structurally for an ``nn.TransformerEncoder`` fx cannot trace.
+    Raises ValueError when neither applies (pass ``sites=`` then)."""
+    import torch.nn as nn
+
+    try:
+        return _fx_sites(model)
+    except Exception as e:  # fx raises many types on untraceable control flow
+        if isinstance(model, nn.TransformerEncoder):
+            return _encoder_sites("", model)
+        for name, m in model.named_modules():
+            if isinstance(m, nn.TransformerEncoder):
+                raise ValueError(
+                    f"torch.fx could not trace the model ({type(e).__name__}: {e}); "
+                    f"pass sites=[(dropout_name, norm_name), ...] (the encoder {name!r} "
+                    f"has dropmc.audit._encoder_sites({name!r}, model.{name}))"
+                ) from e
+        raise ValueError(
+            f"torch.fx could not trace the model ({type(e).__name__}: {e}); "
+            "pass sites=[(dropout_name, norm_name), ...]"
+        ) from e
+
+
+# --------------------------------------------------------------------------
+# Capture
+
+
+def _as_tuple(inputs):
+    return inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def capture_sites(model, inputs, sites: Sequence[Tuple[str, str]]) -> List[dict]:
+    """Runs ``model(*inputs)`` once in eval mode with hooks on each site's
+    dropout (its input ``v``) and norm (its input ``z``); ``h = z − v``.
+    A site whose ``z`` equals ``v`` is plain. Returns one dict per site (the
+    layout of :func:`audit_captures`)."""
+    import torch
+    import torch.nn as nn
+
+    modules = dict(model.named_modules())
+    for dname, nname in sites:
+        if not isinstance(modules.get(dname), nn.Dropout):
+            raise ValueError(f"site ({dname!r}, {nname!r}): {dname!r} is not an nn.Dropout of the model")
+        if not isinstance(modules.get(nname), _norm_types()):
+            raise ValueError(f"site ({dname!r}, {nname!r}): {nname!r} is not a LayerNorm or RMSNorm of the model")
+    seen: dict = {}
+    handles = []
+
+    def record(name):
+        def hook(module, args):
+            seen.setdefault(name, []).append(args[0].detach().to(torch.float64).clone())
+
+        return hook
+
+    for name in {n for s in sites for n in s}:
+        handles.append(modules[name].register_forward_pre_hook(record(name)))
+    was_training = model.training
+    model.eval()
+    try:
+        # Grad enabled keeps nn.TransformerEncoderLayer off its fused fast
+        # path, which skips the submodules (and so the hooks).
+        with torch.enable_grad():
+            model(*_as_tuple(inputs))
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    out = []
+    for dname, nname in sites:
+        calls_d, calls_n = seen.get(dname, []), seen.get(nname, [])
+        if len(calls_d) != 1 or len(calls_n) != 1:
+            raise ValueError(
+                f"site ({dname!r}, {nname!r}): the dropout ran {len(calls_d)} times and the "
+                f"norm {len(calls_n)} times in one forward; a site needs each exactly once"
+            )
+        v, z = calls_d[0], calls_n[0]
+        if v.shape != z.shape:
+            raise ValueError(f"site ({dname!r}, {nname!r}): dropout output {tuple(v.shape)} "
+                             f"and norm input {tuple(z.shape)} differ in shape")
+        norm = modules[nname]
+        d = v.shape[-1]
+        plain = bool(torch.equal(v, z))
+        w = norm.weight
+        gamma = _np.ones(d) if w is None else w.detach().to(torch.float64).cpu().numpy()
+        b = getattr(norm, "bias", None)
+        beta = _np.zeros(d) if b is None else b.detach().to(torch.float64).cpu().numpy()
+        eps = norm.eps
+        if eps is None:  # nn.RMSNorm's default: the input dtype's machine epsilon
+            eps = float(torch.finfo(w.dtype if w is not None else torch.get_default_dtype()).eps)
+        vv = v.reshape(-1, d).cpu().numpy()
+        out.append({
+            "name": f"{dname}->{nname}",
+            "form": "plain" if plain else "bypass",
+            "p": float(modules[dname].p),
+            "d": int(d),
+            "v": _np.ascontiguousarray(vv.ravel()),
+            "h": _np.ascontiguousarray((z.reshape(-1, d).cpu().numpy() - vv).ravel()),
+            "norm": "layer" if isinstance(norm, nn.LayerNorm) else "rms",
+            "gamma": _np.ascontiguousarray(gamma),
+            "beta": _np.ascontiguousarray(beta),
+            "eps": float(eps),
+        })
+    return out
+
+
+# --------------------------------------------------------------------------
+# The npz layout (docs/audit.md)
+
+_NPZ_VERSION = 1
+
+
+def save_captures(path: str, captures: List[dict]) -> None:
+    """Writes the captures as ``.npz``: ``version``, ``names`` (strings),
+    and per site ``i``: ``site{i}_form`` ('plain'/'bypass'),
+    ``site{i}_norm`` ('layer'/'rms'), ``site{i}_p``, ``site{i}_eps``
+    (scalars), ``site{i}_v``, ``site{i}_h`` (``tokens × d`` float64),
+    ``site{i}_gamma``, ``site{i}_beta`` (``d`` float64)."""
+    arrays: dict = {"version": _np.array(_NPZ_VERSION, dtype=_np.int64),
+                    "count": _np.array(len(captures), dtype=_np.int64)}
+    for i, c in enumerate(captures):
+        d = c["d"]
+        arrays[f"site{i}_name"] = _np.frombuffer(c["name"].encode(), dtype=_np.uint8)
+        arrays[f"site{i}_form"] = _np.frombuffer(c["form"].encode(), dtype=_np.uint8)
+        arrays[f"site{i}_norm"] = _np.frombuffer(c["norm"].encode(), dtype=_np.uint8)
+        arrays[f"site{i}_p"] = _np.array(c["p"], dtype=_np.float64)
+        arrays[f"site{i}_eps"] = _np.array(c["eps"], dtype=_np.float64)
+        arrays[f"site{i}_v"] = c["v"].reshape(-1, d).astype(_np.float64)
+        arrays[f"site{i}_h"] = c["h"].reshape(-1, d).astype(_np.float64)
+        arrays[f"site{i}_gamma"] = c["gamma"].astype(_np.float64)
+        arrays[f"site{i}_beta"] = c["beta"].astype(_np.float64)
+    _np.savez(path, **arrays)
+
+
+def load(path: str) -> List[dict]:
+    """The captures of an ``.npz`` written by :func:`save_captures`."""
+    with _np.load(path) as z:
+        out = []
+        for i in range(int(z["count"])):
+            v = z[f"site{i}_v"]
+            out.append({
+                "name": bytes(z[f"site{i}_name"]).decode(),
+                "form": bytes(z[f"site{i}_form"]).decode(),
+                "norm": bytes(z[f"site{i}_norm"]).decode(),
+                "p": float(z[f"site{i}_p"]), "eps": float(z[f"site{i}_eps"]),
+                "d": int(v.shape[1]),
+                "v": _np.ascontiguousarray(v.ravel()),
+                "h": _np.ascontiguousarray(z[f"site{i}_h"].ravel()),
+                "gamma": z[f"site{i}_gamma"], "beta": z[f"site{i}_beta"],
+            })
+        return out
+
+
+# --------------------------------------------------------------------------
+# The audit
+
+
+def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0) -> Audit:
+    """Audits captured sites with dropmc's Rust engine (no model run)."""
+    if not isinstance(samples, int) or samples < 129:
+        raise ValueError(f"samples must be an int of at least 129 (masks per token), got {samples!r}")
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    table, text, truths = _dropmc.audit_sites(captures, samples, seed)
+    return Audit(table, text, truths, captures)
+
+
+def audit_torch(model, inputs, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
+                sites: Optional[Sequence[Tuple[str, str]]] = None) -> Audit:
+    """Finds (or takes) ``model``'s dropout→norm sites, captures them on
+    ``inputs`` (a tensor or a tuple of the forward's arguments) in eval
+    mode, and audits them (``samples`` masks per token, from ``seed``)."""
+    try:
+        import torch.nn as nn
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("dropmc.audit.audit_torch needs torch") from e
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    found = list(sites) if sites is not None else find_sites(model)
+    if not found:
+        raise ValueError("the model has no dropout→LayerNorm/RMSNorm site "
+                         "(pass sites=[(dropout_name, norm_name), ...] if tracing missed one)")
+    return audit_captures(capture_sites(model, inputs, found), samples=samples, seed=seed)

@@ -1,0 +1,86 @@
+//! `dropmc._dropmc.audit_sites`: the Rust half of `dropmc.audit` — the
+//! per-token computation of [`dropmc::audit`] on the sites the Python half
+//! captured, on rayon's global pool (the result's bits do not depend on the
+//! thread count: every token has its own derived seed).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use dropmc::audit::{Form, SiteCapture, audit_sites as audit_all, report};
+use numpy::PyReadonlyArray1;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::to_py;
+
+/// A site's truth per token and unit, and its standard errors.
+type Truth = (Vec<f64>, Vec<f64>);
+
+/// One site from its dict: `name`, `form` ("plain"/"bypass"), `p`, `d`,
+/// `v` and `h` (flat float64 arrays, `tokens × d`), `norm` ("layer"/"rms"),
+/// `gamma`, `beta`, `eps`.
+fn capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
+    let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        site.get_item(key)?
+            .ok_or_else(|| PyValueError::new_err(format!("site dict lacks the key {key:?}")))
+    };
+    let flat = |key: &str| -> PyResult<Vec<f64>> {
+        let a: PyReadonlyArray1<f64> = get(key)?.extract()?;
+        Ok(a.as_array().iter().copied().collect())
+    };
+    let form = match get("form")?.extract::<String>()?.as_str() {
+        "plain" => Form::Plain,
+        "bypass" => Form::Bypass,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "form must be 'plain' or 'bypass', got {other:?}"
+            )));
+        }
+    };
+    let layer = match get("norm")?.extract::<String>()?.as_str() {
+        "layer" => true,
+        "rms" => false,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "norm must be 'layer' or 'rms', got {other:?}"
+            )));
+        }
+    };
+    SiteCapture::new(
+        get("name")?.extract()?,
+        form,
+        get("p")?.extract()?,
+        get("d")?.extract()?,
+        flat("v")?,
+        flat("h")?,
+        layer,
+        flat("gamma")?,
+        flat("beta")?,
+        get("eps")?.extract()?,
+    )
+    .map_err(to_py)
+}
+
+/// Audits `sites` at `samples` masks per token from `seed`; returns
+/// `(table, json, truths)`, `truths` one `(E[norm], SE)` pair of flat
+/// lists (`tokens × d`) per site.
+#[pyfunction]
+pub fn audit_sites(
+    py: Python<'_>,
+    sites: Vec<Bound<'_, PyDict>>,
+    samples: u64,
+    seed: u64,
+) -> PyResult<(String, String, Vec<Truth>)> {
+    let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
+    let audits = py
+        .detach(|| catch_unwind(AssertUnwindSafe(|| audit_all(&captures, samples, seed))))
+        .map_err(|_| {
+            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
+        })?
+        .map_err(to_py)?;
+    let truths = audits
+        .iter()
+        .map(|a| (a.truth.clone(), a.truth_se.clone()))
+        .collect();
+    Ok((report::table(&audits), report::json(&audits), truths))
+}

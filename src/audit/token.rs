@@ -1,0 +1,151 @@
+//! One token of one site: the truth `E[norm(h + dropout(v))]`, the
+//! evaluation output `norm(h + v)`, the first- and second-order estimates.
+//!
+//! # What is computed, per form
+//!
+//! With `x = h + v` the evaluation input (`h = 0` for a plain site):
+//!
+//! ```text
+//! truth   E[norm(h + m ⊙ v / q)]   exact enumeration when d ≤ EXACT_AUDIT_D,
+//!                                   else the fast site sampler (with SE)
+//! eval    norm(x)
+//! first   LayerNorm, plain:  β + c_ε(μ, σ) (LN(x) − β)       formulas::layernorm
+//!         LayerNorm, bypass: β + c_damped (LN(x) − β)         formulas::bypass
+//!         RMSNorm, either:   γ x / sqrt(E[A] + ε)             (see below)
+//! second  formulas::second_order on the units h_k + m_k v_k / q
+//! ```
+//!
+//! The RMSNorm first order: replacing `A = mean_k y_k²` by its exact mean
+//! `E[A] = mean_k (x_k² + (p/q) v_k²)` in `γ_k y_k / sqrt(A + ε)` and using
+//! `E[y_k] = x_k` gives `γ_k x_k / sqrt(E[A] + ε)`. For a plain site
+//! (`v = x`) `E[A] = r²/q` and this is `c_rms · RMS(x)` of
+//! [`crate::formulas::rmsnorm::corrected`]; with a bypass it is the same
+//! step with the bypass noise `(p/q) v̄²` (the RMSNorm analogue of
+//! `c_damped`). `E[A]` is [`NoisyUnits::mean_square`].
+
+use crate::engine::Budget;
+use crate::error::Error;
+use crate::exact::site_expectation;
+use crate::fast::{FastSite, SiteNorm};
+use crate::formulas::second_order::{self as so, NoisyUnits};
+use crate::formulas::{bypass, layernorm};
+use crate::ops::{LayerNorm, Rate, RmsNorm, Site};
+
+/// The largest width whose truth is enumerated exactly (`2^d` masks).
+pub const EXACT_AUDIT_D: usize = 16;
+
+/// The norm of a site.
+#[derive(Debug, Clone)]
+pub enum AuditNorm {
+    Layer(LayerNorm),
+    Rms(RmsNorm),
+}
+
+impl AuditNorm {
+    fn site_norm(&self) -> SiteNorm<'_> {
+        match self {
+            AuditNorm::Layer(ln) => SiteNorm::Ln(ln),
+            AuditNorm::Rms(rms) => SiteNorm::Rms(rms),
+        }
+    }
+
+    fn forward(&self, y: &[f64], out: &mut [f64]) -> Result<(), Error> {
+        match self {
+            AuditNorm::Layer(ln) => ln.forward(y, out),
+            AuditNorm::Rms(rms) => rms.forward(y, out),
+        }
+    }
+}
+
+/// The values of one token (each of the site's width).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenValues {
+    /// `E[norm(h + dropout(v))]`.
+    pub truth: Vec<f64>,
+    /// The standard error of `truth` per unit (0 when enumerated).
+    pub truth_se: Vec<f64>,
+    /// `norm(h + v)`.
+    pub eval: Vec<f64>,
+    /// The first-order estimate.
+    pub first: Vec<f64>,
+    /// The second-order estimate.
+    pub second: Vec<f64>,
+    /// `ρ² = v̄²/σ²` of the token (`σ²` the spread of `x`).
+    pub rho2: f64,
+}
+
+/// The token `y = h + dropout_p(v)` through `norm`; `bypass` says which
+/// first-order form applies (a plain site has `h = 0`).
+pub fn token_values(
+    h: &[f64],
+    v: &[f64],
+    rate: Rate,
+    norm: &AuditNorm,
+    is_bypass: bool,
+    budget: Budget,
+) -> Result<TokenValues, Error> {
+    let d = v.len();
+    let site = Site::new(h.to_vec(), vec![(v.to_vec(), rate.p())])?;
+    let x = site.clean();
+    let units = NoisyUnits::from_site(&site)?;
+    let mut eval = vec![0.0; d];
+    norm.forward(&x, &mut eval)?;
+    let (first, second) = match norm {
+        AuditNorm::Layer(ln) => {
+            let first = if is_bypass {
+                bypass::corrected(&site, ln)?
+            } else {
+                layernorm::corrected(&x, ln, rate)?
+            };
+            let second = so::layer_norm_expectation(&units, ln.gamma(), ln.beta(), ln.eps())?;
+            (first, second)
+        }
+        AuditNorm::Rms(rms) => {
+            let scale = (units.mean_square() + rms.eps()).sqrt();
+            let first: Vec<f64> = x
+                .iter()
+                .zip(rms.gamma())
+                .map(|(a, g)| g * a / scale)
+                .collect();
+            let first = crate::formulas::representable("the corrected RMSNorm output", first)?;
+            let second = so::rms_norm_expectation(&units, rms.gamma(), rms.eps())?;
+            (first, second)
+        }
+    };
+    let (truth, truth_se) = truth(&site, norm, budget)?;
+    let (_, s2) = crate::ops::mean_and_variance(&x);
+    let v2 = v.iter().map(|a| a * a).sum::<f64>() / d as f64;
+    let rho2 = if s2 > 0.0 { v2 / s2 } else { f64::INFINITY };
+    Ok(TokenValues {
+        truth,
+        truth_se,
+        eval,
+        first,
+        second,
+        rho2,
+    })
+}
+
+/// `E[norm(y)]` per unit and its standard error: enumerated for
+/// `d ≤ EXACT_AUDIT_D`, else the fast site sampler.
+fn truth(site: &Site, norm: &AuditNorm, budget: Budget) -> Result<(Vec<f64>, Vec<f64>), Error> {
+    let d = site.dim();
+    if d <= EXACT_AUDIT_D {
+        let oracle = site_expectation(site, d, |y, out| {
+            // The site's inputs were validated: the norm of a finite vector is defined.
+            let _ = norm.forward(y, out);
+        })?;
+        return Ok((oracle.values, vec![0.0; d]));
+    }
+    match FastSite::new(site, norm.site_norm(), true)?.estimate(budget)? {
+        Some(e) => Ok((
+            e.out.iter().map(|e| e.value).collect(),
+            e.out.iter().map(|e| e.stderr).collect(),
+        )),
+        None => Err(Error::Unsupported {
+            what: "a token whose masks the fast sampler cannot run (a near-constant input \
+                   or fewer than 129 samples): raise samples or drop the token"
+                .into(),
+        }),
+    }
+}
