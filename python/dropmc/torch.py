@@ -38,8 +38,9 @@ import numpy as _np
 import torch as _torch
 
 import dropmc as _dropmc
+from dropmc.audit import audit_torch as audit  # noqa: F401  (docs/audit.md)
 
-__all__ = ["Dropout", "check_dropout", "one_thread"]
+__all__ = ["Dropout", "audit", "check_dropout", "one_thread"]
 
 
 @_contextlib.contextmanager
