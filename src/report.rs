@@ -245,10 +245,15 @@ pub fn table_fitted(report: &Report, width: Option<usize>) -> String {
         .filter(|r| r.note.is_some())
         .partition(|r| r.kind != crate::claims::Kind::Exact);
     if !notes.is_empty() {
-        prose.push_str("Leading-order claims are z-tested against the exact oracle; their gap (mean_k |closed form - exact|) is measured, with d = 16…4096 on the grouped oracle:\n");
+        prose.push_str("Leading-order claims pass when the sampler agrees with the exact oracle (the z-test) and the closed form's error is of the order it states (the order check: its gap mean_k |closed form - exact| on d = 16…4096 of the grouped oracle falls with slope -n within the bound, and beats the estimate it corrects at the claim's d and on the fitted widths):\n");
         for r in notes {
+            let order = r
+                .order
+                .as_ref()
+                .map(|o| format!("; {}", o.summary()))
+                .unwrap_or_default();
             prose.push_str(&format!(
-                "{}: {}{}\n",
+                "{}: {}{order}{}\n",
                 r.id,
                 r.note.as_deref().unwrap_or_default(),
                 resolution(r).unwrap_or_default()
@@ -266,6 +271,14 @@ pub fn table_fitted(report: &Report, width: Option<usize>) -> String {
         if let Some(reason) = r.inconclusive_reason() {
             prose.push_str(&format!("{}: {reason}\n", r.id));
         }
+    }
+    for r in report.results.iter().filter(|r| r.order_failed()) {
+        let why = r.order.as_ref().and_then(|o| o.reason.as_deref());
+        prose.push_str(&format!(
+            "{}: FAIL: its closed form fails the order check: {}\n",
+            r.id,
+            why.unwrap_or_default()
+        ));
     }
     for r in report.results.iter().filter(|r| r.error.is_some()) {
         prose.push_str(&format!(
@@ -424,6 +437,7 @@ pub fn to_json(report: &Report) -> Value {
                 "min_samples": r.min_samples,
                 "error": r.error,
                 "note": r.note,
+                "order": r.order,
                 "gap_over_mde": gap_over_mde(r).map(|g| shaped(r.shape, &g)),
             })
         })

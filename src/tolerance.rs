@@ -65,6 +65,31 @@ pub fn zero_spread(value: f64, target: f64) -> f64 {
     gamma(ZERO_SPREAD_ROUNDINGS) * (value.abs() + target.abs())
 }
 
+/// How far beyond its first-order estimate the fitted log-log slope of a
+/// leading-order gap may sit, as a multiple of that estimate
+/// ([`crate::verify::order::GapCurve::fit`]).
+///
+/// # Derivation
+///
+/// With `gap(d) = A/d^n + B/d^(n+1) + C/d^(n+2) + …`, the local slope is
+/// `−n − (B/A)/d + O(1/d²)`, so over `d ≥ d₀` every local slope is within
+/// `|B/A|/d₀` of `−n` to first order. The factor 2 leaves the `O(1/d²)`
+/// remainder as much room again; the order check itself requires that
+/// remainder to be small (the two-term model must fit within `B/d₀`), so
+/// the factor is never what admits a wrong rate.
+pub const ORDER_REMAINDER_FACTOR: f64 = 2.0;
+
+/// The widest slope bound that still tells the stated rate `d^(−n)` from
+/// its neighbours.
+///
+/// # Derivation
+///
+/// The nearest simple rates a wrong closed form could leave are
+/// `d^(−n ± 1/2)` (and `d^(−n ± 1)` for a dropped or mis-scaled correction
+/// term): 1/2 away in slope. A bound below half that distance, 1/4, puts a
+/// slope within it of `−n` strictly closer to `−n` than to any neighbour.
+pub const ORDER_SLOPE_RESOLUTION: f64 = 0.25;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -235,10 +235,7 @@ fn with_analytic(
     claim: &NormClaim,
     analytic: fn(&dropmc::claims::norm::Config) -> Result<Vec<f64>, Error>,
 ) -> NormClaim {
-    NormClaim {
-        analytic,
-        ..claim.clone()
-    }
+    claim.clone().with_closed_form(analytic)
 }
 
 #[test]

@@ -251,10 +251,7 @@ fn a_second_order_missing_a_term_fails_the_order_test() {
         ("without Cov", without_cov as fn(&Config) -> _),
         ("without Var V", without_var),
     ] {
-        let wrong = NormClaim {
-            analytic,
-            ..ln.clone()
-        };
+        let wrong = ln.clone().with_closed_form(analytic);
         let c = wrong.gap_curve(&SWEEP_D).unwrap();
         assert!(
             c.check_order().is_err(),

@@ -216,8 +216,15 @@ pub trait Claim: Sync {
         let _ = subject;
         self.note()
     }
+    /// The order half of a leading-order claim's verdict (see
+    /// [`crate::verify::order::OrderCheck`]): `None` for a claim with no
+    /// order check, `Err` when it could not be measured. [`check`] fails
+    /// the claim when it fails, whatever the budget.
+    fn order_check(&self) -> Option<Result<crate::verify::order::OrderCheck, String>> {
+        None
+    }
     /// A line the report prints under the table (for example a
-    /// leading-order claim's measured gap and its slope in `d`).
+    /// leading-order claim's measured gap at its own width).
     fn note(&self) -> Option<String> {
         None
     }

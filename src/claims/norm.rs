@@ -17,7 +17,8 @@ use crate::exact::{
 };
 use crate::ops::{DropoutLayer, LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
 use crate::stats::Estimate;
-use crate::verify::order::{GapCurve, SWEEP_D};
+use crate::verify::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
+use std::sync::OnceLock;
 
 /// A configuration: the site and the norms applied after it.
 #[derive(Debug, Clone)]
@@ -85,7 +86,6 @@ impl Stat {
 pub type Baseline = (&'static str, fn(&Config) -> Result<Vec<f64>, Error>);
 
 /// A claim of a normalization family.
-#[derive(Clone)]
 pub struct NormClaim {
     /// What it states.
     pub card: Card,
@@ -98,6 +98,25 @@ pub struct NormClaim {
     /// The configuration of the same shape at width `d` (a multiple of 4),
     /// for measuring the gap as `d` grows on the grouped oracle.
     pub sweep: Option<fn(usize) -> Result<Config, Error>>,
+    /// The order check, computed once per claim (it enumerates the
+    /// grouped oracle up to `d = 4096`); see [`NormClaim::order_check`].
+    order: OnceLock<Result<OrderCheck, String>>,
+}
+
+/// A clone starts with no order check cached, so a clone whose closed form
+/// is then replaced (see [`NormClaim::with_closed_form`]) is judged afresh.
+impl Clone for NormClaim {
+    fn clone(&self) -> Self {
+        NormClaim {
+            card: self.card,
+            config: self.config,
+            stat: self.stat,
+            analytic: self.analytic,
+            baselines: self.baselines,
+            sweep: self.sweep,
+            order: OnceLock::new(),
+        }
+    }
 }
 
 impl NormClaim {
@@ -125,6 +144,20 @@ impl NormClaim {
             analytic,
             baselines: &[],
             sweep: None,
+            order: OnceLock::new(),
+        }
+    }
+
+    /// The same claim with another closed form (a variant formula, or a
+    /// planted wrong one in a test of the verdict); its order check is
+    /// measured afresh. Set the closed form this way rather than through
+    /// the field, whose change would not reach an order check already
+    /// computed.
+    pub fn with_closed_form(self, analytic: fn(&Config) -> Result<Vec<f64>, Error>) -> Self {
+        NormClaim {
+            analytic,
+            order: OnceLock::new(),
+            ..self
         }
     }
 
@@ -141,6 +174,7 @@ impl NormClaim {
             card: self.card.leading_order(order),
             baselines,
             sweep: Some(sweep),
+            order: OnceLock::new(),
             ..self
         }
     }
@@ -193,6 +227,12 @@ impl NormClaim {
     /// The gap to the grouped oracle at each width in `ds`, fitted for the
     /// claim's order (see [`GapCurve::fit`]).
     pub fn gap_curve(&self, ds: &[usize]) -> Result<GapCurve, Error> {
+        Ok(self.sweep_gaps(ds)?.0)
+    }
+
+    /// [`gap_curve`](Self::gap_curve) and the first baseline's gaps on the
+    /// same oracles, in one enumeration per width.
+    fn sweep_gaps(&self, ds: &[usize]) -> Result<(GapCurve, Vec<f64>), Error> {
         let sweep = self.sweep.ok_or_else(|| Error::Degenerate {
             what: format!("{} has no sweep configuration", self.card.id),
         })?;
@@ -202,14 +242,55 @@ impl NormClaim {
         };
         let mut gap = Vec::with_capacity(ds.len());
         let mut rounding = Vec::with_capacity(ds.len());
+        let mut rival = Vec::with_capacity(ds.len());
         for &d in ds {
             let config = sweep(d)?;
             let oracle = self.grouped(&config)?;
             let approx = (self.analytic)(&config)?;
             gap.push(mean_abs_gap(&approx, &oracle.values));
             rounding.push(oracle.rounding.iter().sum::<f64>() / d as f64);
+            if let Some((_, f)) = self.baselines.first() {
+                rival.push(mean_abs_gap(&f(&config)?, &oracle.values));
+            }
         }
-        Ok(GapCurve::fit(ds, gap, rounding, order))
+        Ok((GapCurve::fit(ds, gap, rounding, order), rival))
+    }
+
+    /// The order half of a leading-order claim's verdict
+    /// ([`OrderCheck::judge`]): on the sweep [`SWEEP_D`] the gap falls like
+    /// `1/d^order`, and at the claim's own configuration and the fitted
+    /// widths the closed form beats its first baseline. `None` for an
+    /// exact claim or one without a sweep; computed once per claim.
+    pub fn order_check(&self) -> Option<Result<OrderCheck, String>> {
+        if !matches!(self.card.kind, Kind::LeadingOrder { .. }) || self.sweep.is_none() {
+            return None;
+        }
+        Some(
+            self.order
+                .get_or_init(|| self.measure_order().map_err(|e| e.to_string()))
+                .clone(),
+        )
+    }
+
+    fn measure_order(&self) -> Result<OrderCheck, Error> {
+        let (curve, rival_sweep) = self.sweep_gaps(&SWEEP_D)?;
+        let config = self.configuration()?;
+        let exact = self.exact(&config)?;
+        let d = config.site.dim();
+        let own = OwnGap {
+            d,
+            gap: mean_abs_gap(&(self.analytic)(&config)?, &exact.values),
+            rounding: exact.rounding.iter().sum::<f64>() / exact.rounding.len() as f64,
+        };
+        let rival = match self.baselines.first() {
+            Some((name, f)) => Some(Rival {
+                name,
+                gap_at_d: mean_abs_gap(&f(&config)?, &exact.values),
+                gap: rival_sweep,
+            }),
+            None => None,
+        };
+        Ok(OrderCheck::judge(&curve, own, rival.as_ref()))
     }
 
     /// The exact value by grouped enumeration of kept counts (per-unit
@@ -248,6 +329,9 @@ impl Claim for NormClaim {
             .and_then(|config| super::norm_fast::fast_estimates(&config, self.stat, budget))
             .transpose()
     }
+    fn order_check(&self) -> Option<Result<OrderCheck, String>> {
+        NormClaim::order_check(self)
+    }
     fn note(&self) -> Option<String> {
         if !matches!(self.card.kind, Kind::LeadingOrder { .. }) {
             return None;
@@ -271,19 +355,6 @@ fn leading_order_note(claim: &NormClaim) -> Result<String, Error> {
         text.push_str(&format!(
             ", {name} {}",
             sci(mean_abs_gap(&f(&config)?, &exact.values))
-        ));
-    }
-    if claim.sweep.is_some() {
-        let curve = claim.gap_curve(&SWEEP_D)?;
-        text.push_str(&format!(
-            "; two-group sweep d = {}…{}: gap {} → {}, slope {:.3} (fit d ≥ {}, bound ±{:.3})",
-            curve.d[0],
-            curve.d[curve.d.len() - 1],
-            sci(curve.gap[0]),
-            sci(curve.gap[curve.gap.len() - 1]),
-            curve.slope,
-            curve.d[curve.fit_from],
-            curve.tolerance
         ));
     }
     Ok(text)

@@ -11,6 +11,7 @@ use super::{Claim, Kind, Shape};
 use crate::engine::Budget;
 use crate::ops::Subject;
 use crate::stats::{Estimate, Statistic, ZTest};
+use crate::verify::order::OrderCheck;
 
 /// Pass, fail, or too few draws for the test to have its stated size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -89,6 +90,10 @@ pub struct ClaimResult {
     pub error: Option<String>,
     /// The claim's own note (see [`Claim::note`]).
     pub note: Option<String>,
+    /// A leading-order claim's order check ([`Claim::order_check`]): its
+    /// closed form's error is of the stated order and beats what it
+    /// corrects. A failing one fails the claim at any budget.
+    pub order: Option<OrderCheck>,
 }
 
 impl ClaimResult {
@@ -100,7 +105,13 @@ impl ClaimResult {
     pub fn rejected(&self) -> bool {
         self.error.is_some()
             || self.oracle_agrees == Some(false)
+            || self.order_failed()
             || self.tests.iter().any(|t| t.rejected)
+    }
+
+    /// True when the claim has an order check and it fails.
+    pub fn order_failed(&self) -> bool {
+        self.order.as_ref().is_some_and(|o| !o.passed())
     }
 
     /// The line that explains an inconclusive verdict.
@@ -168,12 +179,13 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         verdict: Verdict::Fail,
         error: None,
         note: claim.note_on(subject),
+        order: None,
     };
     if let Err(message) = fill(claim, subject, budget, &mut result) {
         result.error = Some(message);
         return result;
     }
-    result.verdict = if result.oracle_agrees == Some(false) {
+    result.verdict = if result.oracle_agrees == Some(false) || result.order_failed() {
         Verdict::Fail
     } else if budget.samples < result.min_samples {
         Verdict::Inconclusive
@@ -192,6 +204,7 @@ fn fill(
     result: &mut ClaimResult,
 ) -> Result<(), String> {
     result.analytic = claim.analytic().map_err(|e| e.to_string())?;
+    result.order = claim.order_check().transpose()?;
     let oracle = claim.oracle().map_err(|e| e.to_string())?;
     result.target = match claim.kind() {
         Kind::Exact => {
