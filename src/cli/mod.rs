@@ -115,7 +115,8 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     use clap::FromArgMatches;
-    let matches = command(registry).try_get_matches_from(args);
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let matches = command(registry).try_get_matches_from(&args);
     // `eval`'s quantities come from the registry, not from the derive, so
     // its matches are run as they are; every other subcommand is derived.
     let result = matches.and_then(|m| match m.subcommand() {
@@ -137,9 +138,55 @@ where
             // clap's whole message: the missing arguments by name, the
             // "did you mean" suggestion, the usage line.
             eprint!("{e}");
+            if let Some(tip) = quantity_tip(registry, &args, &e) {
+                eprintln!("{tip}");
+            }
             ExitCode::from(2)
         }
     }
+}
+
+/// For `eval <unknown>`, the quantity one edit away (`lm` → `ln`), which
+/// clap's own suggestion (a similarity over 0.7) misses on two-letter names.
+fn quantity_tip(
+    registry: &Registry,
+    args: &[std::ffi::OsString],
+    e: &clap::Error,
+) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::InvalidSubcommand
+        || args.get(1).and_then(|a| a.to_str()) != Some("eval")
+    {
+        return None;
+    }
+    let typed = args.get(2)?.to_str()?;
+    let close = registry
+        .quantities()
+        .iter()
+        .map(|q| q.name())
+        .find(|name| one_edit_apart(typed, name))?;
+    Some(format!(
+        "tip: did you mean '{close}'? (dropmc eval {close} --help)"
+    ))
+}
+
+/// Whether `a` becomes `b` by one substitution, insertion or deletion.
+fn one_edit_apart(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (short, long) = if a.len() <= b.len() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    if long.len() - short.len() > 1 || a == b {
+        return false;
+    }
+    let prefix = short
+        .iter()
+        .zip(long.iter())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let skip = usize::from(short.len() == long.len());
+    short[prefix + skip..] == long[prefix + 1..]
 }
 
 fn run(registry: &Registry, cli: Cli) -> Result<ExitCode, Error> {
