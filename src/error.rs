@@ -77,16 +77,25 @@ pub enum Error {
     Unsupported { what: String },
     /// An invariant of the crate did not hold; a bug to report.
     Internal { what: String },
+    /// The caller asked the run to stop ([`crate::engine::cancel`]: Ctrl-C
+    /// in Python); nothing was computed.
+    Interrupted,
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::InvalidRate { p } => write!(
-                f,
-                "drop rate p = {p} is invalid: it must be a number with 0 <= p < 1 \
-                 (p = 1 would divide by the keep probability q = 0)"
-            ),
+            Error::InvalidRate { p } => {
+                write!(
+                    f,
+                    "drop rate p = {p} is invalid: it must be a number with 0 <= p < 1"
+                )?;
+                // The remark explains the one boundary value users try.
+                if *p == 1.0 {
+                    write!(f, " (p = 1 would divide by the keep probability q = 0)")?;
+                }
+                Ok(())
+            }
             Error::Empty { what } => write!(f, "{what} is empty: give at least one value"),
             Error::NonFinite { what, index, value } => {
                 write!(f, "{what}[{index}] = {value} is not a finite number")
@@ -96,7 +105,8 @@ impl fmt::Display for Error {
                 expected,
                 got,
             } => {
-                write!(f, "{what} has {got} values but {expected} were expected")
+                let values = if *got == 1 { "value" } else { "values" };
+                write!(f, "{what} has {got} {values} but {expected} were expected")
             }
             Error::TooFewSamples { needed, got } => {
                 write!(f, "{got} samples is too few: at least {needed} are needed")
@@ -139,6 +149,7 @@ impl fmt::Display for Error {
             Error::Internal { what } => {
                 write!(f, "internal error (please report it): {what}")
             }
+            Error::Interrupted => write!(f, "interrupted"),
         }
     }
 }

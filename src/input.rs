@@ -54,6 +54,11 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
 /// `savetxt` or a JSON-free dump of `d = 10⁶` values works as it is.
 pub fn read_list(flag: &str, text: &str) -> Result<Vec<f64>, Error> {
     let Some(path) = text.strip_prefix('@') else {
+        if text.trim().is_empty() {
+            return Err(Error::InvalidOption {
+                what: format!("{flag} is empty: give at least one number"),
+            });
+        }
         return crate::error::parse_list(flag, text);
     };
     let contents = if path == "-" {
@@ -69,11 +74,36 @@ pub fn read_list(flag: &str, text: &str) -> Result<Vec<f64>, Error> {
             what: format!("{flag} @{path}: cannot read the file: {e}"),
         })?
     };
-    let tokens: Vec<&str> = contents
-        .split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|t| !t.is_empty())
-        .collect();
+    let tokens = file_tokens(&contents);
+    if tokens.is_empty() {
+        return Err(Error::InvalidOption {
+            what: format!("{flag} @{path}: the file holds no numbers"),
+        });
+    }
     crate::error::parse_list(&format!("{flag} (from @{path})"), &tokens.join(","))
+}
+
+/// The numbers' tokens of a list file: split at commas and whitespace, with
+/// everything from a `#` to the end of its line a comment (the header
+/// `numpy.savetxt(..., header=...)` writes).
+fn file_tokens(contents: &str) -> Vec<&str> {
+    contents
+        .lines()
+        .map(|line| line.split_once('#').map_or(line, |(numbers, _)| numbers))
+        .flat_map(|line| line.split(|c: char| c == ',' || c.is_whitespace()))
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// `n` when it is at least 2 (a standard error needs two draws), else an
+/// error naming `flag` and what it counts (`--replicates`, "replicates").
+pub fn at_least_two(flag: &str, what: &str, n: u64) -> Result<u64, Error> {
+    if n < 2 {
+        return Err(Error::InvalidOption {
+            what: format!("{flag} {n} is too few: a standard error needs at least 2 {what}"),
+        });
+    }
+    Ok(n)
 }
 
 /// One finite number.
@@ -142,6 +172,36 @@ mod tests {
             missing.contains("--x") && missing.contains("cannot read"),
             "{missing}"
         );
+    }
+
+    #[test]
+    fn list_files_may_carry_comment_lines_and_an_empty_one_is_named() {
+        let dir = std::env::temp_dir().join(format!("dropmc-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("savetxt.txt");
+        // What numpy.savetxt(path, [1.5, -2, 3e-3], header="x values") writes.
+        std::fs::write(&path, "# x values\n1.5\n-2 # inline\n3e-3\n").unwrap();
+        let arg = format!("@{}", path.display());
+        assert_eq!(read_list("--x", &arg).unwrap(), vec![1.5, -2.0, 3e-3]);
+        std::fs::write(&path, "# only a header\n").unwrap();
+        let e = read_list("--x", &arg).unwrap_err().to_string();
+        assert!(e.ends_with("the file holds no numbers"), "{e}");
+        assert!(!e.contains("\"\""), "{e}");
+        let e = read_list("--x", " ").unwrap_err().to_string();
+        assert!(e.ends_with("--x is empty: give at least one number"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn counts_below_two_name_what_they_count() {
+        let e = at_least_two("--replicates", "replicates", 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--replicates 1") && !e.contains("samples"),
+            "{e}"
+        );
+        assert_eq!(at_least_two("--masks", "masks", 2).unwrap(), 2);
     }
 
     #[test]

@@ -32,9 +32,26 @@ pub struct Report {
 
 impl Report {
     /// True when no claim failed (an inconclusive claim, below its
-    /// minimum budget, is not a failure).
+    /// minimum budget, is not a failure; see [`decided`](Self::decided)).
     pub fn passed(&self) -> bool {
         self.failures() == 0
+    }
+
+    /// True when every claim ran at or above its minimum budget, so each
+    /// has a verdict at its stated size.
+    pub fn decided(&self) -> bool {
+        self.inconclusive() == 0
+    }
+
+    /// The largest minimum budget among the inconclusive claims (`None`
+    /// when every claim was decided): `--samples` at least this decides
+    /// them all.
+    pub fn largest_missing_budget(&self) -> Option<u64> {
+        self.results
+            .iter()
+            .filter(|r| r.verdict == Verdict::Inconclusive)
+            .map(|r| r.min_samples)
+            .max()
     }
 
     /// Number of claims below their minimum budget.
@@ -319,6 +336,9 @@ pub fn fine_print() -> String {
     )
 }
 
+/// What the z, p and MDE cells of a claim below its minimum budget show.
+const BELOW_MIN: &str = "—";
+
 fn row(r: &ClaimResult) -> [String; 10] {
     let verdict = match r.verdict {
         Verdict::Pass => "pass",
@@ -344,6 +364,9 @@ fn row(r: &ClaimResult) -> [String; 10] {
         Shape::Scalar => String::new(),
     };
     let test = r.tests[k];
+    // Below its minimum budget the test has no stated size: its z, p and
+    // MDE (often ±inf, 0 and 0 on a handful of draws) are not shown.
+    let below = (r.verdict == Verdict::Inconclusive).then(|| BELOW_MIN.to_string());
     [
         r.id.into(),
         r.formula.into(),
@@ -356,11 +379,14 @@ fn row(r: &ClaimResult) -> [String; 10] {
             crate::claims::Kind::LeadingOrder { .. } => format_value(r.target[k]),
         },
         format_estimate(r.estimate[k].value, r.estimate[k].stderr),
-        format_z(test.z),
-        format_p(test.p_value),
-        format_significant(test.mde, 2),
+        below.clone().unwrap_or_else(|| format_z(test.z)),
+        below.clone().unwrap_or_else(|| format_p(test.p_value)),
+        below.unwrap_or_else(|| format_significant(test.mde, 2)),
         r.sampler.label().into(),
-        verdict.into(),
+        match r.verdict {
+            Verdict::Inconclusive => format!("below min {}", r.min_samples),
+            _ => verdict.into(),
+        },
     ]
 }
 

@@ -59,9 +59,11 @@ Conventions
 from __future__ import annotations
 
 import copy as _copy
+import difflib as _difflib
 import json as _json
 import math as _math
-from typing import Any, Callable, Optional
+import re as _re
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as _np
 
@@ -73,6 +75,7 @@ __all__ = [
     "check_norm_site",
     "eval",
     "critical_z",
+    "testing",
 ]
 
 _MOMENT_X, _SEMANTICS_X64, _SEMANTICS_X32 = _dropmc.default_inputs()
@@ -83,28 +86,45 @@ def critical_z() -> float:
     return _dropmc.critical_z()
 
 
+def mde_power() -> float:
+    """The power at which a claim's ``mde`` is quoted (the suite's ``stats::POWER``)."""
+    return _dropmc.mde_power()
+
+
 class Result:
     """The verdicts of one check.
 
-    ``passed``: every claim that ran passed (skipped claims do not count;
-    an inconclusive claim is not a pass). ``claims``: one dict per claim with
-    ``id``, ``verdict`` (``"pass"``, ``"fail"``, ``"inconclusive"``,
-    ``"skipped"``), and for the component with the largest ``|z|``: ``z``,
-    ``p_value``, ``mde`` (the smallest deviation the test detects with 90 %
-    power at this budget), ``estimate``, ``analytic`` (the value it is
-    tested against); ``note`` says why a claim was skipped or inconclusive.
-    ``to_json()``: the run as ``dropmc report --json`` lays it out.
+    ``passed``: nothing failed *and* everything was decided (skipped claims
+    do not count). ``decided``: no claim ran below its minimum budget (an
+    ``inconclusive`` claim, as ``dropmc report`` exits 3 for). ``claims``:
+    one dict per claim with ``id``, ``verdict`` (``"pass"``, ``"fail"``,
+    ``"inconclusive"``, ``"skipped"``), ``samples`` and ``min_samples``, and
+    for the component with the largest ``|z|``: ``z``, ``p_value``, ``mde``
+    (the smallest deviation the test detects with 80 % power at this
+    budget: :func:`mde_power`), ``estimate``, ``analytic`` (the value it is
+    tested against); ``note`` says why a claim was skipped or inconclusive,
+    or what a failed one saw. ``to_json()``: the run as
+    ``dropmc report --json`` lays it out.
     """
 
-    def __init__(self, json_text: str, claims: list):
+    def __init__(self, json_text: str, claims: List[Dict[str, Any]]):
         self._json = json_text
         self.claims = claims
+        for c in claims:
+            if c.get("verdict") == "fail" and not c.get("note"):
+                c["note"] = _seen(c)
+
+    @property
+    def decided(self) -> bool:
+        """No claim ran below its minimum budget."""
+        return not self.inconclusive()
 
     @property
     def passed(self) -> bool:
-        """Every claim that ran passed and none was left unchecked for want
-        of an argument (``unchecked``: an omitted ``backward=``)."""
-        return self.passed_as_run and not self.unchecked
+        """Nothing failed, every claim that ran was decided, and none was left
+        unchecked for want of an argument (``unchecked``: an omitted
+        ``backward=``)."""
+        return self.passed_as_run and self.decided and not self.unchecked
 
     @property
     def passed_as_run(self) -> bool:
@@ -122,7 +142,16 @@ class Result:
         """The likely cause the set of failing claims points to, one line each."""
         return self.to_dict().get("likely_causes", [])
 
-    def failed(self) -> list:
+    def inconclusive(self) -> List[Dict[str, Any]]:
+        """The claims that ran below their minimum budget."""
+        return [c for c in self.claims if c["verdict"] == "inconclusive"]
+
+    def minimum_budget(self) -> Optional[int]:
+        """The ``samples`` that would decide every inconclusive claim (``None`` if all were decided)."""
+        mins = [c.get("min_samples") for c in self.inconclusive() if c.get("min_samples") is not None]
+        return max(mins) if mins else None
+
+    def failed(self) -> List[Dict[str, Any]]:
         """The claims whose verdict is ``fail``."""
         return [c for c in self.claims if c["verdict"] == "fail"]
 
@@ -147,7 +176,7 @@ class Result:
         for c in self.claims:
             counts[c["verdict"]] = counts.get(c["verdict"], 0) + 1
         inner = ", ".join(f"{v}={n}" for v, n in sorted(counts.items()))
-        return f"<dropmc.Result passed={self.passed} {inner}>"
+        return f"<dropmc.Result passed={self.passed} decided={self.decided} {inner}>"
 
     def __str__(self) -> str:
         ran = [c for c in self.claims if c["verdict"] != "skipped"]
@@ -173,7 +202,22 @@ class Result:
                 reasons.setdefault(c.get("note") or "", []).append(c["id"])
         for reason, ids in reasons.items():
             lines.append(f"skipped {', '.join(ids)}: {reason}")
+        undecided = self.inconclusive()
+        if undecided:
+            lines.append(
+                f"inconclusive: {len(undecided)} claims below their minimum budget "
+                f"(the largest is {self.minimum_budget()} draws): pass samples >= that, or samples=None"
+            )
         return "\n".join(lines)
+
+
+def _seen(claim: Dict[str, Any]) -> str:
+    """What a failed claim without a note of its own saw, in one phrase."""
+    unit = "" if claim.get("component") is None else f" at unit {claim['component']}"
+    return (
+        f"saw {_num(claim.get('estimate'))}{unit} where {_num(claim.get('analytic'))} was expected "
+        f"(z = {_num(claim.get('z'), 3)}, {claim.get('samples')} draws)"
+    )
 
 
 def _num(v, digits: int = 6) -> str:
@@ -197,10 +241,8 @@ def _check_rate(p) -> float:
     except (TypeError, ValueError):
         raise TypeError(f"p must be a number, got {type(p).__name__}") from None
     if not (0.0 <= p < 1.0):  # NaN fails too
-        raise ValueError(
-            f"drop rate p = {p} is invalid: it must be a number with 0 <= p < 1 "
-            "(p = 1 would divide by the keep probability q = 0)"
-        )
+        remark = " (p = 1 would divide by the keep probability q = 0)" if p == 1.0 else ""
+        raise ValueError(f"drop rate p = {p} is invalid: it must be a number with 0 <= p < 1{remark}")
     return p
 
 
@@ -228,10 +270,20 @@ def _checked(name: str, out, shape, dtype, nan_hint: str = _NAN_HINT) -> _np.nda
         arr = _np.asarray(out)
     except Exception as e:  # an object numpy cannot read
         raise TypeError(f"{name} returned {type(out).__name__}, which numpy cannot read as an array: {e}") from e
+    if arr.dtype.kind not in "fiub" or (arr.ndim == 0 and not isinstance(out, (_np.ndarray, _np.generic))):
+        raise TypeError(
+            f"{name} returned {type(out).__name__} ({str(out)[:40]!r}), not an array; "
+            f"it must return an array of shape {tuple(shape)}"
+        )
     if arr.shape != tuple(shape):
         raise ValueError(f"{name} returned an array of shape {arr.shape}, expected {tuple(shape)} (the input's shape)")
     if arr.dtype != dtype:
-        raise TypeError(f"{name} returned dtype {arr.dtype}, expected {_np.dtype(dtype).name} (the input's dtype)")
+        hint = ""
+        if arr.dtype in (_np.float32, _np.float64):
+            hint = f": pass dtype=np.{arr.dtype.name} to check the layer in {arr.dtype.name}"
+        raise TypeError(
+            f"{name} returned dtype {arr.dtype}, expected {_np.dtype(dtype).name} (the input's dtype){hint}"
+        )
     if _np.isnan(arr).any():
         k = int(_np.argwhere(_np.isnan(arr))[0][1])
         raise ValueError(f"{name} returned NaN (first at unit {k}); {nan_hint}")
@@ -280,6 +332,10 @@ def check_dropout(
     dtype=_np.float64,
 ) -> Result:
     """Runs dropmc's conformance claims on ``forward`` at drop rate ``p``.
+
+    ``forward(x, training)`` takes **two** arguments (the ``(n, d)`` array
+    and the mode); ``backward(x, grad, training)`` three; ``rng_state()``
+    none (see the module docs).
 
     ``x``: the input row (default: the Rust suite's configurations, per-unit
     moments on ``[0.5, -1.2, 3, 0, 2]`` and the exactness rules on fixed
@@ -370,6 +426,11 @@ def check_norm_site(
     of yours, and the test is on the mean difference (the result's JSON
     ``reference`` field and the claim's note say which). One claim, per
     component.
+
+    ``dropout(x)`` and ``norm(x)`` take **one** argument (unlike
+    ``check_dropout``'s ``forward(x, training)``): ``dropout`` is always
+    called in training mode, so wrap a two-argument layer as
+    ``lambda x: f(x, True)``.
     """
     p = _check_rate(p)
     dtype_name = _dtype_name(dtype)
@@ -417,37 +478,76 @@ def check_norm_site(
     return Result(text, claims)
 
 
-def _cli_value(value) -> str:
+def _cli_value(key: str, value) -> str:
     """A keyword value in the CLI's notation, at full precision."""
     if isinstance(value, (list, tuple, _np.ndarray)):
-        flat = _np.asarray(value, dtype=_np.float64).ravel()
+        try:
+            flat = _np.asarray(value, dtype=_np.float64).ravel()
+        except (TypeError, ValueError):
+            raise TypeError(f"{key} must be a list or array of numbers, got {value!r}") from None
+        if flat.size == 0:
+            raise ValueError(f"{key} is empty")
         return ",".join(repr(float(v)) for v in flat)
+    if isinstance(value, (bool, _np.bool_)):
+        raise TypeError(f"{key} takes a value, not {value!r}")
     if isinstance(value, (float, _np.floating)):
         return repr(float(value))
-    return str(value)
+    if isinstance(value, (int, _np.integer)):
+        return str(int(value))
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"{key} must be a number or a list of numbers, got {type(value).__name__}")
 
 
-def eval(quantity: str, **kwargs) -> dict:  # noqa: A001 - the CLI's name
+_FLAG = _re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def _python_words(message: str) -> str:
+    """A CLI message with its ``--flag`` names as the keyword arguments they came from."""
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
+
+
+def eval(quantity: str, **kwargs: Any) -> Dict[str, Any]:  # noqa: A001 - the CLI's name
     """``dropmc eval <quantity> --json`` as a dict.
 
     Keyword arguments are the CLI's options: ``x``, ``p``, ``gamma``,
     ``beta``, ``eps``, ``h``, ``v``, ``a``, ``gamma1``, ``samples``,
-    ``seed``, ... (underscores become hyphens: ``running_mean`` is
-    ``--running-mean``); lists and arrays are passed comma-joined at full
-    precision, ``True`` as a bare flag.
+    ``seed``, ... (``running_mean`` is ``--running-mean``); lists and arrays
+    are passed comma-joined at full precision, ``True`` as a bare flag.
+
+    An unknown or missing keyword raises ``TypeError`` (``unknown argument
+    gama; did you mean gamma?``, ``missing argument p``); a bad value
+    raises ``ValueError`` naming the keyword (``x is empty``).
     """
+    known = {name: (required, takes_value) for name, required, takes_value in _dropmc.eval_arguments(str(quantity))}
     args = []
     for key, value in kwargs.items():
         # The result is always the JSON's dict, so a `json` flag is moot.
-        if value is None or value is False or key == "json":
+        if key == "json":
+            continue
+        if key not in known:
+            close = _difflib.get_close_matches(key, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f" (eval {quantity} takes {', '.join(known)})"
+            raise TypeError(f"unknown argument {key}{hint}")
+        if value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
-        if value is True:
+        if not known[key][1]:
+            if value is not True:
+                raise TypeError(f"{key} is a flag: pass {key}=True")
             args.append(flag)
         else:
-            args.extend([flag, _cli_value(value)])
-    return _json.loads(_dropmc.eval_json(str(quantity), args))
+            args.extend([flag, _cli_value(key, value)])
+    missing = [name for name, (required, _) in known.items() if required and kwargs.get(name) is None]
+    if missing:
+        raise TypeError(f"missing argument{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+    try:
+        text = _dropmc.eval_json(str(quantity), args)
+    except ValueError as e:
+        raise ValueError(_python_words(str(e))) from None
+    return _json.loads(text)
 
 
 # The model audit (docs/audit.md); torch is imported only when it runs.
 from . import audit  # noqa: E402
+from . import testing  # noqa: E402  (after Result and check_dropout, which it imports)

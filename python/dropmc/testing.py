@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from . import Result, check_dropout, critical_z
 
 __all__ = ["assert_dropout", "MEANINGS", "explain"]
@@ -31,7 +33,7 @@ def _value(v) -> str:
     return "-" if v is None else f"{v:.6g}"
 
 
-def explain(claim: dict) -> str:
+def explain(claim: dict) -> str:  # a dict of Result.claims
     """One line on a failed claim: its numbers and what the failure means."""
     # kept_count's components are the counts K = 0..d, the others' units.
     label = "K =" if claim["id"] == "dropout.kept_count" else "unit"
@@ -47,14 +49,26 @@ def explain(claim: dict) -> str:
     return line
 
 
-def assert_dropout(forward, p, **kwargs) -> Result:
+def assert_dropout(forward: Callable[[Any, bool], Any], p: float, **kwargs: Any) -> Result:
     """``check_dropout(forward, p, **kwargs)``, raising ``AssertionError`` unless it passed.
 
-    The message lists each failed (or inconclusive) claim with its estimate,
-    analytic value, z and what the failure means. Returns the result.
+    ``forward(x, training)`` as :func:`dropmc.check_dropout` takes it. Fails
+    when a claim failed *or* ran below its minimum budget (``samples`` too
+    small: the message names the budget that decides it), as ``dropmc
+    report`` exits 1 or 3. The message lists each failed (or inconclusive)
+    claim with its estimate, analytic value, z and what the failure means.
+    Returns the result.
     """
     result = check_dropout(forward, p, **kwargs)
     if not result.passed:
+        if not result.failed() and not result.decided:
+            undecided = result.inconclusive()
+            raise AssertionError(
+                f"dropout at p = {p} is undecided: {len(undecided)} dropmc claim(s) ran below their "
+                f"minimum budget (the largest is {result.minimum_budget()} draws): pass "
+                f"samples >= {result.minimum_budget()}, or leave samples unset\n"
+                + "\n".join("  inconclusive: " + explain(c) for c in undecided)
+            )
         bad = [c for c in result.claims if c["verdict"] in ("fail", "inconclusive")]
         lines = [f"dropout at p = {p} fails {len(bad)} dropmc claim(s), {len(result.unchecked)} unchecked:"]
         lines += ["  " + ("" if c["verdict"] == "fail" else "inconclusive: ") + explain(c) for c in bad]

@@ -245,13 +245,21 @@ fn critical_z() -> f64 {
     dropmc::stats::critical_z()
 }
 
+/// The power at which a test's minimum detectable effect is quoted.
+#[pyfunction]
+fn mde_power() -> f64 {
+    dropmc::stats::POWER
+}
+
 #[pymodule]
 fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_dropout, m)?)?;
     m.add_function(wrap_pyfunction!(norm_site::check_norm_site, m)?)?;
     m.add_function(wrap_pyfunction!(eval_args::eval_json, m)?)?;
+    m.add_function(wrap_pyfunction!(eval_args::eval_arguments, m)?)?;
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
+    m.add_function(wrap_pyfunction!(mde_power, m)?)?;
     Ok(())
 }

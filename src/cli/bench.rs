@@ -59,7 +59,11 @@ pub fn run_cli(args: &BenchArgs) -> Result<ExitCode, Error> {
         Some(w) => vec![w.into()],
         None => Workload::ALL.to_vec(),
     };
-    let reference = args.reference_masks.unwrap_or((args.masks / 10).max(2));
+    crate::input::at_least_two("--masks", "masks", args.masks)?;
+    let reference = match args.reference_masks {
+        Some(n) => crate::input::at_least_two("--reference-masks", "masks", n)?,
+        None => (args.masks / 10).max(2),
+    };
     let repeat = args.repeat as usize;
     let runs = workloads.len() as u64 * 2 * (args.repeat + 1);
     let bar = super::progress::bar(runs, "bench runs", args.json);

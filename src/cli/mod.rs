@@ -1,6 +1,7 @@
 //! The command line: parses, calls the library, prints. Bad input prints
 //! clap's whole message or one line on stderr and exits 2; a failing claim
-//! exits 1.
+//! exits 1; a report with a claim below its minimum budget (and none
+//! failing) exits 3 ([`EXIT_STATUS`]).
 //!
 //! This module only wires: each subcommand's arguments and printing live in
 //! a file of its own, and every one reads the [`Registry`] it is given, so a
@@ -31,10 +32,18 @@ pub mod stack;
 use crate::error::Error;
 use crate::registry::Registry;
 
+/// The exit statuses, as `--help` states them.
+pub const EXIT_STATUS: &str = "Exit status:
+  0  every claim ran at or above its minimum budget and passed
+  1  a claim failed
+  2  bad input (the message names it)
+  3  inconclusive: no claim failed, but some ran below their minimum budget
+     (too few --samples for their test to have its stated size)";
+
 /// Dropout Monte Carlo: verifies the analytic results about dropout and the
 /// normalization layers after it.
 #[derive(Debug, Parser)]
-#[command(name = "dropmc", version, about)]
+#[command(name = "dropmc", version, about, after_help = EXIT_STATUS)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -44,6 +53,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run every registered claim and print the verdicts (the default).
+    #[command(after_help = EXIT_STATUS)]
     Report(report::ReportArgs),
     /// List the registered claims with their formulas.
     List(list::ListArgs),
@@ -79,11 +89,15 @@ where
 /// subcommand per quantity of `registry`.
 pub fn command(registry: &Registry) -> clap::Command {
     use clap::CommandFactory;
-    Cli::command().mut_subcommand("eval", |c| {
-        c.subcommand_required(true)
-            .arg_required_else_help(true)
-            .subcommands(registry.quantities().iter().map(|q| q.command()))
-    })
+    Cli::command()
+        .mut_subcommand("eval", |c| {
+            c.subcommand_required(true)
+                .arg_required_else_help(true)
+                .subcommands(registry.quantities().iter().map(|q| q.command()))
+        })
+        .mut_subcommand("report", |c| {
+            c.mut_arg("seed", |a| a.help(report::seed_help()))
+        })
 }
 
 /// Parses the arguments and runs them on `registry`'s families (the first
@@ -101,7 +115,8 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     use clap::FromArgMatches;
-    let matches = command(registry).try_get_matches_from(args);
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let matches = command(registry).try_get_matches_from(&args);
     // `eval`'s quantities come from the registry, not from the derive, so
     // its matches are run as they are; every other subcommand is derived.
     let result = matches.and_then(|m| match m.subcommand() {
@@ -123,9 +138,55 @@ where
             // clap's whole message: the missing arguments by name, the
             // "did you mean" suggestion, the usage line.
             eprint!("{e}");
+            if let Some(tip) = quantity_tip(registry, &args, &e) {
+                eprintln!("{tip}");
+            }
             ExitCode::from(2)
         }
     }
+}
+
+/// For `eval <unknown>`, the quantity one edit away (`lm` → `ln`), which
+/// clap's own suggestion (a similarity over 0.7) misses on two-letter names.
+fn quantity_tip(
+    registry: &Registry,
+    args: &[std::ffi::OsString],
+    e: &clap::Error,
+) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::InvalidSubcommand
+        || args.get(1).and_then(|a| a.to_str()) != Some("eval")
+    {
+        return None;
+    }
+    let typed = args.get(2)?.to_str()?;
+    let close = registry
+        .quantities()
+        .iter()
+        .map(|q| q.name())
+        .find(|name| one_edit_apart(typed, name))?;
+    Some(format!(
+        "tip: did you mean '{close}'? (dropmc eval {close} --help)"
+    ))
+}
+
+/// Whether `a` becomes `b` by one substitution, insertion or deletion.
+fn one_edit_apart(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (short, long) = if a.len() <= b.len() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    if long.len() - short.len() > 1 || a == b {
+        return false;
+    }
+    let prefix = short
+        .iter()
+        .zip(long.iter())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let skip = usize::from(short.len() == long.len());
+    short[prefix + skip..] == long[prefix + 1..]
 }
 
 fn run(registry: &Registry, cli: Cli) -> Result<ExitCode, Error> {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::emit::{emit, passed};
+use super::emit::{emit, verdict};
 use super::progress;
 use crate::error::Error;
 use crate::input::parse_count;
@@ -18,7 +18,7 @@ pub struct ReportArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Seed of the random streams.
+    /// Seed of the random streams (its help names the default: [`seed_help`]).
     #[arg(long, value_parser = parse_count)]
     pub seed: Option<u64>,
     /// Draws per claim (default: each claim's own budget).
@@ -30,6 +30,14 @@ pub struct ReportArgs {
     /// Do not fit the table to the terminal (one line per claim).
     #[arg(long)]
     pub wide: bool,
+}
+
+/// `--seed`'s help, naming the default seed ([`report::DEFAULT_SEED`]).
+pub fn seed_help() -> String {
+    format!(
+        "Seed of the random streams [default: {}]",
+        report::DEFAULT_SEED
+    )
 }
 
 /// Runs `report`.
@@ -50,5 +58,5 @@ pub fn run(registry: &Registry, args: ReportArgs) -> Result<ExitCode, Error> {
         let width = (!args.wide).then(crate::table::output_width);
         report::table_fitted(&report, width)
     });
-    Ok(passed(report.passed()))
+    Ok(verdict(&report))
 }

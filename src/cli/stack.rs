@@ -43,7 +43,8 @@ pub fn run(args: StackArgs) -> Result<ExitCode, Error> {
         depth: args.depth,
         ..Default::default()
     };
-    let budget = Budget::new(args.replicates, args.seed)?;
+    let replicates = crate::input::at_least_two("--replicates", "replicates", args.replicates)?;
+    let budget = Budget::new(replicates, args.seed)?;
     let bar = progress::bar(budget.samples, "replicates", args.json);
     let table =
         crate::stack::run_with_progress(config, &rates, &Subject::reference(), budget, &|n| {

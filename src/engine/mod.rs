@@ -35,6 +35,7 @@
 //! a portable libm (the `libm` crate) would buy cross-platform bits for them
 //! at a cost in speed, which this crate does not pay.
 
+pub mod cancel;
 mod runner;
 mod stream;
 

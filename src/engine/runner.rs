@@ -100,6 +100,7 @@ fn run_chunk<S: Sampler>(
     chunk: u64,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<MeanAccumulator, Error> {
+    super::cancel::checkpoint()?;
     let start = chunk * CHUNK;
     let draws = CHUNK.min(budget.samples - start);
     let mut rng = stream(budget.seed, chunk);

@@ -57,6 +57,14 @@ pub(super) fn moments_or_constant(x: &[f64], eps: f64) -> Result<(f64, f64), Err
             let constant = x.len() >= 2 && x.iter().all(|v| v.is_finite() && *v == x[0]);
             if constant && eps > 0.0 && eps.is_finite() {
                 Ok((x[0], 0.0))
+            } else if !constant && matches!(e, Error::Degenerate { .. }) {
+                // Not constant, yet σ² = 0: the deviations (subnormal, or
+                // below √(smallest f64) ≈ 1.5e-154) squared to zero.
+                Err(Error::Degenerate {
+                    what: "σ² of x underflows f64 (x is not constant, but its deviations from \
+                           the mean square below the smallest f64): rescale x"
+                        .into(),
+                })
             } else {
                 Err(e)
             }

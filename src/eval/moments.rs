@@ -85,10 +85,8 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
 }
 
 /// The one-line help of `eval moments`.
-pub const ABOUT: &str = "Dropout moments per unit and of the sum.";
-/// The longer help of `eval moments`.
-pub const LONG_ABOUT: &str =
-    "E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k.";
+pub const ABOUT: &str =
+    "Dropout moments: E[z], E[z^2], Var[z] per unit; E[S], Var[S] of the sum S = sum_k z_k.";
 
 /// Arguments of `eval moments`.
 #[derive(Debug, Clone, Args)]

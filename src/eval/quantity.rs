@@ -123,7 +123,9 @@ fn usage(e: &clap::Error) -> Error {
 pub fn quantities() -> Vec<EvalQuantity> {
     use super::{attn, bn, bypass, compound, ln, moments, rms};
     vec![
-        EvalQuantity::new("moments", moments::ABOUT, moments::run).long_about(moments::LONG_ABOUT),
+        // No long about: a long help switches clap's `--help` to its
+        // two-line-per-option layout, unlike every other quantity's.
+        EvalQuantity::new("moments", moments::ABOUT, moments::run),
         EvalQuantity::new("ln", ln::ABOUT, ln::run),
         EvalQuantity::new("rms", rms::ABOUT, rms::run),
         EvalQuantity::new("bypass", bypass::ABOUT, bypass::run),
@@ -172,7 +174,7 @@ impl DroppedVectorArgs {
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {
     /// Monte Carlo draws (0: closed forms and exact values only).
-    #[arg(long, default_value_t = 1_000_000, value_parser = crate::input::parse_count)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::input::parse_count, allow_hyphen_values = true)]
     pub samples: u64,
     /// Seed of the random streams.
     #[arg(long, default_value_t = DEFAULT_SEED, value_parser = crate::input::parse_count)]

@@ -40,11 +40,25 @@ pub fn table_fitted(output: &EvalOutput, width: usize) -> String {
     let mut t = Table::new(headers);
     for r in &output.results {
         for k in 0..r.formula.as_slice().len() {
-            t.row(row(r, k));
+            t.row(row(r, k, deterministic(output)));
         }
     }
     out.push_str(&t.render(width));
-    let guide = super::second_order::guide_lines(output);
+    let mut guide = super::second_order::guide_lines(output);
+    if gap_shows(output) {
+        if !guide.is_empty() && !guide.ends_with('\n') {
+            guide.push('\n');
+        }
+        guide.push_str(GAP_NOTE);
+        guide.push('\n');
+    }
+    if deterministic(output) && output.samples > 0 {
+        if !guide.is_empty() && !guide.ends_with('\n') {
+            guide.push('\n');
+        }
+        guide.push_str(DETERMINISTIC_NOTE);
+        guide.push('\n');
+    }
     let warnings = grouped_warnings(output)
         .into_iter()
         .map(|(warning, names)| format!("warning ({}): {warning}", names.join(", ")));
@@ -99,7 +113,40 @@ fn header_line(output: &EvalOutput) -> String {
     )
 }
 
-fn row(r: &EvalResult, k: usize) -> Vec<String> {
+/// At `p = 0` dropout is the identity: every draw gives the same value up
+/// to rounding, so a "standard error" is the rounding's spread and a z
+/// against it means nothing (the table shows none).
+fn deterministic(output: &EvalOutput) -> bool {
+    output.p == 0.0
+}
+
+/// The line under a [`deterministic`] table.
+pub const DETERMINISTIC_NOTE: &str = "at p = 0 dropout is the identity: every draw gives the same \
+     value up to rounding, so no z is shown (the ± is the rounding's spread)";
+
+/// The line under a table where a leading-order row with no exact value
+/// has `|z|` past the suite's critical value ([`gap_shows`]).
+pub const GAP_NOTE: &str = "an O(1/d) row without an exact value is z-tested against its \
+     leading-order formula: a large |z| there is the formula's O(1/d) gap resolved by the \
+     Monte Carlo, not a sampling error";
+
+/// Whether some leading-order row has no exact value and `|z|` past the
+/// critical value: its z measures the approximation's gap.
+fn gap_shows(output: &EvalOutput) -> bool {
+    output.p != 0.0
+        && output.results.iter().any(|r| {
+            r.kind == FormulaKind::LeadingOrder
+                && r.exact.is_none()
+                && r.mc.as_ref().zip(r.stderr.as_ref()).is_some_and(|(m, s)| {
+                    let (m, s, f) = (m.as_slice(), s.as_slice(), r.formula.as_slice());
+                    (0..f.len()).any(|k| {
+                        s[k] > 0.0 && ((m[k] - f[k]) / s[k]).abs() > crate::stats::critical_z()
+                    })
+                })
+        })
+}
+
+fn row(r: &EvalResult, k: usize, deterministic: bool) -> Vec<String> {
     let name = match r.formula {
         Values::Scalar(_) => r.name.clone(),
         Values::PerUnit(_) => format!("{}[{k}]", r.name),
@@ -119,7 +166,7 @@ fn row(r: &EvalResult, k: usize) -> Vec<String> {
     let (mc, z) = match estimate {
         Some((m, s)) => {
             let reference = exact.unwrap_or(formula);
-            let z = if s > 0.0 {
+            let z = if s > 0.0 && !deterministic {
                 crate::report::format_z((m - reference) / s)
             } else {
                 String::new()

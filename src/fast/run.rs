@@ -114,16 +114,24 @@ pub fn run_chunks_with_progress<K: ChunkKernel>(
     let mut first = 0;
     while first < chunks {
         let last = (first + block_len).min(chunks);
-        let block: Vec<Vec<f64>> = (first..last)
+        let block: Vec<Option<Vec<f64>>> = (first..last)
             .into_par_iter()
             .map(|c| {
+                // The cancellation hook: `None` when the caller asked to stop.
+                if crate::engine::cancel::requested() {
+                    return None;
+                }
                 let draws = CHUNK.min(budget.samples - c * CHUNK) as usize;
                 let mut rng = stream(budget.seed, c);
                 let mut sums = vec![0.0; width];
                 run_chunk(kernel, isa, &mut rng, draws, &mut sums);
-                sums
+                Some(sums)
             })
             .collect();
+        let block = block
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .ok_or(Error::Interrupted)?;
         for sums in &block {
             for (t, s) in total.iter_mut().zip(sums) {
                 *t += s;
