@@ -490,6 +490,7 @@ fn a_correction_farther_from_the_truth_than_the_uncorrected_value_is_flagged() {
             EvalResult::leading("c", Values::Scalar(formula), Some(vec![1.0]))
                 .with_uncorrected(vec![0.9]),
         ],
+        channels: Vec::new(),
     };
     // Exact 1, uncorrected 0.9 (off by 0.1): a correction to 0.5 makes it worse, to 0.95 better.
     let mut worse = make(0.5);

@@ -4,7 +4,10 @@
 //!
 //! The closed forms use the buffers alone
 //! ([`crate::formulas::batchnorm`]): `c_k = sqrt(q − p rm_k²/rv_k)` and
-//! `rv_k ← q rv_k − p rm_k²`. Both are exact at the stationary buffers
+//! `rv_k ← q rv_k − p rm_k²`, each channel judged on its own: a channel whose
+//! fold is `≤ 0` (which finite-batch noise in the buffers can cause, see
+//! [`f::NoFold`]) gets a status naming it and the reason instead of a value,
+//! and the others are evaluated as usual. Both are exact at the stationary buffers
 //! (algebraic functions of the input), so `exact` is the closed form itself. The Monte Carlo column checks that the buffers
 //! are reproduced by the population they imply: it draws clean inputs
 //! `x_k ~ N(rm_k, σ_k²)` with `σ_k² = q rv_k − p rm_k²`, drops them out at
@@ -21,7 +24,7 @@ use rand_distr::{Distribution, StandardNormal};
 
 use clap::Args;
 
-use super::{EvalOutput, EvalResult, Values, monte_carlo};
+use super::{ChannelStatus, ChannelVerdict, EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
@@ -66,7 +69,11 @@ impl Sampler for BufferSampler<'_> {
 }
 
 /// Evaluates `c` and the fold for buffers `running_mean`, `running_var` at
-/// drop rate `p`. An impossible fold is an error naming the channel.
+/// drop rate `p`, each channel on its own: a channel without a fold
+/// ([`f::NoFold`]) is reported in the output's `channels` and left out of
+/// the results (whose `units` name the channels they hold); bad input
+/// (non-finite, `running_var ≤ 0`, mismatched lengths, `p` outside `[0, 1)`)
+/// is an error.
 pub fn bn(
     running_mean: &[f64],
     running_var: &[f64],
@@ -76,8 +83,37 @@ pub fn bn(
     let rate = Rate::new(p)?;
     check_len("running_var", running_var, running_mean.len())?;
     let mc = monte_carlo(budget)?;
-    let folded = f::fold_running_var(running_mean, running_var, rate)?;
-    let c = f::c_from_buffers(running_mean, running_var, rate)?;
+    let judged = f::fold_channels(running_mean, running_var, rate)?;
+    let channels: Vec<ChannelStatus> = judged
+        .iter()
+        .enumerate()
+        .map(|(channel, j)| ChannelStatus {
+            channel,
+            status: match j {
+                Ok(_) => ChannelVerdict::Folded,
+                Err(_) => ChannelVerdict::NoFold,
+            },
+            reason: j.as_ref().err().map(f::NoFold::to_string),
+        })
+        .collect();
+    let units: Vec<usize> = judged
+        .iter()
+        .enumerate()
+        .filter_map(|(k, j)| j.is_ok().then_some(k))
+        .collect();
+    let folded: Vec<f64> = judged
+        .iter()
+        .filter_map(|j| j.as_ref().ok().copied())
+        .collect();
+    let running_mean: Vec<f64> = units.iter().map(|&k| running_mean[k]).collect();
+    let c: Vec<f64> = units
+        .iter()
+        .zip(&running_mean)
+        .map(|(&k, &rm)| f::c_squared_from_buffers(rm, running_var[k], rate).sqrt())
+        .collect();
+    // No channel to sample: closed forms only.
+    let mc = mc.filter(|_| !units.is_empty());
+    let running_mean = running_mean.as_slice();
     let subject = Subject::reference();
     let sampler = BufferSampler {
         subject: &subject,
@@ -116,11 +152,23 @@ pub fn bn(
     // A subnormal running_var can make the sampled variance 0 (c = s²/0).
     let results = vec![
         EvalResult::exact("c", Values::PerUnit(c), None)
-            .with_optional_estimates(c_mc.as_deref(), SamplerKind::Generic),
+            .with_optional_estimates(c_mc.as_deref(), SamplerKind::Generic)
+            .for_units(units.clone()),
         EvalResult::exact("folded_running_var", Values::PerUnit(folded), None)
-            .with_optional_estimates(fold_mc.as_deref(), SamplerKind::Generic),
+            .with_optional_estimates(fold_mc.as_deref(), SamplerKind::Generic)
+            .for_units(units),
     ];
-    EvalOutput::new("bn", p, running_mean.len(), budget, results).checked()
+    let budget = if mc.is_some() {
+        budget
+    } else {
+        Budget {
+            samples: 0,
+            ..budget
+        }
+    };
+    EvalOutput::new("bn", p, running_var.len(), budget, results)
+        .with_channels(channels)
+        .checked()
 }
 
 /// The one-line help of `eval bn`.

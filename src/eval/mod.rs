@@ -152,6 +152,11 @@ pub struct EvalResult {
     /// Why this result should be read with care (an input adjusted before
     /// evaluation, a formula outside its useful range); the table prints
     /// them, the JSON has them as one `"warning"` line joined by "; ".
+    /// The unit each per-unit entry belongs to, where some units have no
+    /// value (`eval bn`: the channels with a fold; see
+    /// [`EvalOutput::channels`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub units: Option<Vec<usize>>,
     #[serde(
         rename = "warning",
         skip_serializing_if = "Vec::is_empty",
@@ -178,6 +183,7 @@ impl EvalResult {
             uncorrected: None,
             second_order: None,
             masks_to_resolve_first_order: None,
+            units: None,
             warnings: Vec::new(),
         }
     }
@@ -230,6 +236,17 @@ impl EvalResult {
     pub fn with_uncorrected(mut self, uncorrected: Vec<f64>) -> Self {
         self.uncorrected = Some(self.formula.like(uncorrected));
         self
+    }
+
+    /// The same result, its per-unit entries belonging to `units`.
+    pub fn for_units(mut self, units: Vec<usize>) -> Self {
+        self.units = Some(units);
+        self
+    }
+
+    /// The unit of the `k`-th per-unit entry.
+    pub fn unit(&self, k: usize) -> usize {
+        self.units.as_ref().map_or(k, |u| u[k])
     }
 
     /// The same result with one more warning line.
@@ -287,6 +304,29 @@ pub struct EvalOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub eps: Option<f64>,
     pub results: Vec<EvalResult>,
+    /// Each channel's status (`eval bn` only): whether it has a value and,
+    /// if not, why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelStatus>,
+}
+
+/// Whether a channel was evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChannelVerdict {
+    /// Its buffers have a fold: `c` and the folded value are in the results.
+    Folded,
+    /// Its buffers have no fold (`q · rv − p · rm² ≤ 0`): no value.
+    NoFold,
+}
+
+/// One channel's status, with the reason when it has no value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChannelStatus {
+    pub channel: usize,
+    pub status: ChannelVerdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 impl EvalOutput {
@@ -306,7 +346,14 @@ impl EvalOutput {
             seed: budget.seed,
             eps: None,
             results,
+            channels: Vec::new(),
         }
+    }
+
+    /// The same output with each channel's status.
+    pub fn with_channels(mut self, channels: Vec<ChannelStatus>) -> Self {
+        self.channels = channels;
+        self
     }
 
     /// The same output, saying which ε was used.

@@ -1,5 +1,6 @@
 //! The `eval` table: one line per component, fitted to the terminal by
-//! [`crate::table::Table`], then the sample-size guide and the warnings.
+//! [`crate::table::Table`], then the sample-size guide, the warnings and
+//! why a channel has no value.
 //!
 //! Columns: the quantity, whether its closed form is `exact` or leading
 //! order (`O(1/d)`), the closed form, the exact value (`-` where none is
@@ -62,7 +63,13 @@ pub fn table_fitted(output: &EvalOutput, width: usize) -> String {
     let warnings = grouped_warnings(output)
         .into_iter()
         .map(|(warning, names)| format!("warning ({}): {warning}", names.join(", ")));
-    for text in guide.lines().map(String::from).chain(warnings) {
+    let unjudged = output.channels.iter().filter_map(|c| c.reason.clone());
+    for text in guide
+        .lines()
+        .map(String::from)
+        .chain(warnings)
+        .chain(unjudged)
+    {
         for line in wrap_text(&text, width.max(MIN_NOTE_WIDTH)) {
             out.push_str(&line);
             out.push('\n');
@@ -149,7 +156,7 @@ fn gap_shows(output: &EvalOutput) -> bool {
 fn row(r: &EvalResult, k: usize, deterministic: bool) -> Vec<String> {
     let name = match r.formula {
         Values::Scalar(_) => r.name.clone(),
-        Values::PerUnit(_) => format!("{}[{k}]", r.name),
+        Values::PerUnit(_) => format!("{}[{}]", r.name, r.unit(k)),
     };
     let kind = match (r.kind, r.order) {
         (FormulaKind::Exact, _) => "exact".to_string(),

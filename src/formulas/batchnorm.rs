@@ -106,9 +106,10 @@
 //! ```
 //!
 //! (exact; at stationarity `σ_k² − p · Var rm`, a bias of order
-//! `p m_e v_k / B`). A fold that would give `q rv − p rm² ≤ 0` means the buffers
-//! cannot come from dropout at rate `p` on any data (then `σ² > 0` is
-//! impossible): it is an error naming the channel. Deeper BatchNorms see
+//! `p m_e v_k / B`). A fold `q rv − p rm² ≤ 0` has no folded value; on
+//! realised buffers finite-batch noise can produce it when `p rm²/(q rv)` is
+//! close to 1 ([`NoFold`]), so `eval bn` reports it per channel, and only
+//! [`fold_running_var`], which must fold a whole layer, refuses it. Deeper BatchNorms see
 //! inputs whose whole distribution (not only the mask) differs between train
 //! and eval, so the fold is exact for the first one only; the deep-stack
 //! experiment ([`crate::stack`]) measures how much it leaves at depth.
@@ -185,13 +186,49 @@ pub fn c_squared_from_buffers(running_mean: f64, running_var: f64, rate: Rate) -
     rate.q() - rate.p() * running_mean * running_mean / running_var
 }
 
-/// The fold `rv ← q · rv − p · rm²` per channel. Rejects mismatched or
-/// non-finite buffers, `rv ≤ 0`, and a result `≤ 0`, naming the channel.
-pub fn fold_running_var(
+/// A channel whose buffers give a fold `q · rv − p · rm² ≤ 0`: no folded
+/// value exists for it.
+///
+/// This is not an input error. The buffers are EMAs of finite-batch
+/// statistics (Derivation 2), so a realised `rv` can fall below, and a
+/// realised `rm²` rise above, their stationary values. The fold is `q · rv`
+/// times `1 − ratio` with `ratio = p · rm² / (q · rv)`, and `ratio` is
+/// `p μ²/(σ² + p μ²) < 1` at the expected buffers: when it is near 1 (a
+/// channel with `μ ≫ σ`), a fluctuation of the size Derivation 2 gives
+/// pushes it past 1. A `ratio` far above 1 is beyond that noise (the rate
+/// or the placement of the layer is wrong); the ratio is reported so the
+/// reader can tell which.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NoFold {
+    /// The channel's index.
+    pub channel: usize,
+    /// `q · rv − p · rm²` (finite, `≤ 0`).
+    pub fold: f64,
+    /// `p · rm² / (q · rv)` (`≥ 1`).
+    pub ratio: f64,
+}
+
+impl std::fmt::Display for NoFold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "channel {}: fold q*running_var - p*running_mean^2 = {} <= 0 \
+             (p*running_mean^2/(q*running_var) = {:.6}); running buffers estimated from finite \
+             batches can do this when that ratio is close to 1 — no folded value",
+            self.channel, self.fold, self.ratio
+        )
+    }
+}
+
+/// The fold of each channel on its own: `Ok(q · rv − p · rm²)` where it is
+/// `> 0`, [`NoFold`] where it is not. Rejects (as input errors) mismatched
+/// or non-finite buffers, `rv ≤ 0`, and a fold that overflows, naming the
+/// channel.
+pub fn fold_channels(
     running_mean: &[f64],
     running_var: &[f64],
     rate: Rate,
-) -> Result<Vec<f64>, Error> {
+) -> Result<Vec<Result<f64, NoFold>>, Error> {
     check_finite_vec("running_mean", running_mean)?;
     check_finite_vec("running_var", running_var)?;
     check_len("running_var", running_var, running_mean.len())?;
@@ -199,25 +236,54 @@ pub fn fold_running_var(
         .iter()
         .zip(running_var)
         .enumerate()
-        .map(|(k, (&rm, &rv))| {
+        .map(|(channel, (&rm, &rv))| {
             if rv <= 0.0 {
                 return Err(Error::InvalidOption {
-                    what: format!("channel {k}: running_var = {rv} must be > 0"),
+                    what: format!("channel {channel}: running_var = {rv} must be > 0"),
                 });
             }
-            let folded = sigma2_from_buffers(rm, rv, rate);
-            if folded > 0.0 && folded.is_finite() {
-                Ok(folded)
-            } else {
-                Err(Error::Degenerate {
-                    what: format!(
-                        "channel {k}: the fold q*running_var - p*running_mean^2 = {folded} is not > 0 \
-                         (running_mean = {rm}, running_var = {rv}, p = {}); these buffers cannot \
-                         come from dropout at this rate",
-                        rate.p()
-                    ),
-                })
+            let fold = sigma2_from_buffers(rm, rv, rate);
+            if !fold.is_finite() {
+                return Err(Error::Overflow {
+                    what: format!("channel {channel}: q*running_var - p*running_mean^2"),
+                });
             }
+            if fold > 0.0 {
+                Ok(Ok(fold))
+            } else {
+                let ratio = rate.p() * rm * rm / (rate.q() * rv);
+                if !ratio.is_finite() {
+                    return Err(Error::Degenerate {
+                        what: format!(
+                            "channel {channel}: running_var = {rv} is too small to fold at this \
+                             rate (q*running_var underflows to 0)"
+                        ),
+                    });
+                }
+                Ok(Err(NoFold {
+                    channel,
+                    fold,
+                    ratio,
+                }))
+            }
+        })
+        .collect()
+}
+
+/// The fold `rv ← q · rv − p · rm²` of every channel ([`fold_channels`]);
+/// a channel without one ([`NoFold`]) is an error naming it, since a layer
+/// cannot be folded in part.
+pub fn fold_running_var(
+    running_mean: &[f64],
+    running_var: &[f64],
+    rate: Rate,
+) -> Result<Vec<f64>, Error> {
+    fold_channels(running_mean, running_var, rate)?
+        .into_iter()
+        .map(|r| {
+            r.map_err(|no_fold| Error::Degenerate {
+                what: no_fold.to_string(),
+            })
         })
         .collect()
 }
