@@ -24,6 +24,7 @@
 mod claims;
 mod eval_args;
 mod forward;
+mod mask_shape;
 mod norm_site;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -253,5 +254,6 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval_args::eval_json, m)?)?;
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
     Ok(())
 }
