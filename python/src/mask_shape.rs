@@ -35,7 +35,7 @@
 
 use dropmc::Error;
 use dropmc::claims::fn_claim::half_squared_difference;
-use dropmc::claims::{Card, ClaimResult, Shape, check};
+use dropmc::claims::{Card, Shape, check};
 use dropmc::conformance::{Options, samples_for};
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
 use dropmc::formulas::dropout::unit_raw_moment;
@@ -263,7 +263,7 @@ pub fn run(
     x: &[f64],
     rate: Rate,
     options: &Options,
-) -> Result<(Vec<ClaimResult>, Vec<(&'static str, String)>), Error> {
+) -> Result<crate::Outcome, Error> {
     if let Some(k) = groups
         .members
         .iter()
