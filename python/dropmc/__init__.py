@@ -330,6 +330,7 @@ def check_dropout(
     rng_state: Optional[Callable[[], Any]] = None,
     backward: Optional[Callable[[Any, Any, bool], Any]] = None,
     dtype=_np.float64,
+    shared_axes=None,
 ) -> Result:
     """Runs dropmc's conformance claims on ``forward`` at drop rate ``p``.
 
@@ -343,11 +344,25 @@ def check_dropout(
     caps every claim's draws (default: each claim's own budget, 10^6 for the
     moments, 2*10^4 for the rules); a cap below a claim's minimum budget
     makes it ``inconclusive``. ``dtype``: float64 or float32.
+
+    ``shared_axes``: for a dropout whose mask is shared over some axes
+    (``nn.Dropout1d/2d/3d``, Flax ``broadcast_dims``, Keras ``noise_shape``).
+    ``x`` is then one sample of any shape (say ``(C, H, W)``), ``forward``
+    gets arrays of shape ``(n, *x.shape)`` and ``shared_axes`` names the
+    axes of that batched array the mask is shared over (``(2, 3)`` for
+    ``nn.Dropout2d``; axis 0, the batch, cannot be shared). The mask-shape
+    claims run instead of the elementwise ones (which assume one
+    independent mask per unit and are listed as skipped): ``mask_shape.mean``
+    ``E[z] = x``, ``mask_shape.shared_variance`` ``Var S_k = (p/q)(sum x)^2``
+    and ``mask_shape.shared_zero_column`` ``P(group all zero) = p`` per group
+    ``k`` of entries sharing a mask. See ``docs/mask-shape.md``.
     """
     p = _check_rate(p)
     dtype_name = _dtype_name(dtype)
     if not callable(forward):
         raise TypeError("forward must be callable as forward(x, training)")
+    if shared_axes is not None:
+        return _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name)
     if backward is not None and backward is not False and not callable(backward):
         raise TypeError("backward must be callable as backward(x, grad, training), or False for a forward without one")
     if rng_state is not None and not callable(rng_state):
@@ -395,6 +410,59 @@ def check_dropout(
         for c in claims:
             if c["id"] == "semantics.backward_mask" and c["verdict"] == "skipped":
                 c["unchecked"] = "backward (pass backward=..., or backward=False for a forward without one)"
+    return Result(text, claims)
+
+
+def _shared_groups(shape: tuple, shared_axes) -> _np.ndarray:
+    """Each entry's mask group for one sample of ``shape`` whose mask is
+    shared over ``shared_axes`` (axes of the batched ``(n, *shape)`` array)."""
+    try:
+        axes = tuple(int(a) for a in shared_axes)
+    except TypeError:
+        raise TypeError("shared_axes must be a tuple of ints, e.g. (2, 3)") from None
+    ndim = len(shape) + 1
+    norm = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"shared_axes: axis {a} is out of range for the batched array of {ndim} dimensions (n, *x.shape)")
+        a %= ndim
+        if a == 0:
+            raise ValueError("shared_axes: axis 0 is the batch axis; dropmc needs a fresh mask per sample")
+        norm.append(a)
+    if len(set(norm)) != len(norm) or not norm:
+        raise ValueError(f"shared_axes must name distinct axes, at least one, got {shared_axes!r}")
+    group_shape = [1 if (i + 1) in norm else n for i, n in enumerate(shape)]
+    ids = _np.arange(int(_np.prod(group_shape))).reshape(group_shape)
+    return _np.broadcast_to(ids, shape).ravel()
+
+
+def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name) -> Result:
+    if x is None:
+        raise ValueError("shared_axes needs x: one sample of the shape your layer takes, e.g. np.ones((C, L))")
+    sample = _np.asarray(x, dtype=_np.float64)
+    if sample.ndim < 1 or sample.size == 0:
+        raise ValueError(f"x must be a non-empty array, got shape {sample.shape}")
+    if not _np.all(_np.isfinite(sample)):
+        raise ValueError("x must be finite")
+    if samples is not None and (int(samples) != samples or samples < 2):
+        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    if int(seed) != seed or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    dt = _np.dtype(dtype_name)
+    if not _np.all(_np.isfinite(sample.astype(dt))):
+        raise ValueError(f"x overflows {dtype_name}")
+    shape = sample.shape
+    groups = _shared_groups(shape, shared_axes)
+
+    def train(X):
+        n = X.shape[0]
+        out = _checked("forward(x, True)", forward(X.reshape((n,) + shape), True), (n,) + shape, dt)
+        return _np.ascontiguousarray(out.reshape(n, -1))
+
+    text, claims = _dropmc.check_mask_shape(
+        train, p, dtype_name, [float(v) for v in sample.ravel()], [int(g) for g in groups],
+        None if samples is None else int(samples), int(seed),
+    )
     return Result(text, claims)
 
 

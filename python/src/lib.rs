@@ -25,6 +25,7 @@ mod audit;
 mod claims;
 mod eval_args;
 mod forward;
+mod mask_shape;
 mod norm_site;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -261,5 +262,6 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
     m.add_function(wrap_pyfunction!(mde_power, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
     Ok(())
 }

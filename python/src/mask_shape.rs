@@ -1,0 +1,422 @@
+//! The mask-shape claims on a Python dropout whose mask is shared over some
+//! axes (`nn.Dropout1d/2d/3d`, Flax `broadcast_dims`, Keras `noise_shape`),
+//! at the user's rate.
+//!
+//! # Setting
+//!
+//! The Python side flattens one input `x` of the user's shape to a row of
+//! `d` entries and names, per entry, its *group*: the entries that differ
+//! only along the shared axes form one group `k` and share one mask `m_k`.
+//! Broadcasting makes every group the same size `T` (the product of the
+//! shared axes' lengths), so the row is, reordered, the `T × G` block of
+//! [`dropmc::formulas::mask_shape`] with positions `t` and groups (its
+//! "features") `k`: `z_tk = m_k x_tk / q`, group sum `S_k = Σ_t z_tk`.
+//!
+//! # The claims, at the user's `p` (derivations in the formulas module)
+//!
+//! ```text
+//! mask_shape.mean              E[z_tk] = x_tk          (any mask shape)
+//! mask_shape.shared_variance   Var S_k = (p/q) (Σ_t x_tk)²
+//! mask_shape.shared_zero_column P(S_k's entries all 0) = p
+//!                              (for a group with some x_tk ≠ 0)
+//! ```
+//!
+//! An elementwise mask gives `Var S_k = (p/q) Σ_t x_tk²` and
+//! `P(all zero) = p^T` instead (the formulas module's independent case),
+//! so with `T ≥ 2` and a group whose entries share a sign both claims tell
+//! the shapes apart. The elementwise conformance claims that assume one
+//! independent mask per unit (the sum variance, the kept count, …) are
+//! skipped with that reason, never failed.
+//!
+//! Judged as [`crate::claims`] judges the elementwise claims: each is a
+//! [`dropmc::claims::Claim`] checked by [`dropmc::claims::check`]
+//! (Student-t for the means, exact binomial for the zero-group counts), at
+//! the suite's level and minimum budgets.
+
+use dropmc::Error;
+use dropmc::claims::fn_claim::half_squared_difference;
+use dropmc::claims::{Card, Shape, check};
+use dropmc::conformance::{Options, samples_for};
+use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
+use dropmc::formulas::dropout::unit_raw_moment;
+use dropmc::formulas::mask_shape as f;
+use dropmc::ops::{DropoutLayer, Rate, Subject, TrainPass};
+use dropmc::stats::{Statistic, two_point_skewness};
+
+use dropmc::report::{Report, to_json};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::{Value, json};
+
+use crate::claims::{PyClaim, PyDropout, family_of};
+use crate::forward::{Dtype, PyForward};
+use crate::to_py;
+
+/// Draws of each mask-shape claim (the Rust family's budget).
+pub const MASK_SHAPE_SAMPLES: u64 = 200_000;
+
+/// The entries of one input row grouped by the mask they share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Groups {
+    /// `members[k]`: the row indices of group `k`, in row order (`T` each).
+    pub members: Vec<Vec<usize>>,
+}
+
+impl Groups {
+    /// Groups from each entry's group id (`0..G`, every group the same
+    /// size, as broadcasting makes them), or an error saying what is wrong.
+    pub fn from_ids(ids: &[usize]) -> Result<Groups, Error> {
+        let count = ids.iter().max().map_or(0, |m| m + 1);
+        let mut members = vec![Vec::new(); count];
+        for (i, &k) in ids.iter().enumerate() {
+            members[k].push(i);
+        }
+        let size = members.first().map_or(0, Vec::len);
+        if size == 0 || members.iter().any(|m| m.len() != size) {
+            return Err(Error::InvalidOption {
+                what: "the mask groups must be non-empty and all of one size".into(),
+            });
+        }
+        Ok(Groups { members })
+    }
+
+    /// Positions `T` per group.
+    pub fn positions(&self) -> usize {
+        self.members[0].len()
+    }
+
+    /// The row reordered to the row-major `T × G` block of
+    /// [`dropmc::formulas::mask_shape`] (block entry `(t, k)` is the `t`-th
+    /// member of group `k`).
+    pub fn block(&self, row: &[f64]) -> Vec<f64> {
+        let g = self.members.len();
+        let mut out = vec![0.0; self.positions() * g];
+        for (k, m) in self.members.iter().enumerate() {
+            for (t, &i) in m.iter().enumerate() {
+                out[t * g + k] = row[i];
+            }
+        }
+        out
+    }
+
+    /// Per group, the sum of `z` over its members.
+    fn sums(&self, z: &[f64], out: &mut [f64]) {
+        for (o, m) in out.iter_mut().zip(&self.members) {
+            *o = m.iter().map(|&i| z[i]).sum();
+        }
+    }
+}
+
+/// What a draw statistic sees: the groups and two independent passes.
+pub struct GroupDraw<'a> {
+    pub groups: &'a Groups,
+    pub x: &'a [f64],
+    pub z: &'a [f64],
+    pub z_alt: &'a [f64],
+}
+
+/// Two independent training passes of the subject's dropout per draw.
+struct GroupPairSampler<'a> {
+    layer: &'a dyn DropoutLayer,
+    groups: &'a Groups,
+    x: &'a [f64],
+    p: f64,
+    dim: usize,
+    statistic: fn(&GroupDraw, &mut [f64]),
+}
+
+struct Scratch {
+    z: Vec<f64>,
+    z_alt: Vec<f64>,
+    mask: Vec<bool>,
+}
+
+impl Sampler for GroupPairSampler<'_> {
+    type Scratch = Scratch;
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn scratch(&self) -> Scratch {
+        let d = self.x.len();
+        Scratch {
+            z: vec![0.0; d],
+            z_alt: vec![0.0; d],
+            mask: vec![false; d],
+        }
+    }
+    fn draw(&self, rng: &mut Stream, s: &mut Scratch, out: &mut [f64]) -> Result<(), Error> {
+        self.layer
+            .forward_train(TrainPass::new(self.x, &mut s.z, &mut s.mask), self.p, rng)?;
+        self.layer.forward_train(
+            TrainPass::new(self.x, &mut s.z_alt, &mut s.mask),
+            self.p,
+            rng,
+        )?;
+        let draw = GroupDraw {
+            groups: self.groups,
+            x: self.x,
+            z: &s.z,
+            z_alt: &s.z_alt,
+        };
+        (self.statistic)(&draw, out);
+        Ok(())
+    }
+}
+
+fn group_claim<'a>(
+    id: &'static str,
+    formula: &'static str,
+    statistic_kind: Statistic,
+    analytic: Vec<f64>,
+    setup: (&'a Groups, Vec<f64>, Rate),
+    statistic: fn(&GroupDraw, &mut [f64]),
+) -> PyClaim<'a> {
+    let (groups, x, rate) = setup;
+    let dim = analytic.len();
+    let p = rate.p();
+    let samples = MASK_SHAPE_SAMPLES.max(statistic_kind.min_samples());
+    PyClaim {
+        card: Card::new(id, "mask_shape", formula, Shape::Vector, samples)
+            .with_statistic(statistic_kind),
+        analytic,
+        note: None,
+        estimate: Box::new(move |subject, budget| {
+            let sampler = GroupPairSampler {
+                layer: subject.dropout,
+                groups,
+                x: &x,
+                p,
+                dim,
+                statistic,
+            };
+            Ok(estimate(&sampler, budget)?.estimates())
+        }),
+    }
+}
+
+/// The mask-shape claims at `rate` on the row `x` grouped by `groups`
+/// (none at `p = 0`). Every group must hold a non-zero entry, so an
+/// all-zero group means a dropped mask.
+pub fn mask_shape_claims<'a>(groups: &'a Groups, x: &[f64], rate: Rate) -> Vec<PyClaim<'a>> {
+    if rate.p() == 0.0 {
+        return Vec::new();
+    }
+    let block = groups.block(x);
+    let g = groups.members.len();
+    let t = groups.positions();
+    vec![
+        group_claim(
+            "mask_shape.mean",
+            "E[z_tk] = x_tk (any mask shape)",
+            Statistic::Mean {
+                skewness: two_point_skewness(rate.q()),
+            },
+            x.iter().map(|&a| unit_raw_moment(a, rate, 1)).collect(),
+            (groups, x.to_vec(), rate),
+            |d, out| out.copy_from_slice(d.z),
+        ),
+        group_claim(
+            "mask_shape.shared_variance",
+            "shared over the given axes: Var S_k = (p/q) (sum_t x_tk)^2",
+            // (S_k − S'_k)²/2 is nonzero with probability 2pq.
+            Statistic::Mean {
+                skewness: two_point_skewness(2.0 * rate.p() * rate.q()),
+            },
+            f::shared_variance(&block, g, rate),
+            (groups, x.to_vec(), rate),
+            |d, out| {
+                let n = out.len();
+                let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+                d.groups.sums(d.z, &mut a);
+                d.groups.sums(d.z_alt, &mut b);
+                for ((o, s), s_alt) in out.iter_mut().zip(&a).zip(&b) {
+                    *o = half_squared_difference(*s, *s_alt);
+                }
+            },
+        ),
+        group_claim(
+            "mask_shape.shared_zero_column",
+            "shared over the given axes: P(group k all zero) = p",
+            Statistic::Indicator { trials: 1 },
+            f::zero_column_probability(t, g, true, rate),
+            (groups, x.to_vec(), rate),
+            |d, out| {
+                for (o, m) in out.iter_mut().zip(&d.groups.members) {
+                    let all_zero = m.iter().all(|&i| d.z[i] == 0.0 || d.x[i] == 0.0);
+                    *o = if all_zero { 1.0 } else { 0.0 };
+                }
+            },
+        ),
+    ]
+}
+
+/// Why each elementwise conformance claim is not run on a shared mask.
+pub const SHARED_SKIP_REASON: &str = "shared_axes given: this claim assumes one independent mask per unit; mask_shape.* state the shared-mask versions";
+
+/// Runs the mask-shape claims on the Python layer; every conformance claim
+/// of the elementwise suite is returned as skipped with
+/// [`SHARED_SKIP_REASON`].
+pub fn run(
+    forward: &PyForward,
+    groups: &Groups,
+    x: &[f64],
+    rate: Rate,
+    options: &Options,
+) -> Result<crate::Outcome, Error> {
+    if let Some(k) = groups
+        .members
+        .iter()
+        .position(|m| m.iter().all(|&i| x[i] == 0.0))
+    {
+        return Err(Error::InvalidOption {
+            what: format!(
+                "mask group {k} of x is all zero: a dropped group cannot be told from a kept one"
+            ),
+        });
+    }
+    let layer = PyDropout {
+        forward,
+        p: rate.p(),
+    };
+    let subject = Subject::with_dropout(&layer);
+    let run = mask_shape_claims(groups, x, rate);
+    let mut results = Vec::with_capacity(run.len());
+    for claim in &run {
+        let budget = Budget::new(
+            samples_for(claim, options),
+            derive_seed(options.seed, claim.card.id),
+        )?;
+        results.push(check(claim, &subject, budget));
+    }
+    let skipped = dropmc::conformance::claims(&Options::default())
+        .iter()
+        .map(|c| c.id())
+        .filter(|id| family_of(id) != "mask_shape")
+        .map(|id| (id, SHARED_SKIP_REASON.to_string()))
+        .collect();
+    Ok((results, skipped))
+}
+
+/// `check_dropout(..., shared_axes=…)`: the mask-shape claims on the
+/// wrapped forward. `x` is the flattened input, `group_ids` each entry's
+/// mask group. Returns the run's JSON (the layout of
+/// [`crate::check_dropout`]'s) and one summary dict per claim.
+#[pyfunction]
+#[pyo3(signature = (train, p, dtype_name, x, group_ids, samples, seed))]
+#[allow(clippy::too_many_arguments)]
+pub fn check_mask_shape(
+    py: Python<'_>,
+    train: Py<PyAny>,
+    p: f64,
+    dtype_name: &str,
+    x: Vec<f64>,
+    group_ids: Vec<usize>,
+    samples: Option<u64>,
+    seed: u64,
+) -> PyResult<(String, Vec<Py<PyDict>>)> {
+    let rate = Rate::new(p).map_err(to_py)?;
+    let dtype = Dtype::from_name(dtype_name).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "dtype must be float64 or float32, got {dtype_name:?}"
+        ))
+    })?;
+    if group_ids.len() != x.len() {
+        return Err(PyValueError::new_err("one group id per entry of x"));
+    }
+    let groups = Groups::from_ids(&group_ids).map_err(to_py)?;
+    // Eval mode is not called by these claims: the train callable stands in.
+    let evaluate = train.clone_ref(py);
+    let forward = PyForward::new(
+        train,
+        evaluate,
+        None,
+        dtype,
+        derive_seed(seed, "python/mask shape"),
+    );
+    let options = Options {
+        seed,
+        samples,
+        ..Options::default()
+    };
+    let outcome =
+        py.detach(|| crate::run_on_one_thread(|| run(&forward, &groups, &x, rate, &options)));
+    if let Some(e) = forward.take_failure() {
+        return Err(e);
+    }
+    let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let report = Report {
+        seed,
+        subject: "python".into(),
+        results,
+    };
+    let mut json = to_json(&report);
+    if let Some(Value::Array(list)) = json.get_mut("claims") {
+        list.extend(skipped.iter().map(|(id, note)| {
+            json!({"id": id, "family": family_of(id), "verdict": "skipped", "note": note})
+        }));
+    }
+    json["p"] = json!(p);
+    json["dtype"] = json!(dtype_name);
+    json["rows"] = json!(forward.rows_served());
+    json["mask_groups"] = json!(groups.members.len());
+    json["positions_per_group"] = json!(groups.positions());
+    let mut summaries = report
+        .results
+        .iter()
+        .map(|r| crate::summary(py, r))
+        .collect::<PyResult<Vec<_>>>()?;
+    for (id, note) in &skipped {
+        let d = PyDict::new(py);
+        d.set_item("id", id)?;
+        d.set_item("family", family_of(id))?;
+        d.set_item("verdict", "skipped")?;
+        for key in ["z", "p_value", "mde", "estimate", "analytic", "component"] {
+            d.set_item(key, py.None())?;
+        }
+        d.set_item("note", note)?;
+        summaries.push(d.unbind());
+    }
+    let text = serde_json::to_string_pretty(&json)
+        .map_err(|e| PyRuntimeError::new_err(format!("JSON: {e}")))?;
+    Ok((text, summaries))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_reorder_to_the_formula_block() {
+        // Two groups of three, interleaved: (C=2, L=3) shared over L.
+        let g = Groups::from_ids(&[0, 0, 0, 1, 1, 1]).unwrap();
+        assert_eq!(g.positions(), 3);
+        let block = g.block(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert_eq!(block, vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    }
+
+    #[test]
+    fn unequal_groups_are_refused() {
+        assert!(Groups::from_ids(&[0, 0, 1]).is_err());
+        assert!(Groups::from_ids(&[]).is_err());
+    }
+
+    #[test]
+    fn shared_targets_at_the_users_rate() {
+        // x = (1, 2 | 3, 4) shared in pairs at p = 0.5 (p/q = 1):
+        // Var S = (1+2)², (3+4)²; P(all zero) = 0.5.
+        let g = Groups::from_ids(&[0, 0, 1, 1]).unwrap();
+        let rate = Rate::new(0.5).unwrap();
+        let claims = mask_shape_claims(&g, &[1.0, 2.0, 3.0, 4.0], rate);
+        let by_id = |id: &str| claims.iter().find(|c| c.card.id == id).unwrap();
+        assert_eq!(
+            by_id("mask_shape.shared_variance").analytic,
+            vec![9.0, 49.0]
+        );
+        assert_eq!(
+            by_id("mask_shape.shared_zero_column").analytic,
+            vec![0.5, 0.5]
+        );
+        assert_eq!(by_id("mask_shape.mean").analytic, vec![1.0, 2.0, 3.0, 4.0]);
+    }
+}
