@@ -3,10 +3,10 @@
 //!
 //! Budget (recorded by `tests/common`, summed by `tests/zz_budget.rs`): the reference check asserts only
 //! that nothing is flagged. Calibration splits its `flag_alpha` over `m` =
-//! claims + components + 1 tests (a failure count per claim, a KS test per
-//! component, the pooled KS), and the check sets `flag_alpha = m · α`, so it
-//! spends `m` assertions at the per-assertion level α: 11 + 41 + 1 = 53 for
-//! the dropout family. The planted-claim tests assert flags on wrong claims
+//! claims + components + 2 tests (a failure count per claim, a KS test per
+//! component, the pooled KS, the dispersion test), and the check sets
+//! `flag_alpha = m · α`, so it spends `m` assertions at the per-assertion
+//! level α: 11 + 41 + 2 = 54 for the dropout family. The planted-claim tests assert flags on wrong claims
 //! (power, not size) and spend nothing; their miss probabilities are stated
 //! beside them. The notes test asserts no verdict.
 
@@ -120,8 +120,10 @@ fn run(claims: &[&dyn Claim], seeds: u64, first_seed: u64, flag_alpha: f64) -> C
     calibrate_claims(claims, &Subject::reference(), &options, None, |_, _| {}).unwrap()
 }
 
-#[test]
-fn the_dropout_family_is_calibrated_across_seeds() {
+/// The dropout family at the reference check's budgets, each claim's
+/// standard errors multiplied by `stderr_factor` (1: the real ones), under
+/// [`SEEDS`] seeds at `flag_alpha = m α`.
+fn dropout_family(stderr_factor: f64) -> (Calibration, usize) {
     let owned: Vec<Planted> = registry()
         .into_iter()
         .filter(|c| c.family() == "dropout")
@@ -131,20 +133,29 @@ fn the_dropout_family_is_calibrated_across_seeds() {
             } else {
                 SAMPLES
             };
-            Planted::budgeted(c, n)
+            Planted {
+                stderr_factor,
+                ..Planted::budgeted(c, n)
+            }
         })
         .collect();
     let claims: Vec<&dyn Claim> = owned.iter().map(|c| c as &dyn Claim).collect();
     let components: usize = claims.iter().map(|c| c.analytic().unwrap().len()).sum();
-    let m = claims.len() + components + 1;
-    assert_eq!(m, 53, "update the budget comment");
+    let m = claims.len() + components + 2;
     let flag_alpha = assertion_alpha() * m as f64;
-    let c = run(&claims, SEEDS, 5000, flag_alpha);
+    (run(&claims, SEEDS, 5000, flag_alpha), m)
+}
+
+#[test]
+fn the_dropout_family_is_calibrated_across_seeds() {
+    let (c, m) = dropout_family(1.0);
+    assert_eq!(m, 54, "update the budget comment");
     let shown = table(&c);
     // Not statistical: at K = 12 the KS tests can reach the level 10⁻¹⁰.
     assert_eq!(c.level.tests, m, "{shown}");
     assert!(c.ks_skipped.is_none(), "{shown}");
     assert!(c.claims.iter().all(|x| !x.components.is_empty()), "{shown}");
+    assert!(c.dispersion.is_some(), "{shown}");
     // The one statistical assertion: nothing flagged, spending the m
     // assertions' worth of α that flag_alpha was set to.
     common::record(m as u64, 1.0);

@@ -18,7 +18,7 @@ use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::{Estimate, Statistic, two_point_skewness};
+use crate::stats::{Estimate, Statistic};
 use crate::tolerance;
 
 /// The per-unit configuration: mixed signs, a zero unit (whose output must
@@ -69,8 +69,9 @@ pub struct DropoutClaim {
     /// The fast estimator: every claim of this family has one, from the
     /// bit-mask kernels of [`crate::fast::dropout`] (per-unit moments from
     /// keep counts, the sum from one masked sum per mask, `K` from a
-    /// histogram). The variances are sample variances of single draws, not
-    /// the pair form of [`PairSampler`] (standard error:
+    /// histogram). The per-unit variance is the pair form of [`PairSampler`]
+    /// (from discordance counts of mask pairs); the sum's variances are
+    /// sample variances of single draws (standard error:
     /// [`crate::fast::PowerSums`]).
     pub fast: FastFn,
 }
@@ -158,20 +159,21 @@ impl Sampler for PairSampler<'_> {
 }
 
 /// A per-unit statistic `g(z_k)` with `g(0) = 0` takes two values: `g(x_k/q)`
-/// with probability `q` and 0, so its skewness is
-/// [`two_point_skewness`]`(q)` (0.87 at `p = 0.3`; the same for `m_k x_k`).
+/// with probability `q` and 0 (the same for `m_k x_k`): a scaled count, tested
+/// exactly on the fast path (on the generic path as a mean with skewness
+/// [`crate::stats::two_point_skewness`]`(q)`, 0.87 at `p = 0.3`).
 fn unit_statistic() -> Statistic {
-    Statistic::Mean {
-        skewness: two_point_skewness(1.0 - UNIT_P),
-    }
+    Statistic::ScaledCount { keep: 1.0 - UNIT_P }
 }
 
 /// The half squared difference `(z_k − z'_k)²/2` of two independent passes
 /// is `x_k²/(2q²)` when exactly one keeps the unit (probability `2pq`) and
-/// 0 otherwise: skewness [`two_point_skewness`]`(2pq)` (0.32 at `p = 0.3`).
+/// 0 otherwise: a scaled count with `keep = 2pq` (skewness
+/// [`crate::stats::two_point_skewness`]`(2pq)` = 0.32 at `p = 0.3` on the generic path).
+/// The fast path runs the same pair form ([`fast::unit_pair_variances`]).
 fn unit_half_square_statistic() -> Statistic {
-    Statistic::Mean {
-        skewness: two_point_skewness(2.0 * UNIT_P * (1.0 - UNIT_P)),
+    Statistic::ScaledCount {
+        keep: 2.0 * UNIT_P * (1.0 - UNIT_P),
     }
 }
 
@@ -329,6 +331,36 @@ enum SumMoment {
     Variance,
 }
 
+/// The skewness of `S = Σ_k m_k x_k / q` from its exact law, the
+/// declared skewness of the mean claims on `S` (their statistic is `S`
+/// itself): with all units equal to `a`, `S = K a / q`, `K ~ Binomial(d, q)`,
+/// skewness `(1 − 2q) / √(d q p)` up to the sign of `a`; otherwise the
+/// central moments `E(S − μ)^r`, `r = 2, 3`, over all `2^d` masks
+/// ([`enumerate_masks`]). −0.52 for [`UNIT_X`] (minimum budget 1 750, not
+/// the default's 37 490), 0 for the worked case.
+fn sum_skewness(x: &[f64], p: f64) -> f64 {
+    let q = 1.0 - p;
+    if x.iter().all(|&v| v == x[0]) {
+        let d = x.len() as f64;
+        return (1.0 - 2.0 * q) / (d * q * p).sqrt();
+    }
+    let rate = Rate::new(p).expect("a registered rate");
+    let raw = enumerate_masks(x.len(), rate, 3, |mask, out| {
+        let s: f64 = mask
+            .iter()
+            .zip(x)
+            .filter(|(m, _)| **m)
+            .map(|(_, a)| a / q)
+            .sum();
+        out.copy_from_slice(&[s, s * s, s * s * s]);
+    })
+    .expect("a registered configuration is enumerable");
+    let [m1, m2, m3] = [raw.values[0], raw.values[1], raw.values[2]];
+    let var = m2 - m1 * m1;
+    let third = m3 - 3.0 * m1 * m2 + 2.0 * m1 * m1 * m1;
+    third / var.powf(1.5)
+}
+
 /// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its
 /// closed form, its exact value ([`masked_sum_oracle`]) and its per-draw
 /// statistic, `S` or `(S − S')²/2`.
@@ -357,8 +389,17 @@ fn sum_claim(
                 |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.variance()]),
             ),
         };
+    let card = Card::new(id, FAMILY, formula, Shape::Scalar, samples);
+    let card = match moment {
+        SumMoment::Mean => card.with_statistic(Statistic::Mean {
+            skewness: sum_skewness(x, p),
+        }),
+        // The single-draw sample variance keeps the default bound (its
+        // t-ratio's size is not a function of the skewness of S alone).
+        SumMoment::Variance => card,
+    };
     DropoutClaim {
-        card: Card::new(id, FAMILY, formula, Shape::Scalar, samples),
+        card,
         x,
         p,
         analytic,
@@ -392,7 +433,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
                     *o = half_squared_difference(*a, *b);
                 }
             },
-            fast::unit_variances,
+            fast::unit_pair_variances,
         ),
         sum_claim(
             "dropout.sum_mean",

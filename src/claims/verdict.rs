@@ -227,7 +227,11 @@ fn fill(
             result.sampler = SamplerKind::Fast;
             estimate
         }
-        None => claim.estimate(subject, budget),
+        None => {
+            result.statistic = result.statistic.on_generic_path();
+            result.min_samples = result.min_samples.max(result.statistic.min_samples());
+            claim.estimate(subject, budget)
+        }
     }
     .map_err(|e| e.to_string())?;
     if result.estimate.len() != result.target.len() {

@@ -22,7 +22,7 @@
 //! integer below 2⁵³), and `P(K = k)` is the mean of the indicator
 //! `1{K = k}`, an indicator mean exactly as on the generic path.
 
-use super::mask_statistics::{MaskedSumPowers, SumHistogram, UnitKeeps};
+use super::mask_statistics::{MaskedSumPowers, SumHistogram, UnitDiscordances, UnitKeeps};
 use super::masks::{Both, MaskKernel, MaskStatistic};
 use super::power_sums::{PowerSums, indicator_means};
 use crate::engine::Budget;
@@ -102,7 +102,25 @@ pub fn unit_raw_moments(x: &[f64], p: f64, r: i32, budget: Budget) -> Result<Vec
     per_unit(x, p, budget, |a| (a / q).powi(r), false)
 }
 
-/// `Var z_k` per unit.
+/// `Var z_k` per unit in the pair form the claim declares: per pair of
+/// independent masks, `(z_k − z′_k)²/2` is `x_k²/(2q²)` when exactly one
+/// keeps unit `k` (probability `2pq`) and 0 otherwise, so its mean over `n`
+/// pairs comes from the discordance counts alone
+/// ([`UnitDiscordances`], [`PowerSums::of_scaled_indicator`]).
+pub fn unit_pair_variances(x: &[f64], p: f64, budget: Budget) -> Result<Vec<Estimate>, Error> {
+    check_finite_vec("x", x)?;
+    let q = Rate::new(p)?.q();
+    let counts = MaskKernel::new(p, UnitDiscordances { units: x.len() })?.sums(budget)?;
+    Ok(x.iter()
+        .zip(&counts)
+        .map(|(&a, &k)| {
+            PowerSums::of_scaled_indicator(a * a / (2.0 * q * q), k, budget.samples).mean()
+        })
+        .collect())
+}
+
+/// `Var z_k` per unit: the single-draw sample variance (what `eval
+/// moments` shows).
 pub fn unit_variances(x: &[f64], p: f64, budget: Budget) -> Result<Vec<Estimate>, Error> {
     let q = Rate::new(p)?.q();
     per_unit(x, p, budget, |a| a / q, true)

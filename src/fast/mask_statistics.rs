@@ -5,6 +5,10 @@
 //! * [`UnitKeeps`] — per unit, the number of masks keeping it. Any statistic
 //!   of one unit, `g(m_k x_k / q)`, is `g(x_k/q)` on those masks and `g(0)`
 //!   on the rest, so every per-unit moment follows from these counts.
+//! * [`UnitDiscordances`] — two masks of `d` units side by side (one mask
+//!   of `2d` bits); per unit, the number of mask pairs in which exactly one
+//!   of the two keeps it. The pair form `(z_k − z′_k)²/2` of a unit is
+//!   `x_k²/(2q²)` on those pairs and 0 on the rest.
 //! * [`MaskedSumPowers`] — `W` masked sums `s_c = Σ_k m_k col_c[k]` (one
 //!   table look-up per 8 units, [`SubsetTables`]), a map `f` of them, and
 //!   the power sums `Σt, Σt², Σt³, Σt⁴` of each `t_c = f(s)_c` (for
@@ -37,6 +41,32 @@ impl MaskStatistic for UnitKeeps {
             while w != 0 {
                 sums[64 * i + w.trailing_zeros() as usize] += 1.0;
                 w &= w - 1;
+            }
+        }
+    }
+}
+
+/// Per unit `k < units`, the number of masks of `2 · units` bits whose bits
+/// `k` and `units + k` differ (exactly one of two independent masks keeps
+/// the unit).
+#[derive(Debug, Clone)]
+pub struct UnitDiscordances {
+    pub units: usize,
+}
+
+impl MaskStatistic for UnitDiscordances {
+    fn units(&self) -> usize {
+        2 * self.units
+    }
+    fn width(&self) -> usize {
+        self.units
+    }
+    #[inline(always)]
+    fn add(&self, mask: &[u64], sums: &mut [f64]) {
+        let bit = |i: usize| (mask[i / 64] >> (i % 64)) & 1;
+        for (k, s) in sums.iter_mut().enumerate() {
+            if bit(k) != bit(self.units + k) {
+                *s += 1.0;
             }
         }
     }

@@ -56,7 +56,7 @@ pub struct BinomialTest {
 }
 
 /// `ln P(X = k)` for `X ~ Binomial(n, p)`, `0 < p < 1`.
-fn ln_pmf(n: u64, k: u64, p: f64) -> f64 {
+pub(crate) fn ln_pmf(n: u64, k: u64, p: f64) -> f64 {
     let (nf, kf) = (n as f64, k as f64);
     ln_gamma(nf + 1.0) - ln_gamma(kf + 1.0) - ln_gamma(nf - kf + 1.0)
         + kf * p.ln()

@@ -3,6 +3,7 @@
 
 mod accumulator;
 mod binomial;
+mod exact_size;
 mod family;
 mod ks;
 mod statistic;
@@ -10,6 +11,9 @@ mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
 pub use binomial::{BinomialTest, binomial_test, proportion_test};
+pub use exact_size::{
+    binomial_test_size, size_over_counts, two_point_mean_t_size, two_point_variance_t_size,
+};
 pub use family::{
     FAMILY_ALPHA, POWER, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z, masks_to_resolve,
     power_z,

@@ -10,6 +10,14 @@
 //!   Bernoulli(p₀) events and reports the fraction (an indicator when
 //!   `trials = 1`); the total count is tested exactly against
 //!   `Binomial(n · trials, p₀)` ([`proportion_test`]). Valid at every `n`.
+//! * [`Statistic::ScaledCount`]: each draw is `c` with probability `keep`
+//!   and 0 otherwise, `c = target / keep` per component (a unit's
+//!   dropped-out output or its powers, the pair form `(z − z′)²/2` of one
+//!   unit). On the fast path the mean is `c K / n` with `K` held exactly,
+//!   and `K` is tested exactly against `Binomial(n, keep)`
+//!   ([`proportion_test`]), valid at every `n`. Draws of an implementation
+//!   need not be two-valued, so the generic path tests the same estimate as
+//!   a mean with the two-point skewness ([`Statistic::on_generic_path`]).
 //! * [`Statistic::Violations`]: the estimate is a count of violations of a
 //!   rule that must hold on every draw; any violation refutes the claim, no
 //!   sampling error is involved. Valid at every `n`.
@@ -78,6 +86,9 @@ pub enum Statistic {
     Mean { skewness: f64 },
     /// The fraction of `trials` Bernoulli events per draw; exact binomial.
     Indicator { trials: u64 },
+    /// A draw is `target / keep` with probability `keep`, else 0; exact
+    /// binomial on the fast path (module docs).
+    ScaledCount { keep: f64 },
     /// A count of violations of a rule that holds on every draw.
     Violations,
 }
@@ -104,7 +115,21 @@ impl Statistic {
                 estimate.n.saturating_mul(trials.max(1)),
                 target,
             ),
+            Statistic::ScaledCount { keep } => scaled_count_test(estimate, target, keep),
             Statistic::Violations => exact_agreement(estimate.value - target),
+        }
+    }
+
+    /// The test the generic path runs: a scaled count's draws from an
+    /// implementation need not take two values, so it is a mean there, with
+    /// the skewness the two values would give ([`two_point_skewness`]);
+    /// every other statistic is tested alike on both paths.
+    pub fn on_generic_path(self) -> Statistic {
+        match self {
+            Statistic::ScaledCount { keep } => Statistic::Mean {
+                skewness: two_point_skewness(keep),
+            },
+            other => other,
         }
     }
 
@@ -113,7 +138,9 @@ impl Statistic {
     pub fn min_samples(self) -> u64 {
         match self {
             Statistic::Mean { skewness } => mean_min_samples(skewness),
-            Statistic::Indicator { .. } | Statistic::Violations => 1,
+            Statistic::Indicator { .. } | Statistic::ScaledCount { .. } | Statistic::Violations => {
+                1
+            }
         }
     }
 
@@ -121,7 +148,7 @@ impl Statistic {
     pub fn label(self) -> &'static str {
         match self {
             Statistic::Mean { .. } => "student-t",
-            Statistic::Indicator { .. } => "exact binomial",
+            Statistic::Indicator { .. } | Statistic::ScaledCount { .. } => "exact binomial",
             Statistic::Violations => "deterministic",
         }
     }
@@ -132,10 +159,28 @@ impl Statistic {
     pub fn size_factor(self) -> f64 {
         match self {
             Statistic::Mean { .. } => MEAN_SIZE_FACTOR,
-            Statistic::Indicator { .. } => 1.0,
+            Statistic::Indicator { .. } | Statistic::ScaledCount { .. } => 1.0,
             Statistic::Violations => 0.0,
         }
     }
+}
+
+/// The exact test of a scaled count: the draw takes `c = target / keep`
+/// with probability `keep` under the null, so the count is `K = n · value /
+/// c`, tested against `Binomial(n, keep)`; the MDE is the count's, in the
+/// claim's units (`|c|` times the proportion's). A zero target (a unit with
+/// `x = 0`, whose draws are all 0) is an exact comparison.
+fn scaled_count_test(estimate: Estimate, target: f64, keep: f64) -> ZTest {
+    if target == 0.0 {
+        return exact_agreement(estimate.value);
+    }
+    let scale = target / keep;
+    let mut test = proportion_test(estimate.value / scale, estimate.n, keep);
+    test.mde *= scale.abs();
+    if scale < 0.0 {
+        test.z = -test.z;
+    }
+    test
 }
 
 /// Skewness of a statistic that takes one value with probability `r` and

@@ -5,14 +5,15 @@
 //!
 //! Every test below is a valid level-`L` test of "the claim's z-tests have
 //! their stated size", with `L = flag_alpha / m` and `m` = claims +
-//! components + 1 (one failure-count test per claim, one KS test per
-//! component, the pooled KS test); by the union bound a calibrated claim
+//! components + 2 (one failure-count test per claim, one KS test per
+//! component, the pooled KS test, the dispersion test); by the union bound a calibrated claim
 //! set is flagged with probability at most `flag_alpha`
 //! ([`KS_FAMILY_ALPHA`] = 0.01 at the command line). Tests that are skipped
 //! spend nothing, and `m` does not depend on the data.
 //!
 //! 1. **Failure count** ([`FailureTest`]). A claim with `k` components
-//!    fails one seed with probability at most `α_c = k · α` under H0 (union
+//!    fails one seed with probability at most `α_c = Σ_k f_k α` under H0
+//!    (`f_k` the size factor the suite charges component `k`; union
 //!    bound over its z-tests at the per-assertion level `α = 10⁻¹⁰`,
 //!    [`crate::stats::assertion_alpha`]), independently across seeds, so its
 //!    failure count satisfies `P(F ≥ f) ≤ P(Binomial(K, α_c) ≥ f)`: the
@@ -45,6 +46,36 @@
 //!
 //! 3. **Pooled KS** of all p-values together, at `L` too.
 //!
+//! 4. **Dispersion** ([`DispersionTest`]). KS looks at the p-values one
+//!    component at a time and is blind to a standard error that is wrong by
+//!    a modest factor at few seeds (an SE 20 % too small, real size
+//!    ≈ 2 300 α, was called calibrated at 12 seeds). The second moment of
+//!    the standardized statistics sees it: each p-value the report's tests
+//!    produced is turned into its squared normal score `z*² = Φ⁻¹(p/2)²`,
+//!    which is exactly `χ²₁` when `p` is uniform (so Student-t's degrees of
+//!    freedom are accounted for by using its p-value, not `t²`), and
+//!
+//!    ```text
+//!    D = Σ_{components, seeds} z*²  ~  χ²_M  under H0,  M = number of p-values
+//!    ```
+//!
+//!    (independent across seeds; across the components of one claim the
+//!    tests of one seed share draws, which leaves `E D = M` and changes the
+//!    spread only through their correlations, small for the per-unit
+//!    claims). The p-value is `P(χ²_M ≥ D)`, flagged below `L`. An exact
+//!    binomial test's p-value is super-uniform (`P(p ≤ t) ≤ t`), which only
+//!    makes `D` smaller: the test stays conservative. For the dropout family
+//!    at 12 seeds `M ≈ 480`; SEs 20 % too small give `E D / M = 1/0.64 =
+//!    1.56`, about 12 standard deviations `√(2M)` above `M`, against a
+//!    threshold near 5.
+//!
+//! A claim inconclusive under some seed (below its minimum budget) has no
+//! stated size there: it is reported with its tests but never flagged, and
+//! its p-values stay out of the pooled and dispersion tests. The
+//! failure-count null of a claim uses the size the suite charges each of
+//! its components ([`crate::stats::Statistic::size_factor`]: `2α` for a mean,
+//! `α` for an exact binomial test), not `k α`.
+//!
 //! Components with no spread under any seed (a unit with `x = 0`; a
 //! deterministic rule's violation count) have no p-value distribution and
 //! are judged by the failure count alone; the output notes them.
@@ -62,7 +93,7 @@ pub mod lattice;
 mod summary;
 mod table;
 
-pub use summary::{FailureTest, FlagLevel, summarize};
+pub use summary::{DispersionTest, FailureTest, FlagLevel, summarize};
 pub use table::table;
 
 use serde::{Deserialize, Serialize};
@@ -107,6 +138,9 @@ pub struct ComponentRecord {
 pub struct ClaimRecord {
     pub id: String,
     pub failed: bool,
+    /// Below the claim's minimum budget (its verdict `inconclusive`).
+    #[serde(default)]
+    pub inconclusive: bool,
     pub components: Vec<ComponentRecord>,
 }
 
@@ -137,8 +171,13 @@ pub struct ClaimCalibration {
     pub kind: &'static str,
     pub failure: FailureTest,
     pub components: Vec<ComponentCalibration>,
-    /// True when the failure count or any component's KS test is flagged.
+    /// True when the failure count or any component's KS test is flagged
+    /// (never below the minimum budget).
     pub flagged: bool,
+    /// Inconclusive under some seed (below its minimum budget): its tests
+    /// have no stated size there, so it is reported but never flagged, and
+    /// its p-values stay out of the pooled and dispersion tests.
+    pub below_minimum_budget: bool,
     /// Components without spread under every seed: no p-values.
     pub constant_components: usize,
     /// What is structurally special about the claim's p-values.
@@ -167,13 +206,17 @@ pub struct Calibration {
     /// KS test of all p-values pooled (`None`: too few or none).
     pub pooled: Option<KsTest>,
     pub pooled_flagged: bool,
+    /// Dispersion of the standardized statistics (`None`: no p-values).
+    pub dispersion: Option<DispersionTest>,
     pub claims: Vec<ClaimCalibration>,
 }
 
 impl Calibration {
     /// True when no test is flagged (no claim, not the pooled p-values).
     pub fn calibrated(&self) -> bool {
-        !self.pooled_flagged && self.claims.iter().all(|c| !c.flagged)
+        !self.pooled_flagged
+            && !self.dispersion.is_some_and(|d| d.flagged)
+            && self.claims.iter().all(|c| !c.flagged)
     }
 
     /// The flagged claims.
@@ -264,6 +307,7 @@ pub fn calibrate_claims(
                 .map(|r| ClaimRecord {
                     id: r.id.to_string(),
                     failed: r.verdict == Verdict::Fail,
+                    inconclusive: r.verdict == Verdict::Inconclusive,
                     components: r
                         .tests
                         .iter()

@@ -3,7 +3,7 @@
 //! docs of [`super`] derive each).
 
 use serde::Serialize;
-use statrs::distribution::{Binomial, DiscreteCDF};
+use statrs::distribution::{Binomial, ChiSquared, ContinuousCDF, DiscreteCDF, Normal};
 
 use super::{
     Calibration, CalibrationOptions, ClaimCalibration, ComponentCalibration, ComponentRecord,
@@ -102,6 +102,66 @@ impl FailureTest {
     }
 }
 
+/// The dispersion test of the standardized statistics (module docs of
+/// [`super`], test 4): `D = Σ χ²₁⁻¹(1 − p)` over every p-value the
+/// report's tests produced, against `χ²` with one degree of freedom per
+/// p-value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DispersionTest {
+    /// Number of p-values summed (the degrees of freedom).
+    pub dof: usize,
+    /// `D`, the sum of the squared normal scores `Φ⁻¹(p/2)²`.
+    pub statistic: f64,
+    /// `D / dof`: 1 expected, `1/f²` for standard errors `f` times too small.
+    pub ratio: f64,
+    /// `P(χ²_dof ≥ D)`.
+    pub p_value: f64,
+    pub flagged: bool,
+}
+
+impl DispersionTest {
+    /// The test of the two-sided p-values `values` at level `level`
+    /// (`None` without any).
+    pub fn new(values: &[f64], level: f64) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let normal = Normal::standard();
+        let statistic: f64 = values
+            .iter()
+            .map(|&p| {
+                let z = normal.inverse_cdf((p / 2.0).clamp(0.0, 0.5));
+                z * z
+            })
+            .sum();
+        let dof = values.len();
+        let p_value = if statistic.is_finite() {
+            ChiSquared::new(dof as f64).map_or(1.0, |c| c.sf(statistic))
+        } else {
+            0.0
+        };
+        Some(DispersionTest {
+            dof,
+            statistic,
+            ratio: statistic / dof as f64,
+            p_value,
+            flagged: p_value < level,
+        })
+    }
+}
+
+/// The per-seed failure probability a claim's tests spend under H0: per
+/// component, the size the suite charges its test
+/// ([`crate::stats::Statistic::size_factor`], the larger of the fast and the
+/// generic path's) times the per-assertion level α.
+fn claim_size(claim: &dyn Claim, components: usize) -> f64 {
+    let statistic = claim.statistic();
+    let factor = statistic
+        .size_factor()
+        .max(statistic.on_generic_path().size_factor());
+    components as f64 * factor * assertion_alpha()
+}
+
 /// The calibration computed from the per-seed records alone (module docs).
 pub fn summarize(
     records: &[SeedRecord],
@@ -117,14 +177,18 @@ pub fn summarize(
             .max()
             .unwrap_or(0)
     };
-    let tests = claims.len() + (0..claims.len()).map(width).sum::<usize>() + 1;
+    // A failure count per claim, a KS test per component, the pooled KS and
+    // the dispersion test.
+    let tests = claims.len() + (0..claims.len()).map(width).sum::<usize>() + 2;
     let plan = FlagLevel::new(options.flag_alpha, tests);
     let level = plan.flag_level;
     let mut pooled_values = Vec::new();
+    let mut reported_p_values = Vec::new();
     let mut out = Vec::with_capacity(claims.len());
     for (c, claim) in claims.iter().enumerate() {
+        let below_minimum_budget = records.iter().any(|r| r.claims[c].inconclusive);
         let failures = records.iter().filter(|r| r.claims[c].failed).count() as u64;
-        let failure = FailureTest::new(failures, seeds, width(c) as f64 * assertion_alpha(), level);
+        let failure = FailureTest::new(failures, seeds, claim_size(*claim, width(c)), level);
         let mut components = Vec::new();
         let mut constant = 0;
         for k in 0..width(c) {
@@ -137,9 +201,12 @@ pub fn summarize(
                 continue;
             }
             let (values, randomized) = component_p_values(&seen, claim.id(), k);
-            pooled_values.extend_from_slice(&values);
+            if !below_minimum_budget {
+                pooled_values.extend_from_slice(&values);
+                reported_p_values.extend(seen.iter().map(|(_, x)| x.p));
+            }
             let ks = plan.ks_uniform(&values);
-            let flagged = plan.flags(ks);
+            let flagged = plan.flags(ks) && !below_minimum_budget;
             components.push(ComponentCalibration {
                 component: k,
                 p_values: values.len(),
@@ -148,8 +215,10 @@ pub fn summarize(
                 flagged,
             });
         }
-        let flagged = failure.flagged || components.iter().any(|x| x.flagged);
+        let flagged =
+            !below_minimum_budget && (failure.flagged || components.iter().any(|x| x.flagged));
         out.push(ClaimCalibration {
+            below_minimum_budget,
             id: claim.id().to_string(),
             kind: claim.kind().label(),
             note: note(&components, constant),
@@ -160,6 +229,7 @@ pub fn summarize(
         });
     }
     let pooled = plan.ks_uniform(&pooled_values);
+    let dispersion = DispersionTest::new(&reported_p_values, level);
     let ks_skipped = (!plan.ks_can_flag(seeds as usize)).then(|| {
         format!(
             "per-component KS skipped: at K = {seeds} seeds its smallest attainable p-value \
@@ -184,6 +254,7 @@ pub fn summarize(
         expected_failed_runs: FAMILY_ALPHA * seeds as f64,
         fraction_below_5_percent: below as f64 / pooled_values.len().max(1) as f64,
         pooled_flagged: plan.flags(pooled),
+        dispersion,
         pooled,
         claims: out,
     }

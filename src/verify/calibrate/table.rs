@@ -27,7 +27,7 @@ pub fn table_fitted(c: &Calibration, width: usize) -> String {
     );
     head.push_str(&format!(
         "flag level {:.1e} per test ({:.0e} over {} tests: a failure count per claim, a KS per \
-         component, the pooled KS)\n",
+         component, the pooled KS, the dispersion)\n",
         c.level.flag_level, c.level.flag_alpha, c.level.tests
     ));
     match &c.pooled {
@@ -44,6 +44,28 @@ pub fn table_fitted(c: &Calibration, width: usize) -> String {
             }
         )),
         None => head.push_str("pooled KS skipped: too few p-values to reach the level\n"),
+    }
+    if let Some(d) = &c.dispersion {
+        head.push_str(&format!(
+            "dispersion of the standardized statistics: sum of squared normal scores {:.1} over              {} p-values (ratio {:.3}, 1 expected), p = {}{}\n",
+            d.statistic,
+            d.dof,
+            d.ratio,
+            format_p(d.p_value),
+            if d.flagged { "  OVERDISPERSED" } else { "" }
+        ));
+    }
+    let below: Vec<&str> = c
+        .claims
+        .iter()
+        .filter(|x| x.below_minimum_budget)
+        .map(|x| x.id.as_str())
+        .collect();
+    if !below.is_empty() {
+        head.push_str(&format!(
+            "below their minimum budget (inconclusive, reported but not flagged): {}\n",
+            below.join(", ")
+        ));
     }
     if let Some(skip) = &c.ks_skipped {
         head.push_str(&format!("{skip}\n"));
