@@ -105,7 +105,10 @@ fn every_path_the_readme_and_docs_name_exists() {
             }
         }
     }
-    assert!(cited_in_readme > 8, "the README cites only {cited_in_readme} paths");
+    assert!(
+        cited_in_readme > 8,
+        "the README cites only {cited_in_readme} paths"
+    );
     assert!(missing.is_empty(), "missing paths: {missing:?}");
 }
 
