@@ -275,10 +275,7 @@ pub fn run(
             ),
         });
     }
-    let layer = PyDropout {
-        forward,
-        p: rate.p(),
-    };
+    let layer = PyDropout::at_rate(forward, rate.p());
     let subject = Subject::with_dropout(&layer);
     let run = mask_shape_claims(groups, x, rate);
     let mut results = Vec::with_capacity(run.len());

@@ -112,6 +112,17 @@ impl<'a> PyDropout<'a> {
         }
     }
 
+    /// The layer at rate `p` with no moment input to rescale: for claims
+    /// that read the outputs as they are (the mask-shape claims).
+    pub fn at_rate(forward: &'a PyForward, p: f64) -> Self {
+        PyDropout {
+            forward,
+            p,
+            moment_x: Vec::new(),
+            scale: Vec::new(),
+        }
+    }
+
     /// Multiplies the outputs for the moment input by their unit scales.
     fn rescale(&self, x: &[f64], out: &mut [f64]) {
         let is_moment_x = x.len() == self.moment_x.len()
