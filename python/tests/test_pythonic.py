@@ -21,7 +21,7 @@ P = 0.3
 
 
 def test_below_the_minimum_budget_a_correct_dropout_is_undecided_not_passed():
-    result = dropmc.check_dropout(Correct(P, seed=40).forward, P, samples=1000)
+    result = dropmc.check_dropout(Correct(P, seed=40).forward, P, samples=1000, backward=False)
     assert not result.failed()
     assert not result.decided and not result.passed and not bool(result)
     minimum = result.minimum_budget()
@@ -29,12 +29,12 @@ def test_below_the_minimum_budget_a_correct_dropout_is_undecided_not_passed():
     assert minimum > 1000
     assert "inconclusive:" in str(result) and str(minimum) in str(result)
     with pytest.raises(AssertionError, match=rf"undecided: .* minimum budget .*samples >= {minimum}"):
-        dropmc.testing.assert_dropout(Correct(P, seed=40).forward, P, samples=1000)
+        dropmc.testing.assert_dropout(Correct(P, seed=40).forward, P, samples=1000, backward=False)
 
 
 def test_at_the_minimum_budget_a_correct_dropout_is_decided_and_passes():
-    probe = dropmc.check_dropout(Correct(P, seed=41).forward, P, samples=1000)
-    result = dropmc.check_dropout(Correct(P, seed=41).forward, P, samples=probe.minimum_budget())
+    probe = dropmc.check_dropout(Correct(P, seed=41).forward, P, samples=1000, backward=False)
+    result = dropmc.check_dropout(Correct(P, seed=41).forward, P, samples=probe.minimum_budget(), backward=False)
     assert result.decided and result.passed, str(result)
     assert result.minimum_budget() is None
 
