@@ -142,6 +142,26 @@ fn check_dropout(
         return Err(e);
     }
     let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let likely_causes = claims::likely_causes(&results);
+    let fields = [
+        ("likely_causes", json!(likely_causes)),
+        ("p", json!(p)),
+        ("dtype", json!(dtype_name)),
+        ("rows", json!(forward.rows_served())),
+    ];
+    outcome_json(py, seed, results, &skipped, fields)
+}
+
+/// A Python check's result as its JSON text (the report of `results`, the
+/// `skipped` claims appended, then `fields` set) and one summary dict per
+/// claim, the skipped ones included.
+pub fn outcome_json<const N: usize>(
+    py: Python<'_>,
+    seed: u64,
+    results: Vec<ClaimResult>,
+    skipped: &[(&'static str, String)],
+    fields: [(&str, Value); N],
+) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let report = Report {
         seed,
         subject: "python".into(),
@@ -158,16 +178,15 @@ fn check_dropout(
             })
         }));
     }
-    json["likely_causes"] = json!(claims::likely_causes(&report.results));
-    json["p"] = json!(p);
-    json["dtype"] = json!(dtype_name);
-    json["rows"] = json!(forward.rows_served());
+    for (key, value) in fields {
+        json[key] = value;
+    }
     let mut summaries = report
         .results
         .iter()
         .map(|r| summary(py, r))
         .collect::<PyResult<Vec<_>>>()?;
-    for (id, note) in &skipped {
+    for (id, note) in skipped {
         let d = PyDict::new(py);
         d.set_item("id", id)?;
         d.set_item("family", claims::family_of(id))?;

@@ -43,11 +43,10 @@ use dropmc::formulas::mask_shape as f;
 use dropmc::ops::{DropoutLayer, Rate, Subject, TrainPass};
 use dropmc::stats::{Statistic, two_point_skewness};
 
-use dropmc::report::{Report, to_json};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::claims::{PyClaim, PyDropout, family_of};
 use crate::forward::{Dtype, PyForward};
@@ -342,41 +341,14 @@ pub fn check_mask_shape(
         return Err(e);
     }
     let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
-    let report = Report {
-        seed,
-        subject: "python".into(),
-        results,
-    };
-    let mut json = to_json(&report);
-    if let Some(Value::Array(list)) = json.get_mut("claims") {
-        list.extend(skipped.iter().map(|(id, note)| {
-            json!({"id": id, "family": family_of(id), "verdict": "skipped", "note": note})
-        }));
-    }
-    json["p"] = json!(p);
-    json["dtype"] = json!(dtype_name);
-    json["rows"] = json!(forward.rows_served());
-    json["mask_groups"] = json!(groups.members.len());
-    json["positions_per_group"] = json!(groups.positions());
-    let mut summaries = report
-        .results
-        .iter()
-        .map(|r| crate::summary(py, r))
-        .collect::<PyResult<Vec<_>>>()?;
-    for (id, note) in &skipped {
-        let d = PyDict::new(py);
-        d.set_item("id", id)?;
-        d.set_item("family", family_of(id))?;
-        d.set_item("verdict", "skipped")?;
-        for key in ["z", "p_value", "mde", "estimate", "analytic", "component"] {
-            d.set_item(key, py.None())?;
-        }
-        d.set_item("note", note)?;
-        summaries.push(d.unbind());
-    }
-    let text = serde_json::to_string_pretty(&json)
-        .map_err(|e| PyRuntimeError::new_err(format!("JSON: {e}")))?;
-    Ok((text, summaries))
+    let fields = [
+        ("p", json!(p)),
+        ("dtype", json!(dtype_name)),
+        ("rows", json!(forward.rows_served())),
+        ("mask_groups", json!(groups.members.len())),
+        ("positions_per_group", json!(groups.positions())),
+    ];
+    crate::outcome_json(py, seed, results, &skipped, fields)
 }
 
 #[cfg(test)]
