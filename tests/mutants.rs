@@ -10,7 +10,7 @@ mod common;
 use dropmc::claims::{Verdict, check, registry};
 use dropmc::conformance::{self, Options};
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::mutants::{gallery, kill_matrix, rejection_power};
+use dropmc::mutants::{InfiniteZ, gallery, kill_matrix, rejection_power};
 use dropmc::ops::{InvertedDropout, MaskShape, Subject};
 use dropmc::report::DEFAULT_SEED;
 use dropmc::stats::critical_z;
@@ -98,6 +98,86 @@ fn every_non_equivalent_mutant_is_killed_and_equivalent_ones_survive() {
     for m in gallery() {
         for claim in m.must_kill {
             assert!(killed_by(m.id, claim), "{} not killed by {claim}", m.id);
+        }
+    }
+    // keep_below_p keeps 30 % of 64 units where 70 % is claimed: over
+    // 2000 · 64 trials the exact binomial p-value underflows to 0, which is
+    // not "every draw gave the same value" (the kept count varies).
+    let keep_fraction = matrix
+        .rows
+        .iter()
+        .find(|r| r.id == "keep_below_p")
+        .and_then(|r| {
+            r.kills
+                .iter()
+                .find(|k| k.claim == "semantics.keep_fraction")
+        })
+        .expect("keep_below_p killed by semantics.keep_fraction");
+    assert_eq!(
+        keep_fraction.infinite,
+        Some(InfiniteZ::PValueUnderflow),
+        "{keep_fraction:?}"
+    );
+}
+
+/// At 2 draws most claims are below their minimum budget (inconclusive):
+/// they kill nothing, whatever their z (`ensemble.relu_gap` gives z = −∞
+/// on two equal draws). What still kills is a claim whose verdict is
+/// `fail`: an exact rule violated, or an exact binomial test.
+#[test]
+fn at_two_draws_only_failed_verdicts_kill() {
+    let options = Options {
+        samples: Some(2),
+        ..Options::default()
+    };
+    let matrix = kill_matrix(&options).expect("runs");
+    let mut kills = 0;
+    for row in &matrix.rows {
+        let m = gallery().into_iter().find(|m| m.id == row.id).unwrap();
+        let run = conformance::run(m.layer, &options).expect("runs");
+        for k in &row.kills {
+            let v = run.verdicts.iter().find(|v| v.id == k.claim).unwrap();
+            assert_eq!(
+                v.verdict,
+                Verdict::Fail,
+                "{} killed by {}: {v:?}",
+                row.id,
+                k.claim
+            );
+            assert!(v.result.samples >= v.result.min_samples || v.error.is_some());
+            kills += 1;
+        }
+        assert!(
+            row.kills.iter().all(|k| k.claim != "ensemble.relu_gap"),
+            "{}: {:?}",
+            row.id,
+            row.kills
+        );
+        // A subtle mutant's power is not stated below the claim's minimum.
+        if let Some(p) = row.power.as_ref().filter(|p| p.samples < p.min_samples) {
+            assert_eq!(p.power, 0.0, "{p:?}");
+        }
+    }
+    assert!(kills > 0, "the exact rules still kill at 2 draws");
+}
+
+/// Every mutant cites a file of this repository a reader can open, and the
+/// section it names exists there.
+#[test]
+fn every_mutant_source_is_a_section_of_a_file_in_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for m in gallery() {
+        let (path, rest) = m.source.split_once(' ').unwrap_or((m.source, ""));
+        let text = std::fs::read_to_string(root.join(path))
+            .unwrap_or_else(|e| panic!("{}: source {path} cannot be opened: {e}", m.id));
+        for section in rest.split_whitespace().filter(|w| w.starts_with('§')) {
+            assert!(
+                text.lines()
+                    .any(|l| (l.starts_with("## ") || l.starts_with("**"))
+                        && l.contains(&format!("{section} "))),
+                "{}: {path} has no section {section}",
+                m.id
+            );
         }
     }
 }

@@ -50,10 +50,14 @@ const fn row(
     }
 }
 
-/// Where a mistake is described, named by what the document is.
-const EVAL_MODE_NOTE: &str = "the eval-mode dropout debugging note";
-const PRESERVED_PRIMER: &str = "the primer on what dropout randomises and preserves";
-const INVERTED_SCALING_NOTE: &str = "the inverted-scaling note";
+/// Where a mistake is described: a section of `docs/formulas.md`, a file
+/// in this repository a reader can open (`tests/mutants.rs` checks that
+/// each cited file and section exists).
+const SCALING: &str = "docs/formulas.md §1.4 (survivors are x/q) and §1.1";
+const KEEP_RULE: &str = "docs/formulas.md §1.3 (kept count)";
+const SEMANTICS: &str = "docs/formulas.md §11 (train/eval semantics rules)";
+const ATTENTION: &str = "docs/formulas.md §7 (attention dropout after softmax)";
+const MASK_SHAPE: &str = "docs/formulas.md §8 (mask shape)";
 
 /// `P(column all zero)` over the `T` positions of the mask-shape claims:
 /// `p` with a shared mask, `p^T` with independent ones.
@@ -68,70 +72,70 @@ static TABLE: [Row; 16] = [
         "divide_by_p",
         scaling(Keep::AtLeastP, Scale::DivideByP, Scale::DivideByP),
         "Divides survivors (and gradients) by the drop rate p instead of the keep probability q.",
-        INVERTED_SCALING_NOTE,
+        SCALING,
         &["semantics.survivors_exact"],
     ),
     row(
         "multiply_by_q",
         scaling(Keep::AtLeastP, Scale::MultiplyByQ, Scale::MultiplyByQ),
         "Multiplies survivors (and gradients) by q in training instead of dividing.",
-        INVERTED_SCALING_NOTE,
+        SCALING,
         &["semantics.survivors_exact"],
     ),
     row(
         "keep_below_p",
         scaling(Keep::BelowP, Scale::DivideByQ, Scale::DivideByQ),
         "Keeps a unit when u < p, the complement of the intended mask: keeps a fraction p.",
-        EVAL_MODE_NOTE,
+        KEEP_RULE,
         &["semantics.keep_fraction"],
     ),
     row(
         "eval_scales_by_q",
         Deviation::EvalScalesByQ,
         "Multiplies by q at evaluation after inverted training (mixes the two schemes).",
-        EVAL_MODE_NOTE,
+        SEMANTICS,
         &["semantics.eval_identity"],
     ),
     row(
         "eval_draws",
         Deviation::EvalDraws,
         "Draws the mask before the mode branch: evaluation returns x but consumes random numbers.",
-        EVAL_MODE_NOTE,
+        SEMANTICS,
         &["semantics.eval_identity"],
     ),
     row(
         "eval_masks",
         Deviation::EvalMasks,
         "Applies the training mask in evaluation mode too.",
-        EVAL_MODE_NOTE,
+        SEMANTICS,
         &["semantics.eval_identity"],
     ),
     row(
         "backward_fresh_mask",
         Deviation::BackwardFreshMask,
         "Backward pass draws a fresh mask instead of reusing the forward pass's.",
-        EVAL_MODE_NOTE,
+        SEMANTICS,
         &["semantics.backward_mask"],
     ),
     row(
         "backward_unscaled",
         scaling(Keep::AtLeastP, Scale::DivideByQ, Scale::Unscaled),
         "Backward pass applies the mask but forgets the 1/q scale.",
-        EVAL_MODE_NOTE,
+        SEMANTICS,
         &["semantics.backward_finite_difference"],
     ),
     row(
         "attention_renormalised",
         Deviation::AttentionRenormalised,
         "Renormalises the surviving attention weights so every row sums to one.",
-        PRESERVED_PRIMER,
+        ATTENTION,
         &["attention.entry_mean"],
     ),
     row(
         "attention_logits",
         Deviation::AttentionLogits,
         "Drops the attention logits before the softmax instead of the probabilities after it.",
-        PRESERVED_PRIMER,
+        ATTENTION,
         &["attention.entry_mean"],
     ),
     Row {
@@ -144,7 +148,7 @@ static TABLE: [Row; 16] = [
             "shared_for_independent",
             Deviation::ForcedShape(MaskShape::SharedOverPositions),
             "Shares one mask over all positions where an independent mask per entry is specified.",
-            PRESERVED_PRIMER,
+            MASK_SHAPE,
             &["mask_shape.independent_zero_column"],
         )
     },
@@ -158,7 +162,7 @@ static TABLE: [Row; 16] = [
             "independent_for_shared",
             Deviation::ForcedShape(MaskShape::Independent),
             "Draws an independent mask per entry where one mask shared over positions is specified.",
-            PRESERVED_PRIMER,
+            MASK_SHAPE,
             &["mask_shape.shared_zero_column"],
         )
     },
@@ -172,7 +176,7 @@ static TABLE: [Row; 16] = [
             "rate_off_2pct",
             scaling(Keep::ScaledKeep(0.98), Scale::DivideByQ, Scale::DivideByQ),
             "Keeps with probability q' = 0.98 q (a drop rate 2 % off) but still scales by 1/q.",
-            "dropmc (a subtle misconfiguration)",
+            KEEP_RULE,
             &["semantics.keep_fraction"],
         )
     },
@@ -180,7 +184,7 @@ static TABLE: [Row; 16] = [
         "loss_scaling",
         scaling(Keep::AtLeastP, Scale::Unscaled, Scale::DivideByQ),
         "Scales the loss by 1/q instead of the activations: forward m x, gradient g m / q.",
-        INVERTED_SCALING_NOTE,
+        SCALING,
         &["semantics.backward_finite_difference"],
     ),
     Row {
@@ -191,7 +195,7 @@ static TABLE: [Row; 16] = [
             "rescale_dropped",
             Deviation::RescaleDropped,
             "Applies the 1/q scale to the dropped units too: (m x) / q.",
-            INVERTED_SCALING_NOTE,
+            SCALING,
             &[],
         )
     },
@@ -203,7 +207,7 @@ static TABLE: [Row; 16] = [
             "keep_above_p",
             scaling(Keep::AboveP, Scale::DivideByQ, Scale::DivideByQ),
             "Keeps a unit when u > p instead of u >= p.",
-            EVAL_MODE_NOTE,
+            KEEP_RULE,
             &[],
         )
     },

@@ -25,6 +25,7 @@ pub use render::{table, to_json};
 
 use serde::Serialize;
 
+use crate::claims::Verdict;
 use crate::conformance::{self, Options};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, InvertedDropout};
@@ -40,7 +41,8 @@ pub struct Mutant {
     pub id: &'static str,
     /// The mistake, in one line.
     pub mistake: &'static str,
-    /// Where the mistake is described (a seed document, or dropmc's own).
+    /// Where the mistake is described: a section of a file in this
+    /// repository (`docs/formulas.md §…`).
     pub source: &'static str,
     /// The claims that name this mistake directly: each must kill it (empty
     /// for an equivalent mutant). Other claims may kill it too.
@@ -69,6 +71,9 @@ pub struct Effect {
 pub struct PowerStatement {
     pub claim: &'static str,
     pub samples: u64,
+    /// The claim's minimum budget: below it the claim is inconclusive and
+    /// kills nothing, so no power is stated (`power` and `lambda` are 0).
+    pub min_samples: u64,
     pub effect: f64,
     pub stderr: f64,
     pub lambda: f64,
@@ -81,24 +86,53 @@ pub struct PowerStatement {
 fn power_statement(effect: &Effect, run: &conformance::Conformance) -> Option<PowerStatement> {
     let verdict = run.verdicts.iter().find(|v| v.id == effect.claim)?;
     let effects = (effect.effect)();
+    // The standard error the test judges by: `MDE / (critical + z_power)`,
+    // which is the estimate's own SE for a mean and the null's SE for an
+    // exact binomial test (whose sample SE can be 0 at a few draws).
+    let se = |k: usize| {
+        let t = &verdict.result.tests[k];
+        let judged = t.mde / (t.critical + crate::stats::power_z());
+        if judged.is_finite() && judged > 0.0 {
+            judged
+        } else {
+            verdict.result.estimate[k].stderr
+        }
+    };
     let (k, lambda) = effects
         .iter()
-        .zip(&verdict.result.estimate)
-        .map(|(e, est)| e.abs() / est.stderr)
+        .take(
+            verdict
+                .result
+                .tests
+                .len()
+                .min(verdict.result.estimate.len()),
+        )
         .enumerate()
+        .map(|(k, e)| (k, e.abs() / se(k)))
         .fold(
             (0, 0.0),
             |best, (k, l)| if l > best.1 { (k, l) } else { best },
         );
-    let stderr = verdict.result.estimate.get(k)?.stderr;
+    verdict.result.tests.get(k)?;
+    let stderr = se(k);
+    let decided = verdict.verdict != Verdict::Inconclusive;
     Some(PowerStatement {
         claim: effect.claim,
         samples: verdict.result.samples,
+        min_samples: verdict.result.min_samples,
         effect: effects[k],
         stderr,
-        lambda,
-        power: rejection_power(effects[k], stderr),
-        miss: power::miss_probability(lambda),
+        lambda: if decided { lambda } else { 0.0 },
+        power: if decided {
+            rejection_power(effects[k], stderr)
+        } else {
+            0.0
+        },
+        miss: if decided {
+            power::miss_probability(lambda)
+        } else {
+            1.0
+        },
     })
 }
 
@@ -108,7 +142,52 @@ fn power_statement(effect: &Effect, run: &conformance::Conformance) -> Option<Po
 pub struct Kill {
     pub claim: &'static str,
     pub z: Option<f64>,
+    /// Why `z` is infinite, when it is.
+    pub infinite: Option<InfiniteZ>,
     pub error: Option<String>,
+}
+
+/// What an infinite `z` stands for: the three ways a test refutes its
+/// target with no finite score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InfiniteZ {
+    /// A rule that must hold on every draw was violated (a count of
+    /// violations is compared with 0 exactly).
+    RuleViolated,
+    /// Every draw gave the same value and it is not the target (a zero
+    /// standard error: the comparison is exact, up to rounding).
+    NoSpread,
+    /// The exact p-value is below the smallest positive double, so its
+    /// normal score `Φ⁻¹(1 − p/2)` is infinite: the draws did vary.
+    PValueUnderflow,
+}
+
+impl InfiniteZ {
+    /// Why component `k` of `result` has an infinite `z` (`None` when it
+    /// does not).
+    pub fn of(result: &crate::claims::ClaimResult, k: usize) -> Option<InfiniteZ> {
+        let test = result.tests.get(k)?;
+        if test.z.is_finite() {
+            return None;
+        }
+        Some(match result.statistic {
+            crate::stats::Statistic::Violations => InfiniteZ::RuleViolated,
+            _ if result.estimate.get(k).is_some_and(|e| e.stderr == 0.0) => InfiniteZ::NoSpread,
+            _ => InfiniteZ::PValueUnderflow,
+        })
+    }
+
+    /// The words the kill table prints after the `z`.
+    pub fn explanation(self) -> &'static str {
+        match self {
+            InfiniteZ::RuleViolated => "a rule that holds on every draw was violated",
+            InfiniteZ::NoSpread => "no spread: every draw gave the same value, not the target",
+            InfiniteZ::PValueUnderflow => {
+                "exact p-value underflowed to 0 (below the smallest double): its normal score is infinite"
+            }
+        }
+    }
 }
 
 /// One row of the kill matrix.
@@ -143,8 +222,10 @@ pub struct KillMatrix {
 }
 
 /// Runs the conformance claims against the reference, then against every
-/// mutant. A claim kills a mutant when it fails on the mutant and passes on
-/// the reference at the same budget and seed.
+/// mutant. A claim kills a mutant when its verdict on the mutant is
+/// [`Verdict::Fail`] and the reference does not fail it at the same budget
+/// and seed. An inconclusive claim (below its minimum budget) kills
+/// nothing, whatever its `z`: its test's size is not the stated one.
 pub fn kill_matrix(options: &Options) -> Result<KillMatrix, Error> {
     kill_matrix_with_progress(options, |_, _| {})
 }
@@ -157,10 +238,9 @@ pub fn kill_matrix_with_progress(
 ) -> Result<KillMatrix, Error> {
     let mutants = gallery();
     let total = mutants.len() + 1;
-    // A kill is a rejection at the per-assertion critical value; below a
-    // claim's minimum budget its size is not controlled, which the
-    // reference's own rejections (unusable claims) guard against.
-    let unusable = conformance::run(&InvertedDropout, options)?.rejected();
+    // A kill is a failed verdict: a rejection at the per-assertion level by
+    // a test at or above its minimum budget (or a deterministic refutation).
+    let unusable = conformance::run(&InvertedDropout, options)?.failed();
     progress(1, total);
     let rows = mutants
         .into_iter()
@@ -171,10 +251,11 @@ pub fn kill_matrix_with_progress(
             let kills = run
                 .verdicts
                 .iter()
-                .filter(|v| v.result.rejected() && !unusable.contains(&v.id))
+                .filter(|v| v.verdict == Verdict::Fail && !unusable.contains(&v.id))
                 .map(|v| Kill {
                     claim: v.id,
                     z: v.z,
+                    infinite: v.result.worst().and_then(|k| InfiniteZ::of(&v.result, k)),
                     error: v.error.clone(),
                 })
                 .collect();

@@ -26,6 +26,11 @@ pub fn to_json(matrix: &KillMatrix) -> serde_json::Value {
     serde_json::json!({ "mutants": mutants, "unusable_claims": matrix.unusable })
 }
 
+/// `n claim` or `n claims`.
+fn claims(n: usize) -> String {
+    format!("{n} claim{}", if n == 1 { "" } else { "s" })
+}
+
 /// The kill matrix as text: one block per mutant with its killing claims.
 pub fn table(matrix: &KillMatrix, width: usize) -> String {
     use crate::table::wrap_text;
@@ -41,21 +46,32 @@ pub fn table(matrix: &KillMatrix, width: usize) -> String {
     for r in rows {
         let status = match (r.equivalent, r.kills.is_empty()) {
             (true, true) => "equivalent (survives, as it must)".to_string(),
-            (true, false) => format!("equivalent, but killed by {} claims", r.kills.len()),
+            (true, false) => format!("equivalent, but killed by {}", claims(r.kills.len())),
             (false, true) => "SURVIVED".to_string(),
-            (false, false) => format!("killed by {} claims", r.kills.len()),
+            (false, false) => format!("killed by {}", claims(r.kills.len())),
         };
         out.push_str(&format!("{:24} {status}\n", r.id));
         indented(&mut out, &format!("mistake: {} [{}]", r.mistake, r.source));
         if let Some(reason) = r.reason {
             indented(&mut out, &format!("why equivalent: {reason}"));
         }
-        if let Some(p) = &r.power {
-            let miss = if p.miss > 0.0 {
-                format!("{:.1e}", p.miss)
+        if let Some(p) = r.power.as_ref().filter(|p| p.samples < p.min_samples) {
+            indented(
+                &mut out,
+                &format!(
+                    "power of {}: none at {} draws, below its minimum budget of {} \
+                     (the claim is inconclusive there and kills nothing)",
+                    p.claim, p.samples, p.min_samples
+                ),
+            );
+        } else if let Some(p) = &r.power {
+            let power = if p.power < 0.999 {
+                format!("{:.4}", p.power)
+            } else if p.miss > 0.0 {
+                format!("1 - {:.1e}", p.miss)
             } else {
                 format!(
-                    "Phi({:.1}), below 1e-300",
+                    "1 - Phi({:.1}), below 1e-300",
                     crate::stats::critical_z() - p.lambda
                 )
             };
@@ -63,7 +79,7 @@ pub fn table(matrix: &KillMatrix, width: usize) -> String {
                 &mut out,
                 &format!(
                     "power of {} at {} draws: effect {:.4}, SE {:.2e}, lambda = {:.1}, \
-                     power = 1 - {miss}",
+                     power = {power}",
                     p.claim, p.samples, p.effect, p.stderr, p.lambda
                 ),
             );
@@ -71,8 +87,9 @@ pub fn table(matrix: &KillMatrix, width: usize) -> String {
         for k in &r.kills {
             let z = match (k.z, &k.error) {
                 (Some(z), _) if z.is_infinite() => format!(
-                    "z = {} (no spread: every draw gave the same value, not the target)",
-                    crate::report::format_z(z)
+                    "z = {} ({})",
+                    crate::report::format_z(z),
+                    k.infinite.map_or("infinite", super::InfiniteZ::explanation)
                 ),
                 (Some(z), _) => format!("z = {}", crate::report::format_z(z)),
                 (None, Some(e)) => format!("error: {e}"),
@@ -97,4 +114,80 @@ pub fn table(matrix: &KillMatrix, width: usize) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{InfiniteZ, Kill, KillMatrix, KillRow};
+    use super::*;
+
+    fn row(kills: Vec<Kill>) -> KillRow {
+        KillRow {
+            id: "m",
+            mistake: "a mistake",
+            source: "docs/formulas.md §1.1",
+            equivalent: false,
+            reason: None,
+            kills,
+            power: None,
+        }
+    }
+
+    fn kill(claim: &'static str, infinite: Option<InfiniteZ>) -> Kill {
+        Kill {
+            claim,
+            z: Some(if infinite.is_some() {
+                f64::INFINITY
+            } else {
+                7.5
+            }),
+            infinite,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn one_kill_is_one_claim_and_two_are_two_claims() {
+        let one = row(vec![kill("a", None)]);
+        let two = row(vec![kill("a", None), kill("b", None)]);
+        let text = table(
+            &KillMatrix {
+                rows: vec![one, two],
+                unusable: vec![],
+            },
+            100,
+        );
+        assert!(text.contains("killed by 1 claim\n"), "{text}");
+        assert!(text.contains("killed by 2 claims\n"), "{text}");
+        assert!(!text.contains("1 claims"), "{text}");
+    }
+
+    #[test]
+    fn an_underflowed_p_value_is_not_called_no_spread() {
+        let r = row(vec![
+            kill("under", Some(InfiniteZ::PValueUnderflow)),
+            kill("flat", Some(InfiniteZ::NoSpread)),
+            kill("rule", Some(InfiniteZ::RuleViolated)),
+        ]);
+        let text = table(
+            &KillMatrix {
+                rows: vec![r],
+                unusable: vec![],
+            },
+            200,
+        );
+        let line = |claim: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(claim))
+                .unwrap_or_else(|| panic!("{claim} in {text}"))
+                .to_string()
+        };
+        assert!(line("under").contains("p-value underflowed"), "{text}");
+        assert!(!line("under").contains("no spread"), "{text}");
+        assert!(line("flat").contains("no spread"), "{text}");
+        assert!(
+            line("rule").contains("rule that holds on every draw"),
+            "{text}"
+        );
+    }
 }
