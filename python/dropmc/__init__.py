@@ -78,7 +78,6 @@ __all__ = [
     "testing",
 ]
 
-_MOMENT_X, _SEMANTICS_X64, _SEMANTICS_X32 = _dropmc.default_inputs()
 
 
 def critical_z() -> float:
@@ -228,11 +227,51 @@ def _num(v, digits: int = 6) -> str:
     return f"{v:.{digits}g}"
 
 
+_DTYPES = ("float64", "float32", "float16", "bfloat16")
+
+
+def _numpy_dtype(dtype) -> _np.dtype:
+    """``dtype`` as a numpy dtype, one of :data:`_DTYPES`; bfloat16 (a name
+    or ``ml_dtypes.bfloat16``) comes from ``ml_dtypes``, numpy has none."""
+    if (dtype == "bfloat16") if isinstance(dtype, str) else getattr(dtype, "__name__", None) == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise TypeError(
+                "dtype bfloat16 needs the ml_dtypes package (pip install ml_dtypes), "
+                "which gives numpy its bfloat16"
+            ) from None
+        return _np.dtype(ml_dtypes.bfloat16)
+    try:
+        dt = _np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype must be one of {', '.join(_DTYPES)}, got {dtype!r}") from None
+    if dt.name not in _DTYPES:
+        raise TypeError(f"dtype must be one of {', '.join(_DTYPES)}, got {dt.name}")
+    return dt
+
+
 def _dtype_name(dtype) -> str:
-    name = _np.dtype(dtype).name
-    if name not in ("float64", "float32"):
-        raise TypeError(f"dtype must be float64 or float32, got {name}")
-    return name
+    return _numpy_dtype(dtype).name
+
+
+def _in_dtype(X: _np.ndarray, dt: _np.dtype) -> _np.ndarray:
+    """The batch as the user's callable sees it: a float16 or bfloat16 batch
+    travels from dropmc as float32, which holds each of its values exactly."""
+    return X if X.dtype == dt else X.astype(dt)
+
+
+def _written_back(X: _np.ndarray, seen: _np.ndarray) -> None:
+    """Copies what a callable wrote into the batch it saw (``seen``, a cast
+    of ``X``) back into ``X``, which dropmc reads after the call to check
+    that the input was left alone (exact: float32 holds every value)."""
+    if seen is not X:
+        _np.copyto(X, seen, casting="unsafe")
+
+
+def _float32_out(out: _np.ndarray, dt: _np.dtype) -> _np.ndarray:
+    """A checked float16/bfloat16 output as the float32 dropmc reads (exact)."""
+    return out if dt.name in ("float64", "float32") else out.astype(_np.float32)
 
 
 def _check_rate(p) -> float:
@@ -270,7 +309,7 @@ def _checked(name: str, out, shape, dtype, nan_hint: str = _NAN_HINT) -> _np.nda
         arr = _np.asarray(out)
     except Exception as e:  # an object numpy cannot read
         raise TypeError(f"{name} returned {type(out).__name__}, which numpy cannot read as an array: {e}") from e
-    if arr.dtype.kind not in "fiub" or (arr.ndim == 0 and not isinstance(out, (_np.ndarray, _np.generic))):
+    if (arr.dtype.kind not in "fiub" and arr.dtype.name not in _DTYPES) or (arr.ndim == 0 and not isinstance(out, (_np.ndarray, _np.generic))):
         raise TypeError(
             f"{name} returned {type(out).__name__} ({str(out)[:40]!r}), not an array; "
             f"it must return an array of shape {tuple(shape)}"
@@ -279,8 +318,9 @@ def _checked(name: str, out, shape, dtype, nan_hint: str = _NAN_HINT) -> _np.nda
         raise ValueError(f"{name} returned an array of shape {arr.shape}, expected {tuple(shape)} (the input's shape)")
     if arr.dtype != dtype:
         hint = ""
-        if arr.dtype in (_np.float32, _np.float64):
-            hint = f": pass dtype=np.{arr.dtype.name} to check the layer in {arr.dtype.name}"
+        if arr.dtype.name in _DTYPES:
+            where = "ml_dtypes" if arr.dtype.name == "bfloat16" else "np"
+            hint = f": pass dtype={where}.{arr.dtype.name} to check the layer in {arr.dtype.name}"
         raise TypeError(
             f"{name} returned dtype {arr.dtype}, expected {_np.dtype(dtype).name} (the input's dtype){hint}"
         )
@@ -343,7 +383,14 @@ def check_dropout(
     values with a signed zero, a subnormal and a huge value). ``samples``
     caps every claim's draws (default: each claim's own budget, 10^6 for the
     moments, 2*10^4 for the rules); a cap below a claim's minimum budget
-    makes it ``inconclusive``. ``dtype``: float64 or float32.
+    makes it ``inconclusive``. ``dtype``: float64, float32, float16 or
+    bfloat16 (``"bfloat16"`` or ``ml_dtypes.bfloat16``; needs ``ml_dtypes``):
+    the dtype of the arrays ``forward`` gets and must return. In float16
+    and bfloat16 the survivors may be any of the dtype's roundings of
+    ``x/q`` (``semantics.survivors_exact``), while the moment claims keep
+    their exact targets, so a scale the dtype cannot represent (PyTorch's
+    bfloat16 survivors are ``x*1.109375`` at ``p = 0.1``, -0.16 %) fails
+    them, and the result's ``likely_causes`` says so in numbers.
 
     ``shared_axes``: for a dropout whose mask is shared over some axes
     (``nn.Dropout1d/2d/3d``, Flax ``broadcast_dims``, Keras ``noise_shape``).
@@ -371,28 +418,35 @@ def check_dropout(
         raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    dt = _np.dtype(dtype_name)
+    dt = _numpy_dtype(dtype)
     if x is None:
-        moment_x = list(_MOMENT_X)
-        semantics_x = list(_SEMANTICS_X64 if dtype_name == "float64" else _SEMANTICS_X32)
+        moment_x, semantics_x = _dropmc.default_inputs(dtype_name)
     else:
         moment_x = semantics_x = _input_row(x, "x")
         if not _np.all(_np.isfinite(_np.asarray(moment_x).astype(dt))):
             raise ValueError(f"x overflows {dtype_name}")
 
     def train(X):
-        return _checked("forward(x, True)", forward(X, True), X.shape, dt)
+        seen = _in_dtype(X, dt)
+        out = _checked("forward(x, True)", forward(seen, True), X.shape, dt)
+        _written_back(X, seen)
+        return _float32_out(out, dt)
 
     def evaluate(X):
+        seen = _in_dtype(X, dt)
         before = _snapshot(rng_state) if rng_state is not None else None
-        out = forward(X, False)
+        out = forward(seen, False)
         drew = _changed(before[1], _snapshot(rng_state, before)[0]) if rng_state is not None else None
-        return _checked("forward(x, False)", out, X.shape, dt), drew
+        out = _checked("forward(x, False)", out, X.shape, dt)
+        _written_back(X, seen)
+        return _float32_out(out, dt), drew
 
     def train_and_backward(X, G):
-        out = _checked("forward(x, True)", forward(X, True), X.shape, dt)
-        grad = _checked("backward(x, grad, True)", backward(X, G, True), X.shape, dt)
-        return out, grad
+        seen = _in_dtype(X, dt)
+        out = _checked("forward(x, True)", forward(seen, True), X.shape, dt)
+        grad = _checked("backward(x, grad, True)", backward(seen, _in_dtype(G, dt), True), X.shape, dt)
+        _written_back(X, seen)
+        return _float32_out(out, dt), _float32_out(grad, dt)
 
     text, claims = _dropmc.check_dropout(
         train,
@@ -448,7 +502,7 @@ def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name) ->
         raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    dt = _np.dtype(dtype_name)
+    dt = _numpy_dtype(dtype_name)
     if not _np.all(_np.isfinite(sample.astype(dt))):
         raise ValueError(f"x overflows {dtype_name}")
     shape = sample.shape
@@ -456,8 +510,10 @@ def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name) ->
 
     def train(X):
         n = X.shape[0]
-        out = _checked("forward(x, True)", forward(X.reshape((n,) + shape), True), (n,) + shape, dt)
-        return _np.ascontiguousarray(out.reshape(n, -1))
+        seen = _in_dtype(X, dt)
+        out = _checked("forward(x, True)", forward(seen.reshape((n,) + shape), True), (n,) + shape, dt)
+        _written_back(X, seen)
+        return _np.ascontiguousarray(_float32_out(out, dt).reshape(n, -1))
 
     text, claims = _dropmc.check_mask_shape(
         train, p, dtype_name, [float(v) for v in sample.ravel()], [int(g) for g in groups],
@@ -530,6 +586,12 @@ def check_norm_site(
         return v
 
     gamma, beta, h = same_length(gamma, "gamma"), same_length(beta, "beta"), same_length(h, "h")
+    if dtype_name not in ("float64", "float32"):
+        raise TypeError(
+            f"check_norm_site runs in float64 or float32, got {dtype_name}: a norm computed in "
+            "half precision rounds its output by more than the dropout gap it would be judged on "
+            "(check the dropout itself with check_dropout(..., dtype=...))"
+        )
     dt = _np.dtype(dtype_name)
     h_row = None if h is None else _np.asarray(h, dtype=dt)
 

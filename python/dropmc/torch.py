@@ -43,6 +43,24 @@ from dropmc.audit import audit_torch as audit  # noqa: F401  (docs/audit.md)
 __all__ = ["Dropout", "audit", "check_dropout", "one_thread"]
 
 
+def _tensor(x: _np.ndarray) -> "_torch.Tensor":
+    """A tensor sharing ``x``'s memory; a bfloat16 array (``ml_dtypes``,
+    which torch cannot read) is viewed through its 16 bits."""
+    if x.dtype.name == "bfloat16":
+        return _torch.from_numpy(x.view(_np.int16)).view(_torch.bfloat16)
+    return _torch.from_numpy(x)
+
+
+def _array(t: "_torch.Tensor") -> _np.ndarray:
+    """``t`` as numpy (a bfloat16 tensor as an ``ml_dtypes`` bfloat16 array)."""
+    t = t.detach().cpu()
+    if t.dtype == _torch.bfloat16:
+        import ml_dtypes
+
+        return t.contiguous().view(_torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
 @_contextlib.contextmanager
 def one_thread():
     """Runs the block with torch at one intra-op thread, restoring the
@@ -89,7 +107,7 @@ class Dropout:
 
     def forward(self, x, training: bool):
         """The layer on ``x`` (a numpy array) in train or eval mode, as numpy."""
-        xt = _torch.from_numpy(x)
+        xt = _tensor(x)
         if training and self.grad:
             xt.requires_grad_(True)
             try:
@@ -104,10 +122,10 @@ class Dropout:
                     "(semantics.forward_preserves_input)"
                 ) from e
             self._last = (xt, y)
-            return y.detach().cpu().numpy()
+            return _array(y)
         with _torch.no_grad():
             y = self._run(xt, training)
-        return y.detach().cpu().numpy()
+        return _array(y)
 
     def backward(self, x, grad, training: bool):
         """The gradient of the most recent training ``forward`` call."""
@@ -116,9 +134,9 @@ class Dropout:
         xt, y = self._last
         if not y.requires_grad:
             raise ValueError("the layer's training output does not depend on its input through autograd")
-        (g,) = _torch.autograd.grad(y, xt, _torch.from_numpy(grad))
+        (g,) = _torch.autograd.grad(y, xt, _tensor(grad))
         self._last = None
-        return g.detach().cpu().numpy()
+        return _array(g)
 
     def rng_state(self) -> bytes:
         """The generator's state, by value."""
@@ -142,7 +160,9 @@ def check_dropout(
     ``backward``: check the backward pass through autograd (``False`` for a
     layer without one, or an in-place layer). Other keyword arguments
     (``x``, ``samples``, ``seed``, ``dtype``, ...) are
-    :func:`dropmc.check_dropout`'s; ``dtype`` defaults to float64.
+    :func:`dropmc.check_dropout`'s; ``dtype`` defaults to float64
+    (``np.float16`` and ``"bfloat16"`` check torch's half-precision
+    dropout).
     """
     wrapped = layer if isinstance(layer, Dropout) else Dropout(layer, generator=generator, grad=backward)
     dtype = kwargs.pop("dtype", _np.float64)

@@ -37,31 +37,7 @@ use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
-/// The element type of the arrays handed to the user's callables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dtype {
-    F64,
-    F32,
-}
-
-impl Dtype {
-    /// Parses numpy's name of the dtype.
-    pub fn from_name(name: &str) -> Option<Dtype> {
-        match name {
-            "float64" => Some(Dtype::F64),
-            "float32" => Some(Dtype::F32),
-            _ => None,
-        }
-    }
-
-    /// `v` rounded to this dtype (and back to `f64`, exactly).
-    pub fn round(self, v: f64) -> f64 {
-        match self {
-            Dtype::F64 => v,
-            Dtype::F32 => v as f32 as f64,
-        }
-    }
-}
+pub use crate::dtype::Dtype;
 
 /// Elements per Python call the batch size aims at: large enough that the
 /// call's fixed cost (tens of microseconds in numpy, more through a jitted
@@ -340,36 +316,32 @@ impl PyForward {
         let shaped = |e: numpy::ndarray::ShapeError| {
             pyo3::exceptions::PyRuntimeError::new_err(format!("batch of {n} x {d}: {e}"))
         };
-        Ok(match self.dtype {
-            Dtype::F64 => Array2::from_shape_vec((n, d), values.to_vec())
+        Ok(if !self.dtype.travels_as_f32() {
+            Array2::from_shape_vec((n, d), values.to_vec())
                 .map_err(shaped)?
                 .into_pyarray(py)
-                .into_any(),
-            Dtype::F32 => {
-                let v: Vec<f32> = values.iter().map(|&a| a as f32).collect();
-                Array2::from_shape_vec((n, d), v)
-                    .map_err(shaped)?
-                    .into_pyarray(py)
-                    .into_any()
-            }
+                .into_any()
+        } else {
+            let v: Vec<f32> = values.iter().map(|&a| a as f32).collect();
+            Array2::from_shape_vec((n, d), v)
+                .map_err(shaped)?
+                .into_pyarray(py)
+                .into_any()
         })
     }
 
-    /// The output rows as `f64` (exact for both dtypes). The Python side
+    /// The output rows as `f64` (exact for every dtype). The Python side
     /// has checked the shape and dtype already; this checks them again so
     /// that a wrong array can never be read out of bounds.
     fn read(&self, out: &Bound<PyAny>, n: usize, d: usize) -> PyResult<Vec<f64>> {
-        let values: Vec<f64> = match self.dtype {
-            Dtype::F64 => {
-                let a: PyReadonlyArray2<f64> = out.extract()?;
-                check_shape(a.shape(), n, d)?;
-                a.as_array().iter().copied().collect()
-            }
-            Dtype::F32 => {
-                let a: PyReadonlyArray2<f32> = out.extract()?;
-                check_shape(a.shape(), n, d)?;
-                a.as_array().iter().map(|&v| v as f64).collect()
-            }
+        let values: Vec<f64> = if !self.dtype.travels_as_f32() {
+            let a: PyReadonlyArray2<f64> = out.extract()?;
+            check_shape(a.shape(), n, d)?;
+            a.as_array().iter().copied().collect()
+        } else {
+            let a: PyReadonlyArray2<f32> = out.extract()?;
+            check_shape(a.shape(), n, d)?;
+            a.as_array().iter().map(|&v| v as f64).collect()
         };
         Ok(values)
     }

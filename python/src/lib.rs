@@ -23,6 +23,7 @@
 
 mod audit;
 mod claims;
+mod dtype;
 mod eval_args;
 mod forward;
 mod mask_shape;
@@ -93,7 +94,7 @@ fn rate(p: f64) -> PyResult<Rate> {
 
 fn dtype(name: &str) -> PyResult<Dtype> {
     Dtype::from_name(name).ok_or_else(|| {
-        PyValueError::new_err(format!("dtype must be float64 or float32, got {name:?}"))
+        PyValueError::new_err(format!("dtype must be {}, got {name:?}", dtype::ACCEPTED))
     })
 }
 
@@ -142,7 +143,12 @@ fn check_dropout(
         return Err(e);
     }
     let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
-    let likely_causes = claims::likely_causes(&results);
+    let rounding = claims::Rounding {
+        dtype,
+        rate,
+        x: &setup.moment_x,
+    };
+    let likely_causes = claims::likely_causes(&results, &rounding);
     let fields = [
         ("likely_causes", json!(likely_causes)),
         ("p", json!(p)),
@@ -248,15 +254,14 @@ fn summary(py: Python<'_>, r: &ClaimResult) -> PyResult<Py<PyDict>> {
     Ok(d.unbind())
 }
 
-/// The claims' default inputs: (moments, semantics float64, semantics
-/// float32).
+/// The claims' default inputs in the dtype named `dtype_name`: (moments,
+/// semantics).
 #[pyfunction]
-fn default_inputs() -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    (
+fn default_inputs(dtype_name: &str) -> PyResult<(Vec<f64>, Vec<f64>)> {
+    Ok((
         claims::MOMENT_X.to_vec(),
-        claims::SEMANTICS_X64.to_vec(),
-        claims::SEMANTICS_X32.to_vec(),
-    )
+        claims::semantics_x(dtype(dtype_name)?),
+    ))
 }
 
 /// The suite's per-assertion critical `|z|`.

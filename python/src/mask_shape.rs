@@ -49,7 +49,7 @@ use pyo3::types::PyDict;
 use serde_json::json;
 
 use crate::claims::{PyClaim, PyDropout, family_of};
-use crate::forward::{Dtype, PyForward};
+use crate::forward::PyForward;
 use crate::to_py;
 
 /// Draws of each mask-shape claim (the Rust family's budget).
@@ -312,11 +312,7 @@ pub fn check_mask_shape(
     seed: u64,
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let rate = Rate::new(p).map_err(to_py)?;
-    let dtype = Dtype::from_name(dtype_name).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "dtype must be float64 or float32, got {dtype_name:?}"
-        ))
-    })?;
+    let dtype = crate::dtype(dtype_name)?;
     if group_ids.len() != x.len() {
         return Err(PyValueError::new_err("one group id per entry of x"));
     }

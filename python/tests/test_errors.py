@@ -79,7 +79,7 @@ def test_a_rate_outside_0_1_is_a_value_error(p):
 def test_bad_arguments_are_clear():
     with pytest.raises(TypeError, match="callable"):
         dropmc.check_dropout("forward", P)
-    with pytest.raises(TypeError, match="float64 or float32"):
+    with pytest.raises(TypeError, match="float64, float32, float16, bfloat16"):
         dropmc.check_dropout(Correct(P).forward, P, dtype=np.int32)
     with pytest.raises(ValueError, match="samples"):
         dropmc.check_dropout(Correct(P).forward, P, samples=1)

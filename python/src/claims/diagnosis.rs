@@ -20,11 +20,21 @@
 //!    independently of the others (a fixed number dropped, neighbouring units
 //!    sharing a random bit, a mask shared along an axis).
 //!
+//! 5. In float16 or bfloat16, per-unit moments fail while the survivors
+//!    and the kept count pass: the survivors are the dtype's roundings of
+//!    `x/q`, whose mean `q·fl(x/q)` is not `x` — the dtype's bias, not the
+//!    mask's. The message gives the effective scale at the user's inputs
+//!    (PyTorch's bfloat16 survivors at `p = 0.1` are `x·1.109375`, −0.156 %).
+//!
 //! The semantics rules name their own cause (eval path, input written in
 //! place, backward mask). The causes are likely, not certain: they are the
 //! simplest bug consistent with the pattern.
 
 use dropmc::claims::{ClaimResult, Verdict};
+use dropmc::ops::Rate;
+
+use super::rules::accepted_survivors;
+use crate::forward::Dtype;
 
 /// The per-unit moment claims.
 const PER_UNIT: [&str; 5] = [
@@ -35,9 +45,73 @@ const PER_UNIT: [&str; 5] = [
     "dropout.variance",
 ];
 
+/// The dtype and inputs of a run, for causes that depend on rounding.
+pub struct Rounding<'a> {
+    pub dtype: Dtype,
+    pub rate: Rate,
+    /// The moment claims' inputs.
+    pub x: &'a [f64],
+}
+
+impl Rounding<'_> {
+    /// Whether the dtype is narrow enough for its rounding of the survivors
+    /// to bias the moments at a feasible budget (float16, bfloat16: the
+    /// relative bias is up to `ε/2 = 2⁻¹¹`, `2⁻⁸`; float32's `2⁻²⁴` is far
+    /// below the moments' resolution).
+    fn biases_moments(&self) -> bool {
+        matches!(self.dtype, Dtype::F16 | Dtype::BF16)
+    }
+
+    /// The range over the normal, non-zero inputs of the survivors'
+    /// effective relative scale `q·s/x − 1`, for the survivor rounding
+    /// `rounding` (an index into [`accepted_survivors`]).
+    fn scale_bias_range(&self, rounding: usize) -> Option<(f64, f64)> {
+        let biases: Vec<f64> = self
+            .x
+            .iter()
+            .map(|&v| self.dtype.round(v))
+            .filter(|v| v.abs() >= self.dtype.smallest_normal())
+            .map(|v| {
+                self.rate.q() * accepted_survivors(v, self.rate, self.dtype)[rounding] / v - 1.0
+            })
+            .collect();
+        let lo = biases.iter().copied().reduce(f64::min)?;
+        let hi = biases.iter().copied().reduce(f64::max)?;
+        Some((lo, hi))
+    }
+
+    /// Cause 5 in words, with the numbers.
+    fn moment_bias(&self) -> String {
+        let name = self.dtype.name();
+        let exact = 1.0 / self.rate.q();
+        let rounded = self.dtype.round(exact);
+        let range = |k: usize| {
+            self.scale_bias_range(k).map_or_else(
+                || "-".to_string(),
+                |(lo, hi)| format!("{} … {}", percent(lo), percent(hi)),
+            )
+        };
+        format!(
+            "the kept values are {name} roundings of x/q (semantics.survivors_exact passes), but \
+             {name} cannot hold x/q closely enough to keep the mean: 1/q = {exact:.6} rounds to \
+             {rounded:.6} ({}), so at your inputs the survivors' effective scale q*s/x is off by \
+             {} for s = x*fl(1/q) and by {} for s = fl(x/q); the moments resolve that bias at \
+             this budget. It comes from rounding in {name}, not from the mask",
+            percent(rounded / exact - 1.0),
+            range(1),
+            range(0),
+        )
+    }
+}
+
+/// A relative deviation as a signed percentage, three significant digits.
+fn percent(r: f64) -> String {
+    format!("{:+.3}%", 100.0 * r)
+}
+
 /// One line per cause the failing claims of `results` point to (empty when
 /// nothing failed).
-pub fn likely_causes(results: &[ClaimResult]) -> Vec<String> {
+pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String> {
     let failed = |id: &str| {
         results
             .iter()
@@ -96,6 +170,8 @@ pub fn likely_causes(results: &[ClaimResult]) -> Vec<String> {
              period); the other moments fail because their draws are not independent"
                 .into(),
         );
+    } else if per_unit_fails && !failed("dropout.kept_count") && rounding.biases_moments() {
+        causes.push(rounding.moment_bias());
     } else if per_unit_fails && failed("dropout.kept_count") {
         causes.push(
             "the kept values are right but the keep probability is not q = 1 - p: the layer \

@@ -31,13 +31,13 @@ use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, Rate, Subject, TrainPass
 use dropmc::stats::Estimate;
 use rand::Rng;
 
-use crate::forward::PyForward;
+use crate::forward::{Dtype, PyForward};
 
 mod diagnosis;
 mod moments;
 mod rules;
 
-pub use diagnosis::likely_causes;
+pub use diagnosis::{Rounding, likely_causes};
 
 use moments::moment_claims;
 use rules::rule_claims;
@@ -53,19 +53,29 @@ pub use dropmc::claims::dropout::UNIT_X as MOMENT_X;
 /// inputs ([`dropmc::claims::semantics::X`]): signs, a signed zero, the
 /// smallest subnormal, a huge and a fractional value.
 pub use dropmc::claims::semantics::X as SEMANTICS_X64;
-/// The same in float32: the subnormal and the huge value replaced by
-/// float32's (the smallest subnormal `2⁻¹⁴⁹` and `10³⁸`), which the cast
-/// to float32 would otherwise round to 0 and to infinity.
-pub const SEMANTICS_X32: [f64; 8] = [
-    0.5,
-    -1.2,
-    3.0,
-    -0.0,
-    2.0,
-    1.401298464324817e-45,
-    1e38,
-    -7.25,
-];
+/// The semantics claims' default input in `dtype`: float64's
+/// [`SEMANTICS_X64`]; in a narrower dtype the same values with the
+/// subnormal and the huge one replaced by the dtype's smallest subnormal
+/// and a huge value of its range (`10³⁸` in float32 and bfloat16, `3·10⁴`
+/// in float16, whose largest number is 65504), which the cast to the
+/// dtype would otherwise round to 0 and to infinity.
+pub fn semantics_x(dtype: Dtype) -> Vec<f64> {
+    let huge = match dtype {
+        Dtype::F64 => return SEMANTICS_X64.to_vec(),
+        Dtype::F32 | Dtype::BF16 => 1e38,
+        Dtype::F16 => 3e4,
+    };
+    vec![
+        0.5,
+        -1.2,
+        3.0,
+        -0.0,
+        2.0,
+        dtype.smallest_subnormal(),
+        huge,
+        -7.25,
+    ]
+}
 
 /// Draws of the moment claims (the Rust suite's default for them).
 pub const MOMENT_SAMPLES: u64 = 1_000_000;

@@ -9,7 +9,7 @@ use dropmc::formulas::dropout as f;
 use dropmc::ops::Rate;
 use dropmc::stats::{Statistic, two_point_skewness};
 
-use super::rules::{accepted_survivors, smallest_normal};
+use super::rules::accepted_survivors;
 use super::{COUNT_X, MOMENT_SAMPLES, PyClaim, Setup, family_of};
 use crate::forward::Dtype;
 
@@ -50,7 +50,7 @@ const MAX_SCALE_EXPONENT: i32 = 1000;
 /// two multiplies exactly, so the scaled test is the same test.
 pub(super) fn unit_scale(x: f64, rate: Rate, dtype: Dtype) -> f64 {
     let x = dtype.round(x);
-    if x == 0.0 || x.abs() >= smallest_normal(dtype) {
+    if x == 0.0 || x.abs() >= dtype.smallest_normal() {
         return 1.0;
     }
     let s = accepted_survivors(x, rate, dtype)[0].abs();

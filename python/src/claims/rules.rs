@@ -52,38 +52,53 @@ fn count_rows(
 
 /// The kept outputs a dtype's arithmetic may give for `x / q`: `fl(x/q)`
 /// and `fl(x · fl(1/q))` (the Rust suite's two roundings,
-/// [`kept_roundings`]); in float32 the same with every operation rounded
-/// to float32, `q` and `1/q` rounded from their float64 values or `1/q`
-/// from the rounded `q` (numpy, JAX and PyTorch cast a Python float scale
-/// to the array's dtype).
+/// [`kept_roundings`]); in a narrower dtype the same with every operation
+/// rounded to it, and also `fl(x · fl(1/fl(q)))`: `q` and `1/q` rounded
+/// from their float64 values, or `1/q` from the rounded `q` (numpy, JAX
+/// and PyTorch cast a Python float scale to the array's dtype; PyTorch's
+/// float16 and bfloat16 dropout multiplies by the rounded reciprocal, see
+/// [`crate::dtype`]).
 pub(super) fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 3] {
     match dtype {
         Dtype::F64 => {
             let (division, reciprocal) = kept_roundings(x, rate);
             [division, reciprocal, reciprocal]
         }
-        Dtype::F32 => {
-            let (x, q) = (x as f32, rate.q() as f32);
-            let inverse = (1.0 / rate.q()) as f32;
-            [(x / q) as f64, (x * inverse) as f64, (x * (1.0 / q)) as f64]
+        _ => {
+            let (x, q) = (dtype.round(x), dtype.round(rate.q()));
+            let inverse = dtype.round(1.0 / rate.q());
+            [
+                dtype.div(x, q),
+                dtype.mul(x, inverse),
+                dtype.mul(x, dtype.div(1.0, q)),
+            ]
         }
     }
 }
 
-/// The unit roundoff `ε` of the dtype (the spacing of its numbers at 1).
-fn epsilon(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::F64 => f64::EPSILON,
-        Dtype::F32 => f32::EPSILON as f64,
+/// Bound on `|backward_k − g_k/q|` for a kept unit from rounding alone.
+///
+/// In float64 it is the Rust suite's [`backward_bound`]: two roundings of
+/// relative `u = ε/2`. A narrower dtype may scale by any of the survivor
+/// rule's roundings ([`accepted_survivors`]), the longest being
+/// `fl(g · fl(1/fl(q)))`, step by step:
+///
+/// 1. `fl(q) = q(1 + δ₀)` and `fl(1/fl(q)) = (1/q)(1 + δ₀')(1 + δ₁)` with
+///    `1/(1 + δ₀) = 1 + δ₀'`, `|δ₀'| ≤ u/(1 − u)`; to first order, three
+///    factors `(1 + δ)` with `|δ| ≤ u` (the `u/(1−u)` excess is `u²`, inside
+///    the bound's `3u²` term below);
+/// 2. the product rounds once more: `fl(y) = y(1 + δ₂) + η`, where `η`,
+///    `|η| ≤ s/2` with `s` the smallest subnormal, is the absolute error of
+///    a result below the normal range (then `δ₂ = 0`);
+/// 3. so `|fl(g S) − g/q| ≤ (|g|/q)((1 + u)³ − 1) + s/2`, with
+///    `(1 + u)³ − 1 = 3u + 3u² + u³` (the `u²` terms matter in bfloat16,
+///    `u = 2⁻⁸`).
+fn backward_error_bound(g: f64, rate: Rate, dtype: Dtype) -> f64 {
+    if dtype == Dtype::F64 {
+        return backward_bound(g, rate);
     }
-}
-
-/// The smallest positive normal number of the dtype.
-pub(super) fn smallest_normal(dtype: Dtype) -> f64 {
-    match dtype {
-        Dtype::F64 => f64::MIN_POSITIVE,
-        Dtype::F32 => f32::MIN_POSITIVE as f64,
-    }
+    let u = dtype.epsilon() / 2.0;
+    g.abs() / rate.q() * ((1.0 + u).powi(3) - 1.0) + dtype.smallest_subnormal() / 2.0
 }
 
 fn same_bits(a: f64, b: f64) -> bool {
@@ -178,7 +193,7 @@ pub(super) fn rule_claims<'a>(
     let xb: Vec<f64> = x
         .iter()
         .copied()
-        .filter(|v| v.abs() >= smallest_normal(dtype))
+        .filter(|v| v.abs() >= dtype.smallest_normal())
         .collect();
     if !forward.has_backward() {
         skipped.push((
@@ -193,10 +208,9 @@ pub(super) fn rule_claims<'a>(
             "p = 0: semantics.p_zero_identity checks backward = g bit for bit".to_string(),
         ));
     } else if !xb.is_empty() {
-        let eps = epsilon(dtype);
         claims.push(rule_claim(
             "semantics.backward_mask",
-            "backward = g m / q with the forward's mask (2 roundings of the dtype): 0 violations",
+            "backward = g m / q with the forward's mask (to the dtype's roundings): 0 violations",
             None,
             move |budget| {
                 count_rows(budget, || {
@@ -205,8 +219,7 @@ pub(super) fn rule_claims<'a>(
                             .filter(|&k| {
                                 let (g, kept) = (row.grad_out[k], row.out[k] != 0.0);
                                 let want = if kept { g / rate.q() } else { 0.0 };
-                                // backward_bound's two roundings, at the dtype's ε.
-                                let bound = backward_bound(g, rate) * eps / f64::EPSILON;
+                                let bound = backward_error_bound(g, rate, dtype);
                                 let err = (row.grad_in[k] - want).abs();
                                 err.is_nan() || err > bound
                             })
