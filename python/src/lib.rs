@@ -132,6 +132,7 @@ fn check_dropout(
         moment_x,
         semantics_x,
         has_rng_state,
+        samples,
     };
     let options = Options {
         seed,

@@ -104,7 +104,11 @@ def test_dropout1d_per_unit_claims_pass_and_the_cross_unit_ones_fail():
     result = timed("Dropout1d", lambda: dt.check_dropout(torch.nn.Dropout1d(P), P, samples=SAMPLES))
     v = verdicts(result)
     assert {k for k in PER_UNIT if v[k] == "pass"} == PER_UNIT, str(result)
-    assert failed_ids(result) == {"dropout.sum_variance", "dropout.kept_count"}, str(result)
+    # A row's units share one bit, so a window of rows holds one random bit
+    # a row: windows recur, and semantics.masks_never_repeat fails too.
+    assert failed_ids(result) == {
+        "dropout.sum_variance", "dropout.kept_count", "semantics.masks_never_repeat",
+    }, str(result)
     assert "not independently" in " ".join(result.likely_causes)
 
 

@@ -26,6 +26,10 @@
 //!    mask's. The message gives the effective scale at the user's inputs
 //!    (PyTorch's bfloat16 survivors at `p = 0.1` are `x·1.109375`, −0.156 %).
 //!
+//! 6. `semantics.masks_never_repeat` fails with the units otherwise
+//!    independent: the generator's stream repeats (a short period, or
+//!    re-seeded alike on each call).
+//!
 //! The semantics rules name their own cause (eval path, input written in
 //! place, backward mask). The causes are likely, not certain: they are the
 //! simplest bug consistent with the pattern.
@@ -151,6 +155,25 @@ pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String
         if failed(id) {
             causes.push(cause.to_string());
         }
+    }
+    // Masks that recur point to the generator's stream (a short period, a
+    // re-seeded generator) when the units are otherwise independent; when
+    // the kept count or the sum's variance fails too, the units of a row
+    // may share bits (cause 4), so a window holds fewer random bits than
+    // the rule assumed and recurs for that reason as well.
+    if failed("semantics.masks_never_repeat") {
+        let units_dependent = failed("dropout.kept_count") || failed("dropout.sum_variance");
+        causes.push(if units_dependent {
+            "the keep masks recur (runs of consecutive rows repeat earlier ones bit for bit) \
+             while the kept count or the sum's variance fails: the generator has a short period, \
+             or the units of a row share random bits (then each row holds fewer random bits \
+             than units)"
+                .into()
+        } else {
+            "the keep masks recur: a run of consecutive rows repeats an earlier one bit for bit \
+             (a generator with a short period, or re-seeded alike on each call)"
+                .into()
+        });
     }
     let per_unit_fails = PER_UNIT.iter().any(|id| failed(id));
     let moments_fail = per_unit_fails

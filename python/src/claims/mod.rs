@@ -35,6 +35,7 @@ use crate::forward::{Dtype, PyForward};
 
 mod diagnosis;
 mod moments;
+mod repeats;
 mod rules;
 
 pub use diagnosis::{Rounding, likely_causes};
@@ -92,6 +93,8 @@ pub struct Setup<'a> {
     pub semantics_x: Vec<f64>,
     /// Whether `rng_state` was given.
     pub has_rng_state: bool,
+    /// The user's cap on every claim's draws (`samples=`).
+    pub samples: Option<u64>,
 }
 
 /// The Python forward as a [`DropoutLayer`], at the user's rate only.

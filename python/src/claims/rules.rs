@@ -10,12 +10,13 @@ use dropmc::formulas::semantics::{backward_bound, kept_roundings};
 use dropmc::ops::Rate;
 use dropmc::stats::{Estimate, Statistic, per_draw_dof};
 
+use super::repeats::repeat_claim;
 use super::{PyClaim, RULE_SAMPLES, Setup, family_of};
 use crate::forward::Dtype;
 
 /// A deterministic rule: `rule` returns its total violations over
 /// `budget.samples` rows.
-fn rule_claim<'a>(
+pub(super) fn rule_claim<'a>(
     id: &'static str,
     formula: &'static str,
     note: Option<String>,
@@ -175,6 +176,14 @@ pub(super) fn rule_claims<'a>(
             })
         },
     ));
+    let informative = x
+        .iter()
+        .map(|v| v.abs() >= dtype.smallest_normal())
+        .collect();
+    match repeat_claim(setup, x.clone(), informative) {
+        Ok(claim) => claims.push(claim),
+        Err(why) => skipped.push(("semantics.masks_never_repeat", why)),
+    }
     let xi = x.clone();
     claims.push(rule_claim(
         "semantics.forward_preserves_input",
