@@ -72,6 +72,7 @@ from . import _dropmc
 __all__ = [
     "Result",
     "check_dropout",
+    "check_attention_dropout",
     "check_norm_site",
     "eval",
     "critical_z",
@@ -619,3 +620,4 @@ def eval(quantity: str, **kwargs: Any) -> Dict[str, Any]:  # noqa: A001 - the CL
 # The model audit (docs/audit.md); torch is imported only when it runs.
 from . import audit  # noqa: E402
 from . import testing  # noqa: E402  (after Result and check_dropout, which it imports)
+from .attention import check_attention_dropout  # noqa: E402  (after Result)

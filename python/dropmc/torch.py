@@ -40,7 +40,7 @@ import torch as _torch
 import dropmc as _dropmc
 from dropmc.audit import audit_torch as audit  # noqa: F401  (docs/audit.md)
 
-__all__ = ["Dropout", "audit", "check_dropout", "one_thread"]
+__all__ = ["Dropout", "audit", "check_dropout", "check_sdpa", "one_thread", "sdpa_dropout"]
 
 
 @_contextlib.contextmanager
@@ -155,3 +155,39 @@ def check_dropout(
             dtype=dtype,
             **kwargs,
         )
+
+
+def sdpa_dropout(p: float, *, attention: Optional[Callable[..., Any]] = None) -> Callable[[Any], Any]:
+    """``F.scaled_dot_product_attention(q, k, v, dropout_p=p)`` as the
+    ``dropout(A)`` :func:`dropmc.check_attention_dropout` expects.
+
+    For rows ``A`` of the softmax row ``a`` over ``T`` keys: one query per
+    row, ``q = ln a``, the keys ``k = I_T`` and ``scale=1`` make the logits
+    ``q k^T = ln a`` and the softmax ``a``; the values ``v = I_T`` make the
+    output the dropped attention row itself. ``attention``: any function
+    with SDPA's signature (``attention(q, k, v, dropout_p=p, scale=1.0)``;
+    default torch's own).
+    """
+    p = _dropmc._check_rate(p)
+    attend = _torch.nn.functional.scaled_dot_product_attention if attention is None else attention
+    if not callable(attend):
+        raise TypeError("attention must be callable as attention(q, k, v, dropout_p=p, scale=1.0)")
+
+    def dropout(A):
+        a = _torch.from_numpy(A)
+        n, t = a.shape
+        identity = _torch.eye(t, dtype=a.dtype).expand(n, t, t)
+        with _torch.no_grad():
+            out = attend(_torch.log(a).unsqueeze(1), identity, identity, dropout_p=p, scale=1.0)
+        return out.squeeze(1).detach().cpu().numpy()
+
+    return dropout
+
+
+def check_sdpa(p: float, *, attention: Optional[Callable[..., Any]] = None, **kwargs) -> "_dropmc.Result":
+    """:func:`dropmc.check_attention_dropout` on SDPA (or ``attention``, a
+    function with its signature) through :func:`sdpa_dropout`, at one
+    intra-op thread. Keyword arguments (``a``, ``values``, ``samples``,
+    ``seed``, ``dtype``) are :func:`dropmc.check_attention_dropout`'s."""
+    with one_thread():
+        return _dropmc.check_attention_dropout(sdpa_dropout(p, attention=attention), p, **kwargs)

@@ -21,6 +21,7 @@
 // modules it links to.
 #![allow(rustdoc::private_intra_doc_links)]
 
+mod attention;
 mod audit;
 mod claims;
 mod eval_args;
@@ -282,5 +283,7 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
     m.add_function(wrap_pyfunction!(mde_power, m)?)?;
     m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::check_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::attention_defaults, m)?)?;
     Ok(())
 }

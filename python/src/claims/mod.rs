@@ -35,7 +35,7 @@ use crate::forward::PyForward;
 
 mod diagnosis;
 mod moments;
-mod rules;
+pub(crate) mod rules;
 
 pub use diagnosis::likely_causes;
 

@@ -15,7 +15,7 @@ use crate::forward::Dtype;
 
 /// A deterministic rule: `rule` returns its total violations over
 /// `budget.samples` rows.
-fn rule_claim<'a>(
+pub(crate) fn rule_claim<'a>(
     id: &'static str,
     formula: &'static str,
     note: Option<String>,
@@ -39,7 +39,7 @@ fn rule_claim<'a>(
 }
 
 /// Sums `per_row` over `budget.samples` rows.
-fn count_rows(
+pub(crate) fn count_rows(
     budget: Budget,
     mut per_row: impl FnMut() -> Result<usize, Error>,
 ) -> Result<f64, Error> {
@@ -71,7 +71,7 @@ pub(super) fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 3] {
 }
 
 /// The unit roundoff `ε` of the dtype (the spacing of its numbers at 1).
-fn epsilon(dtype: Dtype) -> f64 {
+pub(crate) fn epsilon(dtype: Dtype) -> f64 {
     match dtype {
         Dtype::F64 => f64::EPSILON,
         Dtype::F32 => f32::EPSILON as f64,
