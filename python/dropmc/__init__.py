@@ -73,6 +73,7 @@ __all__ = [
     "Result",
     "check_dropout",
     "check_attention_dropout",
+    "check_batchnorm",
     "check_norm_site",
     "eval",
     "critical_z",
@@ -621,3 +622,4 @@ def eval(quantity: str, **kwargs: Any) -> Dict[str, Any]:  # noqa: A001 - the CL
 from . import audit  # noqa: E402
 from . import testing  # noqa: E402  (after Result and check_dropout, which it imports)
 from .attention import check_attention_dropout  # noqa: E402  (after Result)
+from .batchnorm import check_batchnorm  # noqa: E402  (after Result)

@@ -23,6 +23,7 @@
 
 mod attention;
 mod audit;
+mod batchnorm;
 mod claims;
 mod eval_args;
 mod forward;
@@ -285,5 +286,7 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
     m.add_function(wrap_pyfunction!(attention::check_attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention::attention_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(batchnorm::check_batchnorm, m)?)?;
+    m.add_function(wrap_pyfunction!(batchnorm::batchnorm_defaults, m)?)?;
     Ok(())
 }
