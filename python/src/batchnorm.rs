@@ -240,7 +240,7 @@ impl PyBatchNorm {
         let k = config.channels();
         let per_replicate = config.steps as usize * config.batch * k;
         let per_call = (ELEMENTS_PER_CALL / per_replicate.max(1)).max(1) as u64;
-        let mut rows = Vec::with_capacity(samples as usize * 4 * k);
+        let mut rows = Vec::new();
         let (mut done, mut call) = (0u64, 0u64);
         while done < samples {
             let r = per_call.min(samples - done) as usize;

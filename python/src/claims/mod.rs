@@ -236,7 +236,7 @@ fn skip_reason(id: &str) -> String {
         }
         _ => match family_of(id) {
             "attention" => {
-                "attention dropout is a separate code path (rows of softmax probabilities); check it with your attention layer as forward"
+                "attention dropout is a separate code path (rows of softmax probabilities): check it with dropmc.check_attention_dropout"
             }
             "mask_shape" => "needs the layer's mask-shape option (shared over positions)",
             "ensemble" => "a statement about the mathematics of averaging masks",
