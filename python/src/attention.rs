@@ -31,18 +31,18 @@
 use dropmc::Error;
 use dropmc::claims::attention::{A as SEED_A, V as SEED_V};
 use dropmc::claims::fn_claim::half_squared_difference;
-use dropmc::claims::{Card, Shape, check};
-use dropmc::conformance::{Options, samples_for};
-use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
+use dropmc::claims::{Card, Shape};
+use dropmc::conformance::Options;
+use dropmc::engine::{derive_seed, estimate};
 use dropmc::formulas::attention as f;
-use dropmc::ops::{DropoutLayer, Rate, Subject, TrainPass};
+use dropmc::ops::{Rate, Subject};
 use dropmc::stats::{Statistic, two_point_skewness};
 
-use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
+use crate::claims::pair_rows::PairRows;
 use crate::claims::rules::{count_rows, epsilon, rule_claim};
 use crate::claims::{PyClaim, PyDropout};
 use crate::forward::{Dtype, PyForward};
@@ -76,57 +76,6 @@ pub struct RowDraw<'a> {
     pub b_alt: &'a [f64],
 }
 
-/// One (or two independent) training passes of the user's dropout per draw.
-struct RowSampler<'a> {
-    layer: &'a dyn DropoutLayer,
-    a: &'a [f64],
-    v: &'a [f64],
-    p: f64,
-    dim: usize,
-    /// Whether the statistic reads `b_alt` (the variance claims).
-    pairs: bool,
-    statistic: fn(&RowDraw, &mut [f64]),
-}
-
-struct Scratch {
-    b: Vec<f64>,
-    b_alt: Vec<f64>,
-    mask: Vec<bool>,
-}
-
-impl Sampler for RowSampler<'_> {
-    type Scratch = Scratch;
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn scratch(&self) -> Scratch {
-        let t = self.a.len();
-        Scratch {
-            b: vec![0.0; t],
-            b_alt: vec![0.0; t],
-            mask: vec![false; t],
-        }
-    }
-    fn draw(&self, rng: &mut Stream, s: &mut Scratch, out: &mut [f64]) -> Result<(), Error> {
-        self.layer
-            .forward_attention(TrainPass::new(self.a, &mut s.b, &mut s.mask), self.p, rng)?;
-        if self.pairs {
-            self.layer.forward_attention(
-                TrainPass::new(self.a, &mut s.b_alt, &mut s.mask),
-                self.p,
-                rng,
-            )?;
-        }
-        let draw = RowDraw {
-            v: self.v,
-            b: &s.b,
-            b_alt: &s.b_alt,
-        };
-        (self.statistic)(&draw, out);
-        Ok(())
-    }
-}
-
 /// The row and values one claim samples at, and the rate.
 #[derive(Clone)]
 struct Row {
@@ -154,14 +103,16 @@ fn moment_claim<'a>(c: MomentClaim, row: Row) -> PyClaim<'a> {
         analytic: c.analytic,
         note: None,
         estimate: Box::new(move |subject, budget| {
-            let sampler = RowSampler {
+            let v = &row.v;
+            let statistic =
+                |b: &[f64], b_alt: &[f64], out: &mut [f64]| draw(&RowDraw { v, b, b_alt }, out);
+            let sampler = PairRows {
                 layer: subject.dropout,
-                a: &row.a,
-                v: &row.v,
+                x: &row.a,
                 p: row.rate.p(),
                 dim,
                 pairs,
-                statistic: draw,
+                statistic: &statistic,
             };
             Ok(estimate(&sampler, budget)?.estimates())
         }),
@@ -275,14 +226,7 @@ fn run(forward: &PyForward, row: &Row, options: &Options) -> Result<crate::Outco
     let subject = Subject::with_dropout(&layer);
     let mut claims = moment_claims(row);
     claims.push(dropped_row_claim(forward, row));
-    let mut results = Vec::with_capacity(claims.len());
-    for claim in &claims {
-        let budget = Budget::new(
-            samples_for(claim, options),
-            derive_seed(options.seed, claim.card.id),
-        )?;
-        results.push(check(claim, &subject, budget));
-    }
+    let results = crate::check_claims(&claims, &subject, options)?;
     Ok((
         results,
         vec![("attention.row_sum_pmf", PMF_SKIP_REASON.to_string())],
@@ -314,25 +258,9 @@ pub fn check_attention(
         v,
         rate,
     };
-    // Eval mode is not called by these claims: the train callable stands in.
-    let evaluate = train.clone_ref(py);
-    let forward = PyForward::new(
-        train,
-        evaluate,
-        None,
-        dtype,
-        derive_seed(seed, "python/attention"),
-    );
-    let options = Options {
-        seed,
-        samples,
-        ..Options::default()
-    };
-    let outcome = py.detach(|| crate::run_on_one_thread(|| run(&forward, &row, &options)));
-    if let Some(e) = forward.take_failure() {
-        return Err(e);
-    }
-    let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let forward = PyForward::train_only(py, train, dtype, derive_seed(seed, "python/attention"));
+    let options = crate::run_options(seed, samples);
+    let (results, skipped) = crate::run_detached(py, &forward, || run(&forward, &row, &options))?;
     let fields = [
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),

@@ -45,8 +45,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dropmc::Error;
-use dropmc::claims::{Card, Shape, check};
-use dropmc::conformance::{Options, samples_for};
+use dropmc::claims::{Card, Shape};
+use dropmc::conformance::Options;
 use dropmc::engine::{Budget, MeanAccumulator, Stream, derive_seed, stream};
 use dropmc::formulas::batchnorm as f;
 use dropmc::ops::{InvertedDropout, Rate, Subject, TrainPass};
@@ -430,14 +430,7 @@ fn skipped() -> Vec<(&'static str, String)> {
 fn run(layer: &PyBatchNorm, config: &Config, options: &Options) -> Result<crate::Outcome, Error> {
     let subject = Subject::with_dropout(&InvertedDropout);
     let run = claims(layer, config);
-    let mut results = Vec::with_capacity(run.len());
-    for claim in &run {
-        let budget = Budget::new(
-            samples_for(claim, options),
-            derive_seed(options.seed, claim.card.id),
-        )?;
-        results.push(check(claim, &subject, budget));
-    }
+    let results = crate::check_claims(&run, &subject, options)?;
     Ok((results, skipped()))
 }
 
@@ -495,11 +488,7 @@ pub fn check_batchnorm(
         failure: Mutex::new(None),
         calls: AtomicU64::new(0),
     };
-    let options = Options {
-        seed,
-        samples,
-        ..Options::default()
-    };
+    let options = crate::run_options(seed, samples);
     let outcome = py.detach(|| crate::run_on_one_thread(|| run(&layer, &config, &options)));
     if let Some(e) = lock(&layer.failure).take() {
         return Err(e);

@@ -35,6 +35,7 @@ use crate::forward::PyForward;
 
 mod diagnosis;
 mod moments;
+pub(crate) mod pair_rows;
 pub(crate) mod rules;
 
 pub use diagnosis::likely_causes;
