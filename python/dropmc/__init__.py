@@ -72,6 +72,8 @@ from . import _dropmc
 __all__ = [
     "Result",
     "check_dropout",
+    "check_attention_dropout",
+    "check_batchnorm",
     "check_norm_site",
     "eval",
     "critical_z",
@@ -251,8 +253,16 @@ def _numpy_dtype(dtype) -> _np.dtype:
     return dt
 
 
-def _dtype_name(dtype) -> str:
-    return _numpy_dtype(dtype).name
+def _dtype_name(dtype, full_only: Optional[str] = None) -> str:
+    """numpy's name of ``dtype``; ``full_only`` names a check that runs in
+    float64 and float32 only (half precision is check_dropout's)."""
+    name = _numpy_dtype(dtype).name
+    if full_only is not None and name not in ("float64", "float32"):
+        raise TypeError(
+            f"{full_only} runs in float64 or float32, got {name} "
+            "(check a half-precision dropout with check_dropout(..., dtype=...))"
+        )
+    return name
 
 
 def _in_dtype(X: _np.ndarray, dt: _np.dtype) -> _np.ndarray:
@@ -587,11 +597,9 @@ def check_norm_site(
 
     gamma, beta, h = same_length(gamma, "gamma"), same_length(beta, "beta"), same_length(h, "h")
     if dtype_name not in ("float64", "float32"):
-        raise TypeError(
-            f"check_norm_site runs in float64 or float32, got {dtype_name}: a norm computed in "
-            "half precision rounds its output by more than the dropout gap it would be judged on "
-            "(check the dropout itself with check_dropout(..., dtype=...))"
-        )
+        # A norm computed in half precision rounds its output by more than
+        # the dropout gap it would be judged on.
+        _dtype_name(dtype, "check_norm_site")
     dt = _np.dtype(dtype_name)
     h_row = None if h is None else _np.asarray(h, dtype=dt)
 
@@ -681,3 +689,5 @@ def eval(quantity: str, **kwargs: Any) -> Dict[str, Any]:  # noqa: A001 - the CL
 # The model audit (docs/audit.md); torch is imported only when it runs.
 from . import audit  # noqa: E402
 from . import testing  # noqa: E402  (after Result and check_dropout, which it imports)
+from .attention import check_attention_dropout  # noqa: E402  (after Result)
+from .batchnorm import check_batchnorm  # noqa: E402  (after Result)

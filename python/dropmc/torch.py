@@ -40,7 +40,16 @@ import torch as _torch
 import dropmc as _dropmc
 from dropmc.audit import audit_torch as audit  # noqa: F401  (docs/audit.md)
 
-__all__ = ["Dropout", "audit", "check_dropout", "one_thread"]
+__all__ = [
+    "Dropout",
+    "audit",
+    "batchnorm_runner",
+    "check_batchnorm",
+    "check_dropout",
+    "check_sdpa",
+    "one_thread",
+    "sdpa_dropout",
+]
 
 
 def _tensor(x: _np.ndarray) -> "_torch.Tensor":
@@ -175,3 +184,87 @@ def check_dropout(
             dtype=dtype,
             **kwargs,
         )
+
+
+def sdpa_dropout(p: float, *, attention: Optional[Callable[..., Any]] = None) -> Callable[[Any], Any]:
+    """``F.scaled_dot_product_attention(q, k, v, dropout_p=p)`` as the
+    ``dropout(A)`` :func:`dropmc.check_attention_dropout` expects.
+
+    For rows ``A`` of the softmax row ``a`` over ``T`` keys: one query per
+    row, ``q = ln a``, the keys ``k = I_T`` and ``scale=1`` make the logits
+    ``q k^T = ln a`` and the softmax ``a``; the values ``v = I_T`` make the
+    output the dropped attention row itself. ``attention``: any function
+    with SDPA's signature (``attention(q, k, v, dropout_p=p, scale=1.0)``;
+    default torch's own).
+    """
+    p = _dropmc._check_rate(p)
+    attend = _torch.nn.functional.scaled_dot_product_attention if attention is None else attention
+    if not callable(attend):
+        raise TypeError("attention must be callable as attention(q, k, v, dropout_p=p, scale=1.0)")
+
+    def dropout(A):
+        a = _torch.from_numpy(A)
+        n, t = a.shape
+        identity = _torch.eye(t, dtype=a.dtype).expand(n, t, t)
+        with _torch.no_grad():
+            out = attend(_torch.log(a).unsqueeze(1), identity, identity, dropout_p=p, scale=1.0)
+        return out.squeeze(1).detach().cpu().numpy()
+
+    return dropout
+
+
+def check_sdpa(p: float, *, attention: Optional[Callable[..., Any]] = None, **kwargs) -> "_dropmc.Result":
+    """:func:`dropmc.check_attention_dropout` on SDPA (or ``attention``, a
+    function with its signature) through :func:`sdpa_dropout`, at one
+    intra-op thread. Keyword arguments (``a``, ``values``, ``samples``,
+    ``seed``, ``dtype``) are :func:`dropmc.check_attention_dropout`'s."""
+    with one_thread():
+        return _dropmc.check_attention_dropout(sdpa_dropout(p, attention=attention), p, **kwargs)
+
+
+def batchnorm_runner(layer: Union[_torch.nn.Module, Callable[[int], Any]]) -> Callable[[Any, Any], Any]:
+    """A torch BatchNorm as the ``batchnorm(batches, x)`` :func:`dropmc.check_batchnorm` expects.
+
+    ``layer``: an ``nn.BatchNorm1d`` (or a module of a class with its
+    constructor, ``cls(num_features, eps=, momentum=, affine=, dtype=)``),
+    whose class and settings make a fresh layer over ``C`` channels per
+    call; or a factory ``make(C)`` returning a fresh module.
+    """
+    if isinstance(layer, _torch.nn.Module):
+        cls, settings = type(layer), dict(eps=layer.eps, momentum=layer.momentum, affine=layer.affine)
+        if layer.momentum is None:
+            raise ValueError("momentum=None (a cumulative average) is not an EMA: dropmc checks an EMA buffer")
+
+        def make(c, dtype):
+            return cls(c, dtype=dtype, **settings)
+    elif callable(layer):
+        def make(c, dtype):
+            return layer(c).to(dtype)
+    else:
+        raise TypeError("layer must be a torch BatchNorm module or a factory make(num_features)")
+
+    def run(batches, x):
+        b = _torch.from_numpy(batches)
+        bn = make(b.shape[2], b.dtype)
+        with _torch.no_grad():
+            bn.train()
+            for step in b:
+                bn(step)
+            bn.eval()
+            y = bn(_torch.from_numpy(x))
+        return bn.running_mean.numpy().copy(), bn.running_var.numpy().copy(), y.numpy()
+
+    return run
+
+
+def check_batchnorm(layer: Union[_torch.nn.Module, Callable[[int], Any]], p: float, **kwargs) -> "_dropmc.Result":
+    """:func:`dropmc.check_batchnorm` on a torch BatchNorm through
+    :func:`batchnorm_runner`, at one intra-op thread. ``momentum`` and
+    ``eps`` default to the module's; ``unbiased`` to True (torch's running
+    variance convention). Other keyword arguments are
+    :func:`dropmc.check_batchnorm`'s."""
+    if isinstance(layer, _torch.nn.Module):
+        kwargs.setdefault("momentum", layer.momentum)
+        kwargs.setdefault("eps", layer.eps)
+    with one_thread():
+        return _dropmc.check_batchnorm(batchnorm_runner(layer), p, **kwargs)

@@ -158,6 +158,13 @@ impl PyForward {
         }
     }
 
+    /// A forward whose claims call training mode only (no eval pass, no
+    /// backward): the train callable stands in for the eval one.
+    pub fn train_only(py: Python<'_>, train: Py<PyAny>, dtype: Dtype, gradient_seed: u64) -> Self {
+        let evaluate = train.clone_ref(py);
+        PyForward::new(train, evaluate, None, dtype, gradient_seed)
+    }
+
     pub fn dtype(&self) -> Dtype {
         self.dtype
     }

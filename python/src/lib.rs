@@ -21,7 +21,9 @@
 // modules it links to.
 #![allow(rustdoc::private_intra_doc_links)]
 
+mod attention;
 mod audit;
+mod batchnorm;
 mod claims;
 mod dtype;
 mod eval_args;
@@ -139,11 +141,7 @@ fn check_dropout(
         samples,
         ..Options::default()
     };
-    let outcome = py.detach(|| run_on_one_thread(|| run_claims(&setup, &options)));
-    if let Some(e) = forward.take_failure() {
-        return Err(e);
-    }
-    let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let (results, skipped) = run_detached(py, &forward, || run_claims(&setup, &options))?;
     let rounding = claims::Rounding {
         dtype,
         rate,
@@ -215,15 +213,49 @@ fn run_claims(setup: &claims::Setup, options: &Options) -> Result<Outcome, Error
     let layer = claims::PyDropout::new(setup);
     let subject = Subject::with_dropout(&layer);
     let (run, skipped) = claims::claims(setup);
+    Ok((check_claims(&run, &subject, options)?, skipped))
+}
+
+/// Runs `f` (claims on `forward`) without the GIL on the one-thread pool
+/// ([`run_on_one_thread`]); an exception a Python callable raised is
+/// re-raised as it was, a dropmc error as [`to_py`] words it.
+pub fn run_detached(
+    py: Python<'_>,
+    forward: &PyForward,
+    f: impl FnOnce() -> Result<Outcome, Error> + Send,
+) -> PyResult<Outcome> {
+    let outcome = py.detach(|| run_on_one_thread(f));
+    if let Some(e) = forward.take_failure() {
+        return Err(e);
+    }
+    outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)
+}
+
+/// The suite's options at the user's `seed` and `samples` cap.
+pub fn run_options(seed: u64, samples: Option<u64>) -> Options {
+    Options {
+        seed,
+        samples,
+        ..Options::default()
+    }
+}
+
+/// Checks each claim on `subject` at its budget under `options`, each on
+/// its own stream (`derive_seed(seed, id)`), in order.
+pub fn check_claims(
+    run: &[claims::PyClaim],
+    subject: &Subject,
+    options: &Options,
+) -> Result<Vec<ClaimResult>, Error> {
     let mut results = Vec::with_capacity(run.len());
-    for claim in &run {
+    for claim in run {
         let budget = Budget::new(
             samples_for(claim, options),
             derive_seed(options.seed, claim.card.id),
         )?;
-        results.push(check(claim, &subject, budget));
+        results.push(check(claim, subject, budget));
     }
-    Ok((results, skipped))
+    Ok(results)
 }
 
 /// The worst component of a claim (largest `|z|`) as a dict.
@@ -288,5 +320,9 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
     m.add_function(wrap_pyfunction!(mde_power, m)?)?;
     m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::check_attention, m)?)?;
+    m.add_function(wrap_pyfunction!(attention::attention_defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(batchnorm::check_batchnorm, m)?)?;
+    m.add_function(wrap_pyfunction!(batchnorm::batchnorm_defaults, m)?)?;
     Ok(())
 }

@@ -35,19 +35,20 @@
 
 use dropmc::Error;
 use dropmc::claims::fn_claim::half_squared_difference;
-use dropmc::claims::{Card, Shape, check};
-use dropmc::conformance::{Options, samples_for};
-use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
+use dropmc::claims::{Card, Shape};
+use dropmc::conformance::Options;
+use dropmc::engine::{derive_seed, estimate};
 use dropmc::formulas::dropout::unit_raw_moment;
 use dropmc::formulas::mask_shape as f;
-use dropmc::ops::{DropoutLayer, Rate, Subject, TrainPass};
+use dropmc::ops::{Rate, Subject};
 use dropmc::stats::{Statistic, two_point_skewness};
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
+use crate::claims::pair_rows::PairRows;
 use crate::claims::{PyClaim, PyDropout, family_of};
 use crate::forward::PyForward;
 use crate::to_py;
@@ -115,54 +116,6 @@ pub struct GroupDraw<'a> {
     pub z_alt: &'a [f64],
 }
 
-/// Two independent training passes of the subject's dropout per draw.
-struct GroupPairSampler<'a> {
-    layer: &'a dyn DropoutLayer,
-    groups: &'a Groups,
-    x: &'a [f64],
-    p: f64,
-    dim: usize,
-    statistic: fn(&GroupDraw, &mut [f64]),
-}
-
-struct Scratch {
-    z: Vec<f64>,
-    z_alt: Vec<f64>,
-    mask: Vec<bool>,
-}
-
-impl Sampler for GroupPairSampler<'_> {
-    type Scratch = Scratch;
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn scratch(&self) -> Scratch {
-        let d = self.x.len();
-        Scratch {
-            z: vec![0.0; d],
-            z_alt: vec![0.0; d],
-            mask: vec![false; d],
-        }
-    }
-    fn draw(&self, rng: &mut Stream, s: &mut Scratch, out: &mut [f64]) -> Result<(), Error> {
-        self.layer
-            .forward_train(TrainPass::new(self.x, &mut s.z, &mut s.mask), self.p, rng)?;
-        self.layer.forward_train(
-            TrainPass::new(self.x, &mut s.z_alt, &mut s.mask),
-            self.p,
-            rng,
-        )?;
-        let draw = GroupDraw {
-            groups: self.groups,
-            x: self.x,
-            z: &s.z,
-            z_alt: &s.z_alt,
-        };
-        (self.statistic)(&draw, out);
-        Ok(())
-    }
-}
-
 fn group_claim<'a>(
     id: &'static str,
     formula: &'static str,
@@ -181,13 +134,26 @@ fn group_claim<'a>(
         analytic,
         note: None,
         estimate: Box::new(move |subject, budget| {
-            let sampler = GroupPairSampler {
+            let x = &x;
+            let draw = |z: &[f64], z_alt: &[f64], out: &mut [f64]| {
+                statistic(
+                    &GroupDraw {
+                        groups,
+                        x,
+                        z,
+                        z_alt,
+                    },
+                    out,
+                )
+            };
+            // Two independent passes per draw (the variance reads both).
+            let sampler = PairRows {
                 layer: subject.dropout,
-                groups,
-                x: &x,
+                x,
                 p,
                 dim,
-                statistic,
+                pairs: true,
+                statistic: &draw,
             };
             Ok(estimate(&sampler, budget)?.estimates())
         }),
@@ -277,14 +243,7 @@ pub fn run(
     let layer = PyDropout::at_rate(forward, rate.p());
     let subject = Subject::with_dropout(&layer);
     let run = mask_shape_claims(groups, x, rate);
-    let mut results = Vec::with_capacity(run.len());
-    for claim in &run {
-        let budget = Budget::new(
-            samples_for(claim, options),
-            derive_seed(options.seed, claim.card.id),
-        )?;
-        results.push(check(claim, &subject, budget));
-    }
+    let results = crate::check_claims(&run, &subject, options)?;
     let skipped = dropmc::conformance::claims(&Options::default())
         .iter()
         .map(|c| c.id())
@@ -317,26 +276,10 @@ pub fn check_mask_shape(
         return Err(PyValueError::new_err("one group id per entry of x"));
     }
     let groups = Groups::from_ids(&group_ids).map_err(to_py)?;
-    // Eval mode is not called by these claims: the train callable stands in.
-    let evaluate = train.clone_ref(py);
-    let forward = PyForward::new(
-        train,
-        evaluate,
-        None,
-        dtype,
-        derive_seed(seed, "python/mask shape"),
-    );
-    let options = Options {
-        seed,
-        samples,
-        ..Options::default()
-    };
-    let outcome =
-        py.detach(|| crate::run_on_one_thread(|| run(&forward, &groups, &x, rate, &options)));
-    if let Some(e) = forward.take_failure() {
-        return Err(e);
-    }
-    let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let forward = PyForward::train_only(py, train, dtype, derive_seed(seed, "python/mask shape"));
+    let options = crate::run_options(seed, samples);
+    let (results, skipped) =
+        crate::run_detached(py, &forward, || run(&forward, &groups, &x, rate, &options))?;
     let fields = [
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),

@@ -35,8 +35,9 @@ use crate::forward::{Dtype, PyForward};
 
 mod diagnosis;
 mod moments;
+pub(crate) mod pair_rows;
 mod repeats;
-mod rules;
+pub(crate) mod rules;
 
 pub use diagnosis::{Rounding, likely_causes};
 
@@ -249,7 +250,7 @@ fn skip_reason(id: &str) -> String {
         }
         _ => match family_of(id) {
             "attention" => {
-                "attention dropout is a separate code path (rows of softmax probabilities); check it with your attention layer as forward"
+                "attention dropout is a separate code path (rows of softmax probabilities): check it with dropmc.check_attention_dropout"
             }
             "mask_shape" => "needs the layer's mask-shape option (shared over positions)",
             "ensemble" => "a statement about the mathematics of averaging masks",

@@ -16,7 +16,7 @@ use crate::forward::Dtype;
 
 /// A deterministic rule: `rule` returns its total violations over
 /// `budget.samples` rows.
-pub(super) fn rule_claim<'a>(
+pub(crate) fn rule_claim<'a>(
     id: &'static str,
     formula: &'static str,
     note: Option<String>,
@@ -40,7 +40,7 @@ pub(super) fn rule_claim<'a>(
 }
 
 /// Sums `per_row` over `budget.samples` rows.
-fn count_rows(
+pub(crate) fn count_rows(
     budget: Budget,
     mut per_row: impl FnMut() -> Result<usize, Error>,
 ) -> Result<f64, Error> {

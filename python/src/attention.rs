@@ -1,0 +1,317 @@
+//! The attention family on a Python function that drops attention
+//! probabilities, at the user's row `a`, values `v` and rate `p`.
+//!
+//! # Setting
+//!
+//! The user's `dropout(A)` gets an `(n, T)` array whose rows are copies of
+//! one softmax row `a` (positive, summing to 1) and returns the dropped rows
+//! `b`, `b_i = m_i a_i / q` with `m_i ~ Bernoulli(q)` fresh per entry and
+//! row. (`F.scaled_dot_product_attention` with the values `V = I_T`
+//! returns exactly these rows; `dropmc.torch.sdpa_dropout` builds it.) The
+//! row sum is `R = Σ_i b_i`, the output for scalar values `v` is
+//! `o = Σ_i b_i v_i`, computed here from the returned row.
+//!
+//! # The claims (derivations in [`dropmc::formulas::attention`])
+//!
+//! ```text
+//! attention.entry_mean        E[b_i] = a_i
+//! attention.row_sum_mean      E[R] = Σ a_i
+//! attention.row_sum_variance  Var R = (p/q) Σ a_i²        ½(R − R')², two calls
+//! attention.output_mean       E[o] = Σ a_i v_i
+//! attention.output_variance   Var o = (p/q) Σ a_i² v_i²    ½(o − o')²
+//! attention.dropped_row       every b_i is 0 or a_i/q      a rule, every row
+//! ```
+//!
+//! Judged as [`crate::claims`] judges the elementwise claims: each is a
+//! [`dropmc::claims::Claim`] checked by [`dropmc::claims::check`] at the
+//! suite's level and minimum budgets (Student-t for the means, exact for
+//! the rule). `attention.row_sum_pmf` states the law of `R` at the seed's
+//! row only and is reported as skipped.
+
+use dropmc::Error;
+use dropmc::claims::attention::{A as SEED_A, V as SEED_V};
+use dropmc::claims::fn_claim::half_squared_difference;
+use dropmc::claims::{Card, Shape};
+use dropmc::conformance::Options;
+use dropmc::engine::{derive_seed, estimate};
+use dropmc::formulas::attention as f;
+use dropmc::ops::{Rate, Subject};
+use dropmc::stats::{Statistic, two_point_skewness};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use serde_json::json;
+
+use crate::claims::pair_rows::PairRows;
+use crate::claims::rules::{count_rows, rule_claim};
+use crate::claims::{PyClaim, PyDropout};
+use crate::forward::{Dtype, PyForward};
+use crate::to_py;
+
+/// Draws of each moment claim (the Rust family's budget).
+pub const ATTENTION_SAMPLES: u64 = 400_000;
+
+/// Relative slack of a kept entry `b_i` around `a_i / q`, in units of the
+/// dtype's `ε`, for a row of `T` keys whose smallest entry is `a_min`.
+///
+/// A framework does not drop the `a` it is given but recomputes it: SDPA
+/// takes logits `ln a_i` (each rounded: absolute error `ε |ln a_i| / 2`,
+/// a relative error of the same size after `exp`), exponentiates (`ε/2`),
+/// sums `T` positive terms (relative `(T − 1) ε/2`), divides (`ε/2`) and
+/// scales by `1/q` (`ε/2` for `1/q`, `ε/2` for the product). Summing the
+/// first-order terms: `(|ln a_min| + T + 3) ε / 2`. The slack doubles it
+/// (second-order terms and a framework's fused `exp(x − max)`), so a
+/// correct dropout is never flagged, while any wrong scale (`1/p`, a
+/// renormalised row) is off by far more than `10³ ε` at rows of a few
+/// keys.
+pub fn kept_tolerance(a: &[f64], dtype: Dtype) -> f64 {
+    let a_min = a.iter().copied().fold(f64::INFINITY, f64::min);
+    (a_min.ln().abs() + a.len() as f64 + 3.0) * dtype.epsilon()
+}
+
+/// What a draw statistic sees: the values and two independent calls' rows.
+pub struct RowDraw<'a> {
+    pub v: &'a [f64],
+    pub b: &'a [f64],
+    pub b_alt: &'a [f64],
+}
+
+/// The row and values one claim samples at, and the rate.
+#[derive(Clone)]
+struct Row {
+    a: Vec<f64>,
+    v: Vec<f64>,
+    rate: Rate,
+}
+
+struct MomentClaim {
+    id: &'static str,
+    formula: &'static str,
+    shape: Shape,
+    statistic: Statistic,
+    analytic: Vec<f64>,
+    pairs: bool,
+    draw: fn(&RowDraw, &mut [f64]),
+}
+
+fn moment_claim<'a>(c: MomentClaim, row: Row) -> PyClaim<'a> {
+    let samples = ATTENTION_SAMPLES.max(c.statistic.min_samples());
+    let dim = c.analytic.len();
+    let (pairs, draw) = (c.pairs, c.draw);
+    PyClaim {
+        card: Card::new(c.id, "attention", c.formula, c.shape, samples).with_statistic(c.statistic),
+        analytic: c.analytic,
+        note: None,
+        estimate: Box::new(move |subject, budget| {
+            let v = &row.v;
+            let statistic =
+                |b: &[f64], b_alt: &[f64], out: &mut [f64]| draw(&RowDraw { v, b, b_alt }, out);
+            let sampler = PairRows {
+                layer: subject.dropout,
+                x: &row.a,
+                p: row.rate.p(),
+                dim,
+                pairs,
+                statistic: &statistic,
+            };
+            Ok(estimate(&sampler, budget)?.estimates())
+        }),
+    }
+}
+
+fn row_sum(b: &[f64]) -> f64 {
+    b.iter().sum()
+}
+
+/// The moment claims at `row` (none at `p = 0`, where every row is `a`).
+fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
+    let (a, v, rate) = (&row.a, &row.v, row.rate);
+    if rate.p() == 0.0 {
+        return Vec::new();
+    }
+    let claims = [
+        MomentClaim {
+            id: "attention.entry_mean",
+            formula: "E[b_i] = a_i",
+            shape: Shape::Vector,
+            // b_i is a_i/q with probability q, else 0.
+            statistic: Statistic::Mean {
+                skewness: two_point_skewness(rate.q()),
+            },
+            analytic: f::entry_mean(a),
+            pairs: false,
+            draw: |d, out| out.copy_from_slice(d.b),
+        },
+        MomentClaim {
+            id: "attention.row_sum_mean",
+            formula: "E[R] = sum_i a_i",
+            shape: Shape::Scalar,
+            statistic: Statistic::DEFAULT,
+            analytic: vec![f::row_sum_mean(a)],
+            pairs: false,
+            draw: |d, out| out[0] = row_sum(d.b),
+        },
+        MomentClaim {
+            id: "attention.row_sum_variance",
+            formula: "Var R = (p/q) sum_i a_i^2",
+            shape: Shape::Scalar,
+            statistic: Statistic::DEFAULT,
+            analytic: vec![f::row_sum_variance(a, rate)],
+            pairs: true,
+            draw: |d, out| out[0] = half_squared_difference(row_sum(d.b), row_sum(d.b_alt)),
+        },
+        MomentClaim {
+            id: "attention.output_mean",
+            formula: "o = sum_i b_i v_i: E[o] = sum_i a_i v_i",
+            shape: Shape::Scalar,
+            statistic: Statistic::DEFAULT,
+            analytic: vec![f::output_mean(a, v)],
+            pairs: false,
+            draw: |d, out| out[0] = f::output_mean(d.b, d.v),
+        },
+        MomentClaim {
+            id: "attention.output_variance",
+            formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
+            shape: Shape::Scalar,
+            statistic: Statistic::DEFAULT,
+            analytic: vec![f::output_variance(a, v, rate)],
+            pairs: true,
+            draw: |d, out| {
+                let (o, o_alt) = (f::output_mean(d.b, d.v), f::output_mean(d.b_alt, d.v));
+                out[0] = half_squared_difference(o, o_alt);
+            },
+        },
+    ];
+    claims
+        .into_iter()
+        .map(|c| moment_claim(c, row.clone()))
+        .collect()
+}
+
+/// Entries of one returned row that are neither 0 nor `a_i / q` within
+/// the relative `tolerance` ([`kept_tolerance`]).
+pub fn misdropped_entries(a: &[f64], b: &[f64], rate: Rate, tolerance: f64) -> usize {
+    a.iter()
+        .zip(b)
+        .filter(|&(&a, &b)| {
+            let kept = a / rate.q();
+            b != 0.0 && (b - kept).abs() > tolerance * kept
+        })
+        .count()
+}
+
+/// `attention.dropped_row`: every entry of every row is dropped (0) or
+/// kept and scaled (`a_i / q`).
+fn dropped_row_claim<'a>(forward: &'a PyForward, row: &Row) -> PyClaim<'a> {
+    let (a, rate) = (row.a.clone(), row.rate);
+    let tolerance = kept_tolerance(&a, forward.dtype());
+    rule_claim(
+        "attention.dropped_row",
+        "every b_i is 0 or a_i/q (relative slack (|ln a_min| + T + 3) eps): entries off = 0",
+        None,
+        move |budget| {
+            count_rows(budget, || {
+                forward.train_row(&a, |r| misdropped_entries(&a, r.out, rate, tolerance))
+            })
+        },
+    )
+}
+
+/// Why the family's claims not stated here are skipped.
+const PMF_SKIP_REASON: &str = "the law of R at the seed's row a = (0.2, 0.3, 0.5) only: dropmc report checks it on the mathematics; attention.dropped_row judges each of your rows";
+
+/// Runs the attention claims on the Python dropout.
+fn run(forward: &PyForward, row: &Row, options: &Options) -> Result<crate::Outcome, Error> {
+    let layer = PyDropout::at_rate(forward, row.rate.p());
+    let subject = Subject::with_dropout(&layer);
+    let mut claims = moment_claims(row);
+    claims.push(dropped_row_claim(forward, row));
+    let results = crate::check_claims(&claims, &subject, options)?;
+    Ok((
+        results,
+        vec![("attention.row_sum_pmf", PMF_SKIP_REASON.to_string())],
+    ))
+}
+
+/// `check_attention_dropout`: the attention claims on `train`, a wrapped
+/// `dropout(A)` on `(n, T)` rows of `a`. Returns the run's JSON (the
+/// layout of [`crate::check_dropout`]'s) and one summary dict per claim.
+#[pyfunction]
+#[pyo3(signature = (train, p, dtype_name, a, v, samples, seed))]
+#[allow(clippy::too_many_arguments)]
+pub fn check_attention(
+    py: Python<'_>,
+    train: Py<PyAny>,
+    p: f64,
+    dtype_name: &str,
+    a: Vec<f64>,
+    v: Vec<f64>,
+    samples: Option<u64>,
+    seed: u64,
+) -> PyResult<(String, Vec<Py<PyDict>>)> {
+    let rate = Rate::new(p).map_err(to_py)?;
+    let dtype = crate::dtype(dtype_name)?;
+    dropmc::error::check_finite_vec("a", &a).map_err(to_py)?;
+    dropmc::error::check_len("values", &v, a.len()).map_err(to_py)?;
+    let row = Row {
+        a: a.iter().map(|&x| dtype.round(x)).collect(),
+        v,
+        rate,
+    };
+    let forward = PyForward::train_only(py, train, dtype, derive_seed(seed, "python/attention"));
+    let options = crate::run_options(seed, samples);
+    let (results, skipped) = crate::run_detached(py, &forward, || run(&forward, &row, &options))?;
+    let fields = [
+        ("p", json!(p)),
+        ("dtype", json!(dtype_name)),
+        ("rows", json!(forward.rows_served())),
+        ("a", json!(row.a)),
+        ("values", json!(row.v)),
+        ("kept_tolerance", json!(kept_tolerance(&row.a, dtype))),
+    ];
+    crate::outcome_json(py, seed, results, &skipped, fields)
+}
+
+/// The family's default row and values (the seed's).
+#[pyfunction]
+pub fn attention_defaults() -> (Vec<f64>, Vec<f64>) {
+    (SEED_A.to_vec(), SEED_V.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_at_the_seed_row() {
+        // a = (0.2, 0.3, 0.5), v = (1, -2, 3), p = 0.5 (p/q = 1):
+        // Var R = 0.04 + 0.09 + 0.25 = 0.38; E[o] = 0.2 - 0.6 + 1.5 = 1.1;
+        // Var o = 0.04 + 0.36 + 2.25 = 2.65.
+        let row = Row {
+            a: SEED_A.to_vec(),
+            v: SEED_V.to_vec(),
+            rate: Rate::new(0.5).unwrap(),
+        };
+        let claims = moment_claims(&row);
+        let by_id = |id: &str| &claims.iter().find(|c| c.card.id == id).unwrap().analytic;
+        let close = |x: f64, y: f64| (x - y).abs() <= 4.0 * f64::EPSILON;
+        assert!(close(by_id("attention.row_sum_variance")[0], 0.38));
+        assert!(close(by_id("attention.output_mean")[0], 1.1));
+        assert!(close(by_id("attention.output_variance")[0], 2.65));
+    }
+
+    #[test]
+    fn the_rule_accepts_zero_and_the_scaled_entry_only() {
+        let rate = Rate::new(0.5).unwrap();
+        let a = [0.2, 0.3, 0.5];
+        let tol = kept_tolerance(&a, Dtype::F64);
+        assert_eq!(misdropped_entries(&a, &[0.4, 0.0, 1.0], rate, tol), 0);
+        // Renormalised survivors (0.2, 0.3)/0.5 and a 1/p scale at p = 0.5
+        // coincide with 1/q; renormalising after dropping the last key does not.
+        assert_eq!(misdropped_entries(&a, &[0.4, 0.6, 0.0], rate, tol), 0);
+        assert_eq!(
+            misdropped_entries(&a, &[0.2 / 0.7, 0.0, 0.5 / 0.7], rate, tol),
+            2
+        );
+    }
+}
