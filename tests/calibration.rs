@@ -24,19 +24,18 @@ use dropmc::verify::calibrate::{
 };
 
 /// Seeds of the reference check: at least the 11 seeds at which a KS test
-/// at the level 10⁻¹⁰ can flag at all (`dropmc::stats::min_sample_for`).
-pub const SEEDS: u64 = 12;
+/// at the level 10⁻¹⁰ can flag at all (`dropmc::stats::min_sample_for`),
+/// and enough that standard errors 20 % too small are flagged by the
+/// dispersion test at 10⁻¹⁰ ([`an_se_20_percent_too_small_is_flagged_by_the_dispersion`]).
+pub const SEEDS: u64 = 30;
 
-/// Draws per claim in the reference check, except [`KEPT_COUNT_SAMPLES`].
-const SAMPLES: u64 = 30_000;
-
-/// `dropout.kept_count` tests `P(K = 0) = 0.3⁶ = 7.3·10⁻⁴` with the sample
-/// standard error, whose real size at |z| > 6.47 is 6.5·10⁻⁵ at 3·10⁴ draws
-/// but 3.3·10⁻⁸ at 2·10⁵ (issue 14): at 3·10⁴ two failures among 12 seeds
-/// (which the failure-count test flags at 10⁻¹⁰) would have probability
-/// 66·(6.5·10⁻⁵)² = 3·10⁻⁷, beyond this test's budget; at 2·10⁵ it is
-/// 66·(3.3·10⁻⁸)² = 7·10⁻¹⁴.
-const KEPT_COUNT_SAMPLES: u64 = 200_000;
+/// Draws per claim in the reference check: above the 3 571 at which the
+/// generic path's mean test of a unit's two-point output (skewness 0.87 at
+/// p = 0.3) has its stated size, so the per-unit claims are judged. The
+/// sums' variances (default skewness bound, minimum budget 37 490) are
+/// inconclusive here and reported apart; the kept count is an exact
+/// binomial test, valid at any budget.
+const SAMPLES: u64 = 4_000;
 
 /// A registry claim with another default budget, and optionally planted
 /// mistakes: a scaled analytic value or a scaled standard error. A planted
@@ -127,16 +126,9 @@ fn dropout_family(stderr_factor: f64) -> (Calibration, usize) {
     let owned: Vec<Planted> = registry()
         .into_iter()
         .filter(|c| c.family() == "dropout")
-        .map(|c| {
-            let n = if c.id() == "dropout.kept_count" {
-                KEPT_COUNT_SAMPLES
-            } else {
-                SAMPLES
-            };
-            Planted {
-                stderr_factor,
-                ..Planted::budgeted(c, n)
-            }
+        .map(|c| Planted {
+            stderr_factor,
+            ..Planted::budgeted(c, SAMPLES)
         })
         .collect();
     let claims: Vec<&dyn Claim> = owned.iter().map(|c| c as &dyn Claim).collect();
@@ -160,6 +152,29 @@ fn the_dropout_family_is_calibrated_across_seeds() {
     // assertions' worth of α that flag_alpha was set to.
     common::record(m as u64, 1.0);
     assert!(c.calibrated(), "{shown}");
+}
+
+#[test]
+fn an_se_20_percent_too_small_is_flagged_by_the_dispersion() {
+    // The reference check itself with every standard error multiplied by
+    // 0.8 (real size of a mean test ≈ 2 300 α): it must not call the family
+    // calibrated. The Planted claims run the generic path, where the 24
+    // per-unit components with x ≠ 0 and the two sums' means are Student-t
+    // tests (the variances of the sums are below their minimum budget and
+    // left out, the kept count is an exact test with no SE): M = 26 · 30 =
+    // 780 standardized p-values. Under the plant z = t / 0.8, so D ≈ 1.5625
+    // χ²₇₈₀ (mean 1 219, SD 62), against the level-10⁻¹⁰ threshold of
+    // χ²₇₈₀, 1 058 (Wilson–Hilferty: 780 (1 − 2/7020 + 6.36 √(2/7020))³):
+    // a miss needs D 2.6 SD below its mean, probability 5·10⁻³. No budget
+    // spent (power); at the previous design (dispersion over all p-values,
+    // 12 seeds, 3·10⁴ draws) this plant gave D/M = 1.24, p = 9·10⁻⁴, not
+    // flagged.
+    let (c, _) = dropout_family(0.8);
+    let shown = table(&c);
+    let dispersion = c.dispersion.expect("standardized p-values");
+    assert_eq!(dispersion.components, 26, "{shown}");
+    assert!(dispersion.flagged, "{shown}");
+    assert!(!c.calibrated(), "{shown}");
 }
 
 #[test]
@@ -195,9 +210,9 @@ fn a_halved_standard_error_is_flagged_by_ks() {
     // p-values have CDF P(|Z| ≥ Φ⁻¹(1 − t/2)/2); at t = 0.2 that is
     // P(|Z| ≥ 0.64) = 0.522, so D ≥ 0.32. The claim fails a seed only with
     // P(|Z| > 3.23) = 1.2·10⁻³, which the failure count cannot tell from
-    // noise at 200 seeds; the KS test can. Level 0.01/3 (one claim, one
-    // component, pooled): λ = √(ln(600)/2) = 1.79, i.e. D > 1.79/14.27 =
-    // 0.125 at K = 200, while D's sampling SD is about 0.5/√200 = 0.035:
+    // noise at 200 seeds; the KS test can. Level 0.01/4 (one claim, one
+    // component, pooled, dispersion): λ = √(ln(800)/2) = 1.83, i.e. D >
+    // 1.83/√200 = 0.129 at K = 200, while D's sampling SD is about 0.5/√200 = 0.035:
     // a miss needs a 5-SD fluctuation. No budget spent (power).
     let planted = Planted {
         id: "planted.sum_mean_half_se",
@@ -208,21 +223,22 @@ fn a_halved_standard_error_is_flagged_by_ks() {
     let c = run(&claims, 200, 5300, 0.01);
     let shown = table(&c);
     let claim = &c.claims[0];
-    assert!(!claim.components[0].randomized, "{shown}");
+    assert!(!claim.components[0].mid_p, "{shown}");
     assert!(claim.components[0].flagged, "{shown}");
     assert!(!c.calibrated(), "{shown}");
 }
 
 #[test]
-fn a_slightly_wrong_count_is_flagged_by_ks_on_randomized_p_values() {
+fn a_slightly_wrong_count_is_flagged_by_ks_on_mid_p_values() {
     // P(K = k) claimed 2 % too high. The kept count's components are
-    // indicators (scaled counts), so their p-values are the randomized
-    // binomial ones, not the z-test's tied ones. At 20 000 draws component
+    // indicators tested by the exact binomial test, so KS reads its mid-p
+    // values (within one atom, 0.006 here, of uniform under the null),
+    // not its super-uniform p-values. At 20 000 draws component
     // 4 (P = 0.3241) has SE √(0.3241·0.6759/20000) = 0.0033 and a planted
     // shift of 0.0065, δ ≈ 1.96 SE: a seed fails only with
     // Φ(1.96 − 6.47) ≈ 3·10⁻⁶, but the p-values pile up near 0 (P(p ≤
-    // 0.05) = P(|Z + 1.96| ≥ 1.96) = 0.516, so D ≥ 0.46). Level 0.01/9 (one
-    // claim, 7 components, pooled): λ = √(ln(1800)/2) = 1.94, D > 0.19 at K
+    // 0.05) = P(|Z + 1.96| ≥ 1.96) = 0.516, so D ≥ 0.46). Level 0.01/10 (one
+    // claim, 7 components, pooled, dispersion): λ = √(ln(2000)/2) = 1.95, D > 0.20 at K
     // = 100, against D's sampling SD of about 0.05: a miss needs a 5-SD
     // fluctuation. No budget spent (power).
     let planted = Planted {
@@ -238,7 +254,7 @@ fn a_slightly_wrong_count_is_flagged_by_ks_on_randomized_p_values() {
         .iter()
         .find(|x| x.component == 4)
         .expect("component 4");
-    assert!(component.randomized, "{shown}");
+    assert!(component.mid_p, "{shown}");
     assert!(component.flagged, "{shown}");
     assert!(!c.calibrated(), "{shown}");
 }

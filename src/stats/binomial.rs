@@ -91,7 +91,39 @@ fn tail(n: u64, k: u64, p: f64, down: bool) -> f64 {
 /// The exact two-sided p-value of `count` successes in `trials` trials
 /// against success probability `p0` (see the module docs).
 pub fn binomial_test(count: u64, trials: u64, p0: f64) -> BinomialTest {
-    let p_value = if count > trials || !(0.0..=1.0).contains(&p0) {
+    BinomialTest {
+        count,
+        trials,
+        p0,
+        p_value: doubled_tail(count, trials, p0, 0.0),
+    }
+}
+
+/// The two-sided mid-p value of the same test: the doubled tail with half
+/// the observed count's own probability, `2 (P(X < k) + P(X = k)/2)` on the
+/// side of the mode `k` lies on (capped at 1). It differs by at most
+/// `P(X = k)` from the randomized p-value `2 min(U, 1 − U)`, `U = P(X < k)
+/// + V P(X = k)` with `V ~ U(0, 1)`, which is exactly uniform under the
+/// null (away from the mode, where both tails are near 1/2 and the cap
+/// applies): so its cdf is within the largest atom `max_k P(X = k)` of the
+/// uniform one, where the p-value above is stochastically larger than
+/// uniform by up to that atom. It is what a uniformity test of the
+/// discrete test's p-values reads ([`crate::verify::calibrate`]). Not a test: the
+/// verdict uses [`binomial_test`], whose size is at most α.
+pub fn binomial_mid_p(count: u64, trials: u64, p0: f64) -> f64 {
+    let own = if count <= trials && p0 > 0.0 && p0 < 1.0 {
+        ln_pmf(trials, count, p0).exp()
+    } else {
+        0.0
+    };
+    doubled_tail(count, trials, p0, own)
+}
+
+/// `min(1, 2 · tail − own)`, the tail on the mode's side of `count`
+/// including `count` (the p-value for `own = 0`, the mid-p for `own =
+/// P(X = count)`).
+fn doubled_tail(count: u64, trials: u64, p0: f64, own: f64) -> f64 {
+    if count > trials || !(0.0..=1.0).contains(&p0) {
         0.0
     } else if p0 == 0.0 || p0 == 1.0 {
         let certain = if p0 == 0.0 { 0 } else { trials };
@@ -103,14 +135,26 @@ pub fn binomial_test(count: u64, trials: u64, p0: f64) -> BinomialTest {
         } else {
             tail(trials, count, p0, false)
         };
-        (2.0 * smaller).min(1.0)
-    };
-    BinomialTest {
-        count,
-        trials,
-        p0,
-        p_value,
+        (2.0 * smaller - own).clamp(0.0, 1.0)
     }
+}
+
+/// The count `round(p̂ · N)` a proportion stands for (`u64::MAX`, an
+/// impossible count, when it is negative or not finite).
+fn observed_count(p_hat: f64, trials: u64) -> u64 {
+    let observed = p_hat * trials as f64;
+    if observed.is_finite() && observed >= 0.0 {
+        observed.round() as u64
+    } else {
+        u64::MAX
+    }
+}
+
+/// The mid-p value ([`binomial_mid_p`]) of the proportion `p_hat` of
+/// `trials` trials against `p0`, the count read as [`proportion_test`]
+/// reads it.
+pub fn proportion_mid_p(p_hat: f64, trials: u64, p0: f64) -> f64 {
+    binomial_mid_p(observed_count(p_hat, trials), trials, p0)
 }
 
 /// Tests the observed proportion `p_hat` of `trials` Bernoulli trials
@@ -120,12 +164,7 @@ pub fn binomial_test(count: u64, trials: u64, p0: f64) -> BinomialTest {
 pub fn proportion_test(p_hat: f64, trials: u64, p0: f64) -> ZTest {
     let expected = p0 * trials as f64;
     let observed = p_hat * trials as f64;
-    let count = if observed.is_finite() && observed >= 0.0 {
-        observed.round() as u64
-    } else {
-        u64::MAX
-    };
-    let test = binomial_test(count, trials, p0);
+    let test = binomial_test(observed_count(p_hat, trials), trials, p0);
     let score = if test.p_value >= 1.0 {
         0.0
     } else if test.p_value <= 0.0 {
@@ -161,6 +200,30 @@ mod tests {
         let t = binomial_test(703_000, 1_000_000, 0.7);
         let want = 2.0 * 2.846_753_646_622_116_8e-11;
         assert!((t.p_value - want).abs() < 1e-6 * want, "{t:?}");
+    }
+
+    #[test]
+    fn the_mid_p_takes_half_the_observed_atom_off_the_doubled_tail() {
+        // n = 10, p = 1/2, k = 2: P(X ≤ 2) = 56/1024, P(X = 2) = 45/1024,
+        // so p = 112/1024 and mid-p = (112 − 45)/1024 = 67/1024.
+        let (p, mid) = (
+            binomial_test(2, 10, 0.5).p_value,
+            binomial_mid_p(2, 10, 0.5),
+        );
+        assert!((p - 112.0 / 1024.0).abs() < 1e-14, "{p}");
+        assert!((mid - 67.0 / 1024.0).abs() < 1e-14, "{mid}");
+        // Its mean over the null law is within the largest atom of the
+        // uniform's 1/2: 0.530 here (the cap at 1 is reached at the mode,
+        // 2·638/1024 − 252/1024 = 1), and at n = 1000, p = 0.3 (largest
+        // atom 0.0275) far closer.
+        for (n, p) in [(10, 0.5), (1000, 0.3)] {
+            let atom = (0..=n).map(|k| ln_pmf(n, k, p).exp()).fold(0.0, f64::max);
+            let mean: f64 = (0..=n)
+                .map(|k| ln_pmf(n, k, p).exp() * binomial_mid_p(k, n, p))
+                .sum();
+            assert!((mean - 0.5).abs() <= atom, "{n} {mean} {atom}");
+        }
+        assert_eq!(proportion_mid_p(0.2, 10, 0.5), mid);
     }
 
     #[test]

@@ -10,7 +10,9 @@ mod statistic;
 mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
-pub use binomial::{BinomialTest, binomial_test, proportion_test};
+pub use binomial::{
+    BinomialTest, binomial_mid_p, binomial_test, proportion_mid_p, proportion_test,
+};
 pub use exact_size::{
     binomial_test_size, size_over_counts, two_point_mean_t_size, two_point_variance_t_size,
 };

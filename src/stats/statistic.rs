@@ -65,7 +65,7 @@
 use serde::Serialize;
 
 use super::accumulator::Estimate;
-use super::binomial::proportion_test;
+use super::binomial::{proportion_mid_p, proportion_test};
 use super::family::critical_z;
 use super::ztest::{ZTest, exact_agreement, z_test};
 
@@ -117,6 +117,34 @@ impl Statistic {
             ),
             Statistic::ScaledCount { keep } => scaled_count_test(estimate, target, keep),
             Statistic::Violations => exact_agreement(estimate.value - target),
+        }
+    }
+
+    /// True when the test divides the estimate's deviation by its standard
+    /// error (Student-t on a mean): the tests whose size a wrong standard
+    /// error changes. The exact tests have no standard error to be wrong.
+    pub fn standardizes_by_stderr(self) -> bool {
+        matches!(self, Statistic::Mean { .. })
+    }
+
+    /// The mid-p value of the exact binomial test ([`binomial_mid_p`] of the
+    /// count [`Statistic::test`] reads), `None` for the other statistics
+    /// (their test's own p-value is continuous, or a deterministic rule's).
+    ///
+    /// [`binomial_mid_p`]: crate::stats::binomial_mid_p
+    pub fn mid_p(self, estimate: Estimate, target: f64) -> Option<f64> {
+        match self {
+            Statistic::Indicator { trials } => Some(proportion_mid_p(
+                estimate.value,
+                estimate.n.saturating_mul(trials.max(1)),
+                target,
+            )),
+            Statistic::ScaledCount { keep } if target != 0.0 => Some(proportion_mid_p(
+                estimate.value / (target / keep),
+                estimate.n,
+                keep,
+            )),
+            _ => None,
         }
     }
 
@@ -223,6 +251,27 @@ mod tests {
         assert_eq!(two_point_skewness(0.5), 0.0);
         assert!((two_point_skewness(0.3) - 0.4 / 0.21f64.sqrt()).abs() < 1e-15);
         assert!(two_point_skewness(0.01) > 9.0);
+    }
+
+    #[test]
+    fn a_scaled_counts_mid_p_reads_the_count_its_test_reads() {
+        // 10 draws of c = 2 / 0.5 = 4 with probability 1/2, two kept: the
+        // mean is 4·2/10 = 0.8 against the target 2, so K = 2 of 10 and
+        // the mid-p is 67/1024 (the binomial module's worked case).
+        let e = Estimate {
+            value: 0.8,
+            stderr: 0.5,
+            n: 10,
+            dof: 9.0,
+        };
+        let scaled = Statistic::ScaledCount { keep: 0.5 };
+        let mid = scaled.mid_p(e, 2.0).expect("a count");
+        assert!((mid - 67.0 / 1024.0).abs() < 1e-14, "{mid}");
+        assert!(scaled.mid_p(e, 0.0).is_none());
+        assert!(Statistic::DEFAULT.mid_p(e, 2.0).is_none());
+        assert!(Statistic::DEFAULT.standardizes_by_stderr());
+        assert!(!scaled.standardizes_by_stderr());
+        assert!(scaled.on_generic_path().standardizes_by_stderr());
     }
 
     #[test]

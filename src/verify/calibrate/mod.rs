@@ -33,41 +33,60 @@
 //!    ([`FailureTest::threshold`]). Deterministic rules (violation counts,
 //!    `α_c` a bound on a probability that is in fact 0) are counted alike.
 //!
-//! 2. **Per-component KS** of the K p-values against `U(0, 1)`. Continuous
-//!    statistics use the z-test's two-sided p-value (uniform up to the
-//!    normal approximation). Scaled counts (two-valued per-draw statistics:
-//!    indicators, a unit's output and its powers) get a **randomized
-//!    binomial p-value**, exactly `U(0, 1)` under H0 ([`lattice`]) instead of
-//!    the z-test's discrete one. A KS test at level `L` can only flag if its
+//! 2. **Per-component KS** of the K p-values against `U(0, 1)`: the
+//!    p-values of the test the report ran. A continuous test's is its own
+//!    two-sided p-value (Student-t: uniform up to the normal approximation
+//!    of the t-ratio). An exact binomial test's p-value (indicators, scaled
+//!    counts on the fast path) is discrete and super-uniform, so KS reads
+//!    the same test's **mid-p value** instead
+//!    ([`crate::stats::binomial_mid_p`]: the doubled tail less the observed
+//!    count's own probability), whose cdf under H0 is within the largest
+//!    atom of the count's law of the uniform one (at most 0.04 for a count
+//!    with standard deviation above 10, against the KS threshold near 0.4
+//!    at 12 seeds). A KS test at level `L` can only flag if its
 //!    smallest attainable p-value, at `D = 1`, is below `L`; it is skipped,
 //!    and the result says so, for `K` below that many seeds
 //!    ([`crate::stats::min_sample_for`]: 5 seeds at `L = 3.7·10⁻⁵`, 11 at
 //!    `10⁻¹⁰`). The failure-count test needs no such minimum.
 //!
-//! 3. **Pooled KS** of all p-values together, at `L` too.
+//! 3. **Pooled KS** of all those p-values together, at `L` too.
 //!
-//! 4. **Dispersion** ([`DispersionTest`]). KS looks at the p-values one
-//!    component at a time and is blind to a standard error that is wrong by
-//!    a modest factor at few seeds (an SE 20 % too small, real size
-//!    ≈ 2 300 α, was called calibrated at 12 seeds). The second moment of
-//!    the standardized statistics sees it: each p-value the report's tests
-//!    produced is turned into its squared normal score `z*² = Φ⁻¹(p/2)²`,
-//!    which is exactly `χ²₁` when `p` is uniform (so Student-t's degrees of
-//!    freedom are accounted for by using its p-value, not `t²`), and
+//! 4. **Dispersion** ([`DispersionTest`]) of the tests that standardize by
+//!    a standard error. KS looks at the p-values one component at a time
+//!    and is blind to a standard error that is wrong by a modest factor at
+//!    few seeds (an SE 20 % too small, real size ≈ 2 300 α, was called
+//!    calibrated at 12 seeds). The second moment of the standardized
+//!    statistics sees it: each Student-t p-value the report produced is
+//!    turned into its squared normal score `z*² = Φ⁻¹(p/2)²`, which is
+//!    exactly `χ²₁` when `p` is uniform (so the t-test's degrees of freedom
+//!    are accounted for by using its p-value, not `t²`), and
 //!
 //!    ```text
-//!    D = Σ_{components, seeds} z*²  ~  χ²_M  under H0,  M = number of p-values
+//!    D = Σ_{standardized components, seeds} z*²  ~  χ²_M  under H0,
+//!    M = number of those p-values
 //!    ```
 //!
-//!    (independent across seeds; across the components of one claim the
-//!    tests of one seed share draws, which leaves `E D = M` and changes the
-//!    spread only through their correlations, small for the per-unit
-//!    claims). The p-value is `P(χ²_M ≥ D)`, flagged below `L`. An exact
-//!    binomial test's p-value is super-uniform (`P(p ≤ t) ≤ t`), which only
-//!    makes `D` smaller: the test stays conservative. For the dropout family
-//!    at 12 seeds `M ≈ 480`; SEs 20 % too small give `E D / M = 1/0.64 =
-//!    1.56`, about 12 standard deviations `√(2M)` above `M`, against a
-//!    threshold near 5.
+//!    (independent across seeds and claims, whose streams are derived
+//!    apart; the per-unit components of one claim use independent masks).
+//!    The p-value is `P(χ²_M ≥ D)`, flagged below `L`.
+//!
+//!    Only the components whose test is `t = (estimate − target) / SE`
+//!    ([`crate::stats::Statistic::standardizes_by_stderr`]) enter, with
+//!    their own `M`: an exact binomial test has no standard error to be
+//!    wrong (its size is at most α by construction, its validity is the
+//!    KS's and the exact size test's business), and its super-uniform
+//!    p-values have `E z*² < 1`, so mixing them in dilutes the statistic:
+//!    with every SE 20 % too small the dropout family in CI (generic path,
+//!    12 seeds) had `D/M = 1.24` over all 396 p-values, `p = 9·10⁻⁴`, not
+//!    flagged at `10⁻¹⁰`; on the fast path (`calibrate --family dropout`)
+//!    the SE-free exact tests are 31 of the 35 components and `D/M` was
+//!    0.95 (`p = 0.77`) over all 420 p-values, 1.18 (`p = 0.18`) over the
+//!    48 standardized ones. An SE `f` times
+//!    too small gives `E D / M = 1/f² = 1.56` for `f = 0.8`; the test
+//!    flags it when `√(M/2) · 0.56` exceeds the level's normal quantile
+//!    plus 1.56 times the power's: `M ≳ 330` at `L = 1.9·10⁻⁴` and 99 %
+//!    power, `M ≳ 630` at `L = 10⁻¹⁰` (the CI test runs 26 standardized
+//!    components × 30 seeds = 780).
 //!
 //! A claim inconclusive under some seed (below its minimum budget) has no
 //! stated size there: it is reported with its tests but never flagged, and
@@ -129,8 +148,16 @@ pub struct ComponentRecord {
     pub stderr: f64,
     pub n: u64,
     pub target: f64,
-    /// The z-test's two-sided p-value.
+    /// The report test's two-sided p-value.
     pub p: f64,
+    /// The mid-p value of the report's exact binomial test
+    /// ([`crate::stats::Statistic::mid_p`]); `None` for a continuous test.
+    #[serde(default)]
+    pub mid_p: Option<f64>,
+    /// True when the report's test divided by [`stderr`](Self::stderr)
+    /// (Student-t on a mean): the components the dispersion test reads.
+    #[serde(default)]
+    pub standardized: bool,
 }
 
 /// One claim under one seed.
@@ -157,8 +184,9 @@ pub struct ComponentCalibration {
     pub component: usize,
     /// Number of p-values (seeds under which it had a p-value).
     pub p_values: usize,
-    /// True for a scaled count: randomized binomial p-values ([`lattice`]).
-    pub randomized: bool,
+    /// True when the p-values are the mid-p values of an exact binomial
+    /// test (module docs, test 2).
+    pub mid_p: bool,
     /// `None` when skipped: too few p-values for KS to reach the level.
     pub ks: Option<KsTest>,
     pub flagged: bool,
@@ -319,6 +347,8 @@ pub fn calibrate_claims(
                             n: e.n,
                             target,
                             p: t.p_value,
+                            mid_p: r.statistic.mid_p(*e, target),
+                            standardized: r.statistic.standardizes_by_stderr(),
                         })
                         .collect(),
                 })

@@ -7,7 +7,7 @@ use statrs::distribution::{Binomial, ChiSquared, ContinuousCDF, DiscreteCDF, Nor
 
 use super::{
     Calibration, CalibrationOptions, ClaimCalibration, ComponentCalibration, ComponentRecord,
-    SeedRecord, lattice,
+    SeedRecord,
 };
 use crate::claims::Claim;
 use crate::stats::{FAMILY_ALPHA, KsTest, assertion_alpha, ks_uniform, min_sample_for};
@@ -103,13 +103,15 @@ impl FailureTest {
 }
 
 /// The dispersion test of the standardized statistics (module docs of
-/// [`super`], test 4): `D = Σ χ²₁⁻¹(1 − p)` over every p-value the
-/// report's tests produced, against `χ²` with one degree of freedom per
-/// p-value.
+/// [`super`], test 4): `D = Σ Φ⁻¹(p/2)²` over the p-values of the
+/// components whose test divides by a standard error, against `χ²` with
+/// one degree of freedom per p-value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct DispersionTest {
     /// Number of p-values summed (the degrees of freedom).
     pub dof: usize,
+    /// Components they come from (each over the seeds it had spread under).
+    pub components: usize,
     /// `D`, the sum of the squared normal scores `Φ⁻¹(p/2)²`.
     pub statistic: f64,
     /// `D / dof`: 1 expected, `1/f²` for standard errors `f` times too small.
@@ -120,9 +122,9 @@ pub struct DispersionTest {
 }
 
 impl DispersionTest {
-    /// The test of the two-sided p-values `values` at level `level`
-    /// (`None` without any).
-    pub fn new(values: &[f64], level: f64) -> Option<Self> {
+    /// The test of the two-sided p-values `values`, from `components`
+    /// components, at level `level` (`None` without any).
+    pub fn new(values: &[f64], components: usize, level: f64) -> Option<Self> {
         if values.is_empty() {
             return None;
         }
@@ -142,6 +144,7 @@ impl DispersionTest {
         };
         Some(DispersionTest {
             dof,
+            components,
             statistic,
             ratio: statistic / dof as f64,
             p_value,
@@ -183,7 +186,8 @@ pub fn summarize(
     let plan = FlagLevel::new(options.flag_alpha, tests);
     let level = plan.flag_level;
     let mut pooled_values = Vec::new();
-    let mut reported_p_values = Vec::new();
+    let mut standardized_p_values = Vec::new();
+    let mut standardized_components = 0;
     let mut out = Vec::with_capacity(claims.len());
     for (c, claim) in claims.iter().enumerate() {
         let below_minimum_budget = records.iter().any(|r| r.claims[c].inconclusive);
@@ -196,21 +200,27 @@ pub fn summarize(
                 .iter()
                 .filter_map(|r| r.claims[c].components.get(k).map(|x| (r.seed, x)))
                 .collect();
-            if seen.iter().all(|(_, x)| x.stderr == 0.0) {
+            if seen.iter().all(|(_, x)| !has_p_value(x)) {
                 constant += 1;
                 continue;
             }
-            let (values, randomized) = component_p_values(&seen, claim.id(), k);
+            let (values, mid_p) = component_p_values(&seen);
             if !below_minimum_budget {
                 pooled_values.extend_from_slice(&values);
-                reported_p_values.extend(seen.iter().map(|(_, x)| x.p));
+                let standardized: Vec<f64> = seen
+                    .iter()
+                    .filter(|(_, x)| x.standardized && x.stderr > 0.0)
+                    .map(|(_, x)| x.p)
+                    .collect();
+                standardized_components += usize::from(!standardized.is_empty());
+                standardized_p_values.extend(standardized);
             }
             let ks = plan.ks_uniform(&values);
             let flagged = plan.flags(ks) && !below_minimum_budget;
             components.push(ComponentCalibration {
                 component: k,
                 p_values: values.len(),
-                randomized,
+                mid_p,
                 ks,
                 flagged,
             });
@@ -229,7 +239,7 @@ pub fn summarize(
         });
     }
     let pooled = plan.ks_uniform(&pooled_values);
-    let dispersion = DispersionTest::new(&reported_p_values, level);
+    let dispersion = DispersionTest::new(&standardized_p_values, standardized_components, level);
     let ks_skipped = (!plan.ks_can_flag(seeds as usize)).then(|| {
         format!(
             "per-component KS skipped: at K = {seeds} seeds its smallest attainable p-value \
@@ -260,32 +270,20 @@ pub fn summarize(
     }
 }
 
-/// One component's p-values across seeds: randomized binomial ones for a
-/// scaled count, else the z-test's (from the seeds with spread).
-fn component_p_values(seen: &[(u64, &ComponentRecord)], id: &str, k: usize) -> (Vec<f64>, bool) {
-    let observation = |x: &ComponentRecord| lattice::Observation {
-        value: x.value,
-        stderr: x.stderr,
-        n: x.n,
-    };
-    let observations: Vec<_> = seen.iter().map(|(_, x)| observation(x)).collect();
-    if let Some(a) = lattice::scale(&observations) {
-        let randomized: Option<Vec<f64>> = seen
-            .iter()
-            .map(|&(seed, x)| {
-                lattice::p_value(&observation(x), a, x.target, lattice::uniform(seed, id, k))
-            })
-            .collect();
-        if let Some(values) = randomized {
-            return (values, true);
-        }
-    }
-    let values = seen
-        .iter()
-        .filter(|(_, x)| x.stderr > 0.0)
-        .map(|(_, x)| x.p)
-        .collect();
-    (values, false)
+/// True when a component's p-value under one seed has a distribution: an
+/// exact binomial test's always (a count of 0 is a count), a continuous
+/// test's when its draws had spread.
+fn has_p_value(x: &ComponentRecord) -> bool {
+    x.mid_p.is_some() || x.stderr > 0.0
+}
+
+/// One component's p-values across seeds, from the seeds with spread: the
+/// report test's own p-value for a continuous test, its mid-p value for an
+/// exact binomial one (true in the second place when any is a mid-p).
+fn component_p_values(seen: &[(u64, &ComponentRecord)]) -> (Vec<f64>, bool) {
+    let spread = || seen.iter().filter(|(_, x)| has_p_value(x));
+    let values = spread().map(|(_, x)| x.mid_p.unwrap_or(x.p)).collect();
+    (values, spread().any(|(_, x)| x.mid_p.is_some()))
 }
 
 /// Why some of a claim's p-values are special, if any are.
@@ -302,15 +300,15 @@ fn note(components: &[ComponentCalibration], constant: usize) -> Option<String> 
             "{constant} component(s) without spread (a constant estimate): no p-value"
         ));
     }
-    let randomized: Vec<String> = components
+    let mid_p: Vec<String> = components
         .iter()
-        .filter(|x| x.randomized)
+        .filter(|x| x.mid_p)
         .map(|x| x.component.to_string())
         .collect();
-    if !randomized.is_empty() {
+    if !mid_p.is_empty() {
         notes.push(format!(
-            "component(s) {}: a scaled count (two-valued statistic), randomized binomial p-values",
-            randomized.join(", ")
+            "component(s) {}: an exact binomial test (a count), KS on its mid-p values",
+            mid_p.join(", ")
         ));
     }
     (!notes.is_empty()).then(|| notes.join("; "))

@@ -47,9 +47,11 @@ pub fn table_fitted(c: &Calibration, width: usize) -> String {
     }
     if let Some(d) = &c.dispersion {
         head.push_str(&format!(
-            "dispersion of the standardized statistics: sum of squared normal scores {:.1} over              {} p-values (ratio {:.3}, 1 expected), p = {}{}\n",
+            "dispersion of the SE-standardized statistics (t-tests): sum of squared normal scores \
+             {:.1} over {} p-values of {} components (ratio {:.3}, 1 expected), p = {}{}\n",
             d.statistic,
             d.dof,
+            d.components,
             d.ratio,
             format_p(d.p_value),
             if d.flagged { "  OVERDISPERSED" } else { "" }
