@@ -63,6 +63,14 @@ pub enum Error {
     /// A run journal (`--out`, `--resume`) that cannot be written or read,
     /// or whose header does not match the run's options.
     Journal { path: String, message: String },
+    /// One line of a run journal read on `--resume` that is damaged or was
+    /// changed: its checksum does not match, or it does not parse.
+    JournalLine {
+        path: String,
+        /// 1-based line number in the file.
+        line: usize,
+        message: String,
+    },
     /// A framework behind an adapter (`candle`, `burn`) returned an error.
     Framework {
         framework: &'static str,
@@ -143,6 +151,11 @@ impl fmt::Display for Error {
                 write!(f, "unknown subject {name:?}; known subjects: {known}")
             }
             Error::Journal { path, message } => write!(f, "journal {path}: {message}"),
+            Error::JournalLine {
+                path,
+                line,
+                message,
+            } => write!(f, "journal {path}, line {line}: {message}"),
             Error::Framework { framework, message } => write!(f, "{framework}: {message}"),
             Error::Usage { message } => write!(f, "{}", message.trim_end()),
             Error::Unsupported { what } => write!(f, "not supported: {what}"),

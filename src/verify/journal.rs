@@ -1,13 +1,32 @@
 //! Run journals: long runs (`calibrate`, `power`) write each finished seed
 //! as it ends, so an interrupted run loses nothing and can be resumed.
 //!
-//! # Format (JSON Lines)
+//! # Format (JSON Lines, each line checksummed)
 //!
 //! ```text
-//! {"journal":"dropmc calibrate","version":1,"options":{...}}   header
-//! {...}                                                        one finished seed
-//! {...}
+//! {"fnv1a64":"<16 hex>","record":{"journal":"dropmc calibrate","version":2,"options":{...}}}   header
+//! {"fnv1a64":"<16 hex>","record":{...}}                                                      one finished seed
 //! ```
+//!
+//! Each line wraps its record with the 64-bit FNV-1a hash ([`fnv1a64`]) of
+//! the record's bytes exactly as written (the text after `"record":` up to
+//! the closing `}`). On `--resume` a line whose record does not hash to its
+//! checksum is refused as [`Error::JournalLine`] naming the file and the
+//! line: a tampered value (`"failed":false` → `true`, one digit of a z) or
+//! a damaged block is never read back as a result.
+//!
+//! FNV-1a is hand-written here (ten lines, no dependency): it guards
+//! against accidents and casual edits, not against an adversary (anyone can
+//! recompute it), which is all a local journal needs. It detects **every**
+//! single-byte substitution: each step `h ← (h ⊕ b) · P` is a bijection of
+//! the 64-bit state for a fixed byte (P is odd), so two inputs that differ
+//! in one byte differ in the state after that byte and stay different
+//! through the identical steps that follow. Other changes (insertions,
+//! several bytes) go unseen with probability about `2⁻⁶⁴`.
+//!
+//! Journals of version 1 (no checksums) are refused with a message saying
+//! so: their results cannot be told from edited ones, and a rerun with
+//! `--out` rebuilds them.
 //!
 //! Every line is one JSON value followed by `\n`, written with one
 //! `write_all` on an unbuffered file, so a line is in the operating system's
@@ -25,8 +44,9 @@
 //! and claims; otherwise [`Error::Journal`]), keeps every complete record,
 //! ignores a last line without its newline or that does not parse (the
 //! trace of a kill in mid-write; the file is cut back to the last complete
-//! record before anything is appended), and rejects a damaged line anywhere
-//! else.
+//! record before anything is appended), and rejects a line whose checksum
+//! fails anywhere, the last complete line included (a kill cannot leave a
+//! complete line with a wrong checksum: the newline is its last byte).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -37,8 +57,67 @@ use serde_json::Value;
 
 use crate::error::Error;
 
-/// Journal format version (in the header).
-pub const VERSION: u64 = 1;
+/// Journal format version (in the header): 2 since every line carries a
+/// checksum.
+pub const VERSION: u64 = 2;
+
+/// The start of every line, before the 16 hex digits of the checksum.
+const LINE_PREFIX: &str = "{\"fnv1a64\":\"";
+/// Between the checksum and the record.
+const RECORD_KEY: &str = "\",\"record\":";
+
+/// 64-bit FNV-1a (Fowler–Noll–Vo) of `bytes`: offset basis
+/// `0xcbf29ce484222325`, prime `0x100000001b3` (module docs for why).
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET_BASIS, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME))
+}
+
+/// One journal line (without its newline) for the serialized `record`.
+fn checksummed(record: &str) -> String {
+    format!(
+        "{LINE_PREFIX}{:016x}{RECORD_KEY}{record}}}",
+        fnv1a64(record.as_bytes())
+    )
+}
+
+/// The record of one line, if its checksum matches; else why not.
+fn verified(line: &str) -> Result<&str, String> {
+    let digits = line
+        .strip_prefix(LINE_PREFIX)
+        .ok_or("no checksum (not a line of a version-2 journal)")?;
+    let (hex, rest) = digits.split_at_checked(16).ok_or("cut short")?;
+    let record = rest
+        .strip_prefix(RECORD_KEY)
+        .and_then(|r| r.strip_suffix('}'))
+        .ok_or("malformed line (no record after the checksum)")?;
+    let stated =
+        u64::from_str_radix(hex, 16).map_err(|_| format!("checksum {hex:?} is not hex"))?;
+    let actual = fnv1a64(record.as_bytes());
+    if stated != actual {
+        return Err(format!(
+            "checksum mismatch (line says {stated:016x}, its record hashes to {actual:016x}): \
+             the line was changed or damaged; rerun with --out to rebuild the journal"
+        ));
+    }
+    Ok(record)
+}
+
+/// Why a first line that fails [`verified`] is not a journal this version
+/// reads: an old journal without checksums says so.
+fn unreadable_header(line: &str, why: String) -> String {
+    match serde_json::from_str::<Value>(line) {
+        Ok(v) if v.get("journal").is_some() => format!(
+            "written by an older dropmc (journal version {}, no checksums); this version reads \
+             only version {VERSION} journals: rerun with --out to rebuild it",
+            v["version"]
+        ),
+        _ => why,
+    }
+}
 
 /// Start a new journal or continue one.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,20 +227,26 @@ impl Journal {
             };
             let line = &rest[..end];
             rest = &rest[end + 1..];
-            match serde_json::from_str::<Value>(line) {
-                Ok(value) if line_no == 1 => {
-                    if &value != header {
-                        return Err(journal_error(path, mismatch(&value, header)));
-                    }
+            let line_error = |message: String| Error::JournalLine {
+                path: path.display().to_string(),
+                line: line_no,
+                message,
+            };
+            let record = match verified(line) {
+                Ok(record) => record,
+                Err(why) if line_no == 1 => {
+                    return Err(line_error(unreadable_header(line, why)));
                 }
-                Ok(value) => finished.push(value),
-                Err(_) if rest.is_empty() => break, // a damaged last line
-                Err(e) => {
-                    return Err(journal_error(
-                        path,
-                        format!("line {line_no} is damaged ({e}) and is not the last line"),
-                    ));
+                Err(why) => return Err(line_error(why)),
+            };
+            let value = serde_json::from_str::<Value>(record)
+                .map_err(|e| line_error(format!("its record does not parse ({e})")))?;
+            if line_no == 1 {
+                if &value != header {
+                    return Err(journal_error(path, mismatch(&value, header)));
                 }
+            } else {
+                finished.push(value);
             }
             kept += end + 1;
         }
@@ -192,8 +277,9 @@ impl Journal {
 
     /// Appends `record` as one line and hands it to the operating system.
     pub fn append(&mut self, record: &impl Serialize) -> Result<(), Error> {
-        let mut line =
+        let record =
             serde_json::to_string(record).map_err(|e| journal_error(&self.path, e.to_string()))?;
+        let mut line = checksummed(&record);
         line.push('\n');
         self.file
             .write_all(line.as_bytes())
@@ -228,9 +314,9 @@ mod tests {
         j.append(&serde_json::json!({ "seed": 1, "x": x })).unwrap();
         j.append(&serde_json::json!({ "seed": 2, "x": x })).unwrap();
         drop(j);
-        // A kill in mid-write leaves part of the third record.
+        // A kill in mid-write leaves part of the third line.
         let mut text = std::fs::read_to_string(&path).unwrap();
-        text.push_str("{\"seed\":3,\"x\":0.3");
+        text.push_str(&checksummed("{\"seed\":3,\"x\":0.3")[..30]);
         std::fs::write(&path, &text).unwrap();
         let mut j = Journal::open(&Mode::Resume(path.clone()), &head).unwrap();
         let done = j.take_finished();
@@ -244,14 +330,91 @@ mod tests {
             .map(String::from)
             .collect();
         assert_eq!(lines.len(), 4, "{lines:?}");
-        assert_eq!(lines[3], "{\"seed\":3}");
+        assert_eq!(lines[3], checksummed("{\"seed\":3}"));
         let other = header("test", serde_json::json!({ "seeds": 4 }));
         let err = Journal::open(&Mode::Resume(path.clone()), &other).unwrap_err();
         assert!(matches!(err, Error::Journal { .. }), "{err:?}");
         // A damaged line that is not the last is refused.
-        std::fs::write(&path, format!("{head}\n{{oops\n{{\"seed\":2}}\n")).unwrap();
+        let head_line = checksummed(&head.to_string());
+        let seed2 = checksummed("{\"seed\":2}");
+        std::fs::write(&path, format!("{head_line}\n{{oops\n{seed2}\n")).unwrap();
         let err = Journal::open(&Mode::Resume(path.clone()), &head).unwrap_err();
-        assert!(err.to_string().contains("line 2"), "{err}");
+        assert!(matches!(err, Error::JournalLine { line: 2, .. }), "{err:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn fnv1a64_matches_the_published_test_vectors() {
+        // From the FNV reference (isthe.com/chongo/tech/comp/fnv): the empty
+        // string is the offset basis; "a" and "foobar" as listed there.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn a_changed_digit_or_a_valid_json_tamper_is_refused_naming_the_line() {
+        let path = temp("tamper");
+        let head = header("test", serde_json::json!({ "seeds": 2 }));
+        let mut j = Journal::open(&Mode::Create(path.clone()), &head).unwrap();
+        j.append(&serde_json::json!({ "seed": 1, "failed": false, "z": 1.25 }))
+            .unwrap();
+        j.append(&serde_json::json!({ "seed": 2, "failed": false, "z": -0.5 }))
+            .unwrap();
+        drop(j);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let tampers = [
+            // One digit of a z on line 2.
+            (text.replacen("1.25", "1.35", 1), 2),
+            // Valid JSON, different result, on the last line.
+            (
+                text.replacen(
+                    "\"failed\":false,\"seed\":2",
+                    "\"failed\":true,\"seed\":2",
+                    1,
+                ),
+                3,
+            ),
+        ];
+        for (tampered, line) in tampers {
+            assert_ne!(tampered, text);
+            std::fs::write(&path, &tampered).unwrap();
+            let err = Journal::open(&Mode::Resume(path.clone()), &head).unwrap_err();
+            let shown = err.to_string();
+            assert!(
+                matches!(&err, Error::JournalLine { line: l, .. } if *l == line),
+                "{err:?}"
+            );
+            assert!(shown.contains(&path.display().to_string()), "{shown}");
+            assert!(
+                shown.contains(&format!("line {line}: checksum mismatch")),
+                "{shown}"
+            );
+        }
+        // A truncated last line (a kill in mid-write) is the documented
+        // recovery: dropped, the file cut back, the seed run again.
+        std::fs::write(&path, &text[..text.len() - 7]).unwrap();
+        let mut j = Journal::open(&Mode::Resume(path.clone()), &head).unwrap();
+        assert_eq!(j.take_finished().len(), 1);
+        drop(j);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            text.lines()
+                .take(2)
+                .map(|l| format!("{l}\n"))
+                .collect::<String>()
+        );
+        // An old journal (version 1, no checksums) is refused, saying so.
+        std::fs::write(
+            &path,
+            "{\"journal\":\"test\",\"version\":1,\"options\":{\"seeds\":2}}\n",
+        )
+        .unwrap();
+        let err = Journal::open(&Mode::Resume(path.clone()), &head).unwrap_err();
+        assert!(
+            err.to_string().contains("older dropmc (journal version 1"),
+            "{err}"
+        );
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -5,8 +5,9 @@
 //!
 //! * **Empirical.** Run the suite under K seeds against the wrong layer and
 //!   count the seeds under which at least one claim failed. With K seeds the
-//!   detection rate is known only to about `1/K`; with every seed detecting,
-//!   the exact one-sided 95 % lower bound on the power is `0.05^(1/K)`.
+//!   detection rate is known only to about `1/K`: every row shows the exact
+//!   two-sided Clopper–Pearson interval at [`INTERVAL_LEVEL`] (with every
+//!   seed detecting, its lower end is `(α/2)^(1/K)`, 0.29 at K = 3).
 //! * **From the effect size.** A claim component whose test statistic has
 //!   mean `δ` (in standard errors) rejects with probability
 //!   `π(δ) = Φ(|δ| − z_c) + Φ(−|δ| − z_c)`, `z_c` the critical value. The mean
@@ -16,6 +17,28 @@
 //!   treated as independent, exact for per-unit claims whose units have
 //!   independent masks). This is the figure that can show a power of 0.999
 //!   or more, which no affordable number of seeds can.
+//!
+//! # Infinite z: certain detections, counted
+//!
+//! A violated deterministic rule, or an exact p-value that underflowed to 0,
+//! has `z = ±∞`: that seed's rejection was certain, but `∞` is not an effect
+//! size that can be averaged (a stand-in such as `10⁶` averaged over three
+//! seeds turns one detection into a power of `1 − 10⁻¹²`). Each component
+//! therefore keeps two things: the number `c` of seeds whose z was infinite,
+//! and the mean `δ̄` of its finite z's over the other `K − c` seeds. It
+//! misses under a seed only if that seed was not certain and the finite
+//! test missed:
+//!
+//! ```text
+//! miss = (1 − ĉ) · (1 − π(δ̄))
+//! ```
+//!
+//! with `ĉ = c/K` for the point estimate (`from_effect`) and, for the
+//! conservative figure at the default budget, `ĉ` the one-sided
+//! Clopper–Pearson lower bound at [`INTERVAL_LEVEL`] and `δ̄` replaced by its
+//! lower confidence bound (no finite seed: no finite evidence, `π = 0`). A
+//! rule broken in every one of K seeds thus supports a power of only
+//! `(1 − level)^(1/K)` at that level, which is what K seeds can show.
 //!
 //! # What runs
 //!
@@ -100,6 +123,36 @@ pub fn mutant_candidates() -> Vec<Candidate<'static>> {
         .collect()
 }
 
+/// The confidence level of every interval on a rate over seeds (the
+/// detection rate, the rate of certain detections).
+pub const INTERVAL_LEVEL: f64 = 0.95;
+
+/// A rate over seeds with its exact Clopper–Pearson interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SeedRate {
+    /// Seeds where the event happened.
+    pub count: u64,
+    pub seeds: u64,
+    /// Two-sided interval at [`level`](Self::level).
+    pub lower: f64,
+    pub upper: f64,
+    pub level: f64,
+}
+
+impl SeedRate {
+    /// `count` of `seeds` with its two-sided interval at [`INTERVAL_LEVEL`].
+    pub fn new(count: u64, seeds: u64) -> Self {
+        let (lower, upper) = clopper_pearson(count, seeds, INTERVAL_LEVEL);
+        SeedRate {
+            count,
+            seeds,
+            lower,
+            upper,
+            level: INTERVAL_LEVEL,
+        }
+    }
+}
+
 /// How one wrong implementation fares.
 #[derive(Debug, Clone, Serialize)]
 pub struct PowerRow {
@@ -111,17 +164,21 @@ pub struct PowerRow {
     pub detections: u64,
     /// `detections / seeds`.
     pub empirical: f64,
-    /// Exact one-sided 95 % lower confidence bound on the detection rate
-    /// (Clopper-Pearson).
-    pub empirical_lower_95: f64,
+    /// The detection rate with its exact two-sided Clopper–Pearson interval.
+    pub detected: SeedRate,
+    /// Seeds under which some usable component had an infinite z (a
+    /// violated rule or an underflowed exact p-value): certain detections,
+    /// counted, never averaged (module docs).
+    pub certain: SeedRate,
     /// Power from the mean effect sizes at the run's budget (module docs).
     pub from_effect: f64,
     /// A conservative power at each claim's default budget: per component
-    /// the lower confidence bound `max(0, |z̄| − z_c/√K)` on `|δ|` at the
-    /// run's budget, scaled by `√(n_default / n_run)` (the z of a fixed
-    /// deviation grows as the square root of the draws). Taking the bound,
-    /// not `z̄`, keeps the scaled-up noise of the reference's components from
-    /// posing as power.
+    /// the lower confidence bound `max(0, |z̄| − z_c/√m)` on `|δ|` from its
+    /// `m` finite z's at the run's budget, scaled by `√(n_default / n_run)`
+    /// (the z of a fixed deviation grows as the square root of the draws),
+    /// and the one-sided Clopper–Pearson lower bound on its rate of certain
+    /// detections. Taking the bounds, not the means, keeps the scaled-up
+    /// noise of the reference's components from posing as power.
     pub at_default_budget: f64,
     /// Claims that failed under at least one seed, with the count.
     pub killed_by: Vec<(String, u64)>,
@@ -152,25 +209,43 @@ impl PowerRun {
 
 pub use crate::stats::rejection_probability;
 
-/// One-sided 95 % lower Clopper-Pearson bound for `k` successes in `n`.
-pub fn clopper_pearson_lower(k: u64, n: u64) -> f64 {
-    if k == 0 {
+/// Exact one-sided lower Clopper–Pearson bound for `k` successes in `n`
+/// trials at tail probability `tail`: the `θ` with `P(X ≥ k | θ) = tail`,
+/// `X ~ Binomial(n, θ)` (0 for `k = 0`; `tail^(1/n)` for `k = n`).
+pub fn clopper_pearson_lower(k: u64, n: u64, tail: f64) -> f64 {
+    if k == 0 || n == 0 {
         return 0.0;
     }
-    if k == n {
-        return 0.05f64.powf(1.0 / n as f64);
+    if k >= n {
+        return tail.powf(1.0 / n as f64);
     }
-    // Bisection on P(X >= k | θ) = 0.05, X ~ Binomial(n, θ).
+    // P(X ≥ k | θ) increases with θ: bisect on it. 100 halvings of [0, 1]
+    // end below the spacing of f64 near any θ in (0, 1).
     let (mut lo, mut hi) = (0.0f64, 1.0f64);
     for _ in 0..100 {
         let mid = 0.5 * (lo + hi);
         let Ok(binomial) = statrs::distribution::Binomial::new(mid, n) else {
             return lo;
         };
-        let tail = 1.0 - binomial.cdf(k - 1);
-        if tail < 0.05 { lo = mid } else { hi = mid }
+        if binomial.sf(k - 1) < tail {
+            lo = mid
+        } else {
+            hi = mid
+        }
     }
     lo
+}
+
+/// Exact two-sided Clopper–Pearson interval for `k` successes in `n` trials
+/// at confidence `level`: each end leaves `(1 − level)/2` in its tail. The
+/// upper end is the lower end of the failures, `1 − lower(n − k)`.
+pub fn clopper_pearson(k: u64, n: u64, level: f64) -> (f64, f64) {
+    let tail = (1.0 - level) / 2.0;
+    let k = k.min(n);
+    (
+        clopper_pearson_lower(k, n, tail),
+        1.0 - clopper_pearson_lower(n - k, n, tail),
+    )
 }
 
 /// The claims of `registry` a power run uses.
@@ -193,9 +268,10 @@ pub struct ClaimOutcome {
     pub failed: bool,
     pub errored: bool,
     pub samples: u64,
-    /// Each component's z; a violated deterministic rule's `±∞` is written
-    /// as `±10⁶` (what the effect-size power uses, and finite for JSON).
-    pub z: Vec<f64>,
+    /// Each component's z; `None` for an infinite z (a violated rule or an
+    /// underflowed exact p-value): a certain detection, counted apart and
+    /// never averaged (module docs; also what JSON can hold).
+    pub z: Vec<Option<f64>>,
 }
 
 /// One candidate under one seed: a journal line.
@@ -236,13 +312,7 @@ fn run_once(
             samples: r.samples,
             z: r.tests
                 .iter()
-                .map(|t| {
-                    if t.z.is_finite() {
-                        t.z
-                    } else {
-                        t.z.signum() * 1e6
-                    }
-                })
+                .map(|t| t.z.is_finite().then_some(t.z))
                 .collect(),
         })
     };
@@ -256,6 +326,55 @@ fn run_once(
     })
 }
 
+/// One component's evidence over the seeds: its finite z's, summed, and
+/// the seeds where its z was infinite (module docs).
+#[derive(Debug, Clone, Copy, Default)]
+struct ComponentEvidence {
+    finite_sum: f64,
+    finite: u64,
+    certain: u64,
+}
+
+impl ComponentEvidence {
+    fn add(&mut self, z: Option<f64>) {
+        match z {
+            Some(z) => {
+                self.finite_sum += z;
+                self.finite += 1;
+            }
+            None => self.certain += 1,
+        }
+    }
+
+    /// The probability that this component misses under one seed: the
+    /// point estimate `(1 − c/K)(1 − π(δ̄))`, or with `scale` the
+    /// conservative one at the default budget (lower bounds on the rate of
+    /// certain detections and on `|δ|`, the latter scaled by `scale`).
+    fn miss(&self, scale: Option<f64>) -> f64 {
+        let seeds = self.finite + self.certain;
+        let certain = match scale {
+            None => self.certain as f64 / seeds as f64,
+            Some(_) => clopper_pearson_lower(self.certain, seeds, 1.0 - INTERVAL_LEVEL),
+        };
+        let finite_miss = if self.finite == 0 {
+            // No finite z: the point estimate has certain = 1; the bound has
+            // no evidence on the finite test and credits it nothing.
+            1.0
+        } else {
+            let m = self.finite as f64;
+            let mean = self.finite_sum / m;
+            let delta = match scale {
+                None => mean,
+                // Lower confidence bound on |δ| at the per-assertion level
+                // (the mean of m unit-variance z's has SD 1/√m), scaled.
+                Some(s) => (mean.abs() - critical_z() / m.sqrt()).max(0.0) * s,
+            };
+            1.0 - rejection_probability(delta)
+        };
+        (1.0 - certain) * finite_miss
+    }
+}
+
 /// One candidate's row from its runs (one per seed), ignoring the claims in
 /// `unusable`.
 fn measure(
@@ -265,26 +384,29 @@ fn measure(
     runs: &[RunRecord],
 ) -> PowerRow {
     let mut detections = 0;
+    let mut certain_seeds = 0;
     let mut killed: Vec<(String, u64)> = Vec::new();
-    // Sum of z per (claim, component), and the draws behind it.
-    let mut z_sums: Vec<Vec<f64>> = vec![Vec::new(); claims.len()];
+    // Per (claim, component), and the draws' scale to the default budget.
+    let mut evidence: Vec<Vec<ComponentEvidence>> = vec![Vec::new(); claims.len()];
     let mut scale: Vec<f64> = vec![1.0; claims.len()];
     let mut errored = false;
     for run in runs {
         let mut detected = false;
+        let mut certain = false;
         for (c, r) in run.claims.iter().enumerate() {
             if unusable.contains(&r.id.as_str()) {
                 continue;
             }
             errored |= r.errored;
-            if z_sums[c].is_empty() {
-                z_sums[c] = vec![0.0; r.z.len()];
+            if evidence[c].is_empty() {
+                evidence[c] = vec![ComponentEvidence::default(); r.z.len()];
             }
             scale[c] = (claims[c].default_samples() as f64 / r.samples.max(1) as f64)
                 .sqrt()
                 .max(1.0);
-            for (sum, z) in z_sums[c].iter_mut().zip(&r.z) {
-                *sum += z;
+            for (e, z) in evidence[c].iter_mut().zip(&r.z) {
+                e.add(*z);
+                certain |= z.is_none();
             }
             if r.failed {
                 detected = true;
@@ -295,28 +417,18 @@ fn measure(
             }
         }
         detections += u64::from(detected);
+        certain_seeds += u64::from(certain);
     }
-    let seeds = runs.len() as f64;
+    let seeds = runs.len() as u64;
     let power_at = |scaled: bool| {
         if errored {
             return 1.0; // a claim that cannot even be evaluated fails under every seed
         }
-        let miss: f64 = z_sums
+        let miss: f64 = evidence
             .iter()
             .zip(&scale)
-            .flat_map(|(sums, &s)| {
-                sums.iter().map(move |z| {
-                    let mean = z / seeds;
-                    let delta = if scaled {
-                        // Lower confidence bound on |δ| at the per-assertion
-                        // level (the mean of K unit-variance z's has SD 1/√K),
-                        // scaled to the default budget.
-                        (mean.abs() - critical_z() / seeds.sqrt()).max(0.0) * s
-                    } else {
-                        mean
-                    };
-                    1.0 - rejection_probability(delta)
-                })
+            .flat_map(|(components, &s)| {
+                components.iter().map(move |e| e.miss(scaled.then_some(s)))
             })
             .product();
         1.0 - miss
@@ -324,10 +436,11 @@ fn measure(
     PowerRow {
         subject: candidate.name.clone(),
         equivalent: candidate.equivalent.is_some(),
-        seeds: runs.len() as u64,
+        seeds,
         detections,
-        empirical: detections as f64 / seeds,
-        empirical_lower_95: clopper_pearson_lower(detections, runs.len() as u64),
+        empirical: detections as f64 / seeds as f64,
+        detected: SeedRate::new(detections, seeds),
+        certain: SeedRate::new(certain_seeds, seeds),
         from_effect: power_at(false),
         at_default_budget: power_at(true),
         killed_by: killed,
@@ -474,12 +587,108 @@ mod tests {
     }
 
     #[test]
-    fn clopper_pearson_lower_bounds_match_closed_forms() {
-        // k = n: 0.05^(1/n); k = 0: 0.
-        assert_eq!(clopper_pearson_lower(10, 10), 0.05f64.powf(0.1));
-        assert_eq!(clopper_pearson_lower(0, 10), 0.0);
-        // k = 1 of n = 1 is the k = n case; k = 1 of 2: solve 1 − (1−θ)² = 0.05,
-        // θ = 1 − √0.95 = 0.025321.
-        assert!((clopper_pearson_lower(1, 2) - (1.0 - 0.95f64.sqrt())).abs() < 1e-9);
+    fn clopper_pearson_bounds_match_closed_forms() {
+        // k = n: tail^(1/n); k = 0: 0.
+        assert_eq!(clopper_pearson_lower(10, 10, 0.05), 0.05f64.powf(0.1));
+        assert_eq!(clopper_pearson_lower(0, 10, 0.05), 0.0);
+        // The bisection finds the root of statrs' binomial tail, itself a
+        // regularized incomplete beta accurate to about 10⁻¹⁴ near these
+        // arguments; the tail's slope here is about 2, so θ is within half
+        // that. 10⁻¹³ tells a correct root from any other formula.
+        const ROOT_ROOM: f64 = 1e-13;
+        // k = 1 of 2: solve 1 − (1−θ)² = 0.05, θ = 1 − √0.95 = 0.025321.
+        let root = 1.0 - 0.95f64.sqrt();
+        assert!((clopper_pearson_lower(1, 2, 0.05) - root).abs() <= ROOT_ROOM);
+        // Two-sided at 95 %, 1 of 3 seeds: the lower end solves
+        // 1 − (1−θ)³ = 0.025, θ = 1 − 0.975^(1/3); the upper end leaves
+        // P(X ≤ 1 | θ) = (1−θ)³ + 3θ(1−θ)² = 0.025.
+        let (lo, hi) = clopper_pearson(1, 3, 0.95);
+        let lo_exact = 1.0 - 0.975f64.cbrt();
+        assert!((lo - lo_exact).abs() <= ROOT_ROOM, "{lo} {lo_exact}");
+        let below = (1.0 - hi).powi(3) + 3.0 * hi * (1.0 - hi).powi(2);
+        assert!((below - 0.025).abs() <= ROOT_ROOM, "{hi} {below}");
+        // 0 of 3: [0, 1 − 0.025^(1/3)]; 3 of 3: [0.025^(1/3), 1].
+        let (zero_lo, zero_hi) = clopper_pearson(0, 3, 0.95);
+        assert_eq!(zero_lo, 0.0);
+        assert!((zero_hi - (1.0 - 0.025f64.cbrt())).abs() <= 4.0 * f64::EPSILON);
+        let (all_lo, all_hi) = clopper_pearson(3, 3, 0.95);
+        assert!((all_lo - 0.025f64.cbrt()).abs() <= 4.0 * f64::EPSILON);
+        assert_eq!(all_hi, 1.0);
+    }
+
+    #[test]
+    fn an_infinite_z_in_one_seed_of_three_is_one_certain_detection_not_a_mean() {
+        // One seed with an infinite z and two with z = 0.5: a power near
+        // 1/3, never the 1 − 10⁻¹² a ±10⁶ stand-in averaged into z̄ gives.
+        let mut e = ComponentEvidence::default();
+        for z in [None, Some(0.5), Some(0.5)] {
+            e.add(z);
+        }
+        let point = 1.0 - e.miss(None);
+        let expected = 1.0 - (2.0 / 3.0) * (1.0 - rejection_probability(0.5));
+        assert!(
+            (point - expected).abs() <= 4.0 * f64::EPSILON,
+            "{point} {expected}"
+        );
+        assert!(point < 0.34, "{point}");
+
+        // The same through a row and its table: one claim, three seeds.
+        let registry = Registry::default();
+        let claim = selected_claims(
+            &registry,
+            &PowerOptions {
+                replication: Replication {
+                    seeds: 3,
+                    first_seed: 1,
+                    family: None,
+                },
+                samples: None,
+            },
+        )[0];
+        let runs: Vec<RunRecord> = [None, Some(0.5), Some(0.5)]
+            .into_iter()
+            .enumerate()
+            .map(|(seed, z)| RunRecord {
+                subject: "planted".into(),
+                seed: seed as u64,
+                claims: vec![ClaimOutcome {
+                    id: claim.id().into(),
+                    failed: z.is_none(),
+                    errored: false,
+                    samples: claim.default_samples(),
+                    z: vec![z],
+                }],
+            })
+            .collect();
+        let layer = crate::ops::InvertedDropout;
+        let row = measure(&Candidate::new(&layer), &[claim], &[], &runs);
+        assert!(
+            (row.from_effect - expected).abs() <= 4.0 * f64::EPSILON,
+            "{row:?}"
+        );
+        assert_eq!((row.detected.count, row.certain.count), (1, 1), "{row:?}");
+        let shown = table_fitted(
+            &PowerRun {
+                samples_cap: None,
+                claims: vec![claim.id()],
+                reference: row.clone(),
+                rows: vec![row],
+                unusable: vec![],
+            },
+            200,
+        );
+        // 1 of 3 at 95 %: the textbook interval [0.0084, 0.9057].
+        assert!(shown.contains("1/3       [0.008, 0.906]"), "{shown}");
+        assert!(!shown.contains("1e-12"), "{shown}");
+        // The bound at the default budget credits the certain seed only its
+        // one-sided lower bound 1 − 0.95^(1/3) and the finite ones only the
+        // size α (their bound 0.5 − z_c/√2 on |δ| is below 0).
+        let bound = 1.0 - e.miss(Some(100.0));
+        let certain_lo = 1.0 - 0.95f64.cbrt();
+        let expected = 1.0 - (1.0 - certain_lo) * (1.0 - rejection_probability(0.0));
+        assert!(
+            (bound - expected).abs() <= 4.0 * f64::EPSILON,
+            "{bound} {expected}"
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::{PowerRow, PowerRun};
+use super::{INTERVAL_LEVEL, PowerRow, PowerRun, SeedRate};
 use crate::report;
 use crate::table::{Table, wrap_text};
 
@@ -34,12 +34,13 @@ pub fn table_fitted(run: &PowerRun, width: usize) -> String {
     let mut t = Table::new([
         "subject",
         "detected",
-        "95% lower bnd",
+        "95% CP interval",
+        "certain (CP)",
         "from effect",
         "default budget",
         "killed by (seeds)",
     ])
-    .wrap(5);
+    .wrap(6);
     for r in rows {
         let killers: Vec<String> = r
             .killed_by
@@ -57,13 +58,32 @@ pub fn table_fitted(run: &PowerRun, width: usize) -> String {
         t.row([
             r.subject.clone(),
             format!("{}/{}", r.detections, r.seeds),
-            format!("{:.3}", r.empirical_lower_95),
+            format_interval(&r.detected),
+            format!(
+                "{}/{} {}",
+                r.certain.count,
+                r.seeds,
+                format_interval(&r.certain)
+            ),
             effect,
             default,
             killers.join(", "),
         ]);
     }
     out.push_str(&t.render(width));
+    push_wrapped(
+        &mut out,
+        &format!(
+            "Intervals: exact two-sided Clopper-Pearson at {:.0}% over the {} seeds. \
+             certain: seeds where some component's z was infinite (a violated rule or an \
+             underflowed exact p-value), counted as certain detections, never averaged into z; \
+             the default-budget power credits them only their one-sided {:.0}% lower bound.",
+            100.0 * INTERVAL_LEVEL,
+            run.reference.seeds,
+            100.0 * INTERVAL_LEVEL,
+        ),
+        width,
+    );
     if !run.unusable.is_empty() {
         push_wrapped(
             &mut out,
@@ -75,12 +95,38 @@ pub fn table_fitted(run: &PowerRun, width: usize) -> String {
         );
     }
     let live = run.rows.iter().filter(|r| !r.equivalent).count();
-    let weak = run.below(0.999);
+    let below = run.below(0.999);
+    // Caught through an infinite z under every seed: their power is bounded
+    // by the seed count, not by an effect size.
+    let (certain, weak): (Vec<&PowerRow>, Vec<&PowerRow>) =
+        below.into_iter().partition(|r| r.certain.count == r.seeds);
+    if !certain.is_empty() {
+        let k = run.reference.seeds;
+        push_wrapped(
+            &mut out,
+            &format!(
+                "Caught through an infinite z under every seed ({k} of {k}), so bounded only by the \
+                 seed count (one-sided {:.0}% lower bound {:.3}): {}",
+                100.0 * INTERVAL_LEVEL,
+                super::clopper_pearson_lower(
+                    run.reference.seeds,
+                    run.reference.seeds,
+                    1.0 - INTERVAL_LEVEL
+                ),
+                certain
+                    .iter()
+                    .map(|r| r.subject.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            width,
+        );
+    }
     push_wrapped(
         &mut out,
         &format!(
             "{} of {live} non-equivalent candidates caught with power >= 0.999 at the default budget{}",
-            live - weak.len(),
+            live - weak.len() - certain.len(),
             if weak.is_empty() {
                 ".".to_string()
             } else {
@@ -105,6 +151,11 @@ pub(crate) fn push_wrapped(out: &mut String, text: &str, width: usize) {
         out.push_str(&line);
         out.push('\n');
     }
+}
+
+/// `[lower, upper]` of a Clopper–Pearson interval, to 3 digits.
+fn format_interval(rate: &SeedRate) -> String {
+    format!("[{:.3}, {:.3}]", rate.lower, rate.upper)
 }
 
 fn format_power(p: f64) -> String {
