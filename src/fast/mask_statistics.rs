@@ -135,6 +135,8 @@ impl<const W: usize, F: Fn([f64; W]) -> [f64; W] + Sync> MaskStatistic for Maske
         let mut per_mask = [[0.0f64; 64]; W];
         self.tables
             .block_sums(isa, block.word_major(), &mut per_mask);
+        // `b` picks mask `b`'s sum out of every column's row of 64.
+        #[allow(clippy::needless_range_loop)]
         for b in 0..block.len() {
             add_powers(&(self.f)(std::array::from_fn(|c| per_mask[c][b])), sums);
         }
