@@ -17,7 +17,9 @@
 //! * [`GroupsDropped`] — per group of units, the number of masks that drop
 //!   every unit of the group.
 
-use super::masks::MaskStatistic;
+use super::bits::transpose64_on;
+use super::masks::{MaskBlock, MaskStatistic};
+use super::run::Isa;
 use super::tables::SubsetTables;
 use crate::error::Error;
 
@@ -41,6 +43,22 @@ impl MaskStatistic for UnitKeeps {
             while w != 0 {
                 sums[64 * i + w.trailing_zeros() as usize] += 1.0;
                 w &= w - 1;
+            }
+        }
+    }
+    /// Per 64 units, one transpose of the block's word `j` across its 64
+    /// masks gives one word per unit holding its keep bits across the
+    /// masks; its popcount is the unit's count in the block. A count is an
+    /// integer below 2⁵³, so adding it at once is the same `f64` as adding
+    /// 1.0 per keeping mask.
+    #[inline(always)]
+    fn add_block(&self, isa: Isa, block: &MaskBlock<'_>, sums: &mut [f64]) {
+        let mut by_unit = [0u64; 64];
+        for (rows, group) in block.word_major().chunks_exact(64).zip(sums.chunks_mut(64)) {
+            by_unit.copy_from_slice(rows);
+            transpose64_on(isa, &mut by_unit);
+            for (s, w) in group.iter_mut().zip(&by_unit) {
+                *s += f64::from(w.count_ones());
             }
         }
     }
@@ -108,14 +126,32 @@ impl<const W: usize, F: Fn([f64; W]) -> [f64; W] + Sync> MaskStatistic for Maske
     }
     #[inline(always)]
     fn add(&self, mask: &[u64], sums: &mut [f64]) {
-        let t = (self.f)(self.tables.masked_sum(mask));
-        for (s, &t) in sums.chunks_exact_mut(4).zip(&t) {
-            let t2 = t * t;
-            s[0] += t;
-            s[1] += t2;
-            s[2] += t2 * t;
-            s[3] += t2 * t2;
+        add_powers(&(self.f)(self.tables.masked_sum(mask)), sums);
+    }
+    /// The 64 masked sums by [`SubsetTables::block_sums`] (the same bits as
+    /// [`SubsetTables::masked_sum`] per mask), then the powers in mask order.
+    #[inline(always)]
+    fn add_block(&self, isa: Isa, block: &MaskBlock<'_>, sums: &mut [f64]) {
+        let mut per_mask = [[0.0f64; 64]; W];
+        self.tables
+            .block_sums(isa, block.word_major(), &mut per_mask);
+        // `b` picks mask `b`'s sum out of every column's row of 64.
+        #[allow(clippy::needless_range_loop)]
+        for b in 0..block.len() {
+            add_powers(&(self.f)(std::array::from_fn(|c| per_mask[c][b])), sums);
         }
+    }
+}
+
+/// Adds `tᶜ, (tᶜ)², (tᶜ)³, (tᶜ)⁴` into `sums[4c ..4c + 4]` for each column `c`.
+#[inline(always)]
+fn add_powers<const W: usize>(t: &[f64; W], sums: &mut [f64]) {
+    for (s, &t) in sums.chunks_exact_mut(4).zip(t) {
+        let t2 = t * t;
+        s[0] += t;
+        s[1] += t2;
+        s[2] += t2 * t;
+        s[3] += t2 * t2;
     }
 }
 
@@ -156,6 +192,24 @@ impl<F: Fn(f64) -> Option<usize> + Sync> MaskStatistic for SumHistogram<F> {
     #[inline(always)]
     fn add(&self, mask: &[u64], sums: &mut [f64]) {
         let [s] = self.tables.masked_sum(mask);
+        self.count(s, sums);
+    }
+    /// The 64 sums by [`SubsetTables::block_sums`], counted in mask order.
+    #[inline(always)]
+    fn add_block(&self, isa: Isa, block: &MaskBlock<'_>, sums: &mut [f64]) {
+        let mut per_mask = [[0.0f64; 64]; 1];
+        self.tables
+            .block_sums(isa, block.word_major(), &mut per_mask);
+        for &s in &per_mask[0][..block.len()] {
+            self.count(s, sums);
+        }
+    }
+}
+
+impl<F: Fn(f64) -> Option<usize>> SumHistogram<F> {
+    /// Counts the sum `s` in its bin, if it has one.
+    #[inline(always)]
+    fn count(&self, s: f64, sums: &mut [f64]) {
         if let Some(b) = (self.bin)(s).filter(|&b| b < self.bins) {
             sums[b] += 1.0;
         }
@@ -236,6 +290,60 @@ mod tests {
         let mut dropped = vec![0.0; 2];
         groups.add(&mask, &mut dropped);
         assert_eq!(dropped, [1.0, 0.0]);
+    }
+
+    /// Blocks of 150-unit masks (a partial last word; 64 masks and a
+    /// partial block of 37): every statistic's `add_block` adds the same
+    /// bits as `add` on each mask in order, on every instruction-set level.
+    #[test]
+    fn block_adds_are_the_per_mask_adds_bit_for_bit() {
+        use super::super::masks::MaskBlock;
+        use crate::engine::stream;
+        use rand::Rng;
+        let (d, nw) = (150usize, 3usize);
+        let col: Vec<f64> = (0..d).map(|k| (k as f64 * 0.37).sin()).collect();
+        let sq: Vec<f64> = col.iter().map(|c| c * c - 0.2).collect();
+        let powers = MaskedSumPowers::new([&col, &sq], |[a, b]| [a - 0.5, b]).unwrap();
+        let hist = SumHistogram::new(&col, 9, |s| Some((s + 4.0).max(0.0) as usize)).unwrap();
+        let keeps = UnitKeeps { units: d };
+        let mut rng = stream(31, 0);
+        for len in [64usize, 37] {
+            let mut masks: Vec<u64> = (0..len * nw).map(|_| rng.next_u64()).collect();
+            for m in masks.chunks_exact_mut(nw) {
+                m[nw - 1] &= super::super::norm::tail_mask(d);
+            }
+            let mut word_major = vec![0u64; 64 * nw];
+            for (b, m) in masks.chunks_exact(nw).enumerate() {
+                for (j, &w) in m.iter().enumerate() {
+                    word_major[64 * j + b] = w;
+                }
+            }
+            let block = MaskBlock::new(&masks, &word_major, len, nw);
+            for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+                let check = |name: &str,
+                             width: usize,
+                             add: &dyn Fn(&[u64], &mut [f64]),
+                             add_block: &dyn Fn(&mut [f64])| {
+                    let mut one = vec![0.0; width];
+                    for m in masks.chunks_exact(nw) {
+                        add(m, &mut one);
+                    }
+                    let mut all = vec![0.0; width];
+                    add_block(&mut all);
+                    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&all), bits(&one), "{name}, {len} masks, {isa:?}");
+                };
+                check("keeps", d, &|m, s| keeps.add(m, s), &|s| {
+                    keeps.add_block(isa, &block, s)
+                });
+                check("powers", 8, &|m, s| powers.add(m, s), &|s| {
+                    powers.add_block(isa, &block, s)
+                });
+                check("histogram", 9, &|m, s| hist.add(m, s), &|s| {
+                    hist.add_block(isa, &block, s)
+                });
+            }
+        }
     }
 
     #[test]

@@ -20,11 +20,24 @@
 //! the chunk's sums are a fixed function of `(seed, chunk)`: bit-identical on
 //! any number of threads and instruction-set level ([`super::run_chunks_on`]),
 //! as long as the statistic adds in a fixed order.
+//!
+//! # Blocks of long masks
+//!
+//! When `d > 64` a batch is 64 masks (the last one of a chunk fewer), and
+//! the statistic gets the whole batch at once as a [`MaskBlock`]: the masks
+//! one after another (mask-major, as generated) and the same bits
+//! word-major (word `j` of mask `b` at `64 j + b`, the layout of
+//! [`super::SubsetTables::block_sums`] and of the 64×64 transposes), masks
+//! past the batch all-dropped. A statistic that can do better than one mask
+//! at a time overrides [`MaskStatistic::add_block`] — 64 masked sums by
+//! vector permutes, keep counts by one transpose and popcounts per 64 units
+//! — and must add exactly what `add` on each mask in order adds, bit for
+//! bit, so the layout never changes a result.
 
 use super::compact::MaskBits;
 use super::lanes::Xoshiro8;
 use super::norm::tail_mask;
-use super::run::{ChunkKernel, run_chunks};
+use super::run::{ChunkKernel, Isa, run_chunks};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::ops::Rate;
@@ -38,6 +51,71 @@ pub trait MaskStatistic: Sync {
     /// Adds the statistics of `mask` (unit `k` is bit `k % 64` of
     /// `mask[k / 64]`; bits past the last unit are 0) into `sums`.
     fn add(&self, mask: &[u64], sums: &mut [f64]);
+
+    /// Adds the statistics of every mask of `block` (`d > 64`), in mask
+    /// order: the same sums, bit for bit, as [`Self::add`] on each mask in
+    /// turn, which is what this default does. `isa` is the level the caller
+    /// is compiled for (see [`super::ChunkKernel::chunk_on`]).
+    #[inline(always)]
+    fn add_block(&self, isa: Isa, block: &MaskBlock<'_>, sums: &mut [f64]) {
+        let _ = isa;
+        for mask in block.masks() {
+            self.add(mask, sums);
+        }
+    }
+}
+
+/// A batch of at most 64 masks of `d > 64` units, in both layouts (see the
+/// module docs); bits past the last unit are 0 in both.
+#[derive(Debug, Clone, Copy)]
+pub struct MaskBlock<'a> {
+    /// `len` masks of `words` words each, one after another.
+    mask_major: &'a [u64],
+    /// 64 masks word-major; masks `len..64` are all zeros.
+    word_major: &'a [u64],
+    len: usize,
+    words: usize,
+}
+
+impl<'a> MaskBlock<'a> {
+    /// The block of `len ≤ 64` masks of `words` words each, given in both
+    /// layouts (`mask_major`: `len · words` words; `word_major`: `64 · words`,
+    /// masks past `len` zero).
+    pub(crate) fn new(
+        mask_major: &'a [u64],
+        word_major: &'a [u64],
+        len: usize,
+        words: usize,
+    ) -> Self {
+        debug_assert!(len <= 64 && mask_major.len() == len * words);
+        debug_assert_eq!(word_major.len(), 64 * words);
+        MaskBlock {
+            mask_major,
+            word_major,
+            len,
+            words,
+        }
+    }
+
+    /// Number of masks.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the block has no masks.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The masks, in order, each `⌈d/64⌉` words.
+    pub fn masks(&self) -> std::slice::ChunksExact<'a, u64> {
+        self.mask_major.chunks_exact(self.words)
+    }
+
+    /// The 64 masks word-major: word `j` of mask `b` is `[64 j + b]`.
+    pub fn word_major(&self) -> &'a [u64] {
+        self.word_major
+    }
 }
 
 /// Words generated per batch (and masks per batch when `d > 64`).
@@ -81,6 +159,11 @@ impl<S: MaskStatistic> ChunkKernel for MaskKernel<S> {
 
     #[inline(always)]
     fn chunk(&self, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
+        self.chunk_on(Isa::Portable, rng, draws, sums);
+    }
+
+    #[inline(always)]
+    fn chunk_on(&self, isa: Isa, rng: &mut Stream, draws: usize, sums: &mut [f64]) {
         let d = self.stat.units();
         let mut lanes = Xoshiro8::from_stream(rng);
         let mut words = vec![0u64; BATCH_WORDS * d.div_ceil(64)];
@@ -102,14 +185,24 @@ impl<S: MaskStatistic> ChunkKernel for MaskKernel<S> {
             }
         } else {
             let nw = d.div_ceil(64);
+            let mut word_major = vec![0u64; 64 * nw];
             while done < draws {
                 let masks = (draws - done).min(BATCH_WORDS);
                 let batch = &mut words[..masks * nw];
                 self.bits.fill(&mut lanes, batch, &mut scratch);
                 for mask in batch.chunks_exact_mut(nw) {
                     mask[nw - 1] &= tail;
-                    self.stat.add(mask, sums);
                 }
+                if masks < 64 {
+                    word_major.fill(0);
+                }
+                for (b, mask) in batch.chunks_exact(nw).enumerate() {
+                    for (j, &w) in mask.iter().enumerate() {
+                        word_major[64 * j + b] = w;
+                    }
+                }
+                let block = MaskBlock::new(batch, &word_major, masks, nw);
+                self.stat.add_block(isa, &block, sums);
                 done += masks;
             }
         }
@@ -132,6 +225,14 @@ impl<A: MaskStatistic, B: MaskStatistic> MaskStatistic for Both<A, B> {
         let (a, b) = sums.split_at_mut(self.0.width());
         self.0.add(mask, a);
         self.1.add(mask, b);
+    }
+    /// `a`'s sums and `b`'s are disjoint, so adding all of `a`'s first is
+    /// the same per-sum order as alternating per mask.
+    #[inline(always)]
+    fn add_block(&self, isa: Isa, block: &MaskBlock<'_>, sums: &mut [f64]) {
+        let (a, b) = sums.split_at_mut(self.0.width());
+        self.0.add_block(isa, block, a);
+        self.1.add_block(isa, block, b);
     }
 }
 

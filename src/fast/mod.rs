@@ -62,7 +62,7 @@ pub use bits::{BernoulliBits, transpose64, transpose64_on};
 pub use compact::MaskBits;
 pub use compound::{CompoundEstimates, FastCompound};
 pub use lanes::Xoshiro8;
-pub use masks::{MaskKernel, MaskStatistic};
+pub use masks::{MaskBlock, MaskKernel, MaskStatistic};
 pub use norm::{FastNorm, NormEstimates};
 pub use power_sums::PowerSums;
 pub use reference::{ReferenceAttention, ReferenceNorm};
