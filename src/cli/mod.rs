@@ -16,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod audit;
 pub mod bench;
 pub mod calibrate;
 mod emit;
@@ -73,6 +74,8 @@ pub enum Command {
     Stack(stack::StackArgs),
     /// Time the benchmark workloads W1-W3 on the reference and fast paths.
     Bench(bench::BenchArgs),
+    /// Audit a model's dropout→norm sites from a capture saved by dropmc.audit (Audit.save).
+    Audit(audit::AuditArgs),
 }
 
 /// Parses the arguments and runs them on the crate's own families; returns
@@ -208,5 +211,6 @@ fn run(registry: &Registry, cli: Cli) -> Result<ExitCode, Error> {
         Command::Mutants(args) => mutants::run(&args),
         Command::Stack(args) => stack::run(args),
         Command::Bench(args) => bench::run_cli(&args),
+        Command::Audit(args) => audit::run(&args),
     }
 }

@@ -1,0 +1,383 @@
+//! Reading an audit capture from an `.npz` file, the layout
+//! `dropmc.audit`'s `Audit.save` / `save_captures` writes (docs/audit.md),
+//! so `dropmc audit --activations FILE` audits a capture without Python.
+//!
+//! # The container
+//!
+//! An `.npz` is a zip archive with one member `NAME.npy` per array;
+//! `np.savez` stores them uncompressed (and marks every member zip64). The
+//! archive is read with the `zip` crate (its default features off: stored
+//! members only, no compression libraries); a file from `np.savez_compressed`
+//! is refused with that reason.
+//!
+//! # One `.npy` member
+//!
+//! Step by step (NEP 1, the `.npy` format):
+//!
+//! 1. the magic `\x93NUMPY`, a major and a minor version byte;
+//! 2. the header's length: a little-endian `u16` in version 1, a `u32` in
+//!    versions 2 and 3;
+//! 3. the header, a Python dict literal such as
+//!    `{'descr': '<f8', 'fortran_order': False, 'shape': (64, 512), }`;
+//! 4. the data: `∏ shape` items of `descr`, in C order unless
+//!    `fortran_order` is true.
+//!
+//! The capture needs three item types: `<f8` (and `<f4`, widened exactly)
+//! for the numbers, `<i8`/`<i4` for the counts, `|u1` for the strings.
+//!
+//! # The layout (version 1)
+//!
+//! `version`, `count` (integer scalars) and per site `i < count`:
+//! `site{i}_name`, `site{i}_form` (`plain`/`bypass`), `site{i}_norm`
+//! (`layer`/`rms`) as UTF-8 bytes; `site{i}_p`, `site{i}_eps` scalars;
+//! `site{i}_v`, `site{i}_h` (`tokens × d`); `site{i}_gamma`, `site{i}_beta`
+//! (`d`).
+
+use std::io::Read;
+
+use super::{Form, SiteCapture};
+use crate::error::Error;
+
+/// The layout version this reader understands.
+pub const LAYOUT_VERSION: i64 = 1;
+
+/// One array of the archive.
+#[derive(Debug, Clone, PartialEq)]
+struct Array {
+    shape: Vec<usize>,
+    values: Values,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Values {
+    Float(Vec<f64>),
+    Int(Vec<i64>),
+    Bytes(Vec<u8>),
+}
+
+/// The item types the reader accepts, by their `descr`.
+fn item_size(descr: &str) -> Option<usize> {
+    match descr {
+        "<f8" | "<i8" => Some(8),
+        "<f4" | "<i4" => Some(4),
+        "|u1" | "<u1" => Some(1),
+        _ => None,
+    }
+}
+
+/// The value of `key` in the header dict: the text from after `'key':` up
+/// to the next top-level `,` or `}` (a tuple's commas are inside parens).
+fn header_field<'h>(header: &'h str, key: &str) -> Option<&'h str> {
+    let start = header.find(&format!("'{key}'"))? + key.len() + 2;
+    let rest = header[start..].trim_start().strip_prefix(':')?.trim_start();
+    let mut depth = 0usize;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' | '}' if depth == 0 => return Some(rest[..i].trim()),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Parses one `.npy` member (module docs, steps 1–4).
+fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
+    let magic = b"\x93NUMPY";
+    if bytes.len() < 10 || &bytes[..6] != magic {
+        return Err("not a .npy array (no \\x93NUMPY magic)".into());
+    }
+    let (header_len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(format!(".npy format version {v} is not supported")),
+    };
+    let header = bytes
+        .get(start..start + header_len)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .ok_or("the .npy header is cut short or not text")?;
+    let descr = header_field(header, "descr")
+        .map(|d| d.trim_matches(|c| c == '\'' || c == '"'))
+        .ok_or("the .npy header has no descr")?;
+    let size = item_size(descr).ok_or_else(|| {
+        format!("item type {descr:?} is not one of float64, float32, int64, int32, uint8")
+    })?;
+    let fortran = match header_field(header, "fortran_order") {
+        Some("False") => false,
+        Some("True") => true,
+        _ => return Err("the .npy header has no fortran_order".into()),
+    };
+    let shape_text = header_field(header, "shape").ok_or("the .npy header has no shape")?;
+    let shape: Vec<usize> = shape_text
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("the .npy shape {shape_text} is not a tuple of sizes"))?;
+    let count: usize = shape.iter().product();
+    let data = &bytes[start + header_len..];
+    if data.len() != count * size {
+        return Err(format!(
+            "the .npy data holds {} bytes, its shape {shape:?} of {descr} needs {}",
+            data.len(),
+            count * size
+        ));
+    }
+    let items = data.chunks_exact(size);
+    let mut values = match descr {
+        "<f8" => Values::Float(
+            items
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect(),
+        ),
+        "<f4" => Values::Float(
+            items
+                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64)
+                .collect(),
+        ),
+        "<i8" => Values::Int(
+            items
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
+                .collect(),
+        ),
+        "<i4" => Values::Int(
+            items
+                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or_default()) as i64)
+                .collect(),
+        ),
+        _ => Values::Bytes(data.to_vec()),
+    };
+    if fortran && shape.len() == 2 {
+        if let Values::Float(v) = &mut values {
+            let (rows, cols) = (shape[0], shape[1]);
+            *v = (0..rows * cols)
+                .map(|k| v[(k % cols) * rows + k / cols])
+                .collect();
+        }
+    } else if fortran && shape.len() > 2 {
+        return Err("a Fortran-ordered array of more than 2 dimensions".into());
+    }
+    Ok(Array { shape, values })
+}
+
+/// An error about the array `name` of the archive at `path`.
+fn member_error(path: &str, name: &str, message: impl std::fmt::Display) -> Error {
+    Error::Io {
+        path: path.to_string(),
+        message: format!("array {name}: {message}"),
+    }
+}
+
+/// The archive's arrays, read on demand.
+struct Archive {
+    path: String,
+    zip: zip::ZipArchive<std::fs::File>,
+}
+
+impl Archive {
+    fn open(path: &str) -> Result<Archive, Error> {
+        let io = |message: String| Error::Io {
+            path: path.to_string(),
+            message,
+        };
+        let file = std::fs::File::open(path).map_err(|e| io(format!("cannot open: {e}")))?;
+        let zip = zip::ZipArchive::new(file).map_err(|e| {
+            io(format!(
+                "not an .npz (a zip archive as np.savez writes): {e}"
+            ))
+        })?;
+        Ok(Archive {
+            path: path.to_string(),
+            zip,
+        })
+    }
+
+    fn error(&self, name: &str, message: impl std::fmt::Display) -> Error {
+        member_error(&self.path, name, message)
+    }
+
+    fn array(&mut self, name: &str) -> Result<Array, Error> {
+        let path = self.path.clone();
+        let error = |message: String| member_error(&path, name, message);
+        // np.savez_compressed deflates its members, which this reader (the
+        // zip crate without compression features) does not inflate.
+        let unreadable = |e: &dyn std::fmt::Display| {
+            let text = e.to_string();
+            if text.to_lowercase().contains("compression") {
+                error(format!(
+                    "{text} (dropmc reads np.savez's uncompressed archives, not np.savez_compressed's)"
+                ))
+            } else {
+                error(text)
+            }
+        };
+        let member = format!("{name}.npy");
+        let mut bytes = Vec::new();
+        match self.zip.by_name(&member) {
+            Ok(mut file) => file.read_to_end(&mut bytes).map_err(|e| unreadable(&e))?,
+            Err(zip::result::ZipError::FileNotFound) => {
+                return Err(error(
+                    "missing (written by dropmc.audit's Audit.save / save_captures?)".into(),
+                ));
+            }
+            Err(e) => return Err(unreadable(&e)),
+        };
+        parse_npy(&bytes).map_err(error)
+    }
+
+    fn float_array(&mut self, name: &str, dims: usize) -> Result<(Vec<usize>, Vec<f64>), Error> {
+        let a = self.array(name)?;
+        match a.values {
+            Values::Float(v) if a.shape.len() == dims => Ok((a.shape, v)),
+            Values::Float(_) => Err(self.error(
+                name,
+                format!("has shape {:?}, expected {dims} dimensions", a.shape),
+            )),
+            _ => Err(self.error(name, "is not a float64 array")),
+        }
+    }
+
+    fn scalar(&mut self, name: &str) -> Result<f64, Error> {
+        let (_, v) = self.float_array(name, 0)?;
+        Ok(v[0])
+    }
+
+    fn integer(&mut self, name: &str) -> Result<i64, Error> {
+        let a = self.array(name)?;
+        match a.values {
+            Values::Int(v) if a.shape.is_empty() => Ok(v[0]),
+            _ => Err(self.error(name, "is not an integer scalar")),
+        }
+    }
+
+    fn text(&mut self, name: &str) -> Result<String, Error> {
+        let a = self.array(name)?;
+        match a.values {
+            Values::Bytes(b) if a.shape.len() == 1 => {
+                String::from_utf8(b).map_err(|_| self.error(name, "is not UTF-8 text"))
+            }
+            _ => Err(self.error(name, "is not a uint8 string")),
+        }
+    }
+}
+
+/// The captures of the `.npz` at `path` (module docs: the layout).
+pub fn read_captures(path: &str) -> Result<Vec<SiteCapture>, Error> {
+    let mut archive = Archive::open(path)?;
+    let version = archive.integer("version")?;
+    if version != LAYOUT_VERSION {
+        return Err(archive.error(
+            "version",
+            format!("layout version {version}; this dropmc reads version {LAYOUT_VERSION}"),
+        ));
+    }
+    let count = archive.integer("count")?;
+    if count < 1 {
+        return Err(archive.error("count", format!("{count} sites: nothing to audit")));
+    }
+    (0..count)
+        .map(|i| {
+            let key = |field: &str| format!("site{i}_{field}");
+            let name = archive.text(&key("name"))?;
+            let form = match archive.text(&key("form"))?.as_str() {
+                "plain" => Form::Plain,
+                "bypass" => Form::Bypass,
+                other => {
+                    return Err(archive.error(
+                        &key("form"),
+                        format!("{other:?}, expected \"plain\" or \"bypass\""),
+                    ));
+                }
+            };
+            let layer = match archive.text(&key("norm"))?.as_str() {
+                "layer" => true,
+                "rms" => false,
+                other => {
+                    return Err(archive.error(
+                        &key("norm"),
+                        format!("{other:?}, expected \"layer\" or \"rms\""),
+                    ));
+                }
+            };
+            let p = archive.scalar(&key("p"))?;
+            let eps = archive.scalar(&key("eps"))?;
+            let (shape, v) = archive.float_array(&key("v"), 2)?;
+            let (_, h) = archive.float_array(&key("h"), 2)?;
+            let (_, gamma) = archive.float_array(&key("gamma"), 1)?;
+            let (_, beta) = archive.float_array(&key("beta"), 1)?;
+            SiteCapture::new(name, form, p, shape[1], v, h, layer, gamma, beta, eps)
+        })
+        .collect()
+}
+
+/// A version-1 `.npy` member as numpy writes it, for `data` of items
+/// `descr` in `shape` (a Python tuple, such as `(64, 512)` or `()`): the
+/// header padded with spaces so the data starts at a multiple of 64 bytes,
+/// ending in a newline (NEP 1). The inverse of the reader; tests build
+/// archives with it.
+pub fn npy_member(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(data);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+        npy_member(descr, shape, data)
+    }
+
+    fn f64s(v: &[f64]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_numpy_member_parses_to_its_shape_and_values() {
+        let a = parse_npy(&npy("<f8", "(2, 3)", &f64s(&[1., 2., 3., 4., 5., 6.]))).unwrap();
+        assert_eq!(a.shape, vec![2, 3]);
+        assert_eq!(a.values, Values::Float(vec![1., 2., 3., 4., 5., 6.]));
+        let s = parse_npy(&npy("<i8", "()", &7i64.to_le_bytes())).unwrap();
+        assert_eq!((s.shape, s.values), (vec![], Values::Int(vec![7])));
+        let t = parse_npy(&npy("|u1", "(3,)", b"rms")).unwrap();
+        assert_eq!(t.values, Values::Bytes(b"rms".to_vec()));
+    }
+
+    #[test]
+    fn a_fortran_ordered_matrix_is_read_in_c_order() {
+        // Column-major [[1, 2, 3], [4, 5, 6]] is stored 1 4 2 5 3 6.
+        let mut bytes = npy("<f8", "(2, 3)", &f64s(&[1., 4., 2., 5., 3., 6.]));
+        let at = bytes.windows(5).position(|w| w == b"False").unwrap();
+        bytes.splice(at..at + 5, b"True ".iter().copied());
+        let a = parse_npy(&bytes).unwrap();
+        assert_eq!(a.values, Values::Float(vec![1., 2., 3., 4., 5., 6.]));
+    }
+
+    #[test]
+    fn damaged_members_are_errors_that_say_why() {
+        let short = npy("<f8", "(2, 3)", &f64s(&[1., 2.]));
+        assert!(parse_npy(&short).unwrap_err().contains("needs 48"));
+        let complex = npy("<c16", "(1,)", &[0; 16]);
+        assert!(parse_npy(&complex).unwrap_err().contains("not one of"));
+        assert!(
+            parse_npy(b"PK\x03\x04 not npy")
+                .unwrap_err()
+                .contains("magic")
+        );
+    }
+}

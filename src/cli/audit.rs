@@ -1,0 +1,40 @@
+//! `dropmc audit --activations FILE`: the audit of a model's dropout→norm
+//! sites from a capture saved by `dropmc.audit` (`Audit.save`), with the
+//! same engine, table and JSON as the Python audit (docs/audit.md).
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::audit::{DEFAULT_SAMPLES, audit_sites, npz, report};
+use crate::error::Error;
+use crate::input::parse_count;
+
+/// Options of `audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The capture: an .npz written by dropmc.audit's Audit.save (np.savez, uncompressed).
+    #[arg(long, value_name = "FILE")]
+    pub activations: String,
+    /// Masks per token for the sites too wide to enumerate.
+    #[arg(long, default_value_t = DEFAULT_SAMPLES, value_parser = parse_count)]
+    pub samples: u64,
+    /// Seed of the per-token streams (the Python audit's `seed`).
+    #[arg(long, default_value_t = 0, value_parser = parse_count)]
+    pub seed: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `audit`.
+pub fn run(args: &AuditArgs) -> Result<ExitCode, Error> {
+    let captures = npz::read_captures(&args.activations)?;
+    let audits = audit_sites(&captures, args.samples, args.seed)?;
+    if args.json {
+        println!("{}", report::json(&audits));
+    } else {
+        print!("{}", report::table(&audits));
+    }
+    Ok(ExitCode::SUCCESS)
+}
