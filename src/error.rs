@@ -39,8 +39,13 @@ pub enum Error {
     UnknownFamily { name: String, known: String },
     /// A claim id that the registry does not hold.
     UnknownClaim { name: String, known: String },
-    /// An `eval` quantity that no registered family provides.
-    UnknownQuantity { name: String, known: String },
+    /// An `eval` quantity that no registered family provides; `near` is
+    /// the registered name one edit away, if any.
+    UnknownQuantity {
+        name: String,
+        near: Option<String>,
+        known: String,
+    },
     /// A figure name that no registered family draws.
     UnknownFigure { name: String, known: String },
     /// A file or directory that cannot be created, written or read.
@@ -129,11 +134,12 @@ impl fmt::Display for Error {
             Error::UnknownClaim { name, known } => {
                 write!(f, "no claim named {name:?}; known claims: {known}")
             }
-            Error::UnknownQuantity { name, known } => {
-                write!(
-                    f,
-                    "no eval quantity named {name:?}; known quantities: {known}"
-                )
+            Error::UnknownQuantity { name, near, known } => {
+                write!(f, "no eval quantity named {name:?}; ")?;
+                if let Some(near) = near {
+                    write!(f, "did you mean {near:?}? ")?;
+                }
+                write!(f, "known quantities: {known}")
             }
             Error::UnknownFigure { name, known } => {
                 write!(f, "no figure named {name:?}; figures: {known}")

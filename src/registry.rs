@@ -307,8 +307,19 @@ impl Registry {
             .copied()
             .ok_or_else(|| Error::UnknownQuantity {
                 name: name.to_string(),
+                near: self.quantity_one_edit_from(name).map(str::to_string),
                 known: all.iter().map(|q| q.name()).collect::<Vec<_>>().join(", "),
             })
+    }
+
+    /// The quantity one edit away from `typed` (`lm` → `ln`): the
+    /// suggestion for a mistyped name, which a similarity ratio misses on
+    /// two-letter names.
+    pub fn quantity_one_edit_from(&self, typed: &str) -> Option<&'static str> {
+        self.quantities()
+            .iter()
+            .map(|q| q.name())
+            .find(|name| one_edit_apart(typed, name))
     }
 
     /// Every figure, family by family.
@@ -330,6 +341,26 @@ impl Registry {
                 known: all.iter().map(|f| f.file).collect::<Vec<_>>().join(", "),
             })
     }
+}
+
+/// Whether `a` becomes `b` by one substitution, insertion or deletion.
+fn one_edit_apart(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let (short, long) = if a.len() <= b.len() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
+    if long.len() - short.len() > 1 || a == b {
+        return false;
+    }
+    let prefix = short
+        .iter()
+        .zip(long.iter())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let skip = usize::from(short.len() == long.len());
+    short[prefix + skip..] == long[prefix + 1..]
 }
 
 #[cfg(test)]
@@ -382,6 +413,24 @@ mod tests {
             registry.quantity("nope"),
             Err(Error::UnknownQuantity { .. })
         ));
+    }
+
+    #[test]
+    fn a_quantity_one_edit_off_is_suggested_and_a_far_one_is_not() {
+        let registry = Registry::default();
+        let e = registry.quantity("lm").err().map(|e| e.to_string());
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("did you mean \"ln\"?")),
+            "{e:?}"
+        );
+        let e = registry.quantity("zzzz").err().map(|e| e.to_string());
+        assert!(
+            e.as_deref().is_some_and(|e| !e.contains("did you mean")),
+            "{e:?}"
+        );
+        assert!(one_edit_apart("rm", "rms") && one_edit_apart("lnn", "ln"));
+        assert!(!one_edit_apart("ln", "ln") && !one_edit_apart("x", "rms"));
     }
 
     #[test]

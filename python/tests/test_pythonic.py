@@ -78,6 +78,15 @@ def test_eval_names_python_arguments():
     assert out["quantity"] == "ln"
 
 
+def test_a_quantity_one_letter_off_gets_a_suggestion():
+    with pytest.raises(ValueError, match=r'did you mean "ln"\?') as info:
+        dropmc.eval("lm", x=[1, 2])
+    assert "known quantities:" in str(info.value)
+    with pytest.raises(ValueError) as info:
+        dropmc.eval("zzzz", x=[1, 2])
+    assert "did you mean" not in str(info.value)
+
+
 def test_a_forward_returning_a_str_is_named_as_such():
     with pytest.raises(TypeError, match=r"returned str \('nope'\), not an array"):
         dropmc.check_dropout(lambda x, training: "nope", P)

@@ -162,34 +162,10 @@ fn quantity_tip(
         return None;
     }
     let typed = args.get(2)?.to_str()?;
-    let close = registry
-        .quantities()
-        .iter()
-        .map(|q| q.name())
-        .find(|name| one_edit_apart(typed, name))?;
+    let close = registry.quantity_one_edit_from(typed)?;
     Some(format!(
         "tip: did you mean '{close}'? (dropmc eval {close} --help)"
     ))
-}
-
-/// Whether `a` becomes `b` by one substitution, insertion or deletion.
-fn one_edit_apart(a: &str, b: &str) -> bool {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let (short, long) = if a.len() <= b.len() {
-        (&a, &b)
-    } else {
-        (&b, &a)
-    };
-    if long.len() - short.len() > 1 || a == b {
-        return false;
-    }
-    let prefix = short
-        .iter()
-        .zip(long.iter())
-        .take_while(|(x, y)| x == y)
-        .count();
-    let skip = usize::from(short.len() == long.len());
-    short[prefix + skip..] == long[prefix + 1..]
 }
 
 fn run(registry: &Registry, cli: Cli) -> Result<ExitCode, Error> {
