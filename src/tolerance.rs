@@ -90,6 +90,57 @@ pub const ORDER_REMAINDER_FACTOR: f64 = 2.0;
 /// slope within it of `−n` strictly closer to `−n` than to any neighbour.
 pub const ORDER_SLOPE_RESOLUTION: f64 = 0.25;
 
+/// Largest a-priori rounding bias of an estimate, as a share of its
+/// standard error, that a test may ignore (the fast kernels fall back to the
+/// per-element path above it: [`crate::fast::FastSite`]'s bound `κ` on the
+/// rounding of a mask's `V`).
+///
+/// # Derivation
+///
+/// A bias `b = δ · SE` moves the statistic `Z` of a two-sided test at the
+/// critical value `c` to `Z + δ`. For a normal `Z` the rejection density
+/// ratio is `φ(c − δ)/φ(c) = exp(c δ − δ²/2) ≤ exp(c δ)`, so the size grows by
+/// at most the factor `exp(c δ)`. At the suite's per-assertion critical value
+/// (`c = 6.47`, [`crate::stats::critical_z`]) and `δ = 10⁻³` the factor is
+/// `exp(0.0065) = 1.0065`: 0.65 % of the size, against the factor 2 the
+/// suite charges a mean test ([`crate::stats::MEAN_SIZE_FACTOR`]).
+pub const ROUNDING_BIAS_SHARE_OF_STDERR: f64 = 1e-3;
+
+/// Whether a convergent series may stop: the bound `tail` on the sum of
+/// the terms not yet added is at most one rounding of the partial `sum`,
+/// `u |sum|` ([`UNIT_ROUNDOFF`]).
+///
+/// # Derivation
+///
+/// Stopping changes the result by at most `tail ≤ u |sum|`, the error one
+/// more floating-point addition makes anyway; the series' own summation
+/// already carries `γ_n |sum|` for its `n` terms, so the truncation adds one
+/// rounding to that bound and nothing else.
+pub fn series_tail_is_negligible(tail: f64, sum: f64) -> bool {
+    tail <= UNIT_ROUNDOFF * sum.abs()
+}
+
+/// The slack with which two computed distances to a reference value, `gap_a
+/// = ‖a − r‖` and `gap_b = ‖b − r‖` over `d` entries, may be ordered when
+/// the reference `r` carries per-entry rounding bounds of Euclidean norm
+/// `reference_rounding`: `gap_a > gap_b + slack` then holds for the exact
+/// distances to the exact reference too.
+///
+/// # Derivation
+///
+/// * The reference: by the triangle inequality, replacing `r` by the exact
+///   `r*` moves each distance by at most `‖r − r*‖ ≤ reference_rounding`,
+///   so the two distances' difference moves by at most twice that.
+/// * The distances themselves: `sqrt(Σ (a_k − r_k)²)` rounds the
+///   difference, the square (2 roundings per term), the sum of `d` terms of
+///   one sign (`γ_{d−1}`, Higham 4.4) and the root (halving the relative
+///   error of its argument, plus one rounding): relative error at most
+///   `γ_{d+2}` on the square sum, so at most `γ_{d+2}` on the distance.
+///   Each side adds `γ_{d+2} · gap`.
+pub fn distance_order_slack(reference_rounding: f64, gap_a: f64, gap_b: f64, d: usize) -> f64 {
+    2.0 * reference_rounding + gamma(d as f64 + 2.0) * (gap_a + gap_b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +160,22 @@ mod tests {
         // 0.1 + 0.2 is one rounding away from 0.3 (it is 0.30000000000000004).
         assert!((0.1 + 0.2 - 0.3f64).abs() <= zero_spread(0.1 + 0.2, 0.3));
         assert!(0.003 > zero_spread(0.303, 0.3));
+    }
+
+    #[test]
+    fn a_tail_below_one_rounding_is_negligible_and_one_above_is_not() {
+        assert!(series_tail_is_negligible(UNIT_ROUNDOFF, 1.0));
+        assert!(!series_tail_is_negligible(4.0 * UNIT_ROUNDOFF, 1.0));
+        // Adding such a tail does not change the rounded sum.
+        assert_eq!(1.0 + UNIT_ROUNDOFF, 1.0);
+    }
+
+    #[test]
+    fn distances_to_a_rounded_reference_are_ordered_only_past_its_rounding() {
+        // Reference 0 with rounding 0.1: a at 1.0 and b at 1.15 cannot be
+        // ordered (the exact reference could sit 0.1 towards b), at 1.3 they can.
+        let slack = distance_order_slack(0.1, 1.15, 1.0, 1);
+        assert!(slack > 0.15 && 1.15 <= 1.0 + slack);
+        assert!(1.3 > 1.0 + distance_order_slack(0.1, 1.3, 1.0, 1));
     }
 }

@@ -151,7 +151,27 @@ fn the_cli_resumes_a_cut_calibration_and_rejects_a_mismatched_one() {
         let a = args(&extra);
         assert_rejected(&a.iter().map(String::as_str).collect::<Vec<_>>());
     }
-    for path in [whole, resumed] {
+    // A record with one digit changed fails its checksum: exit 2, the
+    // message names the journal and the line.
+    let tampered = temp("cli-tampered.jsonl");
+    let text = std::fs::read_to_string(&whole).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    // The record's last digit (a statistic's, not the seed's: the seed is
+    // checked on its own).
+    let at = lines[1].rfind(|c: char| c.is_ascii_digit()).unwrap();
+    let digit = if &lines[1][at..=at] == "7" { "8" } else { "7" };
+    lines[1].replace_range(at..=at, digit);
+    std::fs::write(&tampered, lines.join("\n") + "\n").unwrap();
+    let (code3, _, err3) = call(args(&["--resume", tampered.to_str().unwrap()]));
+    assert_eq!(code3, 2, "{err3}");
+    assert!(
+        err3.contains(tampered.to_str().unwrap())
+            && err3.contains("line 2")
+            && err3.contains("checksum"),
+        "{err3}"
+    );
+    assert_eq!(err3.trim().lines().count(), 1, "{err3}");
+    for path in [whole, resumed, tampered] {
         std::fs::remove_file(path).unwrap();
     }
 }

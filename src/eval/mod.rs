@@ -133,6 +133,10 @@ pub struct EvalResult {
     pub order: Option<u32>,
     pub formula: Values,
     pub exact: Option<Values>,
+    /// Per-entry bounds on the rounding of `exact` where it was enumerated
+    /// ([`crate::exact::Oracle::rounding`]); not serialized.
+    #[serde(skip)]
+    pub exact_rounding: Option<Vec<f64>>,
     /// The Monte Carlo estimate; `None` with `--samples 0` or where the
     /// quantity is undefined for this input.
     pub mc: Option<Values>,
@@ -177,6 +181,7 @@ impl EvalResult {
             order: (kind == FormulaKind::LeadingOrder).then_some(FIRST_ORDER),
             formula,
             exact,
+            exact_rounding: None,
             mc: None,
             stderr: None,
             sampler: None,

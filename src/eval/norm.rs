@@ -36,7 +36,7 @@ use crate::claims::SamplerKind;
 use crate::claims::norm::SiteBuffers;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
-use crate::exact::{MAX_ENUMERATION_D, site_expectation};
+use crate::exact::{MAX_ENUMERATION_D, Oracle, site_expectation, variance_from_moments};
 use crate::fast::{FastCompound, FastSite, SiteEstimates, SiteNorm};
 use crate::formulas::second_order::NoisyUnits;
 use crate::ops::{LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
@@ -199,21 +199,22 @@ impl Sampler for PlanSampler<'_> {
 }
 
 /// Exact expectations of the plan's statistics (with `Var M` in place of
-/// `E[M²]`), or `None` above [`EXACT_LIMIT`] mask bits.
-fn exact(site: &Site, plan: &Plan) -> Result<Option<Vec<f64>>, Error> {
+/// `E[M²]`) and their rounding bounds, or `None` above [`EXACT_LIMIT`] mask
+/// bits.
+fn exact(site: &Site, plan: &Plan) -> Result<Option<Oracle>, Error> {
     let bits = site.dim() * site.terms().len();
     if bits > EXACT_LIMIT.min(MAX_ENUMERATION_D) {
         return Ok(None);
     }
     let mut tmp = vec![0.0; site.dim()];
-    let mut values = site_expectation(site, plan.dim(site.dim()), |y, out| {
+    let mut oracle = site_expectation(site, plan.dim(site.dim()), |y, out| {
         plan.stats(y, &mut tmp, out)
-    })?
-    .values;
+    })?;
     if matches!(plan, Plan::Ln { .. }) {
-        values[1] -= values[0] * values[0];
+        let (v, r) = (&oracle.values, &oracle.rounding);
+        (oracle.values[1], oracle.rounding[1]) = variance_from_moments(v[0], r[0], v[1], r[1]);
     }
-    Ok(Some(values))
+    Ok(Some(oracle))
 }
 
 /// The plan's statistics from the fast kernels, in the generic sampler's
@@ -277,7 +278,8 @@ pub(super) fn measure(
         if let Some(e) = &exact {
             // An independent value for an exact form, the only one for a
             // leading-order form.
-            result.exact = Some(result.formula.like(e[at..at + n].to_vec()));
+            result.exact = Some(result.formula.like(e.values[at..at + n].to_vec()));
+            result.exact_rounding = Some(e.rounding[at..at + n].to_vec());
         }
         if let Some((est, sampler)) = &est {
             *result = result.clone().with_estimates(&est[at..at + n], *sampler);

@@ -32,9 +32,12 @@
 //! first order, `f` for the second) is flagged. Against Monte Carlo the
 //! difference of the two distances must exceed the estimate's noise,
 //! `z_crit ‖SE‖` at the suite's level ([`crate::stats::critical_z`]); against
-//! an exact value, rounding (`EXACT_SLACK` relative).
+//! an exact value, the enumeration's own rounding bound and that of the
+//! distances ([`crate::tolerance::distance_order_slack`]).
 
 use super::{EvalOutput, EvalResult, FormulaKind, Values};
+use crate::exact::CLOSED_FORM_ROUNDINGS;
+use crate::tolerance;
 
 /// The largest relative spread `sqrt(p/(q d))` of the kept count at which
 /// a leading-order value is shown without a warning (module docs, 1).
@@ -43,11 +46,6 @@ pub const KEPT_COUNT_SPREAD_LIMIT: f64 = 0.5;
 /// The share of the first order's error the second order must remove to be
 /// shown without a warning (module docs, 2).
 pub const SECOND_ORDER_MIN_GAIN: f64 = 0.5;
-
-/// Relative rounding allowed when comparing distances to an exact value:
-/// the enumeration sums `2^20` terms at most, each rounded once
-/// (`2^20 · 2⁻⁵³ ≈ 1.2e-10`), with room to spare.
-const EXACT_SLACK: f64 = 1e-9;
 
 /// Adds the warnings of the three checks to the results of `output`.
 pub fn annotate(output: &mut EvalOutput) {
@@ -97,19 +95,43 @@ fn norm(a: &[f64]) -> f64 {
     a.iter().map(|x| x * x).sum::<f64>().sqrt()
 }
 
+/// What separates two distances to a truth (module docs, 3).
+#[derive(Debug, Clone, Copy)]
+enum Slack {
+    /// An exact truth whose per-entry rounding bounds have this norm.
+    Rounding { norm: f64, d: usize },
+    /// A Monte Carlo truth: `z_crit ‖SE‖`.
+    Noise(f64),
+}
+
+impl Slack {
+    /// The margin by which `gap_a` must exceed `gap_b` to be larger.
+    fn between(self, gap_a: f64, gap_b: f64) -> f64 {
+        match self {
+            Slack::Rounding { norm, d } => tolerance::distance_order_slack(norm, gap_a, gap_b, d),
+            Slack::Noise(s) => s,
+        }
+    }
+}
+
 /// The truth a result is judged against, what it is, and the slack of a
-/// comparison of distances to it (module docs, 3).
-fn truth(r: &EvalResult) -> Option<(&[f64], &'static str, f64)> {
+/// comparison of distances to it (module docs, 3). An exact value without
+/// a rounding bound (none of the enumerated leading-order results) is
+/// charged the bound of a closed form, [`CLOSED_FORM_ROUNDINGS`] per entry.
+fn truth(r: &EvalResult) -> Option<(&[f64], &'static str, Slack)> {
     match (&r.exact, &r.mc, &r.stderr) {
-        (Some(e), _, _) => Some((
-            e.as_slice(),
-            "exact",
-            EXACT_SLACK * norm(e.as_slice()).max(f64::MIN_POSITIVE),
-        )),
+        (Some(e), _, _) => {
+            let e = e.as_slice();
+            let norm = match &r.exact_rounding {
+                Some(rounding) => norm(rounding),
+                None => tolerance::bound(CLOSED_FORM_ROUNDINGS, norm(e)),
+            };
+            Some((e, "exact", Slack::Rounding { norm, d: e.len() }))
+        }
         (None, Some(m), Some(se)) => Some((
             m.as_slice(),
             "Monte Carlo",
-            crate::stats::critical_z() * norm(se.as_slice()),
+            Slack::Noise(crate::stats::critical_z() * norm(se.as_slice())),
         )),
         _ => None,
     }
@@ -122,17 +144,20 @@ fn second_order_barely_helps(r: &EvalResult, d: usize) -> Option<String> {
     let (t, basis, slack) = truth(r)?;
     let gap_f = distance(r.formula.as_slice(), t);
     let gap_s = distance(s.as_slice(), t);
-    let resolved = gap_f > slack;
-    (resolved && gap_s <= gap_f + slack && gap_s > SECOND_ORDER_MIN_GAIN * gap_f).then(|| {
-        format!(
-            "second order at d = {d} barely helps: against the {basis} value it removes only \
+    let resolved = gap_f > slack.between(gap_f, 0.0);
+    (resolved
+        && gap_s <= gap_f + slack.between(gap_s, gap_f)
+        && gap_s > SECOND_ORDER_MIN_GAIN * gap_f)
+        .then(|| {
+            format!(
+                "second order at d = {d} barely helps: against the {basis} value it removes only \
              {:.0}% of the first order's error ({} -> {}); its O(1/d^2) remainder has a large \
              constant at small d (it gains a factor 2-4 only at d = 16)",
-            100.0 * (1.0 - gap_s / gap_f),
-            short(gap_f),
-            short(gap_s),
-        )
-    })
+                100.0 * (1.0 - gap_s / gap_f),
+                short(gap_f),
+                short(gap_s),
+            )
+        })
 }
 
 /// Check 3: a correction farther from the truth than what it replaces.
@@ -145,7 +170,7 @@ fn corrections_that_hurt(r: &EvalResult) -> Vec<String> {
     let gap_f = distance(f, truth);
     let mut check = |better: &Values, worse_name: &str, better_name: &str, gap: f64| {
         let gap_b = distance(better.as_slice(), truth);
-        if gap > gap_b + slack {
+        if gap > gap_b + slack.between(gap, gap_b) {
             out.push(format!(
                 "on this input the {worse_name} value is farther from the {basis} value ({}) \
                  than the {better_name} value ({})",
@@ -171,5 +196,39 @@ fn short(v: f64) -> String {
     } else {
         let decimals = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
         format!("{v:.decimals$}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(formula: Vec<f64>, exact: Vec<f64>, rounding: f64) -> EvalResult {
+        let d = exact.len();
+        let mut r = EvalResult::leading("E[LN(z)]", Values::PerUnit(formula), Some(exact))
+            .with_uncorrected(vec![0.0; d]);
+        r.exact_rounding = Some(vec![rounding; d]);
+        r
+    }
+
+    #[test]
+    fn a_correction_farther_from_the_exact_value_is_flagged() {
+        // Exact (1, 1); the uncorrected (0, 0) is √2 off, the "correction"
+        // (3, 3) is 2√2 off: it hurts, far beyond any rounding.
+        let r = result(vec![3.0, 3.0], vec![1.0, 1.0], 1e-15);
+        let w = corrections_that_hurt(&r);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("farther from the exact value"), "{w:?}");
+    }
+
+    #[test]
+    fn distances_within_the_enumerations_rounding_are_not_ordered() {
+        // The correction is 0.05 farther than the uncorrected value, but the
+        // exact value's rounding bound (0.1 per entry) could account for it.
+        let r = result(vec![2.05, 0.0], vec![1.0, 0.0], 0.1);
+        assert!(corrections_that_hurt(&r).is_empty());
+        // With a rounding bound of one ulp the same 0.05 is ordered.
+        let r = result(vec![2.05, 0.0], vec![1.0, 0.0], f64::EPSILON);
+        assert_eq!(corrections_that_hurt(&r).len(), 1);
     }
 }

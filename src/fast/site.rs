@@ -115,6 +115,7 @@ use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::ops::{LayerNorm, RmsNorm, Site};
 use crate::stats::Estimate;
+use crate::tolerance;
 
 /// The norm after the site.
 #[derive(Debug, Clone, Copy)]
@@ -277,7 +278,7 @@ impl FastSite {
         let mut mean = estimate_from_sums(sums[0], sums[1], n);
         mean.value += self.shift;
         let var = estimate_from_sums(sums[2], sums[3], n);
-        if self.kappa > 1e-3 * var.stderr {
+        if self.kappa > tolerance::ROUNDING_BIAS_SHARE_OF_STDERR * var.stderr {
             return Ok(None);
         }
         let batches = |at: usize, count: usize| -> Vec<Estimate> {

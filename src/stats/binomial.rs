@@ -45,6 +45,7 @@ use statrs::function::gamma::ln_gamma;
 
 use super::family::{assertion_alpha, critical_z, power_z};
 use super::ztest::ZTest;
+use crate::tolerance;
 
 /// An observed count with its null distribution.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -82,7 +83,7 @@ fn tail(n: u64, k: u64, p: f64, down: bool) -> f64 {
         term *= ratio;
         sum += term;
         j = if down { j - 1 } else { j + 1 };
-        if ratio < 1.0 && term * ratio / (1.0 - ratio) < 1e-17 * sum {
+        if ratio < 1.0 && tolerance::series_tail_is_negligible(term * ratio / (1.0 - ratio), sum) {
             return sum.min(1.0);
         }
     }

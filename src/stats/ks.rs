@@ -11,6 +11,8 @@
 //! The asymptotic series with Stephens' small-sample correction is accurate
 //! to a few per cent in `p` for `n ≥ 5`, which is ample for flagging.
 
+use crate::tolerance;
+
 /// KS statistic `D` and its p-value.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct KsTest {
@@ -89,7 +91,7 @@ fn kolmogorov_q(lambda: f64) -> f64 {
         let j = j as f64;
         let term = (-2.0 * j * j * lambda * lambda).exp();
         sum += if j as u64 % 2 == 1 { term } else { -term };
-        if term < 1e-16 * sum.abs() {
+        if tolerance::series_tail_is_negligible(term, sum) {
             break;
         }
     }
