@@ -14,11 +14,12 @@ fn run_on(threads: usize, budget: Budget) -> (Vec<u64>, Vec<u64>) {
         .unwrap();
     let subject = Subject::reference();
     let sampler = PairSampler {
-        subject: &subject,
+        layer: subject.dropout,
         x: &UNIT_X,
         p: UNIT_P,
         dim: UNIT_X.len(),
-        statistic: |d, out| out.copy_from_slice(d.z),
+        pairs: true,
+        statistic: &|d, out| out.copy_from_slice(d.z),
     };
     let acc = pool.install(|| estimate(&sampler, budget)).unwrap();
     let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();

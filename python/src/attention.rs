@@ -42,11 +42,11 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
-use crate::claims::pair_rows::PairRows;
 use crate::claims::rules::{count_rows, rule_claim};
 use crate::claims::{PyClaim, PyDropout};
 use crate::forward::{Dtype, PyForward};
 use crate::to_py;
+use dropmc::claims::dropout::{Draw, PairSampler};
 
 /// Draws of each moment claim (the Rust family's budget).
 pub const ATTENTION_SAMPLES: u64 = 400_000;
@@ -104,9 +104,17 @@ fn moment_claim<'a>(c: MomentClaim, row: Row) -> PyClaim<'a> {
         note: None,
         estimate: Box::new(move |subject, budget| {
             let v = &row.v;
-            let statistic =
-                |b: &[f64], b_alt: &[f64], out: &mut [f64]| draw(&RowDraw { v, b, b_alt }, out);
-            let sampler = PairRows {
+            let statistic = |d: &Draw, out: &mut [f64]| {
+                draw(
+                    &RowDraw {
+                        v,
+                        b: d.z,
+                        b_alt: d.z_alt,
+                    },
+                    out,
+                )
+            };
+            let sampler = PairSampler {
                 layer: subject.dropout,
                 x: &row.a,
                 p: row.rate.p(),

@@ -48,10 +48,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
-use crate::claims::pair_rows::PairRows;
 use crate::claims::{PyClaim, PyDropout, family_of};
 use crate::forward::PyForward;
 use crate::to_py;
+use dropmc::claims::dropout::{Draw, PairSampler};
 
 /// Draws of each mask-shape claim (the Rust family's budget).
 pub const MASK_SHAPE_SAMPLES: u64 = 200_000;
@@ -135,19 +135,19 @@ fn group_claim<'a>(
         note: None,
         estimate: Box::new(move |subject, budget| {
             let x = &x;
-            let draw = |z: &[f64], z_alt: &[f64], out: &mut [f64]| {
+            let draw = |d: &Draw, out: &mut [f64]| {
                 statistic(
                     &GroupDraw {
                         groups,
                         x,
-                        z,
-                        z_alt,
+                        z: d.z,
+                        z_alt: d.z_alt,
                     },
                     out,
                 )
             };
             // Two independent passes per draw (the variance reads both).
-            let sampler = PairRows {
+            let sampler = PairSampler {
                 layer: subject.dropout,
                 x,
                 p,

@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
 use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
-use crate::ops::{Rate, Subject, TrainPass};
+use crate::ops::{DropoutLayer, Rate, Subject, TrainPass};
 use crate::registry::Family;
 use crate::stats::{Estimate, Statistic};
 use crate::tolerance;
@@ -98,23 +98,33 @@ impl Claim for DropoutClaim {
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
-            subject,
+            layer: subject.dropout,
             x: self.x,
             p: self.p,
             dim: self.analytic()?.len(),
-            statistic: self.draw_statistic,
+            pairs: true,
+            statistic: &self.draw_statistic,
         };
         Ok(estimate(&sampler, budget)?.estimates())
     }
 }
 
-/// Draws two independent training passes of the subject's dropout per sample.
+/// A draw statistic of the passes of [`PairSampler`].
+pub type DrawStatistic<'s> = &'s (dyn Fn(&Draw, &mut [f64]) + Sync);
+
+/// Draws one training pass of `layer` on `x` per sample, or two independent
+/// ones when `pairs` (`z'` stays all zeros otherwise), then `statistic`:
+/// the sampler of every claim that states a moment of one row or a variance
+/// as the half squared difference of two rows (the dropout family here, the
+/// Python layer's moment, attention and mask-shape claims).
 pub struct PairSampler<'a> {
-    pub subject: &'a Subject<'a>,
+    pub layer: &'a dyn DropoutLayer,
     pub x: &'a [f64],
     pub p: f64,
     pub dim: usize,
-    pub statistic: fn(&Draw, &mut [f64]),
+    /// Whether the statistic reads the second pass.
+    pub pairs: bool,
+    pub statistic: DrawStatistic<'a>,
 }
 
 /// Working buffers of [`PairSampler`].
@@ -140,13 +150,15 @@ impl Sampler for PairSampler<'_> {
         }
     }
     fn draw(&self, rng: &mut Stream, s: &mut PairScratch, out: &mut [f64]) -> Result<(), Error> {
-        let layer = self.subject.dropout;
+        let layer = self.layer;
         layer.forward_train(TrainPass::new(self.x, &mut s.z, &mut s.mask), self.p, rng)?;
-        layer.forward_train(
-            TrainPass::new(self.x, &mut s.z_alt, &mut s.mask_alt),
-            self.p,
-            rng,
-        )?;
+        if self.pairs {
+            layer.forward_train(
+                TrainPass::new(self.x, &mut s.z_alt, &mut s.mask_alt),
+                self.p,
+                rng,
+            )?;
+        }
         let draw = Draw {
             x: self.x,
             z: &s.z,

@@ -35,7 +35,6 @@ use crate::forward::{Dtype, PyForward};
 
 mod diagnosis;
 mod moments;
-pub(crate) mod pair_rows;
 mod repeats;
 pub(crate) mod rules;
 

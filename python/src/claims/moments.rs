@@ -90,11 +90,12 @@ fn pair_claim<'a>(
         note: None,
         estimate: Box::new(move |subject, budget| {
             let sampler = PairSampler {
-                subject,
+                layer: subject.dropout,
                 x: &x,
                 p,
                 dim,
-                statistic,
+                pairs: true,
+                statistic: &statistic,
             };
             Ok(estimate(&sampler, budget)?.estimates())
         }),

@@ -151,6 +151,9 @@ pub(super) fn repeat_claim<'a>(
                         .collect::<Vec<bool>>()
                 })?);
             }
+            // The union bound is over the run's own N²/2 window pairs, so
+            // the window is sized for the budget the run gets (the note's
+            // `w` above is for the card's budget, which a caller may change).
             let w = window_rows(budget.samples, bits, rate.p()).unwrap_or(usize::MAX);
             Ok(repeated_windows(&rows, w) as f64)
         },
