@@ -161,18 +161,19 @@ fn an_se_20_percent_too_small_is_flagged_by_the_dispersion() {
     // calibrated. The Planted claims run the generic path, where the 24
     // per-unit components with x ≠ 0 and the two sums' means are Student-t
     // tests (the variances of the sums are below their minimum budget and
-    // left out, the kept count is an exact test with no SE): M = 26 · 30 =
-    // 780 standardized p-values. Under the plant z = t / 0.8, so D ≈ 1.5625
-    // χ²₇₈₀ (mean 1 219, SD 62), against the level-10⁻¹⁰ threshold of
-    // χ²₇₈₀, 1 058 (Wilson–Hilferty: 780 (1 − 2/7020 + 6.36 √(2/7020))³):
-    // a miss needs D 2.6 SD below its mean, probability 5·10⁻³. No budget
-    // spent (power); at the previous design (dispersion over all p-values,
-    // 12 seeds, 3·10⁴ draws) this plant gave D/M = 1.24, p = 9·10⁻⁴, not
-    // flagged.
+    // left out), and two components of exact binomial tests (the kept
+    // count's) enter standardized by their SE, their two-point statistic
+    // being at or above its mean budget at 4 000 draws: M = 28 · 30 = 840
+    // p-values. Under the plant z = t / 0.8, so D ≈ 1.5625 χ²₈₄₀ (mean
+    // 1 312, SD 64), against the level-10⁻¹⁰ threshold of χ²₈₄₀, 1 128
+    // (Wilson–Hilferty: 840 (1 − 2/7560 + 6.36 √(2/7560))³): a miss needs D
+    // 2.9 SD below its mean, probability 2·10⁻³. No budget spent (power); at
+    // the previous design (dispersion over all p-values, 12 seeds, 3·10⁴
+    // draws) this plant gave D/M = 1.24, p = 9·10⁻⁴, not flagged.
     let (c, _) = dropout_family(0.8);
     let shown = table(&c);
     let dispersion = c.dispersion.expect("standardized p-values");
-    assert_eq!(dispersion.components, 26, "{shown}");
+    assert_eq!(dispersion.components, 28, "{shown}");
     assert!(dispersion.flagged, "{shown}");
     assert!(!c.calibrated(), "{shown}");
 }

@@ -70,23 +70,29 @@
 //!    apart; the per-unit components of one claim use independent masks).
 //!    The p-value is `P(χ²_M ≥ D)`, flagged below `L`.
 //!
-//!    Only the components whose test is `t = (estimate − target) / SE`
-//!    ([`crate::stats::Statistic::standardizes_by_stderr`]) enter, with
-//!    their own `M`: an exact binomial test has no standard error to be
-//!    wrong (its size is at most α by construction, its validity is the
-//!    KS's and the exact size test's business), and its super-uniform
-//!    p-values have `E z*² < 1`, so mixing them in dilutes the statistic:
+//!    The components whose test is `t = (estimate − target) / SE`
+//!    ([`crate::stats::Statistic::standardizes_by_stderr`]) enter with
+//!    their report p-values. An exact binomial test does not divide by the
+//!    estimate's standard error, but the table's `±` and the minimum
+//!    detectable effect do, so its component enters too, as
+//!    `z = (estimate − target) / SE` of its two-point statistic, where that
+//!    standardization is valid: at or above the minimum budget of a mean
+//!    test with the statistic's two-point skewness (the Cramér rule of
+//!    [`crate::stats`]; below it the component stays out). Its exact
+//!    test's own p-values must not be used here: they are super-uniform,
+//!    `E z*² < 1`, and mixing them in dilutes the statistic:
 //!    with every SE 20 % too small the dropout family in CI (generic path,
 //!    12 seeds) had `D/M = 1.24` over all 396 p-values, `p = 9·10⁻⁴`, not
 //!    flagged at `10⁻¹⁰`; on the fast path (`calibrate --family dropout`)
 //!    the SE-free exact tests are 31 of the 35 components and `D/M` was
 //!    0.95 (`p = 0.77`) over all 420 p-values, 1.18 (`p = 0.18`) over the
-//!    48 standardized ones. An SE `f` times
+//!    48 Student-t ones (with the exact tests' components standardized by
+//!    their SE, 420 values at 12 seeds). An SE `f` times
 //!    too small gives `E D / M = 1/f² = 1.56` for `f = 0.8`; the test
 //!    flags it when `√(M/2) · 0.56` exceeds the level's normal quantile
 //!    plus 1.56 times the power's: `M ≳ 330` at `L = 1.9·10⁻⁴` and 99 %
-//!    power, `M ≳ 630` at `L = 10⁻¹⁰` (the CI test runs 26 standardized
-//!    components × 30 seeds = 780).
+//!    power, `M ≳ 630` at `L = 10⁻¹⁰` (the CI test runs 28 standardized
+//!    components × 30 seeds = 840).
 //!
 //! A claim inconclusive under some seed (below its minimum budget) has no
 //! stated size there: it is reported with its tests but never flagged, and
@@ -108,7 +114,6 @@
 //! records alone ([`summarize`]), so a run resumed from its journal ends with
 //! the same bits as one that was not interrupted.
 
-pub mod lattice;
 mod summary;
 mod table;
 

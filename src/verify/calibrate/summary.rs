@@ -10,7 +10,10 @@ use super::{
     SeedRecord,
 };
 use crate::claims::Claim;
-use crate::stats::{FAMILY_ALPHA, KsTest, assertion_alpha, ks_uniform, min_sample_for};
+use crate::stats::{
+    FAMILY_ALPHA, KsTest, Statistic, assertion_alpha, ks_uniform, mean_min_samples, min_sample_for,
+    two_point_skewness,
+};
 
 /// The per-test level of a calibration (module docs of [`super`]): the
 /// probability `flag_alpha` of any false flag on a calibrated claim set,
@@ -207,10 +210,10 @@ pub fn summarize(
             let (values, mid_p) = component_p_values(&seen);
             if !below_minimum_budget {
                 pooled_values.extend_from_slice(&values);
+                let statistic = claim.statistic();
                 let standardized: Vec<f64> = seen
                     .iter()
-                    .filter(|(_, x)| x.standardized && x.stderr > 0.0)
-                    .map(|(_, x)| x.p)
+                    .filter_map(|(_, x)| standardized_p_value(statistic, x))
                     .collect();
                 standardized_components += usize::from(!standardized.is_empty());
                 standardized_p_values.extend(standardized);
@@ -268,6 +271,37 @@ pub fn summarize(
         pooled,
         claims: out,
     }
+}
+
+/// The two-sided p-value of a component's estimate standardized by the
+/// standard error it carries, where that standardization is valid: the
+/// report test's own p-value for a Student-t test; for an exact binomial
+/// test of a two-point statistic (a scaled count, a single-trial
+/// indicator), the normal p-value of `z = (estimate − target) / SE` when
+/// the draws reach the minimum budget of a mean test of that two-point
+/// statistic ([`Statistic::on_generic_path`]: the Cramér rule with its
+/// skewness, module docs of [`crate::stats`]). The exact test does not
+/// divide by the SE, but the table's `±` and the minimum detectable
+/// effect do, so its SE is checked here like every other (module docs of
+/// [`super`], test 4). `None` without spread or below that budget.
+fn standardized_p_value(statistic: Statistic, x: &ComponentRecord) -> Option<f64> {
+    if x.stderr.is_nan() || x.stderr <= 0.0 {
+        return None;
+    }
+    if x.standardized {
+        return Some(x.p);
+    }
+    x.mid_p?;
+    let keep = match statistic {
+        Statistic::ScaledCount { keep } => keep,
+        Statistic::Indicator { trials: 1 } => x.target,
+        _ => return None,
+    };
+    if !(keep > 0.0 && keep < 1.0) || x.n < mean_min_samples(two_point_skewness(keep)) {
+        return None;
+    }
+    let z = (x.value - x.target) / x.stderr;
+    Some(2.0 * Normal::standard().sf(z.abs()))
 }
 
 /// True when a component's p-value under one seed has a distribution: an
