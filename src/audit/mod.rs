@@ -27,8 +27,9 @@ use crate::ops::{LayerNorm, Rate, RmsNorm};
 pub use gap::Gap;
 pub use token::{AuditNorm, EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 
-/// Masks per token of the audit's sampled sites by default, the Python
-/// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py`): 2¹⁷, which resolved
+/// Masks per token of the audit's sampled sites by default, also the Python
+/// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py` reads it from the
+/// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹⁷, which resolved
 /// every site's uncorrected gap of the 6-layer d = 512 encoder of
 /// docs/audit.md.
 pub const DEFAULT_SAMPLES: u64 = 1 << 17;

@@ -84,6 +84,17 @@ fn header_field<'h>(header: &'h str, key: &str) -> Option<&'h str> {
     None
 }
 
+/// The little-endian items of `N` bytes, each read by `from` (the chunks
+/// are exactly `N` long: `chunks_exact(N)`).
+fn decode<const N: usize, T>(
+    items: std::slice::ChunksExact<'_, u8>,
+    from: impl Fn([u8; N]) -> T,
+) -> Vec<T> {
+    items
+        .map(|c| from(c.try_into().unwrap_or([0; N])))
+        .collect()
+}
+
 /// Parses one `.npy` member (module docs, steps 1–4).
 fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
     let magic = b"\x93NUMPY";
@@ -134,26 +145,10 @@ fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
     }
     let items = data.chunks_exact(size);
     let mut values = match descr {
-        "<f8" => Values::Float(
-            items
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()))
-                .collect(),
-        ),
-        "<f4" => Values::Float(
-            items
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64)
-                .collect(),
-        ),
-        "<i8" => Values::Int(
-            items
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
-                .collect(),
-        ),
-        "<i4" => Values::Int(
-            items
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or_default()) as i64)
-                .collect(),
-        ),
+        "<f8" => Values::Float(decode(items, f64::from_le_bytes)),
+        "<f4" => Values::Float(decode(items, |b| f32::from_le_bytes(b) as f64)),
+        "<i8" => Values::Int(decode(items, i64::from_le_bytes)),
+        "<i4" => Values::Int(decode(items, |b| i32::from_le_bytes(b) as i64)),
         _ => Values::Bytes(data.to_vec()),
     };
     if fortran && shape.len() == 2 {
