@@ -178,9 +178,8 @@ def _functional_rate(node) -> Optional[float]:
 
     if node.op != "call_function" or node.target is not F.dropout:
         return None
-    args = list(node.args) + [None] * 4
-    p = node.kwargs.get("p", args[1] if len(node.args) > 1 else 0.5)
-    training = node.kwargs.get("training", args[2] if len(node.args) > 2 else True)
+    p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+    training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
     if training is False or not isinstance(p, (int, float)) or isinstance(p, bool):
         return None
     return float(p)

@@ -164,6 +164,8 @@ def test_compound_capture_round_trips_through_npz_and_the_cli(tmp_path):
     model = _compound_mlp()
     x = torch.randn(4, 8, dtype=torch.float64)
     audit = A.audit_torch(model, x, samples=16384, seed=4)
+    audit.plot(str(tmp_path / "compound.png"))  # second order None: no bar, no error
+    assert (tmp_path / "compound.png").stat().st_size > 0
     path = tmp_path / "compound.npz"
     audit.save(str(path))
     assert A.audit_captures(A.load(str(path)), samples=16384, seed=4).to_json() == audit.to_json()
