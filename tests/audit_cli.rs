@@ -8,7 +8,7 @@ mod common;
 
 use std::io::Write;
 
-use dropmc::audit::npz::npy_member as npy;
+use dropmc::audit::npz::{LAYOUT_VERSION, npy_member as npy};
 use dropmc::audit::{Form, SiteCapture, audit_sites, report};
 
 fn f64s(v: &[f64]) -> Vec<u8> {
@@ -30,16 +30,22 @@ fn h() -> Vec<f64> {
         .collect()
 }
 
-/// The capture's arrays, `skip` left out.
-fn write_npz(path: &std::path::Path, skip: Option<&str>) {
+const GAMMA: [f64; D] = [1.0, 0.5, 2.0, 1.5];
+const BETA: [f64; D] = [0.0, 0.1, -0.2, 0.3];
+const GAMMA2: [f64; D] = [0.8, 1.2, 1.0, 0.6];
+const BETA2: [f64; D] = [0.2, 0.0, -0.1, 0.0];
+
+/// The capture's arrays (site 0 bypass, site 1 compound) at layout
+/// `version`, `skip` left out.
+fn write_npz(path: &std::path::Path, version: i64, skip: Option<&str>) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
     let stored =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     let mat = format!("({TOKENS}, {D})");
     let vec = format!("({D},)");
     let members: Vec<(&str, Vec<u8>)> = vec![
-        ("version", npy("<i8", "()", &1i64.to_le_bytes())),
-        ("count", npy("<i8", "()", &1i64.to_le_bytes())),
+        ("version", npy("<i8", "()", &version.to_le_bytes())),
+        ("count", npy("<i8", "()", &2i64.to_le_bytes())),
         ("site0_name", npy("|u1", "(5,)", b"drop1")),
         ("site0_form", npy("|u1", "(6,)", b"bypass")),
         ("site0_norm", npy("|u1", "(5,)", b"layer")),
@@ -47,14 +53,20 @@ fn write_npz(path: &std::path::Path, skip: Option<&str>) {
         ("site0_eps", npy("<f8", "()", &f64s(&[1e-5]))),
         ("site0_v", npy("<f8", &mat, &f64s(&v()))),
         ("site0_h", npy("<f8", &mat, &f64s(&h()))),
-        (
-            "site0_gamma",
-            npy("<f8", &vec, &f64s(&[1.0, 0.5, 2.0, 1.5])),
-        ),
-        (
-            "site0_beta",
-            npy("<f8", &vec, &f64s(&[0.0, 0.1, -0.2, 0.3])),
-        ),
+        ("site0_gamma", npy("<f8", &vec, &f64s(&GAMMA))),
+        ("site0_beta", npy("<f8", &vec, &f64s(&BETA))),
+        ("site1_name", npy("|u1", "(5,)", b"drop2")),
+        ("site1_form", npy("|u1", "(8,)", b"compound")),
+        ("site1_norm", npy("|u1", "(5,)", b"layer")),
+        ("site1_p", npy("<f8", "()", &f64s(&[0.3]))),
+        ("site1_eps", npy("<f8", "()", &f64s(&[1e-5]))),
+        ("site1_v", npy("<f8", &mat, &f64s(&v()))),
+        ("site1_h", npy("<f8", &mat, &f64s(&[0.0; D * TOKENS]))),
+        ("site1_gamma", npy("<f8", &vec, &f64s(&GAMMA))),
+        ("site1_beta", npy("<f8", &vec, &f64s(&BETA))),
+        ("site1_gamma2", npy("<f8", &vec, &f64s(&GAMMA2))),
+        ("site1_beta2", npy("<f8", &vec, &f64s(&BETA2))),
+        ("site1_eps2", npy("<f8", "()", &f64s(&[1e-6]))),
     ];
     for (name, bytes) in members {
         if Some(name) == skip {
@@ -75,7 +87,7 @@ fn temp(name: &str) -> std::path::PathBuf {
 #[test]
 fn the_cli_audit_of_a_saved_capture_is_the_librarys() {
     let path = temp("capture.npz");
-    write_npz(&path, None);
+    write_npz(&path, LAYOUT_VERSION, None);
     let (code, out, err) = common::dropmc(&[
         "audit",
         "--activations",
@@ -93,23 +105,48 @@ fn the_cli_audit_of_a_saved_capture_is_the_librarys() {
         v(),
         h(),
         true,
-        vec![1.0, 0.5, 2.0, 1.5],
-        vec![0.0, 0.1, -0.2, 0.3],
+        GAMMA.to_vec(),
+        BETA.to_vec(),
         1e-5,
     )
     .unwrap();
-    let expected = audit_sites(&[capture], dropmc::audit::DEFAULT_SAMPLES, 3).unwrap();
+    let compound = SiteCapture::new(
+        "drop2".into(),
+        Form::Plain,
+        0.3,
+        D,
+        v(),
+        vec![],
+        true,
+        GAMMA.to_vec(),
+        BETA.to_vec(),
+        1e-5,
+    )
+    .and_then(|c| c.into_compound(GAMMA2.to_vec(), BETA2.to_vec(), 1e-6))
+    .unwrap();
+    let expected = audit_sites(&[capture, compound], dropmc::audit::DEFAULT_SAMPLES, 3).unwrap();
     assert_eq!(out.trim_end(), report::json(&expected));
+    assert_eq!(expected[1].form, Form::Compound);
+    assert!(expected[1].second_order.is_none() && expected[1].c1_only.is_some());
 }
 
 #[test]
 fn a_damaged_capture_is_an_exit_2_error_naming_the_array() {
     let partial = temp("partial.npz");
-    write_npz(&partial, Some("site0_h"));
+    write_npz(&partial, LAYOUT_VERSION, Some("site0_h"));
+    let no_ln2 = temp("no_ln2.npz");
+    write_npz(&no_ln2, LAYOUT_VERSION, Some("site1_gamma2"));
+    let old = temp("old.npz");
+    write_npz(&old, 1, None);
     let text = temp("text.npz");
     std::fs::write(&text, "not a zip").unwrap();
     for (path, message) in [
         (partial, "array site0_h: missing"),
+        (no_ln2, "array site1_gamma2: missing"),
+        (
+            old,
+            "layout version 1; this dropmc reads version 2 (an older dropmc's capture",
+        ),
         (text, "not an .npz"),
         (temp("absent.npz"), "cannot open"),
     ] {

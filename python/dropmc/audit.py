@@ -1,8 +1,10 @@
 """Audit a PyTorch model's dropout→norm sites on its own activations.
 
 ``audit_torch(model, inputs)`` finds the sites where a dropout's output
-reaches a LayerNorm or RMSNorm directly (*plain*: ``norm(dropout(v))``) or
-through one residual add (*bypass*: ``norm(h + dropout(v))``), captures on
+reaches a LayerNorm or RMSNorm directly (*plain*: ``norm(dropout(v))``),
+through one residual add (*bypass*: ``norm(h + dropout(v))``), or through a
+LayerNorm feeding a second LayerNorm directly (*compound*:
+``LN2(LN1(dropout(v)))``, which replaces the plain ``LN1`` site), captures on
 the user's inputs, with the model in eval mode, each site's pre-dropout
 vector ``v``, bypass ``h`` and the norm's ``γ, β, ε``, and hands them to
 dropmc's Rust engine, which computes per token the true
@@ -10,9 +12,13 @@ dropmc's Rust engine, which computes per token the true
 site sampler), the eval output ``norm(h + v)``, the first-order correction
 and the second-order one, and their gaps to the truth. See docs/audit.md.
 
-Site finding: ``torch.fx`` tracing, with ``nn.TransformerEncoderLayer`` and
+Site finding: ``torch.fx`` tracing (in train mode, so that
+``F.dropout(x, p, training=self.training)`` is a site and a literal
+``training=False`` is not), with ``nn.TransformerEncoderLayer`` and
 ``nn.MultiheadAttention`` kept as leaves (their sites follow from
-``norm_first``); a model fx cannot trace (``nn.TransformerEncoder``'s
+``norm_first``); a dropout is an ``nn.Dropout`` module or a
+``torch.nn.functional.dropout`` call (named by its fx node, e.g.
+``dropout_1``); a model fx cannot trace (``nn.TransformerEncoder``'s
 control flow) is walked structurally when it is a ``TransformerEncoder``,
 and otherwise needs ``sites=[(dropout_name, norm_name), ...]``.
 """
@@ -29,8 +35,9 @@ from . import _dropmc
 
 __all__ = ["Audit", "audit_torch", "find_sites", "capture_sites", "audit_captures", "load"]
 
-#: Masks per token of the default budget (see docs/audit.md for what it resolves).
-DEFAULT_SAMPLES = 1 << 17
+#: Masks per token of the default budget (see docs/audit.md for what it
+#: resolves): the Rust engine's ``dropmc::audit::DEFAULT_SAMPLES``.
+DEFAULT_SAMPLES = int(_dropmc.AUDIT_DEFAULT_SAMPLES)
 
 
 class Audit:
@@ -79,15 +86,19 @@ class Audit:
         names = [s["name"] for s in self.sites]
         xs = _np.arange(len(names))
         fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 4))
+        labelled = set()
         for off, key, label in [(-0.2, "uncorrected", "eval (uncorrected)"),
                                 (0.0, "first_order", "first order"),
                                 (0.2, "second_order", "second order")]:
             for i, s in enumerate(self.sites):
                 g = s[key]
+                if g is None:  # no second-order closed form (a compound site)
+                    continue
                 y = g["rms"] if g["resolved"] else g["upper"]
                 ax.bar(xs[i] + off, y, width=0.2, color=f"C{int(off * 5 + 1)}",
                        fill=g["resolved"], edgecolor=f"C{int(off * 5 + 1)}",
-                       label=label if i == 0 else None)
+                       label=None if label in labelled else label)
+                labelled.add(label)
         ax.set_yscale("log")
         ax.set_xticks(xs)
         ax.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
@@ -139,7 +150,9 @@ def _encoder_sites(prefix: str, encoder) -> List[Tuple[str, str]]:
     return sites
 
 
-def _fx_sites(model) -> List[Tuple[str, str]]:
+def _trace(model, training: bool):
+    """The fx graph of ``model`` traced with the model in train (or eval)
+    mode, the norms and the encoder layers as leaves."""
     import torch.fx as fx
     import torch.nn as nn
 
@@ -149,8 +162,33 @@ def _fx_sites(model) -> List[Tuple[str, str]]:
         def is_leaf_module(self, m, qualname):
             return isinstance(m, leaves) or super().is_leaf_module(m, qualname)
 
-    tracer = _Tracer()
-    graph = tracer.trace(model)
+    was_training = model.training
+    model.train(training)
+    try:
+        return _Tracer().trace(model)
+    finally:
+        model.train(was_training)
+
+
+def _functional_rate(node) -> Optional[float]:
+    """``p`` of a ``torch.nn.functional.dropout(input, p=0.5,
+    training=True, inplace=False)`` call node, or None when the node is not
+    one, its ``training`` is a constant False, or ``p`` is not a constant."""
+    import torch.nn.functional as F
+
+    if node.op != "call_function" or node.target is not F.dropout:
+        return None
+    p = node.kwargs.get("p", node.args[1] if len(node.args) > 1 else 0.5)
+    training = node.kwargs.get("training", node.args[2] if len(node.args) > 2 else True)
+    if training is False or not isinstance(p, (int, float)) or isinstance(p, bool):
+        return None
+    return float(p)
+
+
+def _fx_sites(model) -> List[Tuple[str, ...]]:
+    import torch.nn as nn
+
+    graph = _trace(model, training=True)
     modules = dict(model.named_modules())
 
     def module_of(node):
@@ -161,18 +199,31 @@ def _fx_sites(model) -> List[Tuple[str, str]]:
             node.op == "call_method" and node.target in ("add", "add_")
         ) or (node.op == "call_function" and getattr(node.target, "__name__", "") == "add")
 
+    def lone_layer_norm_user(node):
+        """The LayerNorm module that is ``node``'s only user, if any."""
+        users = list(node.users)
+        if len(users) == 1 and isinstance(module_of(users[0]), nn.LayerNorm):
+            return users[0]
+        return None
+
     norms = _norm_types()
     sites = []
     for node in graph.nodes:
         m = module_of(node)
-        if isinstance(m, nn.Dropout):
+        if isinstance(m, nn.Dropout) or _functional_rate(node) is not None:
+            name = node.target if m is not None else node.name
             for user in node.users:
                 if isinstance(module_of(user), norms):
-                    sites.append((node.target, user.target))
+                    # LN1 whose only user is LN2: compound, replacing the plain LN1 site.
+                    second = lone_layer_norm_user(user) if isinstance(module_of(user), nn.LayerNorm) else None
+                    if second is not None:
+                        sites.append((name, user.target, second.target))
+                    else:
+                        sites.append((name, user.target))
                 elif is_add(user):
                     for w in user.users:
                         if isinstance(module_of(w), norms):
-                            sites.append((node.target, w.target))
+                            sites.append((name, w.target))
         elif isinstance(m, nn.TransformerEncoderLayer):
             nxt = [u for u in node.users if isinstance(module_of(u), (nn.TransformerEncoderLayer,) + norms)]
             next_norm = None
@@ -186,8 +237,9 @@ def _fx_sites(model) -> List[Tuple[str, str]]:
     return sites
 
 
-def find_sites(model) -> List[Tuple[str, str]]:
-    """``[(dropout_name, norm_name), ...]`` of ``model``: by ``torch.fx``,
+def find_sites(model) -> List[Tuple[str, ...]]:
+    """``[(dropout_name, norm_name), ...]`` of ``model`` (a compound site
+    is ``(dropout_name, ln1_name, ln2_name)``): by ``torch.fx``,
     or structurally for an ``nn.TransformerEncoder`` fx cannot trace.
     Raises ValueError when neither applies (pass ``sites=`` then)."""
     import torch.nn as nn
@@ -218,84 +270,166 @@ def _as_tuple(inputs):
     return inputs if isinstance(inputs, tuple) else (inputs,)
 
 
-def capture_sites(model, inputs, sites: Sequence[Tuple[str, str]]) -> List[dict]:
-    """Runs ``model(*inputs)`` once in eval mode with hooks on each site's
-    dropout (its input ``v``) and norm (its input ``z``); ``h = z − v``.
-    A site whose ``z`` equals ``v`` is plain. Returns one dict per site (the
+def _norm_params(norm, d):
+    """``γ, β, ε`` of a LayerNorm/RMSNorm module as float64 (``γ = 1``,
+    ``β = 0`` where the module has none)."""
+    import torch
+
+    w = norm.weight
+    gamma = _np.ones(d) if w is None else w.detach().to(torch.float64).cpu().numpy()
+    b = getattr(norm, "bias", None)
+    beta = _np.zeros(d) if b is None else b.detach().to(torch.float64).cpu().numpy()
+    eps = norm.eps
+    if eps is None:  # nn.RMSNorm's default: the input dtype's machine epsilon
+        eps = float(torch.finfo(w.dtype if w is not None else torch.get_default_dtype()).eps)
+    return _np.ascontiguousarray(gamma), _np.ascontiguousarray(beta), float(eps)
+
+
+def _functional_dropouts(model, names):
+    """``{node_name: p}`` of the ``F.dropout`` call nodes ``names`` of the
+    model's fx graph, traced in train mode as :func:`find_sites` does."""
+    if not names:
+        return {}
+    try:
+        graph = _trace(model, training=True)
+    except Exception as e:
+        raise ValueError(f"the dropouts {sorted(names)} are not modules of the model, and torch.fx "
+                         f"cannot trace it to find them as F.dropout calls ({type(e).__name__}: {e})") from e
+    rates = {n.name: _functional_rate(n) for n in graph.nodes if n.name in names}
+    for name in sorted(names):
+        if rates.get(name) is None:
+            raise ValueError(f"{name!r} is neither an nn.Dropout of the model nor an F.dropout call "
+                             "(with a constant p, not training=False) of its fx graph")
+    return rates
+
+
+def _run_capturing(model, inputs, functional, seen):
+    """One eval-mode forward; the input of each ``F.dropout`` node named in
+    ``functional`` is appended to ``seen[name]`` and the call is replaced by
+    the identity (dropout's eval output). Without functional sites the model
+    itself runs; with them its fx graph (traced in eval mode, so the
+    model's other mode-dependent calls take their eval branch) runs in a
+    ``torch.fx.Interpreter`` on the model's own modules (their hooks fire)."""
+    import torch
+    import torch.fx as fx
+
+    # Grad enabled keeps nn.TransformerEncoderLayer off its fused fast
+    # path, which skips the submodules (and so the hooks).
+    with torch.enable_grad():
+        if not functional:
+            return model(*_as_tuple(inputs))
+        graph = _trace(model, training=False)
+
+        class _Capture(fx.Interpreter):
+            def run_node(self, n):
+                if n.name in functional:
+                    args, _ = self.fetch_args_kwargs_from_env(n)
+                    seen.setdefault(n.name, []).append(args[0].detach().to(torch.float64).clone())
+                    return args[0]
+                return super().run_node(n)
+
+        return _Capture(fx.GraphModule(model, graph)).run(*_as_tuple(inputs))
+
+
+def capture_sites(model, inputs, sites: Sequence[Tuple[str, ...]]) -> List[dict]:
+    """Runs the model once on ``inputs`` in eval mode with hooks on each
+    site's dropout (its input ``v``) and norm (its input ``z``); ``h = z −
+    v``. A site whose ``z`` equals ``v`` is plain. A site ``(dropout, ln1,
+    ln2)`` is compound: plain at ``ln1``, whose output must be ``ln2``'s
+    input. A dropout is an ``nn.Dropout`` module or an ``F.dropout`` node
+    of the model's fx graph (by node name). Returns one dict per site (the
     layout of :func:`audit_captures`)."""
     import torch
     import torch.nn as nn
 
     modules = dict(model.named_modules())
-    for dname, nname in sites:
-        if not isinstance(modules.get(dname), nn.Dropout):
-            raise ValueError(f"site ({dname!r}, {nname!r}): {dname!r} is not an nn.Dropout of the model")
+    functional = set()
+    for site in sites:
+        if len(site) not in (2, 3):
+            raise ValueError(f"site {site!r}: expected (dropout, norm) or (dropout, ln1, ln2)")
+        dname, nname = site[0], site[1]
+        if dname in modules and not isinstance(modules[dname], nn.Dropout):
+            raise ValueError(f"site {tuple(site)!r}: {dname!r} is not an nn.Dropout of the model")
+        if dname not in modules:
+            functional.add(dname)
         if not isinstance(modules.get(nname), _norm_types()):
-            raise ValueError(f"site ({dname!r}, {nname!r}): {nname!r} is not a LayerNorm or RMSNorm of the model")
+            raise ValueError(f"site {tuple(site)!r}: {nname!r} is not a LayerNorm or RMSNorm of the model")
+        if len(site) == 3 and not all(isinstance(modules.get(n), nn.LayerNorm) for n in site[1:]):
+            raise ValueError(f"site {tuple(site)!r}: a compound site's two norms must be nn.LayerNorm")
+    rates = _functional_dropouts(model, functional)
     seen: dict = {}
     handles = []
 
-    def record(name):
+    def record(key):
         def hook(module, args):
-            seen.setdefault(name, []).append(args[0].detach().to(torch.float64).clone())
+            seen.setdefault(key, []).append(args[0].detach().to(torch.float64).clone())
 
         return hook
 
-    for name in {n for s in sites for n in s}:
+    def record_output(key):
+        def hook(module, args, out):
+            seen.setdefault(key, []).append(out.detach().to(torch.float64).clone())
+
+        return hook
+
+    for name in {n for s in sites for n in s if n not in functional}:
         handles.append(modules[name].register_forward_pre_hook(record(name)))
+    for ln1 in {s[1] for s in sites if len(s) == 3}:
+        handles.append(modules[ln1].register_forward_hook(record_output(("out", ln1))))
     was_training = model.training
     model.eval()
     try:
-        # Grad enabled keeps nn.TransformerEncoderLayer off its fused fast
-        # path, which skips the submodules (and so the hooks).
-        with torch.enable_grad():
-            model(*_as_tuple(inputs))
+        _run_capturing(model, inputs, functional, seen)
     finally:
         for h in handles:
             h.remove()
         model.train(was_training)
     out = []
-    for dname, nname in sites:
+    for site in sites:
+        dname, nname = site[0], site[1]
         calls_d, calls_n = seen.get(dname, []), seen.get(nname, [])
         if len(calls_d) != 1 or len(calls_n) != 1:
             raise ValueError(
-                f"site ({dname!r}, {nname!r}): the dropout ran {len(calls_d)} times and the "
+                f"site {tuple(site)!r}: the dropout ran {len(calls_d)} times and the "
                 f"norm {len(calls_n)} times in one forward; a site needs each exactly once"
             )
         v, z = calls_d[0], calls_n[0]
         if v.shape != z.shape:
-            raise ValueError(f"site ({dname!r}, {nname!r}): dropout output {tuple(v.shape)} "
+            raise ValueError(f"site {tuple(site)!r}: dropout output {tuple(v.shape)} "
                              f"and norm input {tuple(z.shape)} differ in shape")
         norm = modules[nname]
         d = v.shape[-1]
         plain = bool(torch.equal(v, z))
-        w = norm.weight
-        gamma = _np.ones(d) if w is None else w.detach().to(torch.float64).cpu().numpy()
-        b = getattr(norm, "bias", None)
-        beta = _np.zeros(d) if b is None else b.detach().to(torch.float64).cpu().numpy()
-        eps = norm.eps
-        if eps is None:  # nn.RMSNorm's default: the input dtype's machine epsilon
-            eps = float(torch.finfo(w.dtype if w is not None else torch.get_default_dtype()).eps)
+        gamma, beta, eps = _norm_params(norm, d)
         vv = v.reshape(-1, d).cpu().numpy()
-        out.append({
-            "name": f"{dname}->{nname}",
+        capture = {
+            "name": "->".join(site),
             "form": "plain" if plain else "bypass",
-            "p": float(modules[dname].p),
+            "p": float(modules[dname].p) if dname in modules else rates[dname],
             "d": int(d),
             "v": _np.ascontiguousarray(vv.ravel()),
             "h": _np.ascontiguousarray((z.reshape(-1, d).cpu().numpy() - vv).ravel()),
             "norm": "layer" if isinstance(norm, nn.LayerNorm) else "rms",
-            "gamma": _np.ascontiguousarray(gamma),
-            "beta": _np.ascontiguousarray(beta),
-            "eps": float(eps),
-        })
+            "gamma": gamma,
+            "beta": beta,
+            "eps": eps,
+        }
+        if len(site) == 3:
+            u, into2 = seen.get(("out", nname), []), seen.get(site[2], [])
+            if not plain or len(into2) != 1 or len(u) != 1 or not torch.equal(u[0], into2[0]):
+                raise ValueError(f"site {tuple(site)!r}: a compound site needs the dropout's output "
+                                 f"to be {nname!r}'s input and {nname!r}'s output {site[2]!r}'s "
+                                 "input, each once per forward")
+            gamma2, beta2, eps2 = _norm_params(modules[site[2]], d)
+            capture.update(form="compound", gamma2=gamma2, beta2=beta2, eps2=eps2)
+        out.append(capture)
     return out
 
 
 # --------------------------------------------------------------------------
 # The npz layout (docs/audit.md)
 
-_NPZ_VERSION = 1
+_NPZ_VERSION = 2
 
 
 def save_captures(path: str, captures: List[dict]) -> None:
@@ -303,7 +437,10 @@ def save_captures(path: str, captures: List[dict]) -> None:
     and per site ``i``: ``site{i}_form`` ('plain'/'bypass'),
     ``site{i}_norm`` ('layer'/'rms'), ``site{i}_p``, ``site{i}_eps``
     (scalars), ``site{i}_v``, ``site{i}_h`` (``tokens × d`` float64),
-    ``site{i}_gamma``, ``site{i}_beta`` (``d`` float64)."""
+    ``site{i}_gamma``, ``site{i}_beta`` (``d`` float64); a compound site
+    (form 'compound') also LN2's ``site{i}_gamma2``, ``site{i}_beta2``
+    (``d`` float64) and ``site{i}_eps2``. Layout version 2 (1 had no
+    compound sites)."""
     arrays: dict = {"version": _np.array(_NPZ_VERSION, dtype=_np.int64),
                     "count": _np.array(len(captures), dtype=_np.int64)}
     for i, c in enumerate(captures):
@@ -317,16 +454,25 @@ def save_captures(path: str, captures: List[dict]) -> None:
         arrays[f"site{i}_h"] = c["h"].reshape(-1, d).astype(_np.float64)
         arrays[f"site{i}_gamma"] = c["gamma"].astype(_np.float64)
         arrays[f"site{i}_beta"] = c["beta"].astype(_np.float64)
+        if c["form"] == "compound":
+            arrays[f"site{i}_gamma2"] = c["gamma2"].astype(_np.float64)
+            arrays[f"site{i}_beta2"] = c["beta2"].astype(_np.float64)
+            arrays[f"site{i}_eps2"] = _np.array(c["eps2"], dtype=_np.float64)
     _np.savez(path, **arrays)
 
 
 def load(path: str) -> List[dict]:
     """The captures of an ``.npz`` written by :func:`save_captures`."""
     with _np.load(path) as z:
+        version = int(z["version"])
+        if version != _NPZ_VERSION:
+            raise ValueError(f"{path}: layout version {version}; this dropmc reads version {_NPZ_VERSION}"
+                             + (" (an older dropmc's capture: re-save it with Audit.save)"
+                                if version < _NPZ_VERSION else ""))
         out = []
         for i in range(int(z["count"])):
             v = z[f"site{i}_v"]
-            out.append({
+            c = {
                 "name": bytes(z[f"site{i}_name"]).decode(),
                 "form": bytes(z[f"site{i}_form"]).decode(),
                 "norm": bytes(z[f"site{i}_norm"]).decode(),
@@ -335,7 +481,11 @@ def load(path: str) -> List[dict]:
                 "v": _np.ascontiguousarray(v.ravel()),
                 "h": _np.ascontiguousarray(z[f"site{i}_h"].ravel()),
                 "gamma": z[f"site{i}_gamma"], "beta": z[f"site{i}_beta"],
-            })
+            }
+            if c["form"] == "compound":
+                c.update(gamma2=z[f"site{i}_gamma2"], beta2=z[f"site{i}_beta2"],
+                         eps2=float(z[f"site{i}_eps2"]))
+            out.append(c)
         return out
 
 
@@ -354,7 +504,7 @@ def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed
 
 
 def audit_torch(model, inputs, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
-                sites: Optional[Sequence[Tuple[str, str]]] = None) -> Audit:
+                sites: Optional[Sequence[Tuple[str, ...]]] = None) -> Audit:
     """Finds (or takes) ``model``'s dropout→norm sites, captures them on
     ``inputs`` (a tensor or a tuple of the forward's arguments) in eval
     mode, and audits them (``samples`` masks per token, from ``seed``)."""

@@ -16,9 +16,10 @@ use crate::to_py;
 /// A site's truth per token and unit, and its standard errors.
 type Truth = (Vec<f64>, Vec<f64>);
 
-/// One site from its dict: `name`, `form` ("plain"/"bypass"), `p`, `d`,
-/// `v` and `h` (flat float64 arrays, `tokens × d`), `norm` ("layer"/"rms"),
-/// `gamma`, `beta`, `eps`.
+/// One site from its dict: `name`, `form` ("plain"/"bypass"/"compound"),
+/// `p`, `d`, `v` and `h` (flat float64 arrays, `tokens × d`), `norm`
+/// ("layer"/"rms"), `gamma`, `beta`, `eps`; a compound site also LN2's
+/// `gamma2`, `beta2`, `eps2`.
 fn capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
     let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         site.get_item(key)?
@@ -31,9 +32,10 @@ fn capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
     let form = match get("form")?.extract::<String>()?.as_str() {
         "plain" => Form::Plain,
         "bypass" => Form::Bypass,
+        "compound" => Form::Compound,
         other => {
             return Err(PyValueError::new_err(format!(
-                "form must be 'plain' or 'bypass', got {other:?}"
+                "form must be 'plain', 'bypass' or 'compound', got {other:?}"
             )));
         }
     };
@@ -46,9 +48,13 @@ fn capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
             )));
         }
     };
-    SiteCapture::new(
+    let plain = SiteCapture::new(
         get("name")?.extract()?,
-        form,
+        if form == Form::Compound {
+            Form::Plain
+        } else {
+            form
+        },
         get("p")?.extract()?,
         get("d")?.extract()?,
         flat("v")?,
@@ -58,7 +64,13 @@ fn capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
         flat("beta")?,
         get("eps")?.extract()?,
     )
-    .map_err(to_py)
+    .map_err(to_py)?;
+    if form != Form::Compound {
+        return Ok(plain);
+    }
+    plain
+        .into_compound(flat("gamma2")?, flat("beta2")?, get("eps2")?.extract()?)
+        .map_err(to_py)
 }
 
 /// Audits `sites` at `samples` masks per token from `seed`; returns

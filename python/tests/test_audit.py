@@ -256,7 +256,7 @@ def test_the_cli_refuses_a_bad_capture_by_name(tmp_path):
     compressed = tmp_path / "compressed.npz"
     np.savez_compressed(compressed, version=np.array(1), count=np.array(1))
     partial = tmp_path / "partial.npz"
-    np.savez(partial, version=np.array(1), count=np.array(1))
+    np.savez(partial, version=np.array(2), count=np.array(1))
     for path, message in ((not_zip, "not an .npz"), (compressed, "savez_compressed"),
                           (partial, "array site0_name: missing"),
                           (tmp_path / "absent.npz", "cannot open")):

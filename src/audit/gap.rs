@@ -72,6 +72,19 @@ impl Gap {
         Gap::from_token_squares(&per_token)
     }
 
+    /// The gap of `estimate(t)` where every token has one, else `None`
+    /// (an estimate the site's form does not define).
+    pub fn over_optional(
+        tokens: &[TokenValues],
+        estimate: impl Fn(&TokenValues) -> Option<&[f64]>,
+    ) -> Option<Gap> {
+        if tokens.iter().all(|t| estimate(t).is_some()) {
+            Some(Gap::over(tokens, |t| estimate(t).unwrap_or_default()))
+        } else {
+            None
+        }
+    }
+
     /// The gap from the per-token `g²_t`.
     pub fn from_token_squares(g2: &[f64]) -> Gap {
         let n = g2.len() as f64;

@@ -1,14 +1,17 @@
 //! Auditing a model's dropout→norm sites on captured activations.
 //!
 //! A *site* is a dropout whose output reaches a LayerNorm or RMSNorm
-//! directly (`plain`: `norm(dropout(v))`) or through one residual add
-//! (`bypass`: `norm(h + dropout(v))`). The capture holds, per token, the
-//! pre-dropout vector `v` and the bypass `h` (zero for a plain site), and the
-//! norm's `γ`, `β`, `ε`. Per token [`token::token_values`] computes the truth
-//! `E[norm(h + dropout(v))]`, the evaluation output and the first- and
-//! second-order estimates; [`audit_site`] runs the tokens in parallel (one
-//! derived seed per token, so the bits do not depend on the thread count) and
-//! [`gap::Gap`] summarises each estimate's distance to the truth.
+//! directly (`plain`: `norm(dropout(v))`), through one residual add
+//! (`bypass`: `norm(h + dropout(v))`), or through a LayerNorm whose output
+//! feeds a second LayerNorm directly (`compound`: `LN2(LN1(dropout(v)))`).
+//! The capture holds, per token, the pre-dropout vector `v` and the bypass
+//! `h` (zero for a plain or compound site), and the norm's `γ`, `β`, `ε`
+//! (both norms' for a compound site). Per token [`token::token_values`]
+//! (or [`token::compound_token_values`]) computes the truth, the evaluation
+//! output and the first- and second-order estimates; [`audit_site`] runs the
+//! tokens in parallel (one derived seed per token, so the bits do not depend
+//! on the thread count) and [`gap::Gap`] summarises each estimate's distance
+//! to the truth.
 
 pub mod gap;
 pub mod npz;
@@ -22,10 +25,11 @@ use crate::engine::{Budget, derive_seed};
 use crate::error::{Error, check_len};
 use crate::ops::{LayerNorm, Rate, RmsNorm};
 pub use gap::Gap;
-pub use token::{AuditNorm, EXACT_AUDIT_D, TokenValues, token_values};
+pub use token::{AuditNorm, EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 
-/// Masks per token of the audit's sampled sites by default, the Python
-/// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py`): 2¹⁷, which resolved
+/// Masks per token of the audit's sampled sites by default, also the Python
+/// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py` reads it from the
+/// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹⁷, which resolved
 /// every site's uncorrected gap of the 6-layer d = 512 encoder of
 /// docs/audit.md.
 pub const DEFAULT_SAMPLES: u64 = 1 << 17;
@@ -38,6 +42,8 @@ pub enum Form {
     Plain,
     /// `norm(h + dropout(v))`.
     Bypass,
+    /// `LN2(LN1(dropout(v)))`: LN1's output feeds LN2 directly.
+    Compound,
 }
 
 impl Form {
@@ -45,6 +51,7 @@ impl Form {
         match self {
             Form::Plain => "plain",
             Form::Bypass => "bypass",
+            Form::Compound => "compound",
         }
     }
 }
@@ -61,11 +68,16 @@ pub struct SiteCapture {
     pub v: Vec<f64>,
     /// `h`, `tokens × d` (ignored, and may be empty, for a plain site).
     pub h: Vec<f64>,
+    /// The norm the dropout reaches (LN1 of a compound site).
     pub norm: AuditNorm,
+    /// LN2 of a compound site (`None` otherwise).
+    pub norm2: Option<LayerNorm>,
 }
 
 impl SiteCapture {
-    /// A capture from its parts; `norm` is `"layer"` (with `beta`) or `"rms"`.
+    /// A plain or bypass capture from its parts; `layer` says LayerNorm
+    /// (with `beta`) or RMSNorm. A compound capture is a plain LayerNorm one
+    /// turned by [`SiteCapture::into_compound`].
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,
@@ -94,6 +106,14 @@ impl SiteCapture {
                 check_len("h", &h, v.len())?;
                 h
             }
+            Form::Compound => {
+                return Err(Error::InvalidOption {
+                    what: format!(
+                        "site {name}: a compound capture is a plain one with a second \
+                         LayerNorm (SiteCapture::into_compound)"
+                    ),
+                });
+            }
         };
         let norm = if layer {
             AuditNorm::Layer(LayerNorm::new(gamma, beta, eps)?)
@@ -117,6 +137,43 @@ impl SiteCapture {
             v,
             h,
             norm,
+            norm2: None,
+        })
+    }
+
+    /// This plain LayerNorm site, its norm (LN1) feeding the LayerNorm
+    /// `(gamma2, beta2, eps2)` (LN2) directly: the compound site
+    /// `LN2(LN1(dropout(v)))`.
+    pub fn into_compound(
+        self,
+        gamma2: Vec<f64>,
+        beta2: Vec<f64>,
+        eps2: f64,
+    ) -> Result<SiteCapture, Error> {
+        if self.form != Form::Plain || !matches!(self.norm, AuditNorm::Layer(_)) {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "site {}: only a plain LayerNorm site (dropout → LN1) can feed a second \
+                     LayerNorm as a compound site",
+                    self.name
+                ),
+            });
+        }
+        let ln2 = LayerNorm::new(gamma2, beta2, eps2)?;
+        if ln2.dim() != self.d {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "site {}: LN2 has width {}, the activations {}",
+                    self.name,
+                    ln2.dim(),
+                    self.d
+                ),
+            });
+        }
+        Ok(SiteCapture {
+            form: Form::Compound,
+            norm2: Some(ln2),
+            ..self
         })
     }
 
@@ -125,9 +182,28 @@ impl SiteCapture {
     }
 
     pub fn norm_name(&self) -> &'static str {
-        match self.norm {
-            AuditNorm::Layer(_) => "LayerNorm",
-            AuditNorm::Rms(_) => "RMSNorm",
+        match (&self.norm, &self.norm2) {
+            (AuditNorm::Layer(_), Some(_)) => "LN→LN",
+            (AuditNorm::Layer(_), None) => "LayerNorm",
+            (AuditNorm::Rms(_), _) => "RMSNorm",
+        }
+    }
+
+    /// Token `t`'s values (`budget` for a sampled truth).
+    fn token(&self, t: usize, rate: Rate, budget: Budget) -> Result<TokenValues, Error> {
+        let rows = t * self.d..(t + 1) * self.d;
+        match (&self.norm, &self.norm2) {
+            (AuditNorm::Layer(ln1), Some(ln2)) => {
+                compound_token_values(&self.v[rows], rate, ln1, ln2, budget)
+            }
+            _ => token_values(
+                &self.h[rows.clone()],
+                &self.v[rows],
+                rate,
+                &self.norm,
+                self.form == Form::Bypass,
+                budget,
+            ),
         }
     }
 }
@@ -145,16 +221,23 @@ pub struct SiteAudit {
     pub exact: bool,
     /// Samples (masks) per token.
     pub samples: u64,
-    /// The RMS gap of the evaluation output, the first and the second order.
+    /// The RMS gap of the evaluation output, the first and the second order
+    /// (`None`, JSON `null`, where the site's form has no second-order
+    /// closed form: the compound site).
     pub uncorrected: Gap,
     pub first_order: Gap,
-    pub second_order: Gap,
+    pub second_order: Option<Gap>,
+    /// A compound site's c1-only estimate `LN2(ĉ1)` (corrects LN1's mean,
+    /// ignores LN1's noise): what the first order improves on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub c1_only: Option<Gap>,
     /// `uncorrected / first_order`: the factor the correction removes (a
     /// lower bound, from the first order's upper bound, when that gap is
     /// not resolved).
     pub factor: f64,
     pub factor_is_lower_bound: bool,
-    /// The mean over tokens of `ρ² = v̄²/σ²`.
+    /// The mean over tokens of `ρ² = v̄²/σ²` (a compound site: LN2's
+    /// noise-to-signal `ρ²` of [`crate::formulas::compound`]).
     pub rho2: f64,
     /// The truth's RMS standard error per unit: the Monte Carlo resolution.
     pub resolution: f64,
@@ -185,20 +268,13 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
         .into_par_iter()
         .map(|t| {
             let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
-            let rows = t * d..(t + 1) * d;
-            token_values(
-                &capture.h[rows.clone()],
-                &capture.v[rows],
-                rate,
-                &capture.norm,
-                capture.form == Form::Bypass,
-                budget,
-            )
+            capture.token(t, rate, budget)
         })
         .collect::<Result<_, Error>>()?;
     let uncorrected = Gap::over(&values, |t| &t.eval);
     let first_order = Gap::over(&values, |t| &t.first);
-    let second_order = Gap::over(&values, |t| &t.second);
+    let second_order = Gap::over_optional(&values, |t| t.second.as_deref());
+    let c1_only = Gap::over_optional(&values, |t| t.c1_only.as_deref());
     let rho2 = values.iter().map(|t| t.rho2).sum::<f64>() / values.len() as f64;
     let resolution = (values
         .iter()
@@ -225,6 +301,7 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
         uncorrected,
         first_order,
         second_order,
+        c1_only,
         rho2,
         resolution,
         warnings: Vec::new(),
@@ -258,7 +335,9 @@ fn warnings(a: &SiteAudit, rate: Rate) -> Vec<String> {
              exceeds the signal's spread"
         ));
     }
-    if a.second_order.farther_than(&a.first_order) {
+    if a.second_order
+        .is_some_and(|second| second.farther_than(&a.first_order))
+    {
         w.push("the second order is farther from the truth than the first".into());
     }
     if !a.first_order.resolved {
@@ -329,6 +408,43 @@ mod tests {
         let a = audit_site(&capture(12, 4), 4096, 1).unwrap();
         assert!(a.exact && a.truth_se.iter().all(|s| *s == 0.0));
         assert!(a.first_order.rms < a.uncorrected.rms);
+    }
+
+    #[test]
+    fn a_compound_site_is_enumerated_with_c2_and_has_no_second_order() {
+        let plain = capture(16, 4);
+        let v = plain.v.clone();
+        let compound = SiteCapture::new(
+            "c".into(),
+            Form::Plain,
+            0.2,
+            16,
+            v,
+            vec![],
+            true,
+            (0..16).map(|k| 0.5 + k as f64 / 16.0).collect(),
+            vec![0.1; 16],
+            1e-5,
+        )
+        .and_then(|c| {
+            c.into_compound(
+                vec![1.5; 16],
+                (0..16).map(|k| k as f64 / 8.0).collect(),
+                1e-5,
+            )
+        })
+        .unwrap();
+        let a = audit_site(&compound, 4096, 2).unwrap();
+        assert_eq!((a.form, a.norm), (Form::Compound, "LN→LN"));
+        assert!(a.exact && a.second_order.is_none());
+        let c1 = a.c1_only.unwrap();
+        assert!(a.first_order.rms < c1.rms && c1.rms < a.uncorrected.rms);
+        // Only a plain LayerNorm site can become compound.
+        assert!(
+            plain
+                .into_compound(vec![1.0; 16], vec![0.0; 16], 0.0)
+                .is_err()
+        );
     }
 
     #[test]

@@ -25,13 +25,15 @@
 //! The capture needs three item types: `<f8` (and `<f4`, widened exactly)
 //! for the numbers, `<i8`/`<i4` for the counts, `|u1` for the strings.
 //!
-//! # The layout (version 1)
+//! # The layout (version 2)
 //!
 //! `version`, `count` (integer scalars) and per site `i < count`:
-//! `site{i}_name`, `site{i}_form` (`plain`/`bypass`), `site{i}_norm`
-//! (`layer`/`rms`) as UTF-8 bytes; `site{i}_p`, `site{i}_eps` scalars;
-//! `site{i}_v`, `site{i}_h` (`tokens × d`); `site{i}_gamma`, `site{i}_beta`
-//! (`d`).
+//! `site{i}_name`, `site{i}_form` (`plain`/`bypass`/`compound`),
+//! `site{i}_norm` (`layer`/`rms`) as UTF-8 bytes; `site{i}_p`, `site{i}_eps`
+//! scalars; `site{i}_v`, `site{i}_h` (`tokens × d`); `site{i}_gamma`,
+//! `site{i}_beta` (`d`); a compound site also LN2's `site{i}_gamma2`,
+//! `site{i}_beta2` (`d`) and `site{i}_eps2` (scalar). Version 1 (before
+//! compound sites) is refused with a message to re-save the capture.
 
 use std::io::Read;
 
@@ -39,7 +41,7 @@ use super::{Form, SiteCapture};
 use crate::error::Error;
 
 /// The layout version this reader understands.
-pub const LAYOUT_VERSION: i64 = 1;
+pub const LAYOUT_VERSION: i64 = 2;
 
 /// One array of the archive.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +82,17 @@ fn header_field<'h>(header: &'h str, key: &str) -> Option<&'h str> {
         }
     }
     None
+}
+
+/// The little-endian items of `N` bytes, each read by `from` (the chunks
+/// are exactly `N` long: `chunks_exact(N)`).
+fn decode<const N: usize, T>(
+    items: std::slice::ChunksExact<'_, u8>,
+    from: impl Fn([u8; N]) -> T,
+) -> Vec<T> {
+    items
+        .map(|c| from(c.try_into().unwrap_or([0; N])))
+        .collect()
 }
 
 /// Parses one `.npy` member (module docs, steps 1–4).
@@ -132,26 +145,10 @@ fn parse_npy(bytes: &[u8]) -> Result<Array, String> {
     }
     let items = data.chunks_exact(size);
     let mut values = match descr {
-        "<f8" => Values::Float(
-            items
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or_default()))
-                .collect(),
-        ),
-        "<f4" => Values::Float(
-            items
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap_or_default()) as f64)
-                .collect(),
-        ),
-        "<i8" => Values::Int(
-            items
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or_default()))
-                .collect(),
-        ),
-        "<i4" => Values::Int(
-            items
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap_or_default()) as i64)
-                .collect(),
-        ),
+        "<f8" => Values::Float(decode(items, f64::from_le_bytes)),
+        "<f4" => Values::Float(decode(items, |b| f32::from_le_bytes(b) as f64)),
+        "<i8" => Values::Int(decode(items, i64::from_le_bytes)),
+        "<i4" => Values::Int(decode(items, |b| i32::from_le_bytes(b) as i64)),
         _ => Values::Bytes(data.to_vec()),
     };
     if fortran && shape.len() == 2 {
@@ -273,9 +270,14 @@ pub fn read_captures(path: &str) -> Result<Vec<SiteCapture>, Error> {
     let mut archive = Archive::open(path)?;
     let version = archive.integer("version")?;
     if version != LAYOUT_VERSION {
+        let hint = if version < LAYOUT_VERSION {
+            " (an older dropmc's capture: re-save it with this dropmc's Audit.save)"
+        } else {
+            " (a newer dropmc's capture: upgrade dropmc)"
+        };
         return Err(archive.error(
             "version",
-            format!("layout version {version}; this dropmc reads version {LAYOUT_VERSION}"),
+            format!("layout version {version}; this dropmc reads version {LAYOUT_VERSION}{hint}"),
         ));
     }
     let count = archive.integer("count")?;
@@ -289,10 +291,11 @@ pub fn read_captures(path: &str) -> Result<Vec<SiteCapture>, Error> {
             let form = match archive.text(&key("form"))?.as_str() {
                 "plain" => Form::Plain,
                 "bypass" => Form::Bypass,
+                "compound" => Form::Compound,
                 other => {
                     return Err(archive.error(
                         &key("form"),
-                        format!("{other:?}, expected \"plain\" or \"bypass\""),
+                        format!("{other:?}, expected \"plain\", \"bypass\" or \"compound\""),
                     ));
                 }
             };
@@ -312,7 +315,25 @@ pub fn read_captures(path: &str) -> Result<Vec<SiteCapture>, Error> {
             let (_, h) = archive.float_array(&key("h"), 2)?;
             let (_, gamma) = archive.float_array(&key("gamma"), 1)?;
             let (_, beta) = archive.float_array(&key("beta"), 1)?;
-            SiteCapture::new(name, form, p, shape[1], v, h, layer, gamma, beta, eps)
+            if form != Form::Compound {
+                return SiteCapture::new(name, form, p, shape[1], v, h, layer, gamma, beta, eps);
+            }
+            let plain = SiteCapture::new(
+                name,
+                Form::Plain,
+                p,
+                shape[1],
+                v,
+                h,
+                layer,
+                gamma,
+                beta,
+                eps,
+            )?;
+            let (_, gamma2) = archive.float_array(&key("gamma2"), 1)?;
+            let (_, beta2) = archive.float_array(&key("beta2"), 1)?;
+            let eps2 = archive.scalar(&key("eps2"))?;
+            plain.into_compound(gamma2, beta2, eps2)
         })
         .collect()
 }

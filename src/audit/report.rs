@@ -12,17 +12,28 @@ fn gap_cell(g: &Gap) -> String {
     }
 }
 
+/// A gap the site's form does not define: `—`.
+fn optional_gap_cell(g: &Option<Gap>) -> String {
+    g.as_ref().map_or_else(|| "—".into(), gap_cell)
+}
+
 /// The table: site, form, norm, d, tokens, RMS gap uncorrected / first /
-/// second order, the factor, then the warnings under it.
+/// second order, the factor, then the warnings under it. With a compound
+/// site among them a `gap c1-only` column (the compound's c1-only estimate
+/// `LN2(ĉ1)`; `—` on the other sites) follows `gap 1st`.
 pub fn table(sites: &[SiteAudit]) -> String {
-    let header = [
+    let with_c1 = sites.iter().any(|s| s.c1_only.is_some());
+    let mut header = vec![
         "site", "form", "norm", "p", "d", "tokens", "truth", "gap eval", "gap 1st", "gap 2nd",
         "factor",
     ];
+    if with_c1 {
+        header.insert(9, "gap c1-only");
+    }
     let rows: Vec<Vec<String>> = sites
         .iter()
         .map(|s| {
-            vec![
+            let mut row = vec![
                 s.name.clone(),
                 s.form.name().into(),
                 s.norm.into(),
@@ -36,20 +47,24 @@ pub fn table(sites: &[SiteAudit]) -> String {
                 },
                 gap_cell(&s.uncorrected),
                 gap_cell(&s.first_order),
-                gap_cell(&s.second_order),
+                optional_gap_cell(&s.second_order),
                 format!(
                     "{}{:.1}",
                     if s.factor_is_lower_bound { ">" } else { "" },
                     s.factor
                 ),
-            ]
+            ];
+            if with_c1 {
+                row.insert(9, optional_gap_cell(&s.c1_only));
+            }
+            row
         })
         .collect();
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             rows.iter()
                 .map(|r| r[c].chars().count())
-                .chain([header[c].len()])
+                .chain([header[c].chars().count()])
                 .max()
                 .unwrap_or(0)
         })
@@ -79,6 +94,12 @@ pub fn table(sites: &[SiteAudit]) -> String {
         "gaps: RMS over units and tokens of (estimate − E[norm]), noise-corrected; \
          factor = gap eval / gap 1st\n",
     );
+    if with_c1 {
+        out.push_str(
+            "compound (LN2(LN1(dropout(v)))): gap 1st is the c1 + c2 estimate, gap c1-only \
+             LN2(ĉ1); gap 2nd — (no second-order closed form for LN → LN)\n",
+        );
+    }
     out
 }
 

@@ -1,5 +1,6 @@
 //! One token of one site: the truth `E[norm(h + dropout(v))]`, the
-//! evaluation output `norm(h + v)`, the first- and second-order estimates.
+//! evaluation output `norm(h + v)`, the first- and second-order estimates
+//! (and a compound site's `LN2(LN1(·))` versions of each).
 //!
 //! # What is computed, per form
 //!
@@ -22,13 +23,25 @@
 //! [`crate::formulas::rmsnorm::corrected`]; with a bypass it is the same
 //! step with the bypass noise `(p/q) v̄²` (the RMSNorm analogue of
 //! `c_damped`). `E[A]` is [`NoisyUnits::mean_square`].
+//!
+//! # The compound site `LN2(LN1(dropout(v)))`
+//!
+//! ```text
+//! truth   E[LN2(LN1(m ⊙ v / q))]   exact enumeration when d ≤ EXACT_AUDIT_D,
+//!                                   else the fast compound sampler (with SE)
+//! eval    LN2(LN1(v))
+//! first   β2 + c2 (LN2(ĉ1) − β2)   formulas::compound::corrected (c1 and c2)
+//! c1 only LN2(ĉ1)                  formulas::compound::c1_only (LN1's mean
+//!                                   corrected, LN1's noise ignored)
+//! second  none: formulas::second_order has no closed form for LN → LN
+//! ```
 
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::exact::site_expectation;
-use crate::fast::{FastSite, SiteNorm};
+use crate::fast::{FastCompound, FastSite, SiteNorm};
 use crate::formulas::second_order::{self as so, NoisyUnits};
-use crate::formulas::{bypass, layernorm};
+use crate::formulas::{bypass, compound, layernorm};
 use crate::ops::{LayerNorm, Rate, RmsNorm, Site};
 
 /// The largest width whose truth is enumerated exactly (`2^d` masks).
@@ -68,9 +81,12 @@ pub struct TokenValues {
     pub eval: Vec<f64>,
     /// The first-order estimate.
     pub first: Vec<f64>,
-    /// The second-order estimate.
-    pub second: Vec<f64>,
-    /// `ρ² = v̄²/σ²` of the token (`σ²` the spread of `x`).
+    /// The second-order estimate (`None` where no closed form exists).
+    pub second: Option<Vec<f64>>,
+    /// A compound site's c1-only estimate `LN2(ĉ1)`.
+    pub c1_only: Option<Vec<f64>>,
+    /// `ρ² = v̄²/σ²` of the token (`σ²` the spread of `x`); a compound
+    /// site's is LN2's `ρ²` of [`compound::Compound`].
     pub rho2: f64,
 }
 
@@ -121,9 +137,62 @@ pub fn token_values(
         truth_se,
         eval,
         first,
-        second,
+        second: Some(second),
+        c1_only: None,
         rho2,
     })
+}
+
+/// The token `LN2(LN1(dropout_p(v)))` of a compound site (module docs).
+pub fn compound_token_values(
+    v: &[f64],
+    rate: Rate,
+    ln1: &LayerNorm,
+    ln2: &LayerNorm,
+    budget: Budget,
+) -> Result<TokenValues, Error> {
+    let d = v.len();
+    let parts = compound::compound(v, ln1, ln2, rate)?;
+    let first = compound::corrected(v, ln1, ln2, rate)?;
+    let c1_only = compound::c1_only(v, ln1, ln2, rate)?;
+    let eval = compound::uncorrected(v, ln1, ln2)?;
+    let (truth, truth_se) = if d <= EXACT_AUDIT_D {
+        let site = Site::new(vec![0.0; d], vec![(v.to_vec(), rate.p())])?;
+        let mut u = vec![0.0; d];
+        let oracle = site_expectation(&site, d, |y, out| {
+            // The inputs were validated: both norms of a finite vector are defined.
+            let _ = ln1.forward(y, &mut u);
+            let _ = ln2.forward(&u, out);
+        })?;
+        (oracle.values, vec![0.0; d])
+    } else {
+        let zeros = vec![0.0; d];
+        match FastCompound::new(v, rate.p(), ln1, ln2, &zeros, &zeros)?.estimate(budget)? {
+            Some(e) => (
+                e.out.iter().map(|e| e.value).collect(),
+                e.out.iter().map(|e| e.stderr).collect(),
+            ),
+            None => return Err(unsampleable()),
+        }
+    };
+    Ok(TokenValues {
+        truth,
+        truth_se,
+        eval,
+        first,
+        second: None,
+        c1_only: Some(c1_only),
+        rho2: parts.rho2,
+    })
+}
+
+/// A token the fast samplers refuse.
+fn unsampleable() -> Error {
+    Error::Unsupported {
+        what: "a token whose masks the fast sampler cannot run (a near-constant input \
+               or fewer than 129 samples): raise samples or drop the token"
+            .into(),
+    }
 }
 
 /// `E[norm(y)]` per unit and its standard error: enumerated for
@@ -142,10 +211,6 @@ fn truth(site: &Site, norm: &AuditNorm, budget: Budget) -> Result<(Vec<f64>, Vec
             e.out.iter().map(|e| e.value).collect(),
             e.out.iter().map(|e| e.stderr).collect(),
         )),
-        None => Err(Error::Unsupported {
-            what: "a token whose masks the fast sampler cannot run (a near-constant input \
-                   or fewer than 129 samples): raise samples or drop the token"
-                .into(),
-        }),
+        None => Err(unsampleable()),
     }
 }
