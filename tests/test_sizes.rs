@@ -161,26 +161,28 @@ fn dropout_sizes() -> Vec<Row> {
                     });
                 }
             }
-            Statistic::Mean { .. } if is_sum(id) && id.ends_with("_mean") => {
-                let gamma = sum_law(id).skewness();
-                rows.push(Row {
-                    id,
-                    component: 0,
-                    samples: n,
-                    size_over_alpha: Some(cramer_ratio(gamma, n)),
-                    how: "student-t, Cramér bound with exact skewness",
-                });
-            }
-            // The sums' single-draw sample variances: the Cramér rule with
-            // that estimator's effective skewness, from the exact law of S.
+            // The sums: S itself (a plain mean), or its single-draw sample
+            // variance with that estimator's effective skewness; both from
+            // the exact law of S.
             Statistic::Mean { .. } if is_sum(id) => {
-                let gamma = sum_law(id).sample_variance_skewness();
+                let law = sum_law(id);
+                let (gamma, how) = if id.ends_with("_mean") {
+                    (
+                        law.skewness(),
+                        "student-t, Cramér bound with exact skewness",
+                    )
+                } else {
+                    (
+                        law.sample_variance_skewness(),
+                        "sample variance, Cramér bound with effective skewness",
+                    )
+                };
                 rows.push(Row {
                     id,
                     component: 0,
                     samples: n,
                     size_over_alpha: Some(cramer_ratio(gamma, n)),
-                    how: "sample variance, Cramér bound with effective skewness",
+                    how,
                 });
             }
             // A per-unit claim declaring a mean: its draws are still two-point

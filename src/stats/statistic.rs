@@ -267,7 +267,7 @@ pub fn reads_as_two_valued(estimate: Estimate, target: f64, keep: f64) -> bool {
     let count_slack = n * slack;
     let count_read = estimate.value * n / c;
     let count = count_read.round();
-    if !(count_slack < tolerance::COUNT_RESOLUTION)
+    if count_slack >= tolerance::COUNT_RESOLUTION
         || (count_read - count).abs() > count_slack
         || count < 0.0
         || count > n
