@@ -141,6 +141,39 @@ pub fn distance_order_slack(reference_rounding: f64, gap_a: f64, gap_b: f64, d: 
     2.0 * reference_rounding + gamma(d as f64 + 2.0) * (gap_a + gap_b)
 }
 
+/// Roundings charged per draw when a generic-path estimate is read back as
+/// the count of a two-valued statistic `{0, c}`
+/// ([`crate::stats::Statistic::on_generic_path_with`]).
+///
+/// # Derivation
+///
+/// * The draw: an implementation computes `c` as `x · (1/q)` or `x / q`
+///   (two roundings) and the statistic as at most its fourth power
+///   (`ipow`: two more products), at most `4 · 2 + 2 = 10 ≤ 12` roundings
+///   of `c` (relative error `γ_12`).
+/// * The accumulation ([`crate::stats::MeanAccumulator`], Welford): per
+///   draw one subtraction, one division and one addition into the mean, a
+///   subtraction, a product and an addition into `M2` (three each, four
+///   charged for the merges of chunks, each no costlier than a draw); every
+///   term is at most `|c|` (mean) or `c²` (`M2`) in size.
+///
+/// Charged as `12 + 4 = 16` per draw: after `n` draws the mean is within
+/// `γ_{16n} |c|` of the two-point value and `M2` within `γ_{16n} n c²`.
+/// Hence the count `K̂ = n · mean / c` is within `n γ_{16n}` of an integer,
+/// and the standard error's square `M2/(n (n − 1))` within
+/// `γ_{16n} c²/(n − 1)` of `c² K (n − K)/(n² (n − 1))`.
+pub const TWO_POINT_ROUNDINGS_PER_DRAW: f64 = 16.0;
+
+/// How close to an integer a count read back from a mean must be known to
+/// be for the integer to be resolved: half of the half-way point 1/2, so
+/// that the slack cannot reach the next integer's range.
+pub const COUNT_RESOLUTION: f64 = 0.25;
+
+/// The slack of [`TWO_POINT_ROUNDINGS_PER_DRAW`] after `n` draws: `γ_{16n}`.
+pub fn two_point_accumulation(n: f64) -> f64 {
+    gamma(TWO_POINT_ROUNDINGS_PER_DRAW * n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

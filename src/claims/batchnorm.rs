@@ -30,7 +30,10 @@ use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
 use crate::ops::{BatchNorm, Rate, Subject, TrainPass};
-use crate::stats::Estimate;
+use crate::stats::{
+    CentralMoments, DEFAULT_SKEWNESS, Estimate, Statistic, dropped_raw_moments,
+    linearized_ratio_skewness, normal_raw_moments,
+};
 
 /// Channel means of the family's configuration (a zero, a positive and a
 /// large negative mean, so `c` takes three different values).
@@ -106,19 +109,34 @@ pub struct BnClaim {
     pub post: Option<fn(Vec<Estimate>) -> Vec<Estimate>>,
     /// Raw statistics per draw (before `post`).
     pub raw_dim: usize,
+    /// Per claimed component, the skewness of the statistic its estimate
+    /// averages, from the exact moments ([`crate::stats::CentralMoments`]);
+    /// the claim's mean test declares the largest. `None`: no exact
+    /// moments are derived (the claim keeps the registry default,
+    /// [`crate::stats::DEFAULT_SKEWNESS`]).
+    pub skewness: Option<fn() -> Vec<f64>>,
 }
 
 impl Claim for BnClaim {
     /// Every claim of this family is per channel (or per component of its
-    /// post-processed vector) and tests a mean.
+    /// post-processed vector) and tests a mean, with the largest skewness
+    /// of its components.
     fn card(&self) -> Card {
-        Card::new(
+        let card = Card::new(
             self.id,
             "batchnorm",
             self.formula,
             Shape::Vector,
             self.samples,
-        )
+        );
+        match self.skewness {
+            Some(per_component) => card.with_statistic(Statistic::Mean {
+                skewness: per_component()
+                    .into_iter()
+                    .fold(0.0_f64, |m, g| m.max(g.abs())),
+            }),
+            None => card,
+        }
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)()
@@ -160,6 +178,47 @@ pub fn independent_ratio(a: Estimate, b: Estimate) -> Estimate {
     }
 }
 
+/// The central moments of one dropped-out example's channel
+/// `z = m x / q`, `x ~ N(μ, σ²)`, `m ~ Bernoulli(q)` (closed form:
+/// [`dropped_raw_moments`] of [`normal_raw_moments`]).
+fn dropped_channel(mu: f64, sigma: f64, p: f64) -> CentralMoments {
+    let raw = normal_raw_moments(mu, sigma * sigma);
+    CentralMoments::from_raw(dropped_raw_moments(raw, 1.0 - p))
+}
+
+/// `batchnorm.train_input`: per channel the skewness of `z_k` (the mean
+/// components), then of `(z_k − z′_k)²/2` (the variance components). At
+/// channel 0 (`μ = 0`, `σ = 1`, `p = 0.3`) the pair form's is 3.44, above
+/// the default 2√2.
+fn train_input_skewness() -> Vec<f64> {
+    let channels: Vec<_> = MU
+        .iter()
+        .zip(&SIGMA)
+        .map(|(&m, &s)| dropped_channel(m, s, P))
+        .collect();
+    let means = channels.iter().map(|c| c.skewness());
+    means
+        .chain(channels.iter().map(|c| c.pair_form_skewness()))
+        .collect()
+}
+
+/// `batchnorm.li2018`, per component: the pair forms at `p = 0.5` (3.97),
+/// of the clean input (`χ²₁`, 2√2) and at `p = 0.1` (3.02), and the two
+/// ratios' linearizations ([`linearized_ratio_skewness`], leading order).
+fn li2018_skewness() -> Vec<f64> {
+    let half = dropped_channel(0.0, 1.0, 0.5).pair_form_cumulants();
+    let clean = CentralMoments::from_raw(normal_raw_moments(0.0, 1.0)).pair_form_cumulants();
+    let tenth = dropped_channel(0.0, 1.0, 0.1).pair_form_cumulants();
+    let skew = |c: [f64; 3]| c[2] / c[1].powf(1.5);
+    vec![
+        skew(half),
+        skew(clean),
+        linearized_ratio_skewness(clean, half),
+        skew(tenth),
+        linearized_ratio_skewness(clean, tenth),
+    ]
+}
+
 static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
     let k = MU.len();
     vec![
@@ -186,6 +245,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             },
             post: None,
             raw_dim: 2 * k,
+            skewness: Some(train_input_skewness),
         },
         BnClaim {
             id: "batchnorm.running_stats",
@@ -214,6 +274,9 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             },
             post: None,
             raw_dim: 2 * k,
+            // The EMA of 30 batch means and unbiased batch variances: no
+            // exact moments derived here.
+            skewness: None,
         },
         BnClaim {
             id: "batchnorm.fold_buffers",
@@ -242,12 +305,14 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             },
             post: None,
             raw_dim: k,
+            // A function of the EMA buffers: no exact moments derived here.
+            skewness: None,
         },
         BnClaim {
             id: "batchnorm.variance_shift",
             formula: "eval, buffers trained after dropout: Var[BN(x)_k|rv] (rv_k+eps)/sigma_k^2 = 1; folded 1",
-            // At least the default mean test's minimum budget (37 490); the
-            // statistic is exactly chi-square(1), skewness 2√2 (the default).
+            // At least the mean test's minimum budget (37 490); the
+            // statistic is exactly chi-square(1), skewness 2√2 (declared).
             samples: 40_000,
             analytic: || Ok(vec![1.0; 2 * MU.len()]),
             draw: |subject, rng, out| {
@@ -278,6 +343,9 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             },
             post: None,
             raw_dim: 2 * k,
+            // Given the buffers, ½ (x − x′)²/σ_k² exactly: χ²₁ (comment in
+            // `draw`), skewness 2√2 for every component.
+            skewness: Some(|| vec![DEFAULT_SKEWNESS; 2 * MU.len()]),
         },
         BnClaim {
             id: "batchnorm.li2018",
@@ -309,6 +377,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
                 ]
             }),
             raw_dim: 3,
+            skewness: Some(li2018_skewness),
         },
     ]
 });

@@ -18,7 +18,7 @@ use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{DropoutLayer, Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::{Estimate, Statistic};
+use crate::stats::{CentralMoments, Estimate, Statistic};
 use crate::tolerance;
 
 /// The per-unit configuration: mixed signs, a zero unit (whose output must
@@ -343,34 +343,56 @@ enum SumMoment {
     Variance,
 }
 
-/// The skewness of `S = Σ_k m_k x_k / q` from its exact law, the
-/// declared skewness of the mean claims on `S` (their statistic is `S`
-/// itself): with all units equal to `a`, `S = K a / q`, `K ~ Binomial(d, q)`,
-/// skewness `(1 − 2q) / √(d q p)` up to the sign of `a`; otherwise the
-/// central moments `E(S − μ)^r`, `r = 2, 3`, over all `2^d` masks
-/// ([`enumerate_masks`]). −0.52 for [`UNIT_X`] (minimum budget 1 750, not
-/// the default's 37 490), 0 for the worked case.
-fn sum_skewness(x: &[f64], p: f64) -> f64 {
-    let q = 1.0 - p;
-    if x.iter().all(|&v| v == x[0]) {
-        let d = x.len() as f64;
-        return (1.0 - 2.0 * q) / (d * q * p).sqrt();
-    }
+/// The exact central moments of `S = Σ_k m_k x_k / q`: with all units
+/// equal to `a`, `S = K a / q` over the law of `K ~ Binomial(d, q)`
+/// ([`f::kept_count_pmf`]; the worked case's `2^512` masks cannot be
+/// listed); otherwise over all `2^d` masks, mask `m` with probability
+/// `q^{|m|} p^{d − |m|}`.
+fn sum_moments(x: &[f64], p: f64) -> CentralMoments {
     let rate = Rate::new(p).expect("a registered rate");
-    let raw = enumerate_masks(x.len(), rate, 3, |mask, out| {
-        let s: f64 = mask
-            .iter()
-            .zip(x)
-            .filter(|(m, _)| **m)
-            .map(|(_, a)| a / q)
+    let q = rate.q();
+    if x.iter().all(|&v| v == x[0]) {
+        let pmf = f::kept_count_pmf(x.len() as u64, rate).expect("a registered width");
+        let a = x[0];
+        return CentralMoments::of_law(
+            pmf.iter()
+                .enumerate()
+                .map(move |(k, &w)| (w, k as f64 * a / q)),
+        );
+    }
+    let d = x.len();
+    CentralMoments::of_law((0u64..1 << d).map(move |bits| {
+        let kept = bits.count_ones() as i32;
+        let w = q.powi(kept) * p.powi(d as i32 - kept);
+        let s: f64 = (0..d)
+            .filter(|k| bits >> k & 1 == 1)
+            .map(|k| x[k] / q)
             .sum();
-        out.copy_from_slice(&[s, s * s, s * s * s]);
-    })
-    .expect("a registered configuration is enumerable");
-    let [m1, m2, m3] = [raw.values[0], raw.values[1], raw.values[2]];
-    let var = m2 - m1 * m1;
-    let third = m3 - 3.0 * m1 * m2 + 2.0 * m1 * m1 * m1;
-    third / var.powf(1.5)
+        (w, s)
+    }))
+}
+
+/// The skewness the mean claims on `S` declare (their statistic is `S`
+/// itself): −0.52 for [`UNIT_X`] (minimum budget 1 750, not the default's
+/// 37 490), 0 for the worked case (`K ~ Binomial(512, 1/2)` is symmetric).
+fn sum_skewness(x: &[f64], p: f64) -> f64 {
+    sum_moments(x, p).skewness()
+}
+
+/// The effective skewness the variance claims on `S` declare: on the fast
+/// path their estimator is the single-draw sample variance of `S` with the
+/// fourth-moment standard error ([`crate::fast::PowerSums::variance`]), whose
+/// Cramér rule reads `(E W³ − 3 μ₃²)/τ³`, `W = (S − μ)² − μ₂`
+/// ([`CentralMoments::sample_variance_skewness`]; 2√2 for a normal `S`).
+/// The generic path runs the pair form `(S − S′)²/2`, a plain mean; the
+/// claim declares the larger of the two, so its minimum budget holds on
+/// both paths.
+fn sum_variance_skewness(x: &[f64], p: f64) -> f64 {
+    let moments = sum_moments(x, p);
+    moments
+        .sample_variance_skewness()
+        .abs()
+        .max(moments.pair_form_skewness().abs())
 }
 
 /// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its
@@ -402,14 +424,11 @@ fn sum_claim(
             ),
         };
     let card = Card::new(id, FAMILY, formula, Shape::Scalar, samples);
-    let card = match moment {
-        SumMoment::Mean => card.with_statistic(Statistic::Mean {
-            skewness: sum_skewness(x, p),
-        }),
-        // The single-draw sample variance keeps the default bound (its
-        // t-ratio's size is not a function of the skewness of S alone).
-        SumMoment::Variance => card,
+    let skewness = match moment {
+        SumMoment::Mean => sum_skewness(x, p),
+        SumMoment::Variance => sum_variance_skewness(x, p),
     };
+    let card = card.with_statistic(Statistic::Mean { skewness });
     DropoutClaim {
         card,
         x,

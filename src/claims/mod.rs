@@ -30,6 +30,7 @@ pub mod layernorm;
 pub mod mask_shape;
 pub mod norm;
 pub mod norm_fast;
+pub mod norm_moments;
 mod registry;
 pub mod rmsnorm;
 pub mod second_order;

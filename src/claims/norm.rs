@@ -16,7 +16,7 @@ use crate::exact::{
     Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
 };
 use crate::ops::{DropoutLayer, LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
-use crate::stats::Estimate;
+use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
 use crate::verify::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
 use std::sync::OnceLock;
 
@@ -52,6 +52,9 @@ impl Config {
         }
     }
 }
+
+/// Masks per pair of the pair form `(M − M′)²/2` on the fast path.
+pub const PAIR_DRAWS: u64 = 2;
 
 /// The per-draw statistic of a claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +104,9 @@ pub struct NormClaim {
     /// The order check, computed once per claim (it enumerates the
     /// grouped oracle up to `d = 4096`); see [`NormClaim::order_check`].
     order: OnceLock<Result<OrderCheck, String>>,
+    /// The skewness its mean test declares, computed once
+    /// ([`NormClaim::declared_skewness`]).
+    skewness: OnceLock<f64>,
 }
 
 /// A clone starts with no order check cached, so a clone whose closed form
@@ -115,6 +121,7 @@ impl Clone for NormClaim {
             baselines: self.baselines,
             sweep: self.sweep,
             order: OnceLock::new(),
+            skewness: OnceLock::new(),
         }
     }
 }
@@ -145,6 +152,7 @@ impl NormClaim {
             baselines: &[],
             sweep: None,
             order: OnceLock::new(),
+            skewness: OnceLock::new(),
         }
     }
 
@@ -182,6 +190,20 @@ impl NormClaim {
     /// The configuration.
     pub fn configuration(&self) -> Result<Config, Error> {
         (self.config)()
+    }
+
+    /// The largest absolute skewness over the components of the statistic
+    /// the estimator averages, from the exact law at the claim's own
+    /// configuration ([`super::norm_moments::statistic_skewness`]); the
+    /// registry default [`DEFAULT_SKEWNESS`] only if that enumeration
+    /// fails (then the oracle fails too, and the claim with it).
+    pub fn declared_skewness(&self) -> f64 {
+        *self.skewness.get_or_init(|| {
+            self.configuration()
+                .and_then(|c| super::norm_moments::statistic_skewness(&c, self.stat))
+                .map(|per| per.into_iter().fold(0.0_f64, |m, g| m.max(g.abs())))
+                .unwrap_or(DEFAULT_SKEWNESS)
+        })
     }
 
     /// The exact value by full enumeration of the masks.
@@ -307,7 +329,20 @@ impl NormClaim {
 
 impl Claim for NormClaim {
     fn card(&self) -> Card {
-        self.card
+        self.card.with_statistic(Statistic::Mean {
+            skewness: self.declared_skewness(),
+        })
+    }
+    /// `Var M` is tested on pairs: one per draw on the generic path, but
+    /// `⌊n/2⌋` of `n` masks on the fast path, so the pair form's minimum
+    /// budget counts twice the masks (conservative by 2 on the generic
+    /// path).
+    fn min_samples(&self) -> u64 {
+        let pairs = self.statistic().min_samples();
+        match self.stat {
+            Stat::VarM => PAIR_DRAWS * pairs,
+            _ => pairs,
+        }
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)(&self.configuration()?)

@@ -227,11 +227,7 @@ fn fill(
             result.sampler = SamplerKind::Fast;
             estimate
         }
-        None => {
-            result.statistic = result.statistic.on_generic_path();
-            result.min_samples = result.min_samples.max(result.statistic.min_samples());
-            claim.estimate(subject, budget)
-        }
+        None => claim.estimate(subject, budget),
     }
     .map_err(|e| e.to_string())?;
     if result.estimate.len() != result.target.len() {
@@ -247,6 +243,12 @@ fn fill(
         .any(|e| !e.value.is_finite() || !e.stderr.is_finite())
     {
         return Err("the estimate is not finite".into());
+    }
+    if result.sampler == SamplerKind::Generic {
+        result.statistic = result
+            .statistic
+            .on_generic_path_with(&result.estimate, &result.target);
+        result.min_samples = result.min_samples.max(result.statistic.min_samples());
     }
     result.tests = result
         .estimate

@@ -6,6 +6,7 @@ mod binomial;
 mod exact_size;
 mod family;
 mod ks;
+mod skewness;
 mod statistic;
 mod ztest;
 
@@ -21,8 +22,12 @@ pub use family::{
     power_z,
 };
 pub use ks::{KsTest, ks_uniform, min_sample_for, smallest_p_value};
+pub use skewness::{
+    CentralMoments, dropped_raw_moments, linearized_ratio_skewness, normal_raw_moments,
+};
 pub use statistic::{
-    DEFAULT_SKEWNESS, MEAN_SIZE_FACTOR, Statistic, mean_min_samples, two_point_skewness,
+    DEFAULT_SKEWNESS, MEAN_SIZE_FACTOR, Statistic, mean_min_samples, reads_as_two_valued,
+    two_point_skewness,
 };
 pub use ztest::{
     NORMAL_DOF, ZTest, critical_value, critical_value_at, exact_agreement,
