@@ -318,6 +318,7 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
+    m.add_function(wrap_pyfunction!(audit::audit_attention_sites, m)?)?;
     m.add_function(wrap_pyfunction!(mde_power, m)?)?;
     m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
     m.add_function(wrap_pyfunction!(attention::check_attention, m)?)?;

@@ -194,7 +194,7 @@ def test_table_json_save_load_roundtrip(tmp_path):
     x = torch.randn(5, 6)
     audit = A.audit_torch(model, x, seed=5)
     assert "2->3" in str(audit) and "plain" in str(audit)
-    assert json.loads(audit.to_json())[0]["d"] == 12
+    assert json.loads(audit.to_json())["sites"][0]["d"] == 12
     path = tmp_path / "caps.npz"
     audit.save(str(path))
     again = A.audit_captures(A.load(str(path)), seed=5)

@@ -9,7 +9,10 @@
 //! second-order estimates; [`audit_site`] runs the tokens in parallel (one
 //! derived seed per token, so the bits do not depend on the thread count) and
 //! [`gap::Gap`] summarises each estimate's distance to the truth.
+//! [`attention`] audits the attention-dropout sites (dropout on a softmax
+//! row) with the attention family's quantities.
 
+pub mod attention;
 pub mod gap;
 pub mod npz;
 pub mod report;
@@ -21,6 +24,9 @@ use serde::Serialize;
 use crate::engine::{Budget, derive_seed};
 use crate::error::{Error, check_len};
 use crate::ops::{LayerNorm, Rate, RmsNorm};
+pub use attention::{
+    AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_SAMPLES, audit_attention_sites,
+};
 pub use gap::Gap;
 pub use token::{AuditNorm, EXACT_AUDIT_D, TokenValues, token_values};
 

@@ -1,6 +1,7 @@
 //! The audit's table (one row per site) and its JSON.
 
 use super::SiteAudit;
+use super::attention::{AttentionAudit, SampledCheck};
 use super::gap::Gap;
 
 /// `G ± SE(G)`, or `< upper` when the gap is not resolved.
@@ -45,11 +46,27 @@ pub fn table(sites: &[SiteAudit]) -> String {
             ]
         })
         .collect();
+    let mut out = columns(&header, rows);
+    for s in sites {
+        for w in &s.warnings {
+            out.push_str(&format!("warning: {}: {w}\n", s.name));
+        }
+    }
+    out.push_str(
+        "gaps: RMS over units and tokens of (estimate − E[norm]), noise-corrected; \
+         factor = gap eval / gap 1st\n",
+    );
+    out
+}
+
+/// `header` and `rows` as left-aligned columns two spaces apart, one line
+/// each (trailing blanks trimmed).
+fn columns(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             rows.iter()
                 .map(|r| r[c].chars().count())
-                .chain([header[c].len()])
+                .chain([header[c].chars().count()])
                 .max()
                 .unwrap_or(0)
         })
@@ -70,16 +87,60 @@ pub fn table(sites: &[SiteAudit]) -> String {
         out.push_str(&line(r));
         out.push('\n');
     }
+    out
+}
+
+/// The attention sites' table: site, p, heads, keys, queries, the mean
+/// `Var R = (p/q) Σ a²` and its largest value, the mean output variance,
+/// then the sampled checks (sampled ± SE, z) and the warnings.
+pub fn attention_table(sites: &[AttentionAudit]) -> String {
+    let header = [
+        "attention site",
+        "p",
+        "heads",
+        "keys",
+        "queries",
+        "mean Var R",
+        "max Var R",
+        "mean Var out",
+        "sampled Var R (z)",
+        "sampled Var out (z)",
+    ];
+    let check = |c: &SampledCheck| format!("{:.3e} ± {:.1e} ({:+.1})", c.sampled, c.se, c.z);
+    let rows: Vec<Vec<String>> = sites
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                format!("{}", s.p),
+                s.heads.to_string(),
+                s.keys.to_string(),
+                s.queries.to_string(),
+                format!("{:.3e}", s.mean_row_sum_variance),
+                format!("{:.3e}", s.max_row_sum_variance),
+                format!("{:.3e}", s.mean_output_variance),
+                check(&s.row_sum_check),
+                check(&s.output_check),
+            ]
+        })
+        .collect();
+    let mut out = columns(&header, rows);
     for s in sites {
         for w in &s.warnings {
             out.push_str(&format!("warning: {}: {w}\n", s.name));
         }
     }
     out.push_str(
-        "gaps: RMS over units and tokens of (estimate − E[norm]), noise-corrected; \
-         factor = gap eval / gap 1st\n",
+        "Var R = (p/q) sum a^2 of each head's softmax row; Var out = (p/q) sum_h sum_s a^2 w^2 \
+         per output coordinate (E[out] is the eval output); sampled: the attention-row sampler \
+         on the listed coordinates, z against the closed form\n",
     );
     out
+}
+
+/// The attention sites as JSON (an array of objects, one per site).
+pub fn attention_json(sites: &[AttentionAudit]) -> String {
+    serde_json::to_string_pretty(sites).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// The sites as JSON (an array of objects, one per site).
