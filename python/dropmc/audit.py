@@ -34,7 +34,8 @@ import numpy as _np
 from . import _dropmc
 
 __all__ = ["Audit", "audit_torch", "find_sites", "capture_sites", "audit_captures", "load",
-           "find_attention_sites", "capture_attention_sites", "audit_attention_captures"]
+           "find_attention_sites", "capture_attention_sites", "audit_attention_captures",
+           "load_attention"]
 
 #: Masks per token of the default budget (see docs/audit.md for what it resolves).
 DEFAULT_SAMPLES = 1 << 17
@@ -55,7 +56,9 @@ class Audit:
     and ``audit.attention_moments(i)`` site ``i``'s exact ``E[out]`` and
     ``Var(out)``."""
 
-    def __init__(self, table: str, json_text: str, truths, captures, attention=None):
+    def __init__(self, table: str, json_text: str, truths, captures, attention=None,
+                 attention_captures: Sequence[dict] = ()):
+        self._attention_captures = list(attention_captures)
         self._table = table
         self.sites: List[dict] = _json.loads(json_text)
         self._truths = truths
@@ -90,8 +93,9 @@ class Audit:
         return _np.asarray(e).reshape(-1, d), _np.asarray(se).reshape(-1, d)
 
     def save(self, path: str) -> None:
-        """The captures as an ``.npz`` that ``dropmc audit --activations`` reads."""
-        save_captures(path, self._captures)
+        """The captures (norm and attention sites) as an ``.npz`` that
+        ``dropmc audit --activations`` reads."""
+        save_captures(path, self._captures, self._attention_captures)
 
     def plot(self, path: str) -> None:
         """One figure: per site, the RMS gap uncorrected, first and second
@@ -491,17 +495,30 @@ def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATT
 # --------------------------------------------------------------------------
 # The npz layout (docs/audit.md)
 
-_NPZ_VERSION = 1
+_NPZ_VERSION = 2
 
 
-def save_captures(path: str, captures: List[dict]) -> None:
+def save_captures(path: str, captures: List[dict], attention_captures: Sequence[dict] = ()) -> None:
     """Writes the captures as ``.npz``: ``version``, ``names`` (strings),
     and per site ``i``: ``site{i}_form`` ('plain'/'bypass'),
     ``site{i}_norm`` ('layer'/'rms'), ``site{i}_p``, ``site{i}_eps``
     (scalars), ``site{i}_v``, ``site{i}_h`` (``tokens × d`` float64),
-    ``site{i}_gamma``, ``site{i}_beta`` (``d`` float64)."""
+    ``site{i}_gamma``, ``site{i}_beta`` (``d`` float64); since version 2
+    ``attention_count`` and per attention site ``i``: ``attention{i}_name``,
+    ``attention{i}_p``, ``attention{i}_weights`` (``B × H × L × S``),
+    ``attention{i}_values`` (``B × H × S × J``), ``attention{i}_out_weight``
+    (``E × H·J``), ``attention{i}_out_bias`` (``E``)."""
     arrays: dict = {"version": _np.array(_NPZ_VERSION, dtype=_np.int64),
-                    "count": _np.array(len(captures), dtype=_np.int64)}
+                    "count": _np.array(len(captures), dtype=_np.int64),
+                    "attention_count": _np.array(len(attention_captures), dtype=_np.int64)}
+    for i, c in enumerate(attention_captures):
+        b, h, l, s, j, e = c["shape"]
+        arrays[f"attention{i}_name"] = _np.frombuffer(c["name"].encode(), dtype=_np.uint8)
+        arrays[f"attention{i}_p"] = _np.array(c["p"], dtype=_np.float64)
+        arrays[f"attention{i}_weights"] = c["weights"].reshape(b, h, l, s).astype(_np.float64)
+        arrays[f"attention{i}_values"] = c["values"].reshape(b, h, s, j).astype(_np.float64)
+        arrays[f"attention{i}_out_weight"] = c["out_weight"].reshape(e, h * j).astype(_np.float64)
+        arrays[f"attention{i}_out_bias"] = c["out_bias"].astype(_np.float64)
     for i, c in enumerate(captures):
         d = c["d"]
         arrays[f"site{i}_name"] = _np.frombuffer(c["name"].encode(), dtype=_np.uint8)
@@ -516,8 +533,31 @@ def save_captures(path: str, captures: List[dict]) -> None:
     _np.savez(path, **arrays)
 
 
+def load_attention(path: str) -> List[dict]:
+    """The attention captures of an ``.npz`` written by :func:`save_captures`
+    (none in a version-1 file)."""
+    with _np.load(path) as z:
+        if int(z["version"]) < 2:
+            return []
+        out = []
+        for i in range(int(z["attention_count"])):
+            w, v = z[f"attention{i}_weights"], z[f"attention{i}_values"]
+            ow = z[f"attention{i}_out_weight"]
+            out.append({
+                "name": bytes(z[f"attention{i}_name"]).decode(),
+                "p": float(z[f"attention{i}_p"]),
+                "shape": (*w.shape, int(v.shape[3]), int(ow.shape[0])),
+                "weights": _np.ascontiguousarray(w.ravel()),
+                "values": _np.ascontiguousarray(v.ravel()),
+                "out_weight": _np.ascontiguousarray(ow.ravel()),
+                "out_bias": _np.ascontiguousarray(z[f"attention{i}_out_bias"]),
+            })
+        return out
+
+
 def load(path: str) -> List[dict]:
-    """The captures of an ``.npz`` written by :func:`save_captures`."""
+    """The norm-site captures of an ``.npz`` written by :func:`save_captures`
+    (:func:`load_attention` reads its attention sites)."""
     with _np.load(path) as z:
         out = []
         for i in range(int(z["count"])):
@@ -552,7 +592,7 @@ def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed
         table, text, truths = _dropmc.audit_sites(captures, samples, seed)
     else:
         table, text, truths = "", "[]", []
-    return Audit(table, text, truths, captures, attention)
+    return Audit(table, text, truths, captures, attention, attention_captures)
 
 
 def audit_torch(model, inputs, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,

@@ -214,26 +214,13 @@ def test_bad_input_is_a_python_error():
         A.audit_torch(nodrop, torch.randn(2, 6))
 
 
-def _dropmc_binary():
-    """The dropmc binary: DROPMC_BIN, target/release/dropmc, or on PATH."""
-    import os
-    import pathlib
-    import shutil
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    for candidate in (os.environ.get("DROPMC_BIN"), root / "target" / "release" / "dropmc", shutil.which("dropmc")):
-        if candidate and pathlib.Path(candidate).is_file():
-            return str(candidate)
-    pytest.skip("no dropmc binary: run `cargo build --release` (or set DROPMC_BIN)")
-
-
-def test_the_cli_audits_a_saved_capture_as_python_does(tmp_path):
+def test_the_cli_audits_a_saved_capture_as_python_does(tmp_path, dropmc_binary):
     # `dropmc audit --activations` reads Audit.save's npz and runs the same
     # engine: the same rows, bit for bit, for an exact site (d = 12) and a
     # sampled one (d = 512, 16 384 masks per token).
     import subprocess
 
-    binary = _dropmc_binary()
+    binary = dropmc_binary
     torch.manual_seed(5)
     for model, x, name in ((_mlp(), torch.randn(5, 6), "exact"),
                            (_Residual(512, 0.1), torch.randn(4, 512), "sampled")):
@@ -242,15 +229,15 @@ def test_the_cli_audits_a_saved_capture_as_python_does(tmp_path):
         audit.save(str(path))
         run = [binary, "audit", "--activations", str(path), "--samples", "16384", "--seed", "7"]
         out = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
-        assert json.loads(out.stdout) == audit.sites, name
+        assert json.loads(out.stdout) == json.loads(audit.to_json()), name
         table = subprocess.run(run, capture_output=True, text=True, check=True)
         assert table.stdout == str(audit), name
 
 
-def test_the_cli_refuses_a_bad_capture_by_name(tmp_path):
+def test_the_cli_refuses_a_bad_capture_by_name(tmp_path, dropmc_binary):
     import subprocess
 
-    binary = _dropmc_binary()
+    binary = dropmc_binary
     not_zip = tmp_path / "text.npz"
     not_zip.write_text("hello")
     compressed = tmp_path / "compressed.npz"

@@ -209,3 +209,35 @@ def test_bad_attention_input_is_a_python_error():
     kv = nn.MultiheadAttention(8, 2, dropout=0.1, add_bias_kv=True)
     with pytest.raises(ValueError, match="add_bias_kv"):
         A.audit_torch(kv, (torch.randn(3, 8),) * 3)
+
+
+def test_save_load_and_the_cli_round_trip_attention_sites(tmp_path, dropmc_binary):
+    # Audit.save writes the attention captures (npz version 2); Python's
+    # load/load_attention and `dropmc audit --activations` audit them to the
+    # same table and JSON, bit for bit.
+    import subprocess
+
+    model = _encoder()
+    torch.manual_seed(16)
+    x = torch.randn(1, 4, 8, dtype=torch.float64)
+    audit = A.audit_torch(model, x, samples=4096, seed=7, attention_samples=512)
+    path = tmp_path / "caps.npz"
+    audit.save(str(path))
+    again = A.audit_captures(A.load(str(path)), samples=4096, seed=7,
+                             attention_captures=A.load_attention(str(path)), attention_samples=512)
+    assert again.to_json() == audit.to_json() and str(again) == str(audit)
+    run = [dropmc_binary, "audit", "--activations", str(path), "--samples", "4096", "--seed", "7",
+           "--attention-samples", "512"]
+    out = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == json.loads(audit.to_json())
+    table = subprocess.run(run, capture_output=True, text=True, check=True)
+    assert table.stdout == str(audit)
+    only_attention = tmp_path / "attention.npz"
+    A.save_captures(str(only_attention), [], A.load_attention(str(path)))
+    r = subprocess.run([dropmc_binary, "audit", "--activations", str(only_attention), "--json"],
+                       capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout)["sites"] == [] and len(json.loads(r.stdout)["attention_sites"]) == 2
+    future = tmp_path / "future.npz"
+    np.savez(future, version=np.array(3), count=np.array(1), attention_count=np.array(0))
+    r = subprocess.run([dropmc_binary, "audit", "--activations", str(future)], capture_output=True, text=True)
+    assert r.returncode == 2 and "layout version 3" in r.stderr and "panicked" not in r.stderr

@@ -1,5 +1,7 @@
 //! The audit's table (one row per site) and its JSON.
 
+use serde::Serialize;
+
 use super::SiteAudit;
 use super::attention::{AttentionAudit, SampledCheck};
 use super::gap::Gap;
@@ -92,7 +94,8 @@ fn columns(header: &[&str], rows: Vec<Vec<String>>) -> String {
 
 /// The attention sites' table: site, p, heads, keys, queries, the mean
 /// `Var R = (p/q) Σ a²` and its largest value, the mean output variance,
-/// then the sampled checks (sampled ± SE, z) and the warnings.
+/// then the sampled checks (sampled / closed form on the same rows and
+/// coordinates, ± SE, z) and the warnings.
 pub fn attention_table(sites: &[AttentionAudit]) -> String {
     let header = [
         "attention site",
@@ -103,10 +106,17 @@ pub fn attention_table(sites: &[AttentionAudit]) -> String {
         "mean Var R",
         "max Var R",
         "mean Var out",
-        "sampled Var R (z)",
-        "sampled Var out (z)",
+        "sampled/closed Var R",
+        "sampled/closed Var out",
     ];
-    let check = |c: &SampledCheck| format!("{:.3e} ± {:.1e} ({:+.1})", c.sampled, c.se, c.z);
+    let check = |c: &SampledCheck| {
+        format!(
+            "{:.4} ± {:.4} (z {:+.1})",
+            c.sampled / c.closed_form,
+            c.se / c.closed_form,
+            c.z
+        )
+    };
     let rows: Vec<Vec<String>> = sites
         .iter()
         .map(|s| {
@@ -132,8 +142,8 @@ pub fn attention_table(sites: &[AttentionAudit]) -> String {
     }
     out.push_str(
         "Var R = (p/q) sum a^2 of each head's softmax row; Var out = (p/q) sum_h sum_s a^2 w^2 \
-         per output coordinate (E[out] is the eval output); sampled: the attention-row sampler \
-         on the listed coordinates, z against the closed form\n",
+         per output coordinate (E[out] is the eval output); sampled/closed: the attention-row \
+         sampler over the sampled coordinates against the closed form on the same ones\n",
     );
     out
 }
@@ -141,6 +151,35 @@ pub fn attention_table(sites: &[AttentionAudit]) -> String {
 /// The attention sites as JSON (an array of objects, one per site).
 pub fn attention_json(sites: &[AttentionAudit]) -> String {
     serde_json::to_string_pretty(sites).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The whole audit's text, as `str(audit)` prints it: the norm table (when
+/// there are norm sites), a blank line, the attention table (when there are
+/// attention sites).
+pub fn audit_table(sites: &[SiteAudit], attention: &[AttentionAudit]) -> String {
+    let parts: Vec<String> = [
+        (!sites.is_empty()).then(|| table(sites)),
+        (!attention.is_empty()).then(|| attention_table(attention)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    parts.join("\n")
+}
+
+/// The whole audit as JSON, as `audit.to_json()` holds it:
+/// `{"sites": [...], "attention_sites": [...]}`.
+pub fn audit_json(sites: &[SiteAudit], attention: &[AttentionAudit]) -> String {
+    #[derive(Serialize)]
+    struct Whole<'a> {
+        sites: &'a [SiteAudit],
+        attention_sites: &'a [AttentionAudit],
+    }
+    let whole = Whole {
+        sites,
+        attention_sites: attention,
+    };
+    serde_json::to_string_pretty(&whole).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// The sites as JSON (an array of objects, one per site).
