@@ -38,6 +38,11 @@ CHUNK = 5_000
 #: n u Σ|terms|, and both sides together by twice that.
 ROUNDINGS = 2 * 64
 
+#: Roundings between two means of the same 80 non-negative variances
+#: (dropmc's and numpy's, summed in different orders): each is within γ_80
+#: relative (Higham 4.4, one sign), both together within 2 · 80 u.
+MEAN_ROUNDINGS = 2 * 80
+
 
 def _z(stat, target):
     stat = np.asarray(stat)
@@ -93,7 +98,9 @@ def test_multihead_attention_site_matches_its_train_mode_forward():
     # E[out] is the eval output (the module's own forward, not dropmc's).
     scale = np.abs(mu.numpy()).max() + 1.0
     assert np.abs(mean - mu.reshape(-1, 8).numpy()).max() <= ROUNDINGS * np.finfo(float).eps * scale
-    assert var.shape == (10, 8) and np.isclose(var.mean(), s["mean_output_variance"], rtol=1e-12)
+    u = np.finfo(float).eps / 2
+    assert var.shape == (10, 8)
+    assert abs(var.mean() - s["mean_output_variance"]) <= MEAN_ROUNDINGS * u * var.mean()
     z_out = _z(out_d, s["mean_output_variance"])
     z_row = _z(row_d, s["mean_row_sum_variance"])
     assert abs(z_out) < dropmc.critical_z(), z_out
