@@ -46,6 +46,7 @@ fn write_npz(path: &std::path::Path, version: i64, skip: Option<&str>) {
     let members: Vec<(&str, Vec<u8>)> = vec![
         ("version", npy("<i8", "()", &version.to_le_bytes())),
         ("count", npy("<i8", "()", &2i64.to_le_bytes())),
+        ("attention_count", npy("<i8", "()", &0i64.to_le_bytes())),
         ("site0_name", npy("|u1", "(5,)", b"drop1")),
         ("site0_form", npy("|u1", "(6,)", b"bypass")),
         ("site0_norm", npy("|u1", "(5,)", b"layer")),
@@ -125,7 +126,7 @@ fn the_cli_audit_of_a_saved_capture_is_the_librarys() {
     .and_then(|c| c.into_compound(GAMMA2.to_vec(), BETA2.to_vec(), 1e-6))
     .unwrap();
     let expected = audit_sites(&[capture, compound], dropmc::audit::DEFAULT_SAMPLES, 3).unwrap();
-    assert_eq!(out.trim_end(), report::json(&expected));
+    assert_eq!(out.trim_end(), report::audit_json(&expected, &[]));
     assert_eq!(expected[1].form, Form::Compound);
     assert!(expected[1].second_order.is_none() && expected[1].c1_only.is_some());
 }

@@ -21,6 +21,12 @@ Site finding: ``torch.fx`` tracing (in train mode, so that
 ``dropout_1``); a model fx cannot trace (``nn.TransformerEncoder``'s
 control flow) is walked structurally when it is a ``TransformerEncoder``,
 and otherwise needs ``sites=[(dropout_name, norm_name), ...]``.
+
+Attention sites: every ``nn.MultiheadAttention`` with ``dropout > 0`` that
+the forward reaches (found by the same trace, or among the model's modules
+when fx cannot trace it) is audited with the attention family's quantities
+on the model's own softmax rows (``audit.attention_sites``; see
+docs/audit.md).
 """
 
 from __future__ import annotations
@@ -33,11 +39,17 @@ import numpy as _np
 
 from . import _dropmc
 
-__all__ = ["Audit", "audit_torch", "find_sites", "capture_sites", "audit_captures", "load"]
+__all__ = ["Audit", "audit_torch", "find_sites", "capture_sites", "audit_captures", "load",
+           "find_attention_sites", "capture_attention_sites", "audit_attention_captures",
+           "load_attention"]
 
 #: Masks per token of the default budget (see docs/audit.md for what it
 #: resolves): the Rust engine's ``dropmc::audit::DEFAULT_SAMPLES``.
 DEFAULT_SAMPLES = int(_dropmc.AUDIT_DEFAULT_SAMPLES)
+
+#: Mask draws per query, head and sampled coordinate of an attention site's
+#: sampled check (``DEFAULT_ATTENTION_SAMPLES`` of src/audit/attention.rs).
+DEFAULT_ATTENTION_SAMPLES = int(_dropmc.AUDIT_DEFAULT_ATTENTION_SAMPLES)
 
 
 class Audit:
@@ -45,22 +57,41 @@ class Audit:
     ``audit.sites`` the per-site data (a list of dicts), ``audit.to_json()``
     the same as JSON, ``audit.truth(i)`` site ``i``'s per-token truth and its
     standard errors, ``audit.plot(path)`` one figure, ``audit.save(path)``
-    the captured activations as an ``.npz`` for ``dropmc audit``."""
+    the captured activations as an ``.npz`` for ``dropmc audit``.
+    ``audit.attention_sites`` holds the attention sites' data (a second
+    table in ``str(audit)``, the key ``attention_sites`` of ``to_json()``)
+    and ``audit.attention_moments(i)`` site ``i``'s exact ``E[out]`` and
+    ``Var(out)``."""
 
-    def __init__(self, table: str, json_text: str, truths, captures):
+    def __init__(self, table: str, json_text: str, truths, captures, attention=None,
+                 attention_captures: Sequence[dict] = ()):
+        self._attention_captures = list(attention_captures)
         self._table = table
         self.sites: List[dict] = _json.loads(json_text)
         self._truths = truths
         self._captures = captures
+        a_table, a_json, self._moments = attention if attention is not None else ("", "[]", [])
+        self._attention_table = a_table
+        self.attention_sites: List[dict] = _json.loads(a_json)
 
     def __str__(self) -> str:
-        return self._table
+        return "\n".join(t for t in (self._table, self._attention_table) if t)
 
     def __repr__(self) -> str:
-        return f"<dropmc.Audit of {len(self.sites)} sites>\n{self._table}"
+        return (f"<dropmc.Audit of {len(self.sites)} sites and {len(self.attention_sites)} "
+                f"attention sites>\n{self}")
 
     def to_json(self) -> str:
-        return _json.dumps(self.sites, indent=2)
+        """``{"sites": [...], "attention_sites": [...]}`` (before attention
+        sites the JSON was the bare ``sites`` array; docs/audit.md)."""
+        return _json.dumps({"sites": self.sites, "attention_sites": self.attention_sites}, indent=2)
+
+    def attention_moments(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
+        """Attention site ``i``'s ``E[out]`` (the eval output) and
+        ``Var(out)`` under its dropout, each ``(batch · queries, embed)``."""
+        e = self.attention_sites[i]["embed"]
+        mean, var = self._moments[i]
+        return _np.asarray(mean).reshape(-1, e), _np.asarray(var).reshape(-1, e)
 
     def truth(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
         """Site ``i``'s ``E[norm]`` and its SE, each of shape ``(tokens, d)``."""
@@ -69,8 +100,9 @@ class Audit:
         return _np.asarray(e).reshape(-1, d), _np.asarray(se).reshape(-1, d)
 
     def save(self, path: str) -> None:
-        """The captures as an ``.npz`` that ``dropmc audit --activations`` reads."""
-        save_captures(path, self._captures)
+        """The captures (norm and attention sites) as an ``.npz`` that
+        ``dropmc audit --activations`` reads."""
+        save_captures(path, self._captures, self._attention_captures)
 
     def plot(self, path: str) -> None:
         """One figure: per site, the RMS gap uncorrected, first and second
@@ -427,22 +459,196 @@ def capture_sites(model, inputs, sites: Sequence[Tuple[str, ...]]) -> List[dict]
 
 
 # --------------------------------------------------------------------------
+# Attention sites
+
+
+def _fx_attention_sites(model) -> List[str]:
+    """The ``nn.MultiheadAttention`` modules the traced forward calls:
+    directly, or as the ``self_attn`` of an ``nn.TransformerEncoderLayer``."""
+    import torch.nn as nn
+
+    modules = dict(model.named_modules())
+    names = []
+    for node in _trace(model, training=True).nodes:
+        m = modules.get(node.target) if node.op == "call_module" else None
+        if isinstance(m, nn.MultiheadAttention):
+            names.append(node.target)
+        elif isinstance(m, nn.TransformerEncoderLayer):
+            names.append(node.target + ".self_attn")
+    return names
+
+
+def find_attention_sites(model) -> List[str]:
+    """The names of ``model``'s ``nn.MultiheadAttention`` modules with
+    ``dropout > 0``: those the ``torch.fx`` trace calls, or, when fx cannot
+    trace the model (``nn.TransformerEncoder``), every such module (the
+    capture keeps those the forward reaches)."""
+    import torch.nn as nn
+
+    modules = dict(model.named_modules())
+    try:
+        names = _fx_attention_sites(model)
+    except Exception:  # fx raises many types on untraceable control flow
+        names = [n for n, m in modules.items() if isinstance(m, nn.MultiheadAttention)]
+    return [n for n in dict.fromkeys(names) if modules[n].dropout > 0]
+
+
+def _value_projection(module):
+    """``(W_v, b_v)`` of an ``nn.MultiheadAttention``."""
+    e = module.embed_dim
+    if module._qkv_same_embed_dim:
+        w = module.in_proj_weight[2 * e:]
+    else:
+        w = module.v_proj_weight
+    b = None if module.in_proj_bias is None else module.in_proj_bias[2 * e:]
+    return w, b
+
+
+def _attention_capture(name, module, args, kwargs) -> dict:
+    """One call's softmax rows (recomputed with ``need_weights=True,
+    average_attn_weights=False``: after the masks, before the dropout, which
+    eval mode skips), the projected values per head and ``out_proj``."""
+    import inspect
+
+    import torch
+    import torch.nn.functional as F
+
+    bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    bound.apply_defaults()
+    call = dict(bound.arguments, need_weights=True, average_attn_weights=False)
+    out, weights = module(**call)
+    value = call["value"]
+    if value.dim() == 2:  # unbatched: (S, E) and (H, L, S)
+        value, weights, out = value.unsqueeze(0), weights.unsqueeze(0), out.unsqueeze(0)
+    elif not module.batch_first:
+        value, out = value.transpose(0, 1), out.transpose(0, 1)
+    w_v, b_v = _value_projection(module)
+    v = F.linear(value, w_v, b_v)
+    batch, keys = v.shape[0], v.shape[1]
+    heads, head_dim = module.num_heads, module.head_dim
+    v = v.reshape(batch, keys, heads, head_dim).permute(0, 2, 1, 3)
+    queries = weights.shape[2]
+    if weights.shape != (batch, heads, queries, keys):
+        raise ValueError(f"attention site {name!r}: softmax weights of shape {tuple(weights.shape)}, "
+                         f"expected (batch, heads, queries, keys) = {(batch, heads, queries, keys)}")
+    if not torch.isfinite(weights).all():
+        raise ValueError(f"attention site {name!r}: a softmax row is not finite "
+                         "(a query whose every key is masked)")
+    ow = module.out_proj.weight
+    ob = module.out_proj.bias
+
+    def flat(t):
+        return _np.ascontiguousarray(t.detach().to(torch.float64).cpu().numpy().ravel())
+
+    return {
+        "name": name or type(module).__name__,  # the model itself is the attention
+        "p": float(module.dropout),
+        "shape": (batch, heads, queries, keys, head_dim, int(ow.shape[0])),
+        "weights": flat(weights),
+        "values": flat(v),
+        "out_weight": flat(ow),
+        "out_bias": flat(ob) if ob is not None else _np.zeros(ow.shape[0]),
+        "eval_output": flat(out).reshape(batch * queries, -1),
+    }
+
+
+def capture_attention_sites(model, inputs, names: Sequence[str]) -> List[dict]:
+    """Runs ``model(*inputs)`` once in eval mode with a forward pre-hook on
+    each named ``nn.MultiheadAttention``, which recomputes the call with its
+    weights returned per head. A named module the forward does not reach is
+    left out; one it calls twice is a ValueError. Returns one dict per site
+    (the layout of :func:`audit_attention_captures`)."""
+    import torch
+    import torch.nn as nn
+
+    modules = dict(model.named_modules())
+    for name in names:
+        m = modules.get(name)
+        if not isinstance(m, nn.MultiheadAttention):
+            raise ValueError(f"attention site {name!r} is not an nn.MultiheadAttention of the model")
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError(f"attention site {name!r}: add_bias_kv / add_zero_attn are not supported "
+                             "(their extra keys have no captured values)")
+    seen: dict = {}
+    busy: set = set()
+
+    def record(name):
+        def hook(module, args, kwargs):
+            if name in busy:  # the hook's own recomputation
+                return None
+            busy.add(name)
+            try:  # grad stays enabled: no_grad would open the fused fast path
+                seen.setdefault(name, []).append(_attention_capture(name, module, args, kwargs))
+            finally:
+                busy.discard(name)
+            return None
+
+        return hook
+
+    handles = [modules[n].register_forward_pre_hook(record(n), with_kwargs=True) for n in names]
+    was_training = model.training
+    model.eval()
+    try:
+        # Grad enabled keeps the encoder layers and the attention off their
+        # fused fast paths, which skip the hooks.
+        with torch.enable_grad():
+            model(*_as_tuple(inputs))
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    out = []
+    for name in names:
+        calls = seen.get(name, [])
+        if len(calls) > 1:
+            raise ValueError(f"attention site {name!r} ran {len(calls)} times in one forward; "
+                             "a site needs it exactly once")
+        out += calls
+    return out
+
+
+def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATTENTION_SAMPLES,
+                             seed: int = 0):
+    """``(table, json, moments)`` of captured attention sites, from dropmc's
+    Rust engine (``samples`` draws per query, head and sampled coordinate
+    for the sampled check)."""
+    if not isinstance(samples, int) or samples < 256:
+        raise ValueError(f"attention_samples must be an int of at least 256, got {samples!r}")
+    if not captures:
+        return "", "[]", []
+    return _dropmc.audit_attention_sites(captures, samples, seed)
+
+
+# --------------------------------------------------------------------------
 # The npz layout (docs/audit.md)
 
 _NPZ_VERSION = 2
 
 
-def save_captures(path: str, captures: List[dict]) -> None:
+def save_captures(path: str, captures: List[dict], attention_captures: Sequence[dict] = ()) -> None:
     """Writes the captures as ``.npz``: ``version``, ``names`` (strings),
     and per site ``i``: ``site{i}_form`` ('plain'/'bypass'),
     ``site{i}_norm`` ('layer'/'rms'), ``site{i}_p``, ``site{i}_eps``
     (scalars), ``site{i}_v``, ``site{i}_h`` (``tokens × d`` float64),
     ``site{i}_gamma``, ``site{i}_beta`` (``d`` float64); a compound site
     (form 'compound') also LN2's ``site{i}_gamma2``, ``site{i}_beta2``
-    (``d`` float64) and ``site{i}_eps2``. Layout version 2 (1 had no
-    compound sites)."""
+    (``d`` float64) and ``site{i}_eps2``. ``attention_count`` and per
+    attention site ``i``: ``attention{i}_name``, ``attention{i}_p``,
+    ``attention{i}_weights`` (``B × H × L × S``), ``attention{i}_values``
+    (``B × H × S × J``), ``attention{i}_out_weight`` (``E × H·J``),
+    ``attention{i}_out_bias`` (``E``). Layout version 2 (1 had no compound
+    or attention sites)."""
     arrays: dict = {"version": _np.array(_NPZ_VERSION, dtype=_np.int64),
-                    "count": _np.array(len(captures), dtype=_np.int64)}
+                    "count": _np.array(len(captures), dtype=_np.int64),
+                    "attention_count": _np.array(len(attention_captures), dtype=_np.int64)}
+    for i, c in enumerate(attention_captures):
+        b, h, l, s, j, e = c["shape"]
+        arrays[f"attention{i}_name"] = _np.frombuffer(c["name"].encode(), dtype=_np.uint8)
+        arrays[f"attention{i}_p"] = _np.array(c["p"], dtype=_np.float64)
+        arrays[f"attention{i}_weights"] = c["weights"].reshape(b, h, l, s).astype(_np.float64)
+        arrays[f"attention{i}_values"] = c["values"].reshape(b, h, s, j).astype(_np.float64)
+        arrays[f"attention{i}_out_weight"] = c["out_weight"].reshape(e, h * j).astype(_np.float64)
+        arrays[f"attention{i}_out_bias"] = c["out_bias"].astype(_np.float64)
     for i, c in enumerate(captures):
         d = c["d"]
         arrays[f"site{i}_name"] = _np.frombuffer(c["name"].encode(), dtype=_np.uint8)
@@ -461,8 +667,31 @@ def save_captures(path: str, captures: List[dict]) -> None:
     _np.savez(path, **arrays)
 
 
+def load_attention(path: str) -> List[dict]:
+    """The attention captures of an ``.npz`` written by :func:`save_captures`
+    (none in a version-1 file)."""
+    with _np.load(path) as z:
+        if int(z["version"]) < 2:
+            return []
+        out = []
+        for i in range(int(z["attention_count"])):
+            w, v = z[f"attention{i}_weights"], z[f"attention{i}_values"]
+            ow = z[f"attention{i}_out_weight"]
+            out.append({
+                "name": bytes(z[f"attention{i}_name"]).decode(),
+                "p": float(z[f"attention{i}_p"]),
+                "shape": (*w.shape, int(v.shape[3]), int(ow.shape[0])),
+                "weights": _np.ascontiguousarray(w.ravel()),
+                "values": _np.ascontiguousarray(v.ravel()),
+                "out_weight": _np.ascontiguousarray(ow.ravel()),
+                "out_bias": _np.ascontiguousarray(z[f"attention{i}_out_bias"]),
+            })
+        return out
+
+
 def load(path: str) -> List[dict]:
-    """The captures of an ``.npz`` written by :func:`save_captures`."""
+    """The norm-site captures of an ``.npz`` written by :func:`save_captures`
+    (:func:`load_attention` reads its attention sites)."""
     with _np.load(path) as z:
         version = int(z["version"])
         if version != _NPZ_VERSION:
@@ -493,29 +722,48 @@ def load(path: str) -> List[dict]:
 # The audit
 
 
-def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0) -> Audit:
+def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
+                   attention_captures: Sequence[dict] = (),
+                   attention_samples: int = DEFAULT_ATTENTION_SAMPLES) -> Audit:
     """Audits captured sites with dropmc's Rust engine (no model run)."""
     if not isinstance(samples, int) or samples < 129:
         raise ValueError(f"samples must be an int of at least 129 (masks per token), got {samples!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    table, text, truths = _dropmc.audit_sites(captures, samples, seed)
-    return Audit(table, text, truths, captures)
+    attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed)
+    if captures:
+        table, text, truths = _dropmc.audit_sites(captures, samples, seed)
+    else:
+        table, text, truths = "", "[]", []
+    return Audit(table, text, truths, captures, attention, attention_captures)
 
 
 def audit_torch(model, inputs, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
-                sites: Optional[Sequence[Tuple[str, ...]]] = None) -> Audit:
+                sites: Optional[Sequence[Tuple[str, ...]]] = None,
+                attention_samples: int = DEFAULT_ATTENTION_SAMPLES) -> Audit:
     """Finds (or takes) ``model``'s dropout→norm sites, captures them on
     ``inputs`` (a tensor or a tuple of the forward's arguments) in eval
-    mode, and audits them (``samples`` masks per token, from ``seed``)."""
+    mode, and audits them (``samples`` masks per token, from ``seed``);
+    likewise its attention-dropout sites (``attention_samples`` draws per
+    query, head and sampled coordinate for their sampled check)."""
     try:
         import torch.nn as nn
     except ImportError as e:  # pragma: no cover
         raise ImportError("dropmc.audit.audit_torch needs torch") from e
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    found = list(sites) if sites is not None else find_sites(model)
-    if not found:
-        raise ValueError("the model has no dropout→LayerNorm/RMSNorm site "
+    attention = find_attention_sites(model)
+    has_norms = any(isinstance(m, _norm_types()) for m in model.modules())
+    if sites is not None:
+        found = list(sites)
+    elif has_norms or not attention:
+        found = find_sites(model)
+    else:
+        found = []
+    attention_caps = capture_attention_sites(model, inputs, attention) if attention else []
+    if not found and not attention_caps:
+        raise ValueError("the model has no dropout→LayerNorm/RMSNorm site and no attention dropout "
                          "(pass sites=[(dropout_name, norm_name), ...] if tracing missed one)")
-    return audit_captures(capture_sites(model, inputs, found), samples=samples, seed=seed)
+    captures = capture_sites(model, inputs, found) if found else []
+    return audit_captures(captures, samples=samples, seed=seed,
+                          attention_captures=attention_caps, attention_samples=attention_samples)

@@ -5,7 +5,10 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use dropmc::audit::{Form, SiteCapture, audit_sites as audit_all, report};
+use dropmc::audit::{
+    AttentionCapture, Form, SiteCapture, audit_attention_sites as attention_all,
+    audit_sites as audit_all, report,
+};
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -95,4 +98,61 @@ pub fn audit_sites(
         .map(|a| (a.truth.clone(), a.truth_se.clone()))
         .collect();
     Ok((report::table(&audits), report::json(&audits), truths))
+}
+
+/// One attention site from its dict: `name`, `p`, `shape` (`batch, heads,
+/// queries, keys, head_dim, embed`), `weights` (`B·H·L·S`), `values`
+/// (`B·H·S·J`), `out_weight` (`E·H·J`), `out_bias` (`E`), flat float64.
+fn attention_capture(site: &Bound<'_, PyDict>) -> PyResult<AttentionCapture> {
+    let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
+        site.get_item(key)?.ok_or_else(|| {
+            PyValueError::new_err(format!("attention site dict lacks the key {key:?}"))
+        })
+    };
+    let flat = |key: &str| -> PyResult<Vec<f64>> {
+        let a: PyReadonlyArray1<f64> = get(key)?.extract()?;
+        Ok(a.as_array().iter().copied().collect())
+    };
+    AttentionCapture::new(
+        get("name")?.extract()?,
+        get("p")?.extract()?,
+        get("shape")?.extract()?,
+        flat("weights")?,
+        flat("values")?,
+        flat("out_weight")?,
+        flat("out_bias")?,
+    )
+    .map_err(to_py)
+}
+
+/// Audits attention `sites` (the sampled check at `samples` draws per
+/// query, head and coordinate, from `seed`); returns `(table, json,
+/// moments)`, `moments` one `(E[out], Var(out))` pair of flat lists
+/// (`B·L × E`) per site.
+#[pyfunction]
+pub fn audit_attention_sites(
+    py: Python<'_>,
+    sites: Vec<Bound<'_, PyDict>>,
+    samples: u64,
+    seed: u64,
+) -> PyResult<(String, String, Vec<Truth>)> {
+    let captures: Vec<AttentionCapture> = sites
+        .iter()
+        .map(attention_capture)
+        .collect::<PyResult<_>>()?;
+    let audits = py
+        .detach(|| catch_unwind(AssertUnwindSafe(|| attention_all(&captures, samples, seed))))
+        .map_err(|_| {
+            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
+        })?
+        .map_err(to_py)?;
+    let moments = audits
+        .iter()
+        .map(|a| (a.mean.clone(), a.variance.clone()))
+        .collect();
+    Ok((
+        report::attention_table(&audits),
+        report::attention_json(&audits),
+        moments,
+    ))
 }

@@ -319,6 +319,11 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
     m.add("AUDIT_DEFAULT_SAMPLES", dropmc::audit::DEFAULT_SAMPLES)?;
+    m.add(
+        "AUDIT_DEFAULT_ATTENTION_SAMPLES",
+        dropmc::audit::DEFAULT_ATTENTION_SAMPLES,
+    )?;
+    m.add_function(wrap_pyfunction!(audit::audit_attention_sites, m)?)?;
     m.add_function(wrap_pyfunction!(mde_power, m)?)?;
     m.add_function(wrap_pyfunction!(mask_shape::check_mask_shape, m)?)?;
     m.add_function(wrap_pyfunction!(attention::check_attention, m)?)?;

@@ -194,7 +194,7 @@ def test_table_json_save_load_roundtrip(tmp_path):
     x = torch.randn(5, 6)
     audit = A.audit_torch(model, x, seed=5)
     assert "2->3" in str(audit) and "plain" in str(audit)
-    assert json.loads(audit.to_json())[0]["d"] == 12
+    assert json.loads(audit.to_json())["sites"][0]["d"] == 12
     path = tmp_path / "caps.npz"
     audit.save(str(path))
     again = A.audit_captures(A.load(str(path)), seed=5)
@@ -214,26 +214,13 @@ def test_bad_input_is_a_python_error():
         A.audit_torch(nodrop, torch.randn(2, 6))
 
 
-def _dropmc_binary():
-    """The dropmc binary: DROPMC_BIN, target/release/dropmc, or on PATH."""
-    import os
-    import pathlib
-    import shutil
-
-    root = pathlib.Path(__file__).resolve().parents[2]
-    for candidate in (os.environ.get("DROPMC_BIN"), root / "target" / "release" / "dropmc", shutil.which("dropmc")):
-        if candidate and pathlib.Path(candidate).is_file():
-            return str(candidate)
-    pytest.skip("no dropmc binary: run `cargo build --release` (or set DROPMC_BIN)")
-
-
-def test_the_cli_audits_a_saved_capture_as_python_does(tmp_path):
+def test_the_cli_audits_a_saved_capture_as_python_does(tmp_path, dropmc_binary):
     # `dropmc audit --activations` reads Audit.save's npz and runs the same
     # engine: the same rows, bit for bit, for an exact site (d = 12) and a
     # sampled one (d = 512, 16 384 masks per token).
     import subprocess
 
-    binary = _dropmc_binary()
+    binary = dropmc_binary
     torch.manual_seed(5)
     for model, x, name in ((_mlp(), torch.randn(5, 6), "exact"),
                            (_Residual(512, 0.1), torch.randn(4, 512), "sampled")):
@@ -242,21 +229,21 @@ def test_the_cli_audits_a_saved_capture_as_python_does(tmp_path):
         audit.save(str(path))
         run = [binary, "audit", "--activations", str(path), "--samples", "16384", "--seed", "7"]
         out = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
-        assert json.loads(out.stdout) == audit.sites, name
+        assert json.loads(out.stdout) == json.loads(audit.to_json()), name
         table = subprocess.run(run, capture_output=True, text=True, check=True)
         assert table.stdout == str(audit), name
 
 
-def test_the_cli_refuses_a_bad_capture_by_name(tmp_path):
+def test_the_cli_refuses_a_bad_capture_by_name(tmp_path, dropmc_binary):
     import subprocess
 
-    binary = _dropmc_binary()
+    binary = dropmc_binary
     not_zip = tmp_path / "text.npz"
     not_zip.write_text("hello")
     compressed = tmp_path / "compressed.npz"
     np.savez_compressed(compressed, version=np.array(1), count=np.array(1))
     partial = tmp_path / "partial.npz"
-    np.savez(partial, version=np.array(2), count=np.array(1))
+    np.savez(partial, version=np.array(2), count=np.array(1), attention_count=np.array(0))
     for path, message in ((not_zip, "not an .npz"), (compressed, "savez_compressed"),
                           (partial, "array site0_name: missing"),
                           (tmp_path / "absent.npz", "cannot open")):

@@ -30,7 +30,7 @@ nn = torch.nn
 F = torch.nn.functional
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
-from test_audit import _chi2_z, _dropmc_binary  # noqa: E402
+from test_audit import _chi2_z  # noqa: E402
 
 torch.set_num_threads(1)
 D = 64
@@ -160,7 +160,7 @@ def test_functional_dropout_is_a_site_named_by_its_node():
         A.capture_sites(model, x, [("dropout_1", "norm_b")])
 
 
-def test_compound_capture_round_trips_through_npz_and_the_cli(tmp_path):
+def test_compound_capture_round_trips_through_npz_and_the_cli(tmp_path, dropmc_binary):
     model = _compound_mlp()
     x = torch.randn(4, 8, dtype=torch.float64)
     audit = A.audit_torch(model, x, samples=16384, seed=4)
@@ -169,15 +169,14 @@ def test_compound_capture_round_trips_through_npz_and_the_cli(tmp_path):
     path = tmp_path / "compound.npz"
     audit.save(str(path))
     assert A.audit_captures(A.load(str(path)), samples=16384, seed=4).to_json() == audit.to_json()
-    binary = _dropmc_binary()
-    run = [binary, "audit", "--activations", str(path), "--samples", "16384", "--seed", "4"]
+    run = [dropmc_binary, "audit", "--activations", str(path), "--samples", "16384", "--seed", "4"]
     out = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == audit.sites
+    assert json.loads(out.stdout) == {"sites": audit.sites, "attention_sites": []}
     assert subprocess.run(run, capture_output=True, text=True, check=True).stdout == str(audit)
     old = tmp_path / "old.npz"
     with np.load(path) as z:
         np.savez(old, **{**dict(z), "version": np.array(1)})
     with pytest.raises(ValueError, match="re-save"):
         A.load(str(old))
-    r = subprocess.run([binary, "audit", "--activations", str(old)], capture_output=True, text=True)
+    r = subprocess.run([dropmc_binary, "audit", "--activations", str(old)], capture_output=True, text=True)
     assert r.returncode == 2 and "re-save" in r.stderr

@@ -1,9 +1,6 @@
 """check_norm_site on numpy norms, and dropmc.eval against the CLI."""
 
 import json
-import os
-import pathlib
-import shutil
 import subprocess
 
 import numpy as np
@@ -75,15 +72,6 @@ def test_norm_site_rejects_wide_inputs():
         dropmc.check_norm_site(dropout(5), layernorm(0.0), np.ones(4097), P)
 
 
-def _cli():
-    """The dropmc binary: DROPMC_BIN, target/release/dropmc, or on PATH."""
-    root = pathlib.Path(__file__).resolve().parents[2]
-    for candidate in (os.environ.get("DROPMC_BIN"), root / "target" / "release" / "dropmc", shutil.which("dropmc")):
-        if candidate and pathlib.Path(candidate).is_file():
-            return str(candidate)
-    return None
-
-
 @pytest.mark.parametrize(
     "kwargs, cli_args",
     [
@@ -98,10 +86,8 @@ def _cli():
         ),
     ],
 )
-def test_eval_ln_equals_the_clis_json(kwargs, cli_args):
-    binary = _cli()
-    if binary is None:
-        pytest.skip("no dropmc binary: run `cargo build --release` (or set DROPMC_BIN)")
+def test_eval_ln_equals_the_clis_json(kwargs, cli_args, dropmc_binary):
+    binary = dropmc_binary
     ours = dropmc.eval("ln", **kwargs)
     out = subprocess.run([binary, "eval", "ln", *cli_args, "--json"], capture_output=True, text=True, check=True)
     theirs = json.loads(out.stdout)
@@ -118,10 +104,8 @@ def test_eval_ln_equals_the_clis_json(kwargs, cli_args):
          ["--running-mean", "0.1,-0.2", "--running-var", "1.5,0.25", "--p", "0.2"]),
     ],
 )
-def test_other_quantities_equal_the_clis_json(quantity, kwargs, cli_args):
-    binary = _cli()
-    if binary is None:
-        pytest.skip("no dropmc binary: run `cargo build --release` (or set DROPMC_BIN)")
+def test_other_quantities_equal_the_clis_json(quantity, kwargs, cli_args, dropmc_binary):
+    binary = dropmc_binary
     ours = dropmc.eval(quantity, **kwargs)
     out = subprocess.run([binary, "eval", quantity, *cli_args, "--json"], capture_output=True, text=True, check=True)
     assert ours == json.loads(out.stdout)

@@ -12,7 +12,10 @@
 //! tokens in parallel (one derived seed per token, so the bits do not depend
 //! on the thread count) and [`gap::Gap`] summarises each estimate's distance
 //! to the truth.
+//! [`attention`] audits the attention-dropout sites (dropout on a softmax
+//! row) with the attention family's quantities.
 
+pub mod attention;
 pub mod gap;
 pub mod npz;
 pub mod report;
@@ -24,6 +27,9 @@ use serde::Serialize;
 use crate::engine::{Budget, derive_seed};
 use crate::error::{Error, check_len};
 use crate::ops::{LayerNorm, Rate, RmsNorm};
+pub use attention::{
+    AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_SAMPLES, audit_attention_sites,
+};
 pub use gap::Gap;
 pub use token::{AuditNorm, EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 

@@ -32,12 +32,21 @@
 //! `site{i}_norm` (`layer`/`rms`) as UTF-8 bytes; `site{i}_p`, `site{i}_eps`
 //! scalars; `site{i}_v`, `site{i}_h` (`tokens × d`); `site{i}_gamma`,
 //! `site{i}_beta` (`d`); a compound site also LN2's `site{i}_gamma2`,
-//! `site{i}_beta2` (`d`) and `site{i}_eps2` (scalar). Version 1 (before
-//! compound sites) is refused with a message to re-save the capture.
+//! `site{i}_beta2` (`d`) and `site{i}_eps2` (scalar); `attention_count` and
+//! per attention site the arrays below. Version 1 (before compound and attention sites) is
+//! refused with a message to re-save the capture.
+//!
+//! # Attention sites
+//!
+//! `count` may be 0 when `attention_count` is not. Per attention site `i`: `attention{i}_name` (UTF-8 bytes), `attention{i}_p`
+//! (scalar), `attention{i}_weights` (`batch × heads × queries × keys`),
+//! `attention{i}_values` (`batch × heads × keys × head_dim`),
+//! `attention{i}_out_weight` (`embed × heads·head_dim`),
+//! `attention{i}_out_bias` (`embed`).
 
 use std::io::Read;
 
-use super::{Form, SiteCapture};
+use super::{AttentionCapture, Form, SiteCapture};
 use crate::error::Error;
 
 /// The layout version this reader understands.
@@ -265,8 +274,15 @@ impl Archive {
     }
 }
 
+/// A capture file's sites: the norm sites and the attention sites.
+#[derive(Debug, Clone)]
+pub struct Captures {
+    pub sites: Vec<SiteCapture>,
+    pub attention: Vec<AttentionCapture>,
+}
+
 /// The captures of the `.npz` at `path` (module docs: the layout).
-pub fn read_captures(path: &str) -> Result<Vec<SiteCapture>, Error> {
+pub fn read_captures(path: &str) -> Result<Captures, Error> {
     let mut archive = Archive::open(path)?;
     let version = archive.integer("version")?;
     if version != LAYOUT_VERSION {
@@ -281,9 +297,46 @@ pub fn read_captures(path: &str) -> Result<Vec<SiteCapture>, Error> {
         ));
     }
     let count = archive.integer("count")?;
-    if count < 1 {
-        return Err(archive.error("count", format!("{count} sites: nothing to audit")));
+    let attention_count = archive.integer("attention_count")?;
+    if count < 0 || attention_count < 0 || count + attention_count < 1 {
+        return Err(archive.error(
+            "count",
+            format!("{count} sites and {attention_count} attention sites: nothing to audit"),
+        ));
     }
+    let sites = norm_sites(&mut archive, count)?;
+    let attention = (0..attention_count)
+        .map(|i| attention_site(&mut archive, i))
+        .collect::<Result<_, Error>>()?;
+    Ok(Captures { sites, attention })
+}
+
+/// Attention site `i` of the archive.
+fn attention_site(archive: &mut Archive, i: i64) -> Result<AttentionCapture, Error> {
+    let key = |field: &str| format!("attention{i}_{field}");
+    let name = archive.text(&key("name"))?;
+    let p = archive.scalar(&key("p"))?;
+    let (w_shape, weights) = archive.float_array(&key("weights"), 4)?;
+    let (v_shape, values) = archive.float_array(&key("values"), 4)?;
+    let (o_shape, out_weight) = archive.float_array(&key("out_weight"), 2)?;
+    let (_, out_bias) = archive.float_array(&key("out_bias"), 1)?;
+    let shape = (
+        w_shape[0], w_shape[1], w_shape[2], w_shape[3], v_shape[3], o_shape[0],
+    );
+    if v_shape[..3] != [w_shape[0], w_shape[1], w_shape[3]] {
+        return Err(archive.error(
+            &key("values"),
+            format!(
+                "has shape {v_shape:?}, expected (batch, heads, keys) = {:?} first",
+                [w_shape[0], w_shape[1], w_shape[3]]
+            ),
+        ));
+    }
+    AttentionCapture::new(name, p, shape, weights, values, out_weight, out_bias)
+}
+
+/// The `count` norm sites of the archive.
+fn norm_sites(archive: &mut Archive, count: i64) -> Result<Vec<SiteCapture>, Error> {
     (0..count)
         .map(|i| {
             let key = |field: &str| format!("site{i}_{field}");

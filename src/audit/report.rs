@@ -1,6 +1,9 @@
 //! The audit's table (one row per site) and its JSON.
 
+use serde::Serialize;
+
 use super::SiteAudit;
+use super::attention::{AttentionAudit, SampledCheck};
 use super::gap::Gap;
 
 /// `G ± SE(G)`, or `< upper` when the gap is not resolved.
@@ -60,6 +63,28 @@ pub fn table(sites: &[SiteAudit]) -> String {
             row
         })
         .collect();
+    let mut out = columns(&header, rows);
+    for s in sites {
+        for w in &s.warnings {
+            out.push_str(&format!("warning: {}: {w}\n", s.name));
+        }
+    }
+    out.push_str(
+        "gaps: RMS over units and tokens of (estimate − E[norm]), noise-corrected; \
+         factor = gap eval / gap 1st\n",
+    );
+    if with_c1 {
+        out.push_str(
+            "compound (LN2(LN1(dropout(v)))): gap 1st is the c1 + c2 estimate, gap c1-only \
+             LN2(ĉ1); gap 2nd — (no second-order closed form for LN → LN)\n",
+        );
+    }
+    out
+}
+
+/// `header` and `rows` as left-aligned columns two spaces apart, one line
+/// each (trailing blanks trimmed).
+fn columns(header: &[&str], rows: Vec<Vec<String>>) -> String {
     let widths: Vec<usize> = (0..header.len())
         .map(|c| {
             rows.iter()
@@ -85,22 +110,97 @@ pub fn table(sites: &[SiteAudit]) -> String {
         out.push_str(&line(r));
         out.push('\n');
     }
+    out
+}
+
+/// The attention sites' table: site, p, heads, keys, queries, the mean
+/// `Var R = (p/q) Σ a²` and its largest value, the mean output variance,
+/// then the sampled checks (sampled / closed form on the same rows and
+/// coordinates, ± SE, z) and the warnings.
+pub fn attention_table(sites: &[AttentionAudit]) -> String {
+    let header = [
+        "attention site",
+        "p",
+        "heads",
+        "keys",
+        "queries",
+        "mean Var R",
+        "max Var R",
+        "mean Var out",
+        "sampled/closed Var R",
+        "sampled/closed Var out",
+    ];
+    let check = |c: &SampledCheck| {
+        format!(
+            "{:.4} ± {:.4} (z {:+.1})",
+            c.sampled / c.closed_form,
+            c.se / c.closed_form,
+            c.z
+        )
+    };
+    let rows: Vec<Vec<String>> = sites
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.clone(),
+                format!("{}", s.p),
+                s.heads.to_string(),
+                s.keys.to_string(),
+                s.queries.to_string(),
+                format!("{:.3e}", s.mean_row_sum_variance),
+                format!("{:.3e}", s.max_row_sum_variance),
+                format!("{:.3e}", s.mean_output_variance),
+                check(&s.row_sum_check),
+                check(&s.output_check),
+            ]
+        })
+        .collect();
+    let mut out = columns(&header, rows);
     for s in sites {
         for w in &s.warnings {
             out.push_str(&format!("warning: {}: {w}\n", s.name));
         }
     }
     out.push_str(
-        "gaps: RMS over units and tokens of (estimate − E[norm]), noise-corrected; \
-         factor = gap eval / gap 1st\n",
+        "Var R = (p/q) sum a^2 of each head's softmax row; Var out = (p/q) sum_h sum_s a^2 w^2 \
+         per output coordinate (E[out] is the eval output); sampled/closed: the attention-row \
+         sampler over the sampled coordinates against the closed form on the same ones\n",
     );
-    if with_c1 {
-        out.push_str(
-            "compound (LN2(LN1(dropout(v)))): gap 1st is the c1 + c2 estimate, gap c1-only \
-             LN2(ĉ1); gap 2nd — (no second-order closed form for LN → LN)\n",
-        );
-    }
     out
+}
+
+/// The attention sites as JSON (an array of objects, one per site).
+pub fn attention_json(sites: &[AttentionAudit]) -> String {
+    serde_json::to_string_pretty(sites).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// The whole audit's text, as `str(audit)` prints it: the norm table (when
+/// there are norm sites), a blank line, the attention table (when there are
+/// attention sites).
+pub fn audit_table(sites: &[SiteAudit], attention: &[AttentionAudit]) -> String {
+    let parts: Vec<String> = [
+        (!sites.is_empty()).then(|| table(sites)),
+        (!attention.is_empty()).then(|| attention_table(attention)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    parts.join("\n")
+}
+
+/// The whole audit as JSON, as `audit.to_json()` holds it:
+/// `{"sites": [...], "attention_sites": [...]}`.
+pub fn audit_json(sites: &[SiteAudit], attention: &[AttentionAudit]) -> String {
+    #[derive(Serialize)]
+    struct Whole<'a> {
+        sites: &'a [SiteAudit],
+        attention_sites: &'a [AttentionAudit],
+    }
+    let whole = Whole {
+        sites,
+        attention_sites: attention,
+    };
+    serde_json::to_string_pretty(&whole).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 /// The sites as JSON (an array of objects, one per site).

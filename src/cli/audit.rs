@@ -1,12 +1,14 @@
 //! `dropmc audit --activations FILE`: the audit of a model's dropout→norm
-//! sites from a capture saved by `dropmc.audit` (`Audit.save`), with the
+//! and attention-dropout sites from a capture saved by `dropmc.audit` (`Audit.save`), with the
 //! same engine, table and JSON as the Python audit (docs/audit.md).
 
 use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::audit::{DEFAULT_SAMPLES, audit_sites, npz, report};
+use crate::audit::{
+    DEFAULT_ATTENTION_SAMPLES, DEFAULT_SAMPLES, audit_attention_sites, audit_sites, npz, report,
+};
 use crate::error::Error;
 use crate::input::parse_count;
 
@@ -19,6 +21,9 @@ pub struct AuditArgs {
     /// Masks per token for the sites too wide to enumerate.
     #[arg(long, default_value_t = DEFAULT_SAMPLES, value_parser = parse_count)]
     pub samples: u64,
+    /// Draws per query, head and sampled coordinate of the attention sites' sampled check.
+    #[arg(long, default_value_t = DEFAULT_ATTENTION_SAMPLES, value_parser = parse_count)]
+    pub attention_samples: u64,
     /// Seed of the per-token streams (the Python audit's `seed`).
     #[arg(long, default_value_t = 0, value_parser = parse_count)]
     pub seed: u64,
@@ -30,11 +35,12 @@ pub struct AuditArgs {
 /// Runs `audit`.
 pub fn run(args: &AuditArgs) -> Result<ExitCode, Error> {
     let captures = npz::read_captures(&args.activations)?;
-    let audits = audit_sites(&captures, args.samples, args.seed)?;
+    let audits = audit_sites(&captures.sites, args.samples, args.seed)?;
+    let attention = audit_attention_sites(&captures.attention, args.attention_samples, args.seed)?;
     if args.json {
-        println!("{}", report::json(&audits));
+        println!("{}", report::audit_json(&audits, &attention));
     } else {
-        print!("{}", report::table(&audits));
+        print!("{}", report::audit_table(&audits, &attention));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -130,7 +130,16 @@ pub fn table_fitted(c: &Calibration, width: usize) -> String {
              distribution uniform"
                 .to_string()
         } else if flagged.is_empty() {
-            "NOT calibrated: the pooled p-values are not uniform".to_string()
+            let mut why = Vec::new();
+            if c.pooled_flagged {
+                why.push("the pooled p-values are not uniform");
+            }
+            if c.dispersion.is_some_and(|d| d.flagged) {
+                why.push(
+                    "the standardized statistics are overdispersed (standard errors too small)",
+                );
+            }
+            format!("NOT calibrated: {}", why.join("; "))
         } else {
             format!(
                 "NOT calibrated: {} flagged: {}",
