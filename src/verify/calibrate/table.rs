@@ -47,7 +47,7 @@ pub fn table_fitted(c: &Calibration, width: usize) -> String {
     }
     if let Some(d) = &c.dispersion {
         head.push_str(&format!(
-            "dispersion of the SE-standardized statistics (t-tests): sum of squared normal scores \
+            "dispersion of the SE-standardized statistics (t-tests, and two-point counts by their SE): sum of squared normal scores \
              {:.1} over {} p-values of {} components (ratio {:.3}, 1 expected), p = {}{}\n",
             d.statistic,
             d.dof,
