@@ -173,6 +173,30 @@ fn eval_ok(result: Result<EvalOutput, Error>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+#[test]
+fn a_bypass_whose_term_squares_overflow_is_an_error_not_nan() {
+    // x = h + v = (0, 0, 0, 1) is harmless, but v² overflows and p = 0
+    // makes the noise 0 · ∞ (a proptest draw once found this as NaN).
+    let max = f64::MAX;
+    let site = Site::new(
+        vec![0.0, 0.0, max, 0.0],
+        vec![(vec![0.0, 0.0, -max, 1.0], 0.0)],
+    )
+    .unwrap();
+    for result in [
+        fb::mean_of_v(&site),
+        fb::rho2(&site),
+        fb::damped(&site, 0.0),
+    ] {
+        assert!(matches!(result, Err(Error::Overflow { .. })), "{result:?}");
+    }
+    let ln = LayerNorm::plain(site.dim(), 0.0).unwrap();
+    assert!(matches!(
+        fb::corrected(&site, &ln),
+        Err(Error::Overflow { .. })
+    ));
+}
+
 fn config(cases: u32, file: &'static str) -> ProptestConfig {
     ProptestConfig {
         cases,

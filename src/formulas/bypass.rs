@@ -56,10 +56,25 @@ pub fn added_noise(site: &impl DropoutSite) -> f64 {
         .sum()
 }
 
+/// `value`, or [`Error::Overflow`] naming `what` when it is not finite:
+/// a term's squares can overflow even where the clean input `x = h + Σ v`
+/// does not (`h = MAX`, `v = −MAX`), and `p = 0` then makes the noise
+/// `0 · ∞`.
+fn finite(what: &str, value: f64) -> Result<f64, Error> {
+    if value.is_finite() {
+        Ok(value)
+    } else {
+        Err(Error::Overflow { what: what.into() })
+    }
+}
+
 /// `E[V_y] = σ² + (1 − 1/d) Σ_j (p_j/q_j) w_j` (exact).
 pub fn mean_of_v(site: &impl DropoutSite) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
-    Ok(s2 + (1.0 - 1.0 / site.dim() as f64) * added_noise(site))
+    finite(
+        "E[V] of the site",
+        s2 + (1.0 - 1.0 / site.dim() as f64) * added_noise(site),
+    )
 }
 
 /// `ρ² = v̄²/σ²` of a one-term site.
@@ -70,7 +85,10 @@ pub fn rho2(site: &impl DropoutSite) -> Result<f64, Error> {
             what: "ρ² is defined for one dropped term".into(),
         });
     };
-    Ok(v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64 / s2)
+    finite(
+        "ρ² of the site",
+        v.iter().map(|a| a * a).sum::<f64>() / v.len() as f64 / s2,
+    )
 }
 
 /// `c = sqrt((σ² + ε)/(σ² + Σ_j (p_j/q_j) w_j + ε))`; for one term at
@@ -78,7 +96,8 @@ pub fn rho2(site: &impl DropoutSite) -> Result<f64, Error> {
 pub fn damped(site: &impl DropoutSite, eps: f64) -> Result<f64, Error> {
     let (_, s2) = input_moments(&site.clean())?;
     check_eps("eps", eps)?;
-    Ok(((s2 + eps) / (s2 + added_noise(site) + eps)).sqrt())
+    let noise = finite("the site's dropout noise", added_noise(site))?;
+    Ok(((s2 + eps) / (s2 + noise + eps)).sqrt())
 }
 
 /// `c_damped = sqrt(q/(q + p ρ²))`, from `ρ²` and `p` alone.
