@@ -19,26 +19,16 @@
 use std::sync::LazyLock;
 
 use dropmc::claims::norm::{Config, NormClaim, Stat};
-use dropmc::claims::{
-    Claim, ClaimResult, Kind, Verdict, bypass, compound, layernorm, rmsnorm, second_order,
-};
+use dropmc::claims::{Claim, ClaimResult, Kind, Verdict};
 use dropmc::error::Error;
 use dropmc::ops::Subject;
 use dropmc::report::{self, DEFAULT_SEED, Report};
 
 /// The leading-order claims, first order then second order.
 static LEADING: LazyLock<Vec<&'static NormClaim>> = LazyLock::new(|| {
-    [
-        layernorm::norm_claims(),
-        rmsnorm::norm_claims(),
-        bypass::norm_claims(),
-        compound::norm_claims(),
-        second_order::norm_claims(),
-    ]
-    .into_iter()
-    .flatten()
-    .filter(|c| matches!(c.card.kind, Kind::LeadingOrder { .. }))
-    .collect()
+    dropmc::claims::norm_claims()
+        .filter(|c| matches!(c.card.kind, Kind::LeadingOrder { .. }))
+        .collect()
 });
 
 type ClosedForm = fn(&Config) -> Result<Vec<f64>, Error>;

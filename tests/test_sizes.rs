@@ -30,7 +30,7 @@
 
 use dropmc::claims::norm::{NormClaim, Stat};
 use dropmc::claims::norm_moments::statistic_skewness;
-use dropmc::claims::{Claim, bypass, compound, layernorm, registry, rmsnorm, second_order};
+use dropmc::claims::{Claim, registry};
 use dropmc::engine::Budget;
 use dropmc::formulas::dropout as f;
 use dropmc::ops::Rate;
@@ -290,16 +290,7 @@ fn batchnorm_skewness(id: &str) -> Option<Vec<f64>> {
 }
 
 fn norm_claim(id: &str) -> Option<&'static NormClaim> {
-    [
-        layernorm::norm_claims(),
-        rmsnorm::norm_claims(),
-        bypass::norm_claims(),
-        compound::norm_claims(),
-        second_order::norm_claims(),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|c| c.card.id == id)
+    dropmc::claims::norm_claims().find(|c| c.card.id == id)
 }
 
 /// Every claim outside the dropout family.

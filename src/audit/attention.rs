@@ -212,6 +212,18 @@ impl SampledCheck {
             z: (sampled - closed_form) / se,
         }
     }
+
+    /// The check of the mean of `count` sampled cells, each an estimate
+    /// and its squared standard error, against `closed_form`, their closed
+    /// forms' mean.
+    fn pooled<'a>(
+        closed_form: f64,
+        cells: impl Iterator<Item = &'a (f64, f64)> + Clone,
+        count: usize,
+    ) -> Self {
+        let sampled = cells.clone().map(|(v, _)| v).sum::<f64>() / count as f64;
+        Self::new(closed_form, sampled, cells.map(|(_, s2)| s2).sum(), count)
+    }
 }
 
 /// The audit of one attention site.
@@ -359,12 +371,7 @@ pub fn audit_attention_site(
         .sum::<f64>()
         / (n_rows * c.embed) as f64;
     let sampled_rows = per_row.iter().flat_map(|(_, (r, _))| r.iter());
-    let row_sum_check = SampledCheck::new(
-        mean_row_sum_variance,
-        sampled_rows.clone().map(|(v, _)| v).sum::<f64>() / head_rows as f64,
-        sampled_rows.map(|(_, s2)| s2).sum(),
-        head_rows,
-    );
+    let row_sum_check = SampledCheck::pooled(mean_row_sum_variance, sampled_rows, head_rows);
     let cells = n_rows * ks.len();
     let closed_on_ks = per_row
         .iter()
@@ -372,12 +379,7 @@ pub fn audit_attention_site(
         .sum::<f64>()
         / cells as f64;
     let sampled_out = per_row.iter().flat_map(|(_, (_, o))| o.iter());
-    let output_check = SampledCheck::new(
-        closed_on_ks,
-        sampled_out.clone().map(|(v, _)| v).sum::<f64>() / cells as f64,
-        sampled_out.map(|(_, s2)| s2).sum(),
-        cells,
-    );
+    let output_check = SampledCheck::pooled(closed_on_ks, sampled_out, cells);
     let mut audit = AttentionAudit {
         name: c.name.clone(),
         p: c.p,

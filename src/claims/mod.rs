@@ -38,6 +38,20 @@ pub mod semantics;
 mod verdict;
 
 pub use registry::{family_names, registry};
+
+/// Every normalization claim (layernorm, rmsnorm, bypass, compound, second
+/// order), in that order.
+pub fn norm_claims() -> impl Iterator<Item = &'static norm::NormClaim> {
+    [
+        layernorm::norm_claims(),
+        rmsnorm::norm_claims(),
+        bypass::norm_claims(),
+        compound::norm_claims(),
+        second_order::norm_claims(),
+    ]
+    .into_iter()
+    .flatten()
+}
 pub use verdict::{ClaimResult, SamplerKind, Verdict, check};
 
 use serde::Serialize;
