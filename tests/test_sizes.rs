@@ -19,12 +19,16 @@
 //! The other families: the normalization claims' quantities by their exact
 //! law over every mask of the site ([`dropmc::claims::norm_moments`]), `Var
 //! M` as the pair form over `⌊n/2⌋` pairs of the fast path's `n` masks; the
-//! BatchNorm claims from closed-form normal-mixture moments written out
-//! here case by case (both, one or neither of two passes keep the unit);
-//! the two-point attention entries exactly. A component whose law is not
-//! derived (the BatchNorm buffers, the attention row sums and output, the
-//! mask-shape variances, the ensemble gaps) is listed as such, with the
-//! default skewness it still declares, and not asserted.
+//! attention row sums and output, the mask-shape column sums and the
+//! ensemble gaps by their exact law over the masks, written out here as
+//! masked sums; the BatchNorm claims from closed-form normal-mixture
+//! moments written out here case by case (both, one or neither of two
+//! passes keep the unit), the buffers' moving averages from Gaussian
+//! quadratic forms mixed over the batch's keep count (independently of the
+//! k-statistic cumulants the claims use); the two-point attention entries
+//! and the shared-mask column variance exactly. Every component has a size
+//! and every one is asserted; a second test checks that each claim declares
+//! the skewness derived here.
 //!
 //! No sampling: nothing here spends false-alarm budget.
 
@@ -39,8 +43,8 @@ use dropmc::stats::{
     linearized_ratio_skewness, two_point_mean_t_size, two_point_variance_t_size,
 };
 
-/// One row of the list: claim, component, budget, size / α (`None`: the
-/// law is not derived, nothing asserted).
+/// One row of the list: claim, component, budget, size / α (`None`: no
+/// law derived, which fails the test).
 struct Row {
     id: &'static str,
     component: usize,
@@ -255,11 +259,94 @@ fn bn_channel_skewness(mu: f64, sigma: f64, p: f64) -> f64 {
     skew(cumulants(e(0), e(1), e(2)))
 }
 
-/// Per component, the skewness of the BatchNorm claims whose law is derived.
+/// `[mean, variance, third central moment]` of `L = α k₁ + β k₂` of one
+/// batch of [`BATCH`](dropmc::claims::batchnorm::BATCH) dropped-out
+/// examples of channel `N(μ, σ²)`, without k-statistics: given `K` kept
+/// units (by exchangeability the first `K`), the batch is a Gaussian vector
+/// `z ~ N(b, Σ)` with `b_i = μ/q`, `Σ_ii = σ²/q²` on the kept units and 0
+/// elsewhere, and `L = zᵀ A z + aᵀ z` with `A = β (I − J/B)/(B − 1)`,
+/// `a = α 1/B`, a Gaussian quadratic form whose cumulants are
+/// `κ₁ = tr(AΣ) + bᵀAb + aᵀb` and, for `r ≥ 2`,
+/// `κ_r = 2^{r−1} (r − 1)! [tr((AΣ)^r) + (r/4) ãᵀ Σ (AΣ)^{r−2} ã]`,
+/// `ã = a + 2Ab` (noncentral χ²: `2^{r−1}(r − 1)!(k + rλ)`). The raw
+/// moments given `K` are mixed over `K ~ Binomial(B, q)`.
+fn bn_batch_combination(mu: f64, sigma: f64, p: f64, alpha: f64, beta: f64) -> [f64; 3] {
+    use dropmc::claims::batchnorm::BATCH;
+    use nalgebra::{DMatrix, DVector};
+    let (b_len, q) = (BATCH, 1.0 - p);
+    let centring =
+        DMatrix::identity(b_len, b_len) - DMatrix::from_element(b_len, b_len, 1.0 / b_len as f64);
+    let a_mat = centring * (beta / (b_len as f64 - 1.0));
+    let a_vec = DVector::from_element(b_len, alpha / b_len as f64);
+    let mut raw = [0.0; 3];
+    let mut weight = p.powi(b_len as i32);
+    for kept in 0..=b_len {
+        let mean = DVector::from_fn(b_len, |i, _| if i < kept { mu / q } else { 0.0 });
+        let cov = DMatrix::from_fn(b_len, b_len, |i, j| {
+            if i == j && i < kept {
+                sigma * sigma / (q * q)
+            } else {
+                0.0
+            }
+        });
+        let a_sigma = &a_mat * &cov;
+        let tilde = &a_vec + 2.0 * &a_mat * &mean;
+        let k1 = a_sigma.trace() + mean.dot(&(&a_mat * &mean)) + a_vec.dot(&mean);
+        let k2 = 2.0 * (a_sigma.clone() * &a_sigma).trace() + tilde.dot(&(&cov * &tilde));
+        let k3 = 8.0
+            * ((&a_sigma * &a_sigma * &a_sigma).trace()
+                + 0.75 * tilde.dot(&(&cov * &a_sigma * &tilde)));
+        let conditional = [k1, k2 + k1 * k1, k3 + 3.0 * k2 * k1 + k1 * k1 * k1];
+        for (r, c) in raw.iter_mut().zip(conditional) {
+            *r += weight * c;
+        }
+        // P(K = kept + 1) = P(K = kept) (B − kept)/(kept + 1) · q/p.
+        weight *= (b_len - kept) as f64 / (kept + 1) as f64 * q / p;
+    }
+    cumulants(raw[0], raw[1], raw[2])
+}
+
+/// The skewness of `Σ_s w_s L_s`, `w_s = m (1 − m)^{t−s}`, over the
+/// claims' `t` independent batches: cumulants add with `w_s^r`.
+fn bn_ema_skewness(one_batch: [f64; 3]) -> f64 {
+    use dropmc::claims::batchnorm::{MOMENTUM, STEPS};
+    let weights: Vec<f64> = (0..STEPS)
+        .map(|s| MOMENTUM * (1.0 - MOMENTUM).powi(s as i32))
+        .collect();
+    let (s2, s3): (f64, f64) = (
+        weights.iter().map(|w| w * w).sum(),
+        weights.iter().map(|w| w * w * w).sum(),
+    );
+    one_batch[2] * s3 / (one_batch[1] * s2).powf(1.5)
+}
+
+/// Per component, the skewness of the BatchNorm claims.
 fn batchnorm_skewness(id: &str) -> Option<Vec<f64>> {
-    use dropmc::claims::batchnorm::{MU, P, SIGMA};
+    use dropmc::claims::batchnorm::{MOMENTUM, MU, P, SIGMA, STEPS};
     let chi2 = [1.0, 2.0, 8.0];
+    let channels = || MU.iter().zip(&SIGMA).map(|(&m, &s)| (m, s));
     match id {
+        // rm_t: the moving average of batch means; rv_t: of unbiased batch
+        // variances. Exact.
+        "batchnorm.running_stats" => Some(
+            channels()
+                .map(|(m, s)| bn_ema_skewness(bn_batch_combination(m, s, P, 1.0, 0.0)))
+                .chain(
+                    channels()
+                        .map(|(m, s)| bn_ema_skewness(bn_batch_combination(m, s, P, 0.0, 1.0))),
+                )
+                .collect(),
+        ),
+        // q rv_t − p rm_t², linearized at a = E rm_t (leading order, as
+        // the claim declares): the average of q k₂ − 2 p a k₁.
+        "batchnorm.fold_buffers" => Some(
+            channels()
+                .map(|(m, s)| {
+                    let a = (1.0 - (1.0 - MOMENTUM).powi(STEPS as i32)) * m;
+                    bn_ema_skewness(bn_batch_combination(m, s, P, -2.0 * P * a, 1.0 - P))
+                })
+                .collect(),
+        ),
         "batchnorm.train_input" => {
             let means = MU
                 .iter()
@@ -287,6 +374,68 @@ fn batchnorm_skewness(id: &str) -> Option<Vec<f64>> {
         "batchnorm.variance_shift" => Some(vec![skew(chi2); 2 * MU.len()]),
         _ => None,
     }
+}
+
+/// The size of a mean test of a draw with central moments `law` at `n`
+/// draws: the plain mean's, or for a variance claim the larger of the fast
+/// path's single-draw sample variance and the generic path's pair form over
+/// `n` pairs (an implementation's two passes per draw).
+fn masked_sum_size(law: CentralMoments, n: u64, variance: bool) -> f64 {
+    if variance {
+        cramer_ratio(law.sample_variance_skewness(), n)
+            .max(cramer_ratio(law.pair_form_skewness(), n))
+    } else {
+        cramer_ratio(law.skewness(), n)
+    }
+}
+
+/// The exact laws of the attention, mask-shape and ensemble statistics that
+/// are masked sums or functions of one: per component the draw's central
+/// moments, and whether the claim is on its variance.
+fn masked_sum_laws(id: &str) -> Option<(Vec<CentralMoments>, bool)> {
+    use dropmc::claims::{attention as at, ensemble as en, mask_shape as ms};
+    use dropmc::formulas::ensemble as fe;
+    let attention_output: Vec<f64> = at::A.iter().zip(&at::V).map(|(a, v)| a * v).collect();
+    let column = |k: usize| -> Vec<f64> { ms::X.iter().skip(k).step_by(ms::D).copied().collect() };
+    let gap = |g: &dyn Fn(&[f64]) -> f64| {
+        let q = 1.0 - en::P;
+        let d = en::X.len();
+        let law: Vec<(f64, f64)> = (0u32..1 << d)
+            .map(|bits| {
+                let kept = bits.count_ones() as i32;
+                let z: Vec<f64> = (0..d)
+                    .map(|k| {
+                        if bits >> k & 1 == 1 {
+                            en::X[k] / q
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                (
+                    q.powi(kept) * en::P.powi(d as i32 - kept),
+                    g(&z) - g(&en::X),
+                )
+            })
+            .collect();
+        vec![CentralMoments::of_law(law.into_iter())]
+    };
+    Some(match id {
+        // R = Σ m_i a_i / q and o = Σ m_i a_i v_i / q: masked sums.
+        "attention.row_sum_mean" => (vec![sum_moments(&at::A, at::P)], false),
+        "attention.row_sum_variance" => (vec![sum_moments(&at::A, at::P)], true),
+        "attention.output_mean" => (vec![sum_moments(&attention_output, at::P)], false),
+        "attention.output_variance" => (vec![sum_moments(&attention_output, at::P)], true),
+        // S_k = Σ_t m_tk x_tk / q over the column's T independent bits.
+        "mask_shape.independent_variance" => (
+            (0..ms::D).map(|k| sum_moments(&column(k), ms::P)).collect(),
+            true,
+        ),
+        "ensemble.affine_gap" => (gap(&|z| fe::affine(&en::W, en::C, z)), false),
+        "ensemble.relu_gap" => (gap(&|z| fe::relu_affine(&en::W, en::C, z)), false),
+        "ensemble.logsumexp_gap" => (gap(&fe::log_sum_exp), false),
+        _ => return None,
+    })
 }
 
 fn norm_claim(id: &str) -> Option<&'static NormClaim> {
@@ -325,7 +474,19 @@ fn other_sizes() -> Vec<Row> {
                     push(k, n, Some(size), "exact binomial, enumerated");
                 }
             }
-            Statistic::ScaledCount { .. } => unreachable!("{id}: a dropout statistic"),
+            // mask_shape.shared_variance: S_k is one unit carrying the
+            // feature's total, its pair form a scaled count.
+            Statistic::ScaledCount { keep } => {
+                let n = n.max(claim.statistic().on_generic_path().min_samples());
+                for k in 0..analytic.len() {
+                    push(
+                        k,
+                        n,
+                        Some(binomial_test_size(n, keep) / alpha),
+                        "exact binomial, enumerated",
+                    );
+                }
+            }
             Statistic::Mean { skewness } => {
                 if let Some(norm) = norm_claim(id) {
                     let config = norm.configuration().unwrap();
@@ -352,6 +513,19 @@ fn other_sizes() -> Vec<Row> {
                             "student-t, Cramér bound, normal-mixture moments",
                         );
                     }
+                } else if let Some((laws, variance)) = masked_sum_laws(id) {
+                    for (k, law) in laws.into_iter().enumerate() {
+                        push(
+                            k,
+                            n,
+                            Some(masked_sum_size(law, n, variance)),
+                            if variance {
+                                "sample variance or pair form, Cramér bound, exact law"
+                            } else {
+                                "student-t, Cramér bound, exact law over masks"
+                            },
+                        );
+                    }
                 } else if id == "attention.entry_mean" {
                     // b_i = a_i/q or 0, keep probability q = 1/2.
                     let keep = 1.0 - dropmc::claims::attention::P;
@@ -366,7 +540,7 @@ fn other_sizes() -> Vec<Row> {
                 } else {
                     let _ = skewness;
                     for k in 0..analytic.len() {
-                        push(k, n, None, "law not derived; declares the default 2√2");
+                        push(k, n, None, "law not derived");
                     }
                 }
             }
@@ -458,15 +632,54 @@ fn every_component_of_the_other_families_has_size_at_most_two_alpha_at_its_minim
         );
     }
     for r in &rows {
-        if let Some(size) = r.size_over_alpha {
-            assert!(
-                size <= MEAN_SIZE_FACTOR,
-                "{} {}: {size}\n{text}",
-                r.id,
-                r.component
-            );
-        }
+        let size = r.size_over_alpha;
+        assert!(
+            size.is_some_and(|s| s <= MEAN_SIZE_FACTOR),
+            "{} {}: {size:?}\n{text}",
+            r.id,
+            r.component
+        );
     }
+}
+
+#[test]
+fn the_claims_declare_the_skewness_derived_here_independently() {
+    // Each claim computes its declaration its own way (the library's mask
+    // enumeration, or k-statistic cumulants for the BatchNorm buffers);
+    // here the laws are written out again (masked sums, Gaussian quadratic
+    // forms over the keep count). Both are sums of at most 2¹² terms, or
+    // traces of 16 × 16 products, of a few roundings each: 10⁵ roundings
+    // of the skewness bound either side.
+    let mut compared = Vec::new();
+    for claim in registry() {
+        let id = claim.id();
+        let derived = if let Some((laws, variance)) = masked_sum_laws(id) {
+            laws.iter()
+                .map(|law| {
+                    if variance {
+                        law.variance_skewness_on_either_path()
+                    } else {
+                        law.skewness().abs()
+                    }
+                })
+                .fold(0.0, f64::max)
+        } else if let Some(per) = batchnorm_skewness(id) {
+            per.iter().fold(0.0, |m: f64, g| m.max(g.abs()))
+        } else {
+            continue;
+        };
+        compared.push(id);
+        let Statistic::Mean { skewness } = claim.statistic() else {
+            panic!("{id}: {:?}", claim.statistic());
+        };
+        let tol = 2.0 * dropmc::tolerance::bound(1e5, derived);
+        assert!(
+            (skewness - derived).abs() <= tol,
+            "{id}: declares {skewness}, derived {derived}"
+        );
+    }
+    // 4 attention, 1 mask-shape, 3 ensemble and the 5 BatchNorm claims.
+    assert_eq!(compared.len(), 13, "{compared:?}");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! statistics `(R − R')²/2`. On the mathematics every claim uses the
 //! bit-mask estimators of [`crate::fast::attention_row`] (one mask per
 //! sample; variances as sample variances, [`crate::fast::PowerSums`]).
+//! Each claim's mean test declares the skewness of the estimator it runs,
+//! from the exact law over the 8 masks.
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
@@ -17,12 +19,12 @@ use super::fn_claim::{
 use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
-use crate::exact::{Oracle, enumerate_masks};
+use crate::exact::{Oracle, enumerate_masks, mask_moments};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::{Statistic, two_point_skewness};
+use crate::stats::{DEFAULT_SKEWNESS, Statistic, two_point_skewness};
 
 /// The seed's attention row.
 pub const A: [f64; 3] = [0.2, 0.3, 0.5];
@@ -61,17 +63,61 @@ pub fn support_index(r: f64) -> Option<usize> {
         .position(|s| (r - s).abs() <= 16.0 * f64::EPSILON)
 }
 
-/// `E[g(b)]` over the 8 masks, with `b_i = m_i a_i / q`.
+/// The dropped-out row of one mask: `b_i = m_i a_i / q`.
+fn masked_row(mask: &[bool], q: f64) -> [f64; 3] {
+    let mut b = [0.0; 3];
+    for ((b, a), &m) in b.iter_mut().zip(&A).zip(mask) {
+        *b = if m { a / q } else { 0.0 };
+    }
+    b
+}
+
+/// `E[g(b)]` over the 8 masks.
 fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
     let q = rate()?.q();
     enumerate_masks(A.len(), rate()?, dim, |mask, out| {
-        let b: Vec<f64> = A
-            .iter()
-            .zip(mask)
-            .map(|(a, &m)| if m { a / q } else { 0.0 })
-            .collect();
-        g(&b, out);
+        g(&masked_row(mask, q), out)
     })
+}
+
+/// The scalar of a row the claims on sums average: the row sum `R` or
+/// the output `o`.
+#[derive(Clone, Copy)]
+enum RowScalar {
+    Sum,
+    Output,
+}
+
+/// What a claim on `R` or `o` estimates: its mean, or its variance.
+#[derive(Clone, Copy)]
+enum Moment {
+    Mean,
+    Variance,
+}
+
+/// The statistic a claim on `R` or `o` declares, from the scalar's exact
+/// law over the 8 masks ([`mask_moments`]): its skewness for the mean (a
+/// plain mean on both paths); for the variance the larger of the
+/// single-draw sample variance's (the fast path) and the pair form's (an
+/// implementation's two passes),
+/// [`crate::stats::CentralMoments::variance_skewness_on_either_path`].
+/// The default skewness only if the enumeration fails (then the oracle
+/// fails too, and the claim with it).
+fn row_scalar_statistic(scalar: RowScalar, moment: Moment) -> Statistic {
+    let moments = rate().and_then(|r| {
+        mask_moments(A.len(), r, 1, |mask, out| {
+            let b = masked_row(mask, r.q());
+            out[0] = match scalar {
+                RowScalar::Sum => b.iter().sum(),
+                RowScalar::Output => f::output_mean(&b, &V),
+            };
+        })
+    });
+    let skewness = moments.map_or(DEFAULT_SKEWNESS, |m| match moment {
+        Moment::Mean => m[0].skewness().abs(),
+        Moment::Variance => m[0].variance_skewness_on_either_path(),
+    });
+    Statistic::Mean { skewness }
 }
 
 // A data table: the row sum R and the output o are both scalar functions of
@@ -105,7 +151,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 "E[R] = sum_i a_i = 1",
                 Shape::Scalar,
                 400_000,
-            ),
+            )
+            .with_statistic(row_scalar_statistic(RowScalar::Sum, Moment::Mean)),
             analytic: || Ok(vec![f::row_sum_mean(&A)]),
             oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
             estimate: |s, b| {
@@ -123,7 +170,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 "Var R = (p/q) sum_i a_i^2 = 0.38",
                 Shape::Scalar,
                 400_000,
-            ),
+            )
+            .with_statistic(row_scalar_statistic(RowScalar::Sum, Moment::Variance)),
             analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
             oracle: Some(|| {
                 Ok(oracle(2, |b, out| {
@@ -180,7 +228,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 "v=(1,-2,3): E[o] = sum_i a_i v_i",
                 Shape::Scalar,
                 400_000,
-            ),
+            )
+            .with_statistic(row_scalar_statistic(RowScalar::Output, Moment::Mean)),
             analytic: || Ok(vec![f::output_mean(&A, &V)]),
             oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
             estimate: |s, b| {
@@ -198,7 +247,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 "Var o = (p/q) sum_i a_i^2 v_i^2",
                 Shape::Scalar,
                 400_000,
-            ),
+            )
+            .with_statistic(row_scalar_statistic(RowScalar::Output, Moment::Variance)),
             analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
             oracle: Some(|| {
                 Ok(oracle(2, |b, out| {

@@ -184,9 +184,7 @@ fn unit_statistic() -> Statistic {
 /// [`crate::stats::two_point_skewness`]`(2pq)` = 0.32 at `p = 0.3` on the generic path).
 /// The fast path runs the same pair form ([`fast::unit_pair_variances`]).
 fn unit_half_square_statistic() -> Statistic {
-    Statistic::ScaledCount {
-        keep: 2.0 * UNIT_P * (1.0 - UNIT_P),
-    }
+    Statistic::unit_pair_form(UNIT_P)
 }
 
 fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
@@ -388,11 +386,7 @@ fn sum_skewness(x: &[f64], p: f64) -> f64 {
 /// claim declares the larger of the two, so its minimum budget holds on
 /// both paths.
 fn sum_variance_skewness(x: &[f64], p: f64) -> f64 {
-    let moments = sum_moments(x, p);
-    moments
-        .sample_variance_skewness()
-        .abs()
-        .max(moments.pair_form_skewness().abs())
+    sum_moments(x, p).variance_skewness_on_either_path()
 }
 
 /// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its

@@ -13,12 +13,13 @@ use super::fn_claim::{FastFn, dropout_alone_family, sample_means};
 use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
-use crate::exact::{Oracle, enumerated_gap};
+use crate::exact::{Oracle, enumerated_gap, gap_moments};
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::Estimate;
+use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
+use std::sync::OnceLock;
 
 /// The input, `d = 6`.
 pub const X: [f64; 6] = [0.8, -0.4, 1.2, 0.3, -1.0, 0.6];
@@ -83,11 +84,31 @@ pub struct GapClaim {
     pub curvature: Curvature,
     /// The bit-mask estimator of [`crate::fast::ensemble`].
     pub fast: FastFn,
+    /// The skewness its mean test declares, computed once
+    /// ([`GapClaim::declared_skewness`]).
+    pub skewness: OnceLock<f64>,
+}
+
+impl GapClaim {
+    /// The skewness of the per-draw gap `g(z) − g(x)`, the statistic both
+    /// paths average, from its exact law over the 64 masks
+    /// ([`gap_moments`]); the default [`DEFAULT_SKEWNESS`] only if that
+    /// enumeration fails (then the claim's closed form or oracle fails
+    /// too, and the claim with it).
+    pub fn declared_skewness(&self) -> f64 {
+        *self.skewness.get_or_init(|| {
+            rate()
+                .and_then(|r| gap_moments(&X, r, self.g))
+                .map_or(DEFAULT_SKEWNESS, |m| m.skewness().abs())
+        })
+    }
 }
 
 impl Claim for GapClaim {
     fn card(&self) -> Card {
-        self.card
+        self.card.with_statistic(Statistic::Mean {
+            skewness: self.declared_skewness(),
+        })
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         match self.curvature {
@@ -129,6 +150,7 @@ static CLAIMS: [GapClaim; 3] = [
         ),
         g: affine,
         curvature: Curvature::Affine,
+        skewness: OnceLock::new(),
         fast: |b| Ok(vec![fast::gap(&fast::affine_gap_kernel(&X, &W, C, P)?, b)?]),
     },
     GapClaim {
@@ -141,6 +163,7 @@ static CLAIMS: [GapClaim; 3] = [
         ),
         g: relu,
         curvature: Curvature::Convex,
+        skewness: OnceLock::new(),
         fast: |b| Ok(vec![fast::gap(&fast::relu_gap_kernel(&X, &W, C, P)?, b)?]),
     },
     GapClaim {
@@ -153,6 +176,7 @@ static CLAIMS: [GapClaim; 3] = [
         ),
         g: f::log_sum_exp,
         curvature: Curvature::Convex,
+        skewness: OnceLock::new(),
         fast: |b| Ok(vec![fast::gap(&fast::log_sum_exp_gap_kernel(&X, P)?, b)?]),
     },
 ];

@@ -1,8 +1,11 @@
 //! The mask-shape family: independent versus shared-over-positions masks on
 //! a `4 × 3` block. Derivations: [`crate::formulas::mask_shape`]. Oracles
 //! enumerate all masks (2^12 independent, 2^3 shared). On the mathematics
-//! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]
-//! (one mask per sample, the variances as sample variances).
+//! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]:
+//! one mask per sample, the independent variance as a sample variance (its
+//! test declares that estimator's skewness from the exact law), the shared
+//! variance as the pair form of one unit carrying the feature's total (a
+//! scaled count, tested exactly).
 
 use super::fn_claim::{
     FnClaim, dropout_alone_family, half_squared_difference, indicator, sample_means,
@@ -10,12 +13,12 @@ use super::fn_claim::{
 use super::{Card, Shape};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
-use crate::exact::{Oracle, enumerate_masks};
+use crate::exact::{Oracle, enumerate_masks, mask_moments};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::Statistic;
+use crate::stats::{DEFAULT_SKEWNESS, Statistic};
 
 /// Positions `T`.
 pub const T: usize = 4;
@@ -82,25 +85,58 @@ fn zero_column_draw(
     Ok(())
 }
 
+/// The mask bits of a shape: one per entry (independent), one per feature
+/// broadcast to every row (shared).
+fn mask_bits(shared: bool) -> usize {
+    if shared { D } else { T * D }
+}
+
+/// The column sums `S_k = Σ_t m_tk x_tk / q` of one mask.
+fn masked_column_sums(mask: &[bool], shared: bool, q: f64) -> [f64; D] {
+    let mut s = [0.0; D];
+    for (i, x) in X.iter().enumerate() {
+        let m = if shared { mask[i % D] } else { mask[i] };
+        if m {
+            s[i % D] += x / q;
+        }
+    }
+    s
+}
+
 /// Var S_k by enumeration: the independent case over all `T·d` masks, the
 /// shared case over `d` feature masks broadcast to every row.
 fn variance_oracle(shared: bool) -> Result<Oracle, Error> {
     let q = rate()?.q();
-    let bits = if shared { D } else { T * D };
-    let raw = enumerate_masks(bits, rate()?, 2 * D, |mask, out| {
-        let mut s = [0.0; D];
-        for (i, x) in X.iter().enumerate() {
-            let m = if shared { mask[i % D] } else { mask[i] };
-            if m {
-                s[i % D] += x / q;
-            }
-        }
+    let raw = enumerate_masks(mask_bits(shared), rate()?, 2 * D, |mask, out| {
+        let s = masked_column_sums(mask, shared, q);
         for k in 0..D {
             out[k] = s[k];
             out[D + k] = s[k] * s[k];
         }
     })?;
     Ok(raw.variances())
+}
+
+/// The statistic `mask_shape.independent_variance` declares: each column
+/// sum is a masked sum of `T` entries (16 values), and the fast path runs
+/// its single-draw sample variance, an implementation the pair form of two
+/// passes; the larger skewness of the two over the three columns, from the
+/// exact law over the `2^{T·d}` masks ([`mask_moments`],
+/// [`crate::stats::CentralMoments::variance_skewness_on_either_path`]).
+/// The default skewness only if the enumeration fails (then the oracle
+/// fails too, and the claim with it).
+fn independent_variance_statistic() -> Statistic {
+    let moments = rate().and_then(|r| {
+        mask_moments(mask_bits(false), r, D, |mask, out| {
+            out.copy_from_slice(&masked_column_sums(mask, false, r.q()))
+        })
+    });
+    let skewness = moments.map_or(DEFAULT_SKEWNESS, |per| {
+        per.iter()
+            .map(|m| m.variance_skewness_on_either_path())
+            .fold(0.0, f64::max)
+    });
+    Statistic::Mean { skewness }
 }
 
 fn zero_column_oracle(shared: bool) -> Result<Oracle, Error> {
@@ -165,7 +201,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
                 Shape::Vector,
                 200_000,
-            ),
+            )
+            .with_statistic(independent_variance_statistic()),
             analytic: || Ok(f::independent_variance(&X, D, rate()?)),
             oracle: Some(|| variance_oracle(false)),
             estimate: |s, b| {
@@ -182,7 +219,10 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
                 Shape::Vector,
                 200_000,
-            ),
+            )
+            // S_k is one unit carrying the feature's total: its pair form is
+            // a scaled count, on both paths.
+            .with_statistic(Statistic::unit_pair_form(P)),
             analytic: || Ok(f::shared_variance(&X, D, rate()?)),
             oracle: Some(|| variance_oracle(true)),
             estimate: |s, b| {
@@ -190,7 +230,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                     variance_draw(s, MaskShape::SharedOverPositions, rng, out)
                 })
             },
-            fast: Some(|b| fast::column_sum_variances::<D>(&X, T, true, P, b)),
+            fast: Some(|b| fast::shared_column_pair_variances::<D>(&X, T, P, b)),
         },
         FnClaim {
             card: Card::new(

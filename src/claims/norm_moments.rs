@@ -5,12 +5,13 @@
 //! The quantity is what one draw contributes before averaging: `M`, `V`,
 //! `R²`, or unit `k` of the norm's output; for `Var M` the draw is the pair
 //! form `(M − M′)²/2` of two independent masks, whose skewness follows from
-//! `M`'s central moments ([`CentralMoments::pair_form_skewness`]). Two
-//! passes: the means, then the central powers `2 … 6` about them.
+//! `M`'s central moments ([`CentralMoments::pair_form_skewness`]). The
+//! moments come from two passes of the enumeration
+//! ([`central_moments_by`]).
 
 use super::norm::{Config, Stat};
 use crate::error::Error;
-use crate::exact::{Pipeline, site_expectation};
+use crate::exact::{Pipeline, central_moments_by, site_expectation};
 use crate::ops::mean_and_variance;
 use crate::stats::CentralMoments;
 
@@ -35,32 +36,11 @@ pub fn quantity_moments(config: &Config, stat: Stat) -> Result<Vec<CentralMoment
         _ => 1,
     };
     let mut tmp = vec![0.0; d];
-    let mut value = vec![0.0; dim];
-    let means = site_expectation(&config.site, dim, |y, out| {
-        quantity(config, stat, y, &mut tmp, out)
-    })?
-    .values;
-    let powers = site_expectation(&config.site, 5 * dim, |y, out| {
-        quantity(config, stat, y, &mut tmp, &mut value);
-        for (k, (v, m)) in value.iter().zip(&means).enumerate() {
-            let c = v - m;
-            let mut power = c;
-            for r in 0..5 {
-                power *= c;
-                out[r * dim + k] = power;
-            }
-        }
-    })?
-    .values;
-    Ok((0..dim)
-        .map(|k| CentralMoments {
-            m2: powers[k],
-            m3: powers[dim + k],
-            m4: powers[2 * dim + k],
-            m5: powers[3 * dim + k],
-            m6: powers[4 * dim + k],
-        })
-        .collect())
+    central_moments_by(
+        dim,
+        |y: &[f64], out: &mut [f64]| quantity(config, stat, y, &mut tmp, out),
+        |dim, f| site_expectation(&config.site, dim, f),
+    )
 }
 
 /// Per component, the skewness of the statistic the claim's estimator

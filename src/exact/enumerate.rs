@@ -191,10 +191,15 @@ pub fn enumerated_gap(
     let gx = g(x);
     let mut z = vec![0.0; x.len()];
     let o = enumerate_masks(x.len(), rate, 1, |mask, out| {
-        for ((zk, &m), &a) in z.iter_mut().zip(mask).zip(x) {
-            *zk = if m { a / rate.q() } else { 0.0 };
-        }
+        dropped_out(mask, x, rate, &mut z);
         out[0] = g(&z) - gx;
     })?;
     Ok((o.values[0], o.rounding[0]))
+}
+
+/// The inverted-dropout output of one mask: `z_k = m_k x_k / q`.
+pub(super) fn dropped_out(mask: &[bool], x: &[f64], rate: Rate, z: &mut [f64]) {
+    for ((zk, &m), &a) in z.iter_mut().zip(mask).zip(x) {
+        *zk = if m { a / rate.q() } else { 0.0 };
+    }
 }

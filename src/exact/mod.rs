@@ -2,6 +2,7 @@
 
 mod enumerate;
 mod grouped;
+mod moments;
 mod norm;
 
 pub use enumerate::{
@@ -9,4 +10,5 @@ pub use enumerate::{
     unit_expectation, variance_from_moments,
 };
 pub use grouped::{MAX_GROUPED_TERMS, NEGLIGIBLE_WEIGHT, binomial_weights, enumerate_counts};
+pub use moments::{central_moments_by, gap_moments, mask_moments};
 pub use norm::{Pipeline, grouped_pipeline, site_expectation, site_pipeline};

@@ -81,6 +81,21 @@ pub fn column_sum_variances<const D: usize>(
         .collect())
 }
 
+/// `Var S_k` under masks shared over positions, in the pair form the
+/// claim declares: `S_k = m_k (Σ_t x_tk) / q` is one dropped-out unit
+/// carrying the feature's total, so `(S_k − S′_k)²/2` is a scaled count
+/// of discordant pairs ([`super::dropout::unit_pair_variances`] on the
+/// totals).
+pub fn shared_column_pair_variances<const D: usize>(
+    x: &[f64],
+    positions: usize,
+    p: f64,
+    budget: Budget,
+) -> Result<Vec<Estimate>, Error> {
+    check_len("x", x, positions * D)?;
+    super::dropout::unit_pair_variances(&feature_totals::<D>(x), p, budget)
+}
+
 /// The kernel counting, per feature, the masks whose column is all dropped.
 pub fn zero_column_kernel(
     positions: usize,

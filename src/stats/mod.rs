@@ -2,6 +2,7 @@
 //! minimum budgets, and the suite-wide false-alarm budget.
 
 mod accumulator;
+mod batch_cumulants;
 mod binomial;
 mod exact_size;
 mod family;
@@ -11,6 +12,7 @@ mod statistic;
 mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
+pub use batch_cumulants::{BatchCumulants, ema_skewness};
 pub use binomial::{
     BinomialTest, binomial_mid_p, binomial_test, proportion_mid_p, proportion_test,
 };

@@ -61,15 +61,15 @@
 //! the null, for the estimator its sampler actually computes, from the
 //! claim's exact moments ([`super::CentralMoments`]: a plain mean, the pair
 //! form `(t − t′)²/2`, the single-draw sample variance;
-//! [`two_point_skewness`] for a statistic with two values). The dropout,
-//! normalization and BatchNorm (`train_input`, `li2018`, `variance_shift`)
-//! claims declare theirs so; `tests/test_sizes.rs` lists every component's
-//! size at its claim's minimum budget. The default, [`DEFAULT_SKEWNESS`]
-//! `= 2√2`, is that of `χ²₁` (the pair form of a normal statistic); it is
-//! *not* an upper bound (`batchnorm.li2018`'s pair form at `p = 0.5` has
-//! 3.97), and the claims still on it (the BatchNorm buffers, the attention
-//! row sums and output, the mask-shape variances, the ensemble gaps) are
-//! listed there as not derived. It gives `n_min = 37 489`.
+//! [`super::BatchCumulants`] for moving averages of batch statistics;
+//! [`two_point_skewness`] for a statistic with two values). Every mean
+//! claim of the registry declares its own so; `tests/test_sizes.rs` derives
+//! each declaration again independently and lists every component's size
+//! at its claim's minimum budget. The default, [`DEFAULT_SKEWNESS`]
+//! `= 2√2`, is that of `χ²₁` (the pair form of a normal statistic), what a
+//! claim declaring nothing is taken to have; it is *not* an upper bound
+//! (`batchnorm.li2018`'s pair form at `p = 0.5` has 3.97). It gives
+//! `n_min = 37 489`.
 
 use serde::Serialize;
 
@@ -189,6 +189,16 @@ impl Statistic {
                 self
             }
             other => other.on_generic_path(),
+        }
+    }
+
+    /// The pair form `(z − z′)²/2` of two independent passes over one unit
+    /// dropped at rate `p` (or a sum under one shared mask bit): `c` when
+    /// exactly one pass keeps it (probability `2pq`), 0 otherwise, a scaled
+    /// count with `keep = 2pq`.
+    pub fn unit_pair_form(p: f64) -> Statistic {
+        Statistic::ScaledCount {
+            keep: 2.0 * p * (1.0 - p),
         }
     }
 
