@@ -53,7 +53,12 @@ fn dropout_components() -> u64 {
 fn the_file_stays_within_its_budget() {
     let n = dropout_components() + 1;
     assert!(n <= CANDLE_ASSERTION_BUDGET, "{n} assertions");
-    assert!(n as f64 * assertion_alpha() <= 1e-8);
+    // The module docs' chance of a false failure, 10⁻⁸: the file's share
+    // FAMILY_ALPHA · CANDLE_ASSERTION_BUDGET / SUITE_ASSERTION_BUDGET
+    // of the suite's rate (each side two roundings).
+    let share = dropmc::stats::FAMILY_ALPHA * CANDLE_ASSERTION_BUDGET as f64
+        / dropmc::stats::SUITE_ASSERTION_BUDGET as f64;
+    assert!(n as f64 * assertion_alpha() <= share + dropmc::tolerance::bound(4.0, share));
 }
 
 #[test]

@@ -57,7 +57,15 @@ const _: () = assert!(ASSERTIONS <= FRAMEWORK_NORM_ASSERTION_BUDGET);
 
 #[test]
 fn the_file_stays_within_its_budget() {
-    assert!(FRAMEWORK_NORM_ASSERTION_BUDGET as f64 * assertion_alpha() <= 1e-8);
+    // The module docs' chance of a false failure, 10⁻⁸: the file's share
+    // FAMILY_ALPHA · FRAMEWORK_NORM_ASSERTION_BUDGET / SUITE_ASSERTION_BUDGET
+    // of the suite's rate (each side two roundings).
+    let share = dropmc::stats::FAMILY_ALPHA * FRAMEWORK_NORM_ASSERTION_BUDGET as f64
+        / dropmc::stats::SUITE_ASSERTION_BUDGET as f64;
+    assert!(
+        FRAMEWORK_NORM_ASSERTION_BUDGET as f64 * assertion_alpha()
+            <= share + dropmc::tolerance::bound(4.0, share)
+    );
 }
 
 const SEED: u64 = 1;
@@ -522,7 +530,9 @@ mod burn {
             let biased = window_mean(1.0, (n - 1.0) / n * v);
             let unbiased = window_mean(1.0, v);
             let (rv, rm) = (est[k], est[configs + k]);
-            assert!(rv.stderr > 1e-4 * biased, "SE {} too small", rv.stderr);
+            // Sampled buffers spread: a zero SE would turn the test below
+            // into an exact comparison.
+            assert!(rv.stderr > 0.0, "SE {} of a sampled buffer", rv.stderr);
             let test = z_test(rv, biased);
             assert!(
                 !test.rejected,

@@ -88,7 +88,8 @@ mod tests {
     #[test]
     fn the_law_sums_to_one_and_the_binomial_test_keeps_its_level() {
         let total = size_over_counts(1750, 0.42, |_| true);
-        assert!((total - 1.0).abs() < 1e-9, "{total}");
+        let slack = super::super::binomial::tail_rounding(1750);
+        assert!((total - 1.0).abs() <= slack, "{total}");
         for (n, r) in [(1, 0.7), (1750, 0.42), (3571, 0.7)] {
             assert!(binomial_test_size(n, r) <= assertion_alpha(), "{n} {r}");
         }
