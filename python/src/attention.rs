@@ -137,6 +137,8 @@ fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
     if rate.p() == 0.0 {
         return Vec::new();
     }
+    // The output o = Σ_i b_i v_i is the inverted-dropout sum of a_i v_i.
+    let weighted: Vec<f64> = a.iter().zip(v).map(|(a, v)| a * v).collect();
     let claims = [
         MomentClaim {
             id: "attention.entry_mean",
@@ -154,7 +156,7 @@ fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
             id: "attention.row_sum_mean",
             formula: "E[R] = sum_i a_i",
             shape: Shape::Scalar,
-            statistic: Statistic::DEFAULT,
+            statistic: Statistic::masked_sum(a, rate.q(), false),
             analytic: vec![f::row_sum_mean(a)],
             pairs: false,
             draw: |d, out| out[0] = row_sum(d.b),
@@ -163,7 +165,7 @@ fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
             id: "attention.row_sum_variance",
             formula: "Var R = (p/q) sum_i a_i^2",
             shape: Shape::Scalar,
-            statistic: Statistic::DEFAULT,
+            statistic: Statistic::masked_sum(a, rate.q(), true),
             analytic: vec![f::row_sum_variance(a, rate)],
             pairs: true,
             draw: |d, out| out[0] = half_squared_difference(row_sum(d.b), row_sum(d.b_alt)),
@@ -172,7 +174,7 @@ fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
             id: "attention.output_mean",
             formula: "o = sum_i b_i v_i: E[o] = sum_i a_i v_i",
             shape: Shape::Scalar,
-            statistic: Statistic::DEFAULT,
+            statistic: Statistic::masked_sum(&weighted, rate.q(), false),
             analytic: vec![f::output_mean(a, v)],
             pairs: false,
             draw: |d, out| out[0] = f::output_mean(d.b, d.v),
@@ -181,7 +183,7 @@ fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
             id: "attention.output_variance",
             formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
             shape: Shape::Scalar,
-            statistic: Statistic::DEFAULT,
+            statistic: Statistic::masked_sum(&weighted, rate.q(), true),
             analytic: vec![f::output_variance(a, v, rate)],
             pairs: true,
             draw: |d, out| {

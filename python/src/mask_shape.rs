@@ -41,7 +41,7 @@ use dropmc::engine::{derive_seed, estimate};
 use dropmc::formulas::dropout::unit_raw_moment;
 use dropmc::formulas::mask_shape as f;
 use dropmc::ops::{Rate, Subject};
-use dropmc::stats::{Statistic, two_point_skewness};
+use dropmc::stats::Statistic;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -127,7 +127,9 @@ fn group_claim<'a>(
     let (groups, x, rate) = setup;
     let dim = analytic.len();
     let p = rate.p();
-    let samples = MASK_SHAPE_SAMPLES.max(statistic_kind.min_samples());
+    // Conclusive on the generic path's fallback too (a scaled count whose
+    // draws do not read back as two-valued is tested as a mean).
+    let samples = MASK_SHAPE_SAMPLES.max(statistic_kind.on_generic_path().min_samples());
     PyClaim {
         card: Card::new(id, "mask_shape", formula, Shape::Vector, samples)
             .with_statistic(statistic_kind),
@@ -174,9 +176,9 @@ pub fn mask_shape_claims<'a>(groups: &'a Groups, x: &[f64], rate: Rate) -> Vec<P
         group_claim(
             "mask_shape.mean",
             "E[z_tk] = x_tk (any mask shape)",
-            Statistic::Mean {
-                skewness: two_point_skewness(rate.q()),
-            },
+            // z_tk is x_tk/q or 0: a scaled count, tested exactly when the
+            // draws read back as two-valued.
+            Statistic::ScaledCount { keep: rate.q() },
             x.iter().map(|&a| unit_raw_moment(a, rate, 1)).collect(),
             (groups, x.to_vec(), rate),
             |d, out| out.copy_from_slice(d.z),
@@ -185,9 +187,7 @@ pub fn mask_shape_claims<'a>(groups: &'a Groups, x: &[f64], rate: Rate) -> Vec<P
             "mask_shape.shared_variance",
             "shared over the given axes: Var S_k = (p/q) (sum_t x_tk)^2",
             // (S_k − S'_k)²/2 is nonzero with probability 2pq.
-            Statistic::Mean {
-                skewness: two_point_skewness(2.0 * rate.p() * rate.q()),
-            },
+            Statistic::unit_pair_form(rate.p()),
             f::shared_variance(&block, g, rate),
             (groups, x.to_vec(), rate),
             |d, out| {

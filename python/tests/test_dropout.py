@@ -20,8 +20,9 @@ from implementations import (
 )
 
 P = 0.3
-# Above every claim's minimum budget (the largest, a mean with the default
-# skewness bound, is about 3.7e4), so no claim is inconclusive by construction.
+# Above every claim's minimum budget (the largest at these inputs,
+# dropout.sum_variance's pair form, is 19 432), so no claim is inconclusive by
+# construction.
 KILL_SAMPLES = 100_000
 
 
@@ -125,6 +126,46 @@ def test_p_zero_checks_the_identity():
     off.scale = lambda x, kept: (x * 1.0000001).astype(x.dtype)
     bad = dropmc.check_dropout(off.forward, 0.0)
     assert "semantics.p_zero_identity" in failed_ids(bad)
+
+
+def test_the_sum_claims_budgets_come_from_the_inputs_own_law():
+    # S = Σ m_k x_k / q over every mask of x, written out here; the minimum
+    # budget of a mean test with skewness γ is max((γ c³ / (3 acosh 2))², c⁴)
+    # rounded up, c = Φ⁻¹(1 − α/2) (Python's NormalDist, not statrs).
+    import itertools
+    import math
+    from statistics import NormalDist
+
+    x, p = np.array([1.0, -0.5, 2.0, 0.25]), 0.3
+    q = 1 - p
+    law = []
+    for mask in itertools.product([0, 1], repeat=len(x)):
+        m = np.array(mask)
+        law.append((q ** m.sum() * p ** (len(x) - m.sum()), float((m * x).sum() / q)))
+    w = np.array([a for a, _ in law])
+    s = np.array([b for _, b in law])
+    mu = (w * s).sum()
+    m2, m3, m4, m6 = ((w * (s - mu) ** r).sum() for r in (2, 3, 4, 6))
+    # (S − S′)²/2: E D² = 2μ₂, E D⁴ = 2μ₄ + 6μ₂², E D⁶ = 2μ₆ + 30μ₂μ₄ − 20μ₃².
+    e1, e2, e3 = m2, (2 * m4 + 6 * m2**2) / 4, (2 * m6 + 30 * m2 * m4 - 20 * m3**2) / 8
+    pair_var, pair_third = e2 - e1**2, e3 - 3 * e1 * e2 + 2 * e1**3
+    # The per-assertion level: the suite's 10⁻⁶ over its 10 000 assertions.
+    alpha = 1e-6 / 10_000
+    c = NormalDist().inv_cdf(1 - alpha / 2)
+
+    def budget(gamma):
+        return math.ceil(max((abs(gamma) * c**3 / (3 * math.acosh(2))) ** 2, c**4))
+
+    result = check(Correct(P, seed=22), p=p, x=x, samples=1000)
+    for claim_id, gamma in [
+        ("dropout.sum_mean", m3 / m2**1.5),
+        ("dropout.sum_variance", pair_third / pair_var**1.5),
+    ]:
+        got = result.claim(claim_id)["min_samples"]
+        # The budget goes as c⁶; NormalDist and statrs agree on c far better
+        # than 10⁻⁵ relative, so at budgets below 10⁵ the two roundings up
+        # are at most one draw apart.
+        assert abs(got - budget(gamma)) <= 1, (claim_id, got, budget(gamma))
 
 
 def test_a_budget_below_the_minimum_is_inconclusive_not_a_pass():

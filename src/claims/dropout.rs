@@ -341,33 +341,13 @@ enum SumMoment {
     Variance,
 }
 
-/// The exact central moments of `S = Σ_k m_k x_k / q`: with all units
-/// equal to `a`, `S = K a / q` over the law of `K ~ Binomial(d, q)`
-/// ([`f::kept_count_pmf`]; the worked case's `2^512` masks cannot be
-/// listed); otherwise over all `2^d` masks, mask `m` with probability
-/// `q^{|m|} p^{d − |m|}`.
+/// The exact central moments of `S = Σ_k m_k x_k / q`, in closed form
+/// at any width ([`CentralMoments::of_masked_sum`]; the worked case's
+/// `2^512` masks could not be listed).
 fn sum_moments(x: &[f64], p: f64) -> CentralMoments {
-    let rate = Rate::new(p).expect("a registered rate");
-    let q = rate.q();
-    if x.iter().all(|&v| v == x[0]) {
-        let pmf = f::kept_count_pmf(x.len() as u64, rate).expect("a registered width");
-        let a = x[0];
-        return CentralMoments::of_law(
-            pmf.iter()
-                .enumerate()
-                .map(move |(k, &w)| (w, k as f64 * a / q)),
-        );
-    }
-    let d = x.len();
-    CentralMoments::of_law((0u64..1 << d).map(move |bits| {
-        let kept = bits.count_ones() as i32;
-        let w = q.powi(kept) * p.powi(d as i32 - kept);
-        let s: f64 = (0..d)
-            .filter(|k| bits >> k & 1 == 1)
-            .map(|k| x[k] / q)
-            .sum();
-        (w, s)
-    }))
+    let q = 1.0 - p;
+    let c: Vec<f64> = x.iter().map(|v| v / q).collect();
+    CentralMoments::of_masked_sum(&c, q)
 }
 
 /// The skewness the mean claims on `S` declare (their statistic is `S`

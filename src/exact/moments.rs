@@ -82,6 +82,34 @@ pub fn gap_moments(
 mod tests {
     use super::*;
 
+    /// The closed form of a masked sum's moments
+    /// ([`CentralMoments::of_masked_sum`]) against every mask of five
+    /// unequal units, kept with probability 0.7.
+    #[test]
+    fn a_masked_sums_closed_form_moments_match_its_masks() {
+        let rate = Rate::new(0.3).unwrap();
+        let c = [1.5, -2.0, 0.25, 3.0, -0.5];
+        let enumerated = mask_moments(c.len(), rate, 1, |m, out| {
+            out[0] = c.iter().zip(m).filter(|(_, k)| **k).map(|(c, _)| c).sum();
+        })
+        .unwrap()[0];
+        let closed = CentralMoments::of_masked_sum(&c, rate.q());
+        let pairs = [
+            (closed.m2, enumerated.m2),
+            (closed.m3, enumerated.m3),
+            (closed.m4, enumerated.m4),
+            (closed.m5, enumerated.m5),
+            (closed.m6, enumerated.m6),
+        ];
+        // Central sixth powers of |S − μ| ≤ 7.25 (Σ|c|) over 32 masks, and
+        // the cumulant sums of as many terms: 10³ roundings of 7.25⁶ on
+        // either side.
+        let tol = 2.0 * crate::tolerance::bound(1e3, 7.25f64.powi(6));
+        for (closed, enumerated) in pairs {
+            assert!((closed - enumerated).abs() <= tol, "{pairs:?}");
+        }
+    }
+
     /// One unit kept at `q = 0.7` carrying `x = 2`: `z = 2/0.7` or 0, a
     /// scaled Bernoulli whose central moments are `c^r E(B − q)^r` with
     /// `c = 2/0.7`, `E(B − q)^r = q p^r + p (−q)^r`.

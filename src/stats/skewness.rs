@@ -104,6 +104,48 @@ impl CentralMoments {
         }
     }
 
+    /// Of a masked sum `S = Σ_i m_i c_i`, `m_i ~ Bernoulli(keep)`
+    /// independent, at any width, in closed form. Cumulants add over
+    /// independent terms and scale as `κ_r(c m) = c^r κ_r(m)`; a
+    /// Bernoulli(q)'s are, with `v = q(1 − q)`,
+    ///
+    /// ```text
+    /// κ₂ = v      κ₃ = v (1 − 2q)      κ₄ = v (1 − 6v)
+    /// κ₅ = v (1 − 2q)(1 − 12v)         κ₆ = v (1 − 30v + 120v²)
+    /// ```
+    ///
+    /// and the central moments follow from `S`'s cumulants:
+    /// `μ₄ = κ₄ + 3κ₂²`, `μ₅ = κ₅ + 10κ₃κ₂`,
+    /// `μ₆ = κ₆ + 15κ₄κ₂ + 10κ₃² + 15κ₂³` (checked against the enumeration
+    /// of every mask in `exact::moments`).
+    pub fn of_masked_sum(c: &[f64], keep: f64) -> CentralMoments {
+        let v = keep * (1.0 - keep);
+        let skew = 1.0 - 2.0 * keep;
+        let unit = [
+            v,
+            v * skew,
+            v * (1.0 - 6.0 * v),
+            v * skew * (1.0 - 12.0 * v),
+            v * (1.0 - 30.0 * v + 120.0 * v * v),
+        ];
+        let mut k = [0.0; 5];
+        for &ci in c {
+            let mut power = ci;
+            for (kr, u) in k.iter_mut().zip(unit) {
+                power *= ci;
+                *kr += power * u;
+            }
+        }
+        let [k2, k3, k4, k5, k6] = k;
+        CentralMoments {
+            m2: k2,
+            m3: k3,
+            m4: k4 + 3.0 * k2 * k2,
+            m5: k5 + 10.0 * k3 * k2,
+            m6: k6 + 15.0 * k4 * k2 + 10.0 * k3 * k3 + 15.0 * k2 * k2 * k2,
+        }
+    }
+
     /// Over a finite law `(weight, value)` (weights summing to one): two
     /// passes, the mean first, then the central powers.
     pub fn of_law(law: impl Iterator<Item = (f64, f64)> + Clone) -> CentralMoments {

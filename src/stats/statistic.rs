@@ -202,6 +202,24 @@ impl Statistic {
         }
     }
 
+    /// A mean test on the inverted-dropout sum `S = Σ_i m_i x_i / keep`
+    /// (`m_i ~ Bernoulli(keep)`) at any width: of `S` itself, or with
+    /// `pairs` of its pair form `(S − S′)²/2` (two passes per draw), with
+    /// the skewness of `S`'s exact moments
+    /// ([`super::CentralMoments::of_masked_sum`]).
+    pub fn masked_sum(x: &[f64], keep: f64, pairs: bool) -> Statistic {
+        let c: Vec<f64> = x.iter().map(|v| v / keep).collect();
+        let moments = super::CentralMoments::of_masked_sum(&c, keep);
+        let skewness = if pairs {
+            moments.pair_form_skewness()
+        } else {
+            moments.skewness()
+        };
+        Statistic::Mean {
+            skewness: skewness.abs(),
+        }
+    }
+
     /// The smallest number of draws at which the test has its stated size
     /// (1 for the exact tests).
     pub fn min_samples(self) -> u64 {

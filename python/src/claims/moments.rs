@@ -195,7 +195,7 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             Shape::Scalar,
             x.clone(),
             rate,
-            Statistic::default(),
+            Statistic::masked_sum(&a, rate.q(), false),
             vec![f::sum_mean(&a)],
             |d, out| out[0] = d.z.iter().sum(),
         ),
@@ -205,7 +205,7 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             Shape::Scalar,
             x.clone(),
             rate,
-            Statistic::default(),
+            Statistic::masked_sum(&a, rate.q(), true),
             vec![f::sum_variance(&a, rate)],
             |d, out| {
                 let (s, t): (f64, f64) = (d.z.iter().sum(), d.z_alt.iter().sum());
