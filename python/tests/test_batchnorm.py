@@ -118,3 +118,29 @@ def test_a_wrong_return_is_a_clear_error():
         dropmc.check_batchnorm(lambda b, x: None, P, **FAST)
     with pytest.raises(ValueError, match="running_var of shape"):
         dropmc.check_batchnorm(lambda b, x: (np.zeros(b.shape[2]), np.ones(3), x), P, **FAST)
+
+
+def test_the_buffer_claims_budgets_come_from_the_buffers_own_law():
+    # One batch of two at momentum 1: rv is the unbiased variance of two
+    # dropped-out draws, (z − z′)²/2, z = m x / q, x ~ N(0, 1), p = 1/2. Its
+    # law by the cases of the two masks (written out here, not the crate's
+    # k-statistics): both keep (q²), z − z′ ~ N(0, 2/q²); one keeps (2pq),
+    # ±x/q; neither (p²), 0. E Y^r = E D^{2r} / 2^r with E N^{2r} = (2r − 1)!!.
+    import math
+    from statistics import NormalDist
+
+    p = 0.5
+    q = 1 - p
+    both, one = 2 / q**2, 1 / q**2  # variances of D in the two cases
+    e = [(q * q * both**r + 2 * p * q * one**r) * math.prod(range(1, 2 * r, 2)) / 2**r for r in (1, 2, 3)]
+    var, third = e[1] - e[0] ** 2, e[2] - 3 * e[0] * e[1] + 2 * e[0] ** 3
+    gamma = third / var**1.5  # rm = (z + z′)/2 is symmetric: skewness 0
+    c = NormalDist().inv_cdf(1 - 1e-6 / 10_000 / 2)  # the suite's per-assertion α
+    want = math.ceil(max((gamma * c**3 / (3 * math.acosh(2))) ** 2, c**4))
+    result = dropmc.check_batchnorm(
+        numpy_batchnorm(momentum=1.0), p, mu=[0.0], sigma=[1.0], batch=2, steps=1, momentum=1.0, samples=500
+    )
+    got = result.claim("batchnorm.running_stats")["min_samples"]
+    # c⁶ agrees far better than 10⁻⁵ relative: the roundings up one draw apart.
+    assert abs(got - want) <= 1, (got, want, gamma)
+    assert want > 1750  # the skewness, not the c⁴ floor, sets it

@@ -214,47 +214,89 @@ fn li2018_skewness() -> Vec<f64> {
     ]
 }
 
-/// Per channel, the joint cumulants of one batch's mean and unbiased
-/// variance of dropped-out examples ([`BatchCumulants::of_batch`]).
-fn batch_cumulants() -> Vec<BatchCumulants> {
-    MU.iter()
-        .zip(&SIGMA)
-        .filter_map(|(&m, &s)| BatchCumulants::of_batch(&dropped_channel(m, s, P), BATCH))
-        .collect()
+/// The buffers' training configuration: channels `N(μ_k, σ_k²)` dropped at
+/// `p`, batches of `batch`, `steps` updates at `momentum` from PyTorch's
+/// initial buffers (`rm = 0`), the running variance fed `variance_scale`
+/// times the unbiased batch variance (1 unbiased, `(B − 1)/B` biased).
+#[derive(Debug, Clone, Copy)]
+pub struct BufferTraining<'a> {
+    pub mu: &'a [f64],
+    pub sigma: &'a [f64],
+    pub p: f64,
+    pub batch: usize,
+    pub steps: u32,
+    pub momentum: f64,
+    pub variance_scale: f64,
 }
 
-/// `batchnorm.running_stats`, per component: `rm_t` and `rv_t` are
-/// moving averages of the batch means and unbiased batch variances
-/// ([`ema_skewness`] of the one-batch skewness), exact. At channel 0 the
-/// variance buffer's is 0.27 (one batch's 0.87, times
-/// `Σ w³/(Σ w²)^{3/2} = 0.31` over 30 batches).
-fn running_stats_skewness() -> Vec<f64> {
-    let one_batch = batch_cumulants();
-    let spread = |alpha: f64, beta: f64| {
+impl BufferTraining<'_> {
+    /// Per channel, the joint cumulants of one batch's mean and unbiased
+    /// variance of dropped-out examples ([`BatchCumulants::of_batch`]);
+    /// `None` for a batch of one.
+    fn batch_cumulants(&self) -> Option<Vec<BatchCumulants>> {
+        self.mu
+            .iter()
+            .zip(self.sigma)
+            .map(|(&m, &s)| BatchCumulants::of_batch(&dropped_channel(m, s, self.p), self.batch))
+            .collect()
+    }
+
+    /// The skewness of a moving average of `α k₁ + β k₂` per batch.
+    fn averaged(&self, one_batch: &BatchCumulants, alpha: f64, beta: f64) -> f64 {
+        ema_skewness(
+            one_batch.combination_skewness(alpha, beta),
+            self.momentum,
+            self.steps,
+        )
+    }
+
+    /// `rm_t` then `rv_t` per channel: moving averages of the batch means
+    /// and (scaled) unbiased batch variances ([`ema_skewness`] of the
+    /// one-batch skewness), exact. At the family's channel 0 the variance
+    /// buffer's is 0.27 (one batch's 0.87, times `Σ w³/(Σ w²)^{3/2} = 0.31`
+    /// over 30 batches). Empty for a batch of one.
+    pub fn running_stats_skewness(&self) -> Vec<f64> {
+        let Some(one_batch) = self.batch_cumulants() else {
+            return Vec::new();
+        };
+        let means = one_batch.iter().map(|c| self.averaged(c, 1.0, 0.0));
+        let variances = one_batch.iter().map(|c| self.averaged(c, 0.0, 1.0));
+        means.chain(variances).collect()
+    }
+
+    /// Per channel, the folded variance `q rv_t − p rm_t²` linearized at
+    /// `a = E rm_t`: `q rv_t − 2 p a rm_t + const`, a moving average of
+    /// `q s k₂ − 2 p a k₁` per batch (`s` the variance scale). Leading order:
+    /// the curvature `−p (rm_t − a)²`, whose standard deviation is 1.9–2.9 %
+    /// of the linear part's over the family's three channels, is left out
+    /// (as the ratios of `li2018` are linearized). Empty for a batch of one.
+    pub fn fold_skewness(&self) -> Vec<f64> {
+        let Some(one_batch) = self.batch_cumulants() else {
+            return Vec::new();
+        };
+        let q = 1.0 - self.p;
         one_batch
             .iter()
-            .map(move |c| ema_skewness(c.combination_skewness(alpha, beta), MOMENTUM, STEPS))
-    };
-    spread(1.0, 0.0).chain(spread(0.0, 1.0)).collect()
+            .zip(self.mu)
+            .map(|(c, &mu)| {
+                let a = f::ema_expectation(self.steps, self.momentum, 0.0, mu);
+                self.averaged(c, -2.0 * self.p * a, q * self.variance_scale)
+            })
+            .collect()
+    }
 }
 
-/// `batchnorm.fold_buffers`, per channel: the folded variance
-/// `q rv_t − p rm_t²` linearized at `a = E rm_t`,
-/// `q rv_t − 2 p a rm_t + const`, a moving average of
-/// `q k₂ − 2 p a k₁` per batch ([`BatchCumulants::combination_skewness`]).
-/// Leading order: the curvature `−p (rm_t − a)²`, whose standard deviation
-/// is 1.9–2.9 % of the linear part's over the three channels, is left out (as the
-/// ratios of `li2018` are linearized).
-fn fold_buffers_skewness() -> Vec<f64> {
-    batch_cumulants()
-        .iter()
-        .zip(&MU)
-        .map(|(c, &mu)| {
-            let a = f::ema_expectation(STEPS, MOMENTUM, 0.0, mu);
-            let linear = c.combination_skewness(-2.0 * P * a, 1.0 - P);
-            ema_skewness(linear, MOMENTUM, STEPS)
-        })
-        .collect()
+/// The family's own buffer training (PyTorch's unbiased running variance).
+fn family_training() -> BufferTraining<'static> {
+    BufferTraining {
+        mu: &MU,
+        sigma: &SIGMA,
+        p: P,
+        batch: BATCH,
+        steps: STEPS,
+        momentum: MOMENTUM,
+        variance_scale: 1.0,
+    }
 }
 
 static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
@@ -312,7 +354,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             },
             post: None,
             raw_dim: 2 * k,
-            skewness: running_stats_skewness,
+            skewness: || family_training().running_stats_skewness(),
         },
         BnClaim {
             id: "batchnorm.fold_buffers",
@@ -341,7 +383,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             },
             post: None,
             raw_dim: k,
-            skewness: fold_buffers_skewness,
+            skewness: || family_training().fold_skewness(),
         },
         BnClaim {
             id: "batchnorm.variance_shift",
