@@ -9,7 +9,7 @@
 //! bit-mask estimators of [`crate::fast::attention_row`] (one mask per
 //! sample; variances as sample variances, [`crate::fast::PowerSums`]).
 //! Each claim's mean test declares the skewness of the estimator it runs,
-//! from the exact law over the 8 masks.
+//! from its statistic's exact law.
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
@@ -19,12 +19,12 @@ use super::fn_claim::{
 use super::{Card, Shape};
 use crate::engine::Stream;
 use crate::error::Error;
-use crate::exact::{Oracle, enumerate_masks, mask_moments};
+use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::{DEFAULT_SKEWNESS, Statistic, two_point_skewness};
+use crate::stats::{CentralMoments, Statistic, two_point_skewness};
 
 /// The seed's attention row.
 pub const A: [f64; 3] = [0.2, 0.3, 0.5];
@@ -96,27 +96,22 @@ enum Moment {
 }
 
 /// The statistic a claim on `R` or `o` declares, from the scalar's exact
-/// law over the 8 masks ([`mask_moments`]): its skewness for the mean (a
-/// plain mean on both paths); for the variance the larger of the
-/// single-draw sample variance's (the fast path) and the pair form's (an
+/// law: both are inverted-dropout sums, of `a_i` and of `a_i v_i`
+/// ([`CentralMoments::of_dropped_sum`]). Its skewness for the mean (a plain
+/// mean on both paths); for the variance the larger of the single-draw
+/// sample variance's (the fast path) and the pair form's (an
 /// implementation's two passes),
-/// [`crate::stats::CentralMoments::variance_skewness_on_either_path`].
-/// The default skewness only if the enumeration fails (then the oracle
-/// fails too, and the claim with it).
+/// [`CentralMoments::variance_skewness_on_either_path`].
 fn row_scalar_statistic(scalar: RowScalar, moment: Moment) -> Statistic {
-    let moments = rate().and_then(|r| {
-        mask_moments(A.len(), r, 1, |mask, out| {
-            let b = masked_row(mask, r.q());
-            out[0] = match scalar {
-                RowScalar::Sum => b.iter().sum(),
-                RowScalar::Output => f::output_mean(&b, &V),
-            };
-        })
-    });
-    let skewness = moments.map_or(DEFAULT_SKEWNESS, |m| match moment {
-        Moment::Mean => m[0].skewness().abs(),
-        Moment::Variance => m[0].variance_skewness_on_either_path(),
-    });
+    let terms: Vec<f64> = match scalar {
+        RowScalar::Sum => A.to_vec(),
+        RowScalar::Output => A.iter().zip(&V).map(|(a, v)| a * v).collect(),
+    };
+    let moments = CentralMoments::of_dropped_sum(&terms, 1.0 - P);
+    let skewness = match moment {
+        Moment::Mean => moments.skewness().abs(),
+        Moment::Variance => moments.variance_skewness_on_either_path(),
+    };
     Statistic::Mean { skewness }
 }
 

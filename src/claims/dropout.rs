@@ -342,12 +342,10 @@ enum SumMoment {
 }
 
 /// The exact central moments of `S = Σ_k m_k x_k / q`, in closed form
-/// at any width ([`CentralMoments::of_masked_sum`]; the worked case's
+/// at any width ([`CentralMoments::of_dropped_sum`]; the worked case's
 /// `2^512` masks could not be listed).
 fn sum_moments(x: &[f64], p: f64) -> CentralMoments {
-    let q = 1.0 - p;
-    let c: Vec<f64> = x.iter().map(|v| v / q).collect();
-    CentralMoments::of_masked_sum(&c, q)
+    CentralMoments::of_dropped_sum(x, 1.0 - p)
 }
 
 /// The skewness the mean claims on `S` declare (their statistic is `S`

@@ -13,12 +13,12 @@ use super::fn_claim::{
 use super::{Card, Shape};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
-use crate::exact::{Oracle, enumerate_masks, mask_moments};
+use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
 use crate::registry::Family;
-use crate::stats::{DEFAULT_SKEWNESS, Statistic};
+use crate::stats::{CentralMoments, Statistic};
 
 /// Positions `T`.
 pub const T: usize = 4;
@@ -118,30 +118,23 @@ fn variance_oracle(shared: bool) -> Result<Oracle, Error> {
 }
 
 /// The statistic `mask_shape.independent_variance` declares: each column
-/// sum is a masked sum of `T` entries (16 values), and the fast path runs
-/// its single-draw sample variance, an implementation the pair form of two
-/// passes; the larger skewness of the two over the three columns, from the
-/// exact law over the `2^{T·d}` masks ([`mask_moments`],
-/// [`crate::stats::CentralMoments::variance_skewness_on_either_path`]).
-/// The default skewness only if the enumeration fails (then the oracle
-/// fails too, and the claim with it).
+/// sum is the inverted-dropout sum of its `T` entries
+/// ([`CentralMoments::of_dropped_sum`]), and the fast path runs its
+/// single-draw sample variance, an implementation the pair form of two
+/// passes; the larger skewness of the two over the three columns
+/// ([`CentralMoments::variance_skewness_on_either_path`]).
 fn independent_variance_statistic() -> Statistic {
-    let moments = rate().and_then(|r| {
-        mask_moments(mask_bits(false), r, D, |mask, out| {
-            out.copy_from_slice(&masked_column_sums(mask, false, r.q()))
+    let skewness = (0..D)
+        .map(|k| {
+            let column: Vec<f64> = X.iter().skip(k).step_by(D).copied().collect();
+            CentralMoments::of_dropped_sum(&column, 1.0 - P).variance_skewness_on_either_path()
         })
-    });
-    let skewness = moments.map_or(DEFAULT_SKEWNESS, |per| {
-        per.iter()
-            .map(|m| m.variance_skewness_on_either_path())
-            .fold(0.0, f64::max)
-    });
+        .fold(0.0, f64::max);
     Statistic::Mean { skewness }
 }
 
 fn zero_column_oracle(shared: bool) -> Result<Oracle, Error> {
-    let bits = if shared { D } else { T * D };
-    enumerate_masks(bits, rate()?, D, |mask, out| {
+    enumerate_masks(mask_bits(shared), rate()?, D, |mask, out| {
         for (k, o) in out.iter_mut().enumerate() {
             *o = indicator(if shared {
                 !mask[k]

@@ -146,6 +146,13 @@ impl CentralMoments {
         }
     }
 
+    /// Of the inverted-dropout sum `S = Σ_i m_i x_i / keep`: the masked sum
+    /// of `c_i = x_i / keep` ([`CentralMoments::of_masked_sum`]).
+    pub fn of_dropped_sum(x: &[f64], keep: f64) -> CentralMoments {
+        let c: Vec<f64> = x.iter().map(|v| v / keep).collect();
+        CentralMoments::of_masked_sum(&c, keep)
+    }
+
     /// Over a finite law `(weight, value)` (weights summing to one): two
     /// passes, the mean first, then the central powers.
     pub fn of_law(law: impl Iterator<Item = (f64, f64)> + Clone) -> CentralMoments {

@@ -206,10 +206,9 @@ impl Statistic {
     /// (`m_i ~ Bernoulli(keep)`) at any width: of `S` itself, or with
     /// `pairs` of its pair form `(S − S′)²/2` (two passes per draw), with
     /// the skewness of `S`'s exact moments
-    /// ([`super::CentralMoments::of_masked_sum`]).
+    /// ([`super::CentralMoments::of_dropped_sum`]).
     pub fn masked_sum(x: &[f64], keep: f64, pairs: bool) -> Statistic {
-        let c: Vec<f64> = x.iter().map(|v| v / keep).collect();
-        let moments = super::CentralMoments::of_masked_sum(&c, keep);
+        let moments = super::CentralMoments::of_dropped_sum(x, keep);
         let skewness = if pairs {
             moments.pair_form_skewness()
         } else {
