@@ -39,6 +39,7 @@ import torch as _torch
 
 import dropmc as _dropmc
 from dropmc.audit import audit_torch as audit  # noqa: F401  (docs/audit.md)
+from dropmc.correct import correct, corrected, uncorrect  # noqa: F401  (docs/correct.md)
 
 __all__ = [
     "Dropout",

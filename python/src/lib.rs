@@ -25,6 +25,7 @@ mod attention;
 mod audit;
 mod batchnorm;
 mod claims;
+mod corrections;
 mod dtype;
 mod eval_args;
 mod forward;
@@ -330,5 +331,6 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attention::attention_defaults, m)?)?;
     m.add_function(wrap_pyfunction!(batchnorm::check_batchnorm, m)?)?;
     m.add_function(wrap_pyfunction!(batchnorm::batchnorm_defaults, m)?)?;
+    corrections::register(m)?;
     Ok(())
 }
