@@ -304,3 +304,51 @@ def test_sites_from_an_audit():
     model, x = _encoder(d=16, layers=1), _input(d=16, tokens=3)
     audit = A.audit_torch(model, x, samples=129)
     assert C.resolve_sites(model, audit) == C.resolve_sites(model)
+
+
+
+def _bert(transformers):
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=512, hidden_dropout_prob=0.1,
+                                  attention_probs_dropout_prob=0.1)
+    # each BertSelfOutput / BertOutput is LayerNorm(x + dropout(dense(h))): bypass
+    sites = [(f"encoder.layer.{i}.{part}.dropout", f"encoder.layer.{i}.{part}.LayerNorm")
+             for i in range(2) for part in ("attention.output", "output")]
+    return transformers.BertModel(cfg, add_pooling_layer=False), sites
+
+
+def _esm(transformers):
+    cfg = transformers.EsmConfig(vocab_size=33, hidden_size=256, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=512, pad_token_id=1, hidden_dropout_prob=0.1,
+                                 attention_probs_dropout_prob=0.1, position_embedding_type="rotary",
+                                 emb_layer_norm_before=False, token_dropout=False)
+    # pre-LN: x + dropout(attention) feeds the layer's LayerNorm, x + dropout(ffn)
+    # the next layer's attention.LayerNorm (the last: emb_layer_norm_after)
+    sites = [("encoder.layer.0.attention.output.dropout", "encoder.layer.0.LayerNorm"),
+             ("encoder.layer.0.output.dropout", "encoder.layer.1.attention.LayerNorm"),
+             ("encoder.layer.1.attention.output.dropout", "encoder.layer.1.LayerNorm"),
+             ("encoder.layer.1.output.dropout", "encoder.emb_layer_norm_after")]
+    return transformers.EsmModel(cfg, add_pooling_layer=False), sites
+
+
+@pytest.mark.parametrize("build", [_bert, _esm], ids=["bert", "esm"])
+def test_hugging_face_models_with_hand_named_sites(monkeypatch, build):
+    """A BertModel / EsmModel from a small config (random weights, no
+    download), its sites named by hand: the same one-site check, the
+    planted c² failing it, and uncorrect restoring the outputs bit for bit."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model, sites = build(transformers)
+    model = model.double().eval()
+    ids = torch.randint(4, 24, (1, 16), generator=torch.Generator().manual_seed(1))
+    audit = A.audit_torch(model, (ids,), sites=sites, seed=3)
+    for site, (uncorrected, bound, gap) in zip(sites, _one_site_gaps(model, (ids,), audit, sites)):
+        assert uncorrected >= MIN_FACTOR * bound and gap["rms"] <= bound, (site, uncorrected, bound, gap)
+    with torch.no_grad():
+        plain = model(ids).last_hidden_state
+        with dt.corrected(model, sites):
+            assert not torch.equal(model(ids).last_hidden_state, plain)
+        assert torch.equal(model(ids).last_hidden_state, plain)
+    _planted(monkeypatch, "c squared")
+    for site, (_, bound, gap) in zip(sites, _one_site_gaps(model, (ids,), audit, sites)):
+        assert gap["rms"] > bound, (site, gap, bound)
