@@ -18,6 +18,8 @@ that expectation, per token, from the site's own activations captured live:
   and the bypass step of src/audit/token.rs).
 * A compound site ``(dropout, ln1, ln2)``: LN1 as above (``c1``), LN2 by
   ``c2`` of src/formulas/compound.rs.
+* ``order=2``: the second-order estimates of src/formulas/second_order.rs
+  at LayerNorm and RMSNorm sites (no compound site: no closed form).
 * BatchNorm behind dropout: the one-time fold ``running_var ← q·running_var
   − p·running_mean²`` per channel (src/formulas/batchnorm.rs); a channel
   whose buffers have no fold is left as it is and named in
@@ -85,17 +87,50 @@ class Correction:
 # Sites
 
 
+def _batchnorm_sites(model) -> List[Tuple[str, str]]:
+    """``(dropout, batchnorm)`` pairs where an ``nn.Dropout``'s output goes
+    straight into a BatchNorm, by ``torch.fx`` (traced in train mode);
+    none when fx cannot trace the model."""
+    import torch.fx as fx
+    import torch.nn as nn
+
+    was_training = model.training
+    model.train()
+    try:
+        graph = fx.symbolic_trace(model).graph
+    except Exception:  # fx raises many types on untraceable control flow
+        return []
+    finally:
+        model.train(was_training)
+    modules = dict(model.named_modules())
+    out = []
+    for node in graph.nodes:
+        if node.op == "call_module" and isinstance(modules.get(node.target), nn.Dropout):
+            for user in node.users:
+                if user.op == "call_module" and _norm_kind(modules.get(user.target)) == "batch":
+                    out.append((node.target, user.target))
+    return out
+
+
 def resolve_sites(model, sites=None) -> List[Tuple[str, ...]]:
     """The sites to correct as name tuples: ``sites`` given as
     ``[(dropout_name, norm_name), ...]`` and ``(dropout, ln1, ln2)``
     compound tuples, or an ``Audit`` (its sites' ``name`` fields,
     ``"dropout->norm"``), or, with ``sites=None``, what
-    :func:`dropmc.audit.find_sites` finds. The one place site discovery
-    enters ``correct``."""
+    :func:`dropmc.audit.find_sites` finds plus the dropout→BatchNorm pairs
+    of the model's fx graph. The one place site discovery enters
+    ``correct``."""
     from .audit import Audit, find_sites
 
     if sites is None:
-        return [tuple(s) for s in find_sites(model)]
+        batchnorm = _batchnorm_sites(model)
+        try:
+            found = [tuple(s) for s in find_sites(model)]
+        except ValueError:
+            if not batchnorm:
+                raise
+            found = []
+        return found + batchnorm
     if isinstance(sites, Audit):
         return [tuple(s["name"].split("->")) for s in sites.sites]
     if isinstance(sites, (str, bytes)) or not isinstance(sites, Iterable):
@@ -182,6 +217,39 @@ def _noise_ratio(v, x, p: float, centred: bool, eps: float):
     return (s + eps) / (s + noise + eps)
 
 
+def _second_order(v, x, p: float, centred: bool, eps: float, norm, like):
+    """The second-order ``E[norm(h + dropout(v))]`` per token of
+    src/formulas/second_order.rs (its step 2: ``γ [N̄ D̄^(-1/2) (1 + 3 Var D
+    / (8 D̄²)) − ½ Cov(N, D) D̄^(-3/2)] + β``), on the units ``x_j`` with
+    noise moments ``s2 = v² p/q``, ``t3 = v³ p (p − q)/q²``, ``f4 = v⁴ p
+    (1 − 3pq)/q³``; LayerNorm (``centred``: ``N = y_k − M``, ``D = V + ε``)
+    or RMSNorm (``N = y_k``, ``D = A + ε``). In ``like``'s dtype."""
+    dt = _stats_dtype(x)
+    x, v = x.to(dt), v.to(dt)
+    q = 1.0 - p
+    d = x.shape[-1]
+    s2 = v.square() * (p / q)
+    t3 = v.pow(3) * (p * (p - q) / (q * q))
+    f4 = v.pow(4) * (p * (1.0 - 3.0 * p * q) / q**3)
+    if centred:
+        num = x - x.mean(dim=-1, keepdim=True)
+        den = num.square().mean(dim=-1, keepdim=True) + (1.0 - 1.0 / d) * s2.mean(dim=-1, keepdim=True) + eps
+    else:
+        num = x
+        den = (x.square() + s2).mean(dim=-1, keepdim=True) + eps
+    var_den = (4 * num.square() * s2 + 4 * num * t3 + f4 - s2.square()).sum(dim=-1, keepdim=True) / (d * d)
+    cov = (2 * num * s2 + t3) / d
+    if centred:
+        cov = cov - cov.mean(dim=-1, keepdim=True)
+    g = num / den.sqrt() * (1 + 3 * var_den / (8 * den.square())) - 0.5 * cov / (den * den.sqrt())
+    if norm.weight is not None:
+        g = g * norm.weight.to(dt)
+    b = getattr(norm, "bias", None)
+    if b is not None:
+        g = g + b.to(dt)
+    return g.to(like.dtype)
+
+
 def _beta(norm, like):
     b = getattr(norm, "bias", None)
     return None if b is None else b.to(like.dtype)
@@ -226,7 +294,7 @@ def _keep_input(slot: _Slot):
     return hook
 
 
-def _layer_norm_hook(site, slot: _Slot, p: float, after=None):
+def _layer_norm_hook(site, slot: _Slot, p: float, after=None, order: int = 1):
     """The norm's forward hook: ``β + c (LN(x) − β)``, ``c`` from the
     norm's input ``x`` and the dropout's input ``v``; ``after(x, v, c)``
     (a compound site's LN1) sees the pieces."""
@@ -236,6 +304,8 @@ def _layer_norm_hook(site, slot: _Slot, p: float, after=None):
             return None
         x = args[0]
         v = slot.take(site, x)
+        if order == 2:
+            return _second_order(v, x, p, True, float(module.eps), module, out)
         c = _noise_ratio(v, x, p, True, float(module.eps)).sqrt()
         if after is not None:
             after(x, c)
@@ -244,12 +314,14 @@ def _layer_norm_hook(site, slot: _Slot, p: float, after=None):
     return hook
 
 
-def _rms_norm_hook(site, slot: _Slot, p: float):
+def _rms_norm_hook(site, slot: _Slot, p: float, order: int = 1):
     def hook(module, args, out):
         if module.training:
             return None
         x = args[0]
         v = slot.take(site, x)
+        if order == 2:
+            return _second_order(v, x, p, False, _rms_eps(module, x), module, out)
         c = _noise_ratio(v, x, p, False, _rms_eps(module, x)).sqrt()
         return out * c.to(out.dtype)
 
@@ -343,19 +415,19 @@ def correct(model, sites=None, *, order: int = 1, exclude: Sequence[Any] = (), i
     :func:`resolve_sites`) so that in eval mode each norm outputs the
     first-order estimate of its train-mode expectation; BatchNorm sites
     ``(dropout, batchnorm)`` get their running variance folded. ``exclude``
-    lists sites (tuples) or module names to leave alone. Training mode is
+    lists sites (tuples) or module names to leave alone. ``order=2``
+    applies the second-order estimates of src/formulas/second_order.rs at
+    LayerNorm and RMSNorm sites (plain or bypass) instead. Training mode is
     unchanged. Returns the model (a deep copy when ``inplace=False``);
     :func:`uncorrect` undoes it. Refuses (ValueError) ``order`` other than
-    1, functional-dropout sites, entangled sites, and a model already
-    corrected."""
+    1 or 2, a compound site at order 2, functional-dropout sites, entangled
+    sites, and a model already corrected."""
     import torch.nn as nn
 
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    if order != 1:
-        raise ValueError(f"order={order!r}: correct applies the first-order corrections only (the "
-                         "second-order closed forms of src/formulas/second_order.rs are checked by "
-                         "the audit but not yet applied by correct)")
+    if isinstance(order, bool) or order not in (1, 2):
+        raise ValueError(f"order must be 1 or 2, got {order!r}")
     if getattr(model, _ATTRIBUTE, None) is not None:
         raise ValueError("the model is already corrected: dropmc.torch.uncorrect(model) first")
     found = resolve_sites(model, sites)
@@ -363,6 +435,10 @@ def correct(model, sites=None, *, order: int = 1, exclude: Sequence[Any] = (), i
         model = _copy.deepcopy(model)
     modules = dict(model.named_modules())
     kept = _check_sites(modules, found, exclude)
+    if order == 2 and any(len(s) == 3 for s in kept):
+        raise ValueError(f"order=2: a compound site {[s for s in kept if len(s) == 3][0]!r} has no "
+                         "second-order closed form (src/formulas/second_order.rs covers LN, RMSNorm "
+                         "and the bypass): exclude it or use order=1")
     if not kept:
         raise ValueError("no site to correct (pass sites=[(dropout_name, norm_name), ...])")
     correction = Correction()
@@ -381,9 +457,10 @@ def correct(model, sites=None, *, order: int = 1, exclude: Sequence[Any] = (), i
                 correction._handles.append(norms[0].register_forward_hook(first))
                 correction._handles.append(norms[1].register_forward_hook(second))
             elif kind == "layer":
-                correction._handles.append(norms[0].register_forward_hook(_layer_norm_hook(site, slot, p)))
+                hook = _layer_norm_hook(site, slot, p, order=order)
+                correction._handles.append(norms[0].register_forward_hook(hook))
             else:
-                correction._handles.append(norms[0].register_forward_hook(_rms_norm_hook(site, slot, p)))
+                correction._handles.append(norms[0].register_forward_hook(_rms_norm_hook(site, slot, p, order)))
             _module_path(correction, modules, site)
             correction.sites.append(site)
     except BaseException:

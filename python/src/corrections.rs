@@ -1,4 +1,5 @@
-//! `dropmc._dropmc.first_order_site`, `gap_to_truth`, `fold_batchnorm`: the
+//! `dropmc._dropmc.first_order_site`, `second_order_site`, `gap_to_truth`,
+//! `fold_batchnorm`: the
 //! Rust closed forms that `dropmc.correct` applies as torch code, exposed so
 //! that the tests check the torch code against them (and so that the
 //! BatchNorm fold takes its channel rule from the one place it lives).
@@ -7,6 +8,7 @@
 //! [`dropmc::formulas`] (or [`dropmc::audit::Gap`]).
 
 use dropmc::audit::Gap;
+use dropmc::formulas::second_order::{self as so, NoisyUnits};
 use dropmc::formulas::{batchnorm, bypass, compound, layernorm, rmsnorm};
 use dropmc::ops::{LayerNorm, Rate, RmsNorm, Site};
 use numpy::PyReadonlyArray1;
@@ -18,6 +20,18 @@ use crate::to_py;
 
 fn flat(a: &PyReadonlyArray1<f64>) -> Vec<f64> {
     a.as_array().iter().copied().collect()
+}
+
+/// `site[key]`, or a ValueError naming the missing key.
+fn item<'py>(site: &Bound<'py, PyDict>, key: &str) -> PyResult<Bound<'py, PyAny>> {
+    site.get_item(key)?
+        .ok_or_else(|| PyValueError::new_err(format!("site dict lacks the key {key:?}")))
+}
+
+/// `site[key]` as a flat float64 array.
+fn item_array(site: &Bound<'_, PyDict>, key: &str) -> PyResult<Vec<f64>> {
+    let a: PyReadonlyArray1<f64> = item(site, key)?.extract()?;
+    Ok(flat(&a))
 }
 
 /// `v` and `h` split into `tokens` rows of width `d` (equal lengths, a
@@ -46,14 +60,8 @@ fn rows(v: &[f64], h: &[f64], d: usize) -> PyResult<Vec<(Vec<f64>, Vec<f64>)>> {
 /// bypass RMSNorm site has no function in `formulas` and is refused.
 #[pyfunction]
 pub fn first_order_site(site: &Bound<'_, PyDict>) -> PyResult<Vec<f64>> {
-    let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
-        site.get_item(key)?
-            .ok_or_else(|| PyValueError::new_err(format!("site dict lacks the key {key:?}")))
-    };
-    let array = |key: &str| -> PyResult<Vec<f64>> {
-        let a: PyReadonlyArray1<f64> = get(key)?.extract()?;
-        Ok(flat(&a))
-    };
+    let get = |key: &str| item(site, key);
+    let array = |key: &str| item_array(site, key);
     let form: String = get("form")?.extract()?;
     let norm: String = get("norm")?.extract()?;
     let p: f64 = get("p")?.extract()?;
@@ -88,6 +96,43 @@ pub fn first_order_site(site: &Bound<'_, PyDict>) -> PyResult<Vec<f64>> {
             (f, n) => {
                 return Err(PyValueError::new_err(format!(
                     "no closed form in dropmc::formulas for a {f} site at a {n} norm"
+                )));
+            }
+        };
+        out.extend(token.map_err(to_py)?);
+    }
+    Ok(out)
+}
+
+/// The second-order estimate of `E[norm(h + dropout_p(v))]` per token,
+/// flat, from a plain or bypass site dict (as [`first_order_site`]):
+/// `formulas::second_order::{layer_norm_expectation, rms_norm_expectation}`
+/// on `NoisyUnits::bypass(h, v)`. A compound site has no second-order
+/// closed form and is refused.
+#[pyfunction]
+pub fn second_order_site(site: &Bound<'_, PyDict>) -> PyResult<Vec<f64>> {
+    let get = |key: &str| item(site, key);
+    let array = |key: &str| item_array(site, key);
+    let form: String = get("form")?.extract()?;
+    if form != "plain" && form != "bypass" {
+        return Err(PyValueError::new_err(format!(
+            "no second-order closed form in dropmc::formulas for a {form} site"
+        )));
+    }
+    let norm: String = get("norm")?.extract()?;
+    let rate = Rate::new(get("p")?.extract()?).map_err(to_py)?;
+    let d: usize = get("d")?.extract()?;
+    let eps: f64 = get("eps")?.extract()?;
+    let (gamma, beta) = (array("gamma")?, array("beta")?);
+    let mut out = Vec::new();
+    for (v, h) in rows(&array("v")?, &array("h")?, d)? {
+        let units = NoisyUnits::bypass(&h, &v, rate).map_err(to_py)?;
+        let token = match norm.as_str() {
+            "layer" => so::layer_norm_expectation(&units, &gamma, &beta, eps),
+            "rms" => so::rms_norm_expectation(&units, &gamma, eps),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "no second-order closed form for a {other:?} norm (\"layer\" or \"rms\")"
                 )));
             }
         };
@@ -168,6 +213,7 @@ pub fn fold_batchnorm(
 /// Registers this file's functions on the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(first_order_site, m)?)?;
+    m.add_function(wrap_pyfunction!(second_order_site, m)?)?;
     m.add_function(wrap_pyfunction!(gap_to_truth, m)?)?;
     m.add_function(wrap_pyfunction!(fold_batchnorm, m)?)?;
     Ok(())

@@ -76,18 +76,19 @@ def _gap(audit, i, out):
     return _rs.gap_to_truth(truth.ravel(), se.ravel(), out.numpy().ravel().copy(), d)
 
 
-def _one_site_gaps(model, x, audit, sites):
-    """Per site: (uncorrected gap, first-order bound, corrected gap) with
-    only that site corrected."""
+def _one_site_gaps(model, x, audit, sites, order=1):
+    """Per site: (uncorrected gap, bound of the audit's estimate of that
+    order, corrected gap) with only that site corrected."""
     rows = []
     for i, site in enumerate(sites):
-        dt.correct(model, sites=[site])
+        dt.correct(model, sites=[site], order=order)
         try:
             out = C.norm_outputs(model, x, [site[-1]])[site[-1]]
         finally:
             dt.uncorrect(model)
         s = audit.sites[i]
-        rows.append((s["uncorrected"]["rms"], s["first_order"]["upper"], _gap(audit, i, out)))
+        key = "first_order" if order == 1 else "second_order"
+        rows.append((s["uncorrected"]["rms"], s[key]["upper"], _gap(audit, i, out)))
     return rows
 
 
@@ -170,15 +171,36 @@ def test_every_site_corrected_the_audit_runs_and_every_resolved_gap_shrinks(post
 
 def test_the_torch_code_is_the_rust_closed_form(post_ln):
     model, x, sites, _ = post_ln
-    with dt.corrected(model, sites) as m:
+    for _, cap, _, _ in _assert_closed_form(model, x, sites, _rs.first_order_site):
+        assert cap["form"] == "bypass"
+
+
+def test_second_order_one_site_at_a_time_is_within_the_second_order_bound(post_ln):
+    model, x, sites, audit = post_ln
+    for site, (uncorrected, bound, gap) in zip(sites, _one_site_gaps(model, x, audit, sites, order=2)):
+        assert uncorrected >= MIN_FACTOR * bound and gap["rms"] <= bound, (site, uncorrected, bound, gap)
+
+
+def test_second_order_torch_code_is_the_rust_closed_form(post_ln):
+    model, x, sites, _ = post_ln
+    for site, cap, rust, tol in _assert_closed_form(model, x, sites, _rs.second_order_site, order=2):
+        assert np.abs(rust - np.asarray(_rs.first_order_site(cap))).max() > 1e3 * tol, site
+
+
+def _assert_closed_form(model, x, sites, binding, order=1):
+    """The corrected outputs at ``sites`` (captured from the corrected model)
+    against ``binding`` (a Rust closed form) on the same captures."""
+    with dt.corrected(model, sites, order=order) as m:
         captures = A.capture_sites(m, x, sites)
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
+    rows = []
     for site, cap in zip(sites, captures):
-        assert cap["form"] == "bypass"
-        rust = np.asarray(_rs.first_order_site(cap))
+        rust = np.asarray(binding(cap))
         got = outs[site[-1]].numpy().ravel()
         tol = CLOSED_FORM_ROUNDINGS * cap["d"] * np.finfo(np.float64).eps * np.abs(rust).max()
         assert np.abs(got - rust).max() <= tol, (site, np.abs(got - rust).max(), tol)
+        rows.append((site, cap, rust, tol))
+    return rows
 
 
 class _Plain(nn.Module):
@@ -207,17 +229,13 @@ def test_plain_rms_and_compound_sites_are_the_rust_closed_forms():
     x = torch.randn(2, 5, d, dtype=torch.float64)
     sites = C.resolve_sites(model)
     assert sorted(sites) == sorted([("drop_ln", "ln"), ("drop_rms", "rms"), ("drop_c", "ln1", "ln2")])
-    with dt.corrected(model, sites) as m:
-        captures = A.capture_sites(m, x, sites)
-        outs = C.norm_outputs(m, x, [s[-1] for s in sites])
-    for site, cap in zip(sites, captures):
-        rust = np.asarray(_rs.first_order_site(cap))
-        got = outs[site[-1]].numpy().ravel()
-        tol = CLOSED_FORM_ROUNDINGS * d * np.finfo(np.float64).eps * np.abs(rust).max()
-        assert np.abs(got - rust).max() <= tol, (site, np.abs(got - rust).max(), tol)
+    for site, _, rust, tol in _assert_closed_form(model, x, sites, _rs.first_order_site):
         # and the correction moved the output (the comparison is not of two eval outputs)
         uncorrected = C.norm_outputs(model, x, [site[-1]])[site[-1]].numpy().ravel()
         assert np.abs(uncorrected - rust).max() > 1e3 * tol, site
+    with pytest.raises(ValueError, match="compound site"):
+        dt.correct(model, sites, order=2)
+    _assert_closed_form(model, x, [s for s in sites if len(s) == 2], _rs.second_order_site, order=2)
 
 
 def _count_fused(monkeypatch):
@@ -282,8 +300,8 @@ def test_copy_on_request_and_refusals():
     dt.uncorrect(copy)
     with pytest.raises(ValueError, match="not corrected"):
         dt.uncorrect(copy)
-    with pytest.raises(ValueError, match="order=2"):
-        dt.correct(model, order=2)
+    with pytest.raises(ValueError, match="order must be 1 or 2"):
+        dt.correct(model, order=3)
     with pytest.raises(ValueError, match="entangled"):
         dt.correct(model, sites=[("layers.0.dropout1", "layers.0.norm1"), ("layers.0.dropout2", "layers.0.norm1")])
     with pytest.raises(ValueError, match="functional F.dropout"):

@@ -150,3 +150,8 @@ def test_no_running_stats_is_refused():
     model = nn.Sequential(nn.Dropout(0.5), nn.BatchNorm1d(2, track_running_stats=False))
     with pytest.raises(ValueError, match="track_running_stats"):
         dt.correct(model, sites=[("0", "1")])
+
+
+def test_batchnorm_sites_are_found():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.5), nn.BatchNorm1d(4), nn.ReLU(), nn.Dropout(0.1))
+    assert C.resolve_sites(model) == [("1", "2")]
