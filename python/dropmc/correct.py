@@ -442,6 +442,13 @@ def correct(model, sites=None, *, order: int = 1, exclude: Sequence[Any] = (), i
     if not kept:
         raise ValueError("no site to correct (pass sites=[(dropout_name, norm_name), ...])")
     correction = Correction()
+    slots: List[_Slot] = []
+
+    def fresh_forward(module, args):
+        """A dropout whose norm did not run last forward leaves no stale v."""
+        for slot in slots:
+            slot.v = None
+
     try:
         for site in kept:
             dropout, norms = modules[site[0]], [modules[n] for n in site[1:]]
@@ -451,6 +458,7 @@ def correct(model, sites=None, *, order: int = 1, exclude: Sequence[Any] = (), i
                 _fold_batchnorm(correction, site, dropout, norms[0])
                 continue
             slot = _Slot(site[0])
+            slots.append(slot)
             correction._handles.append(dropout.register_forward_pre_hook(_keep_input(slot)))
             if len(site) == 3:
                 first, second = _compound_hooks(site, slot, p, norms[0])
@@ -463,6 +471,8 @@ def correct(model, sites=None, *, order: int = 1, exclude: Sequence[Any] = (), i
                 correction._handles.append(norms[0].register_forward_hook(_rms_norm_hook(site, slot, p, order)))
             _module_path(correction, modules, site)
             correction.sites.append(site)
+        if slots:  # none when every site is a BatchNorm fold (no per-forward cost)
+            correction._handles.append(model.register_forward_pre_hook(fresh_forward))
     except BaseException:
         correction.undo()
         raise

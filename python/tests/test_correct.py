@@ -370,3 +370,32 @@ def test_hugging_face_models_with_hand_named_sites(monkeypatch, build):
     _planted(monkeypatch, "c squared")
     for site, (_, bound, gap) in zip(sites, _one_site_gaps(model, (ids,), audit, sites)):
         assert gap["rms"] > bound, (site, gap, bound)
+
+
+class _Branchy(nn.Module):
+    """A forward that may run the dropout without the norm, or the norm
+    without the dropout: a wrong site, which must not reuse a stale v."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.drop, self.ln = nn.Dropout(0.2), nn.LayerNorm(d)
+
+    def forward(self, x, path):
+        if path == "dropout only":
+            return self.drop(x)
+        if path == "norm only":
+            return self.ln(x)
+        return self.ln(self.drop(x))
+
+
+def test_a_norm_without_its_dropout_in_the_same_forward_is_an_error():
+    model, x = _Branchy(8).eval(), torch.randn(3, 8)
+    dt.correct(model, sites=[("drop", "ln")])
+    try:
+        with torch.no_grad():
+            model(x, "both")
+            model(x, "dropout only")
+            with pytest.raises(RuntimeError, match="without its dropout"):
+                model(x, "norm only")
+    finally:
+        dt.uncorrect(model)
