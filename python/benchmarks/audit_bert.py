@@ -6,7 +6,7 @@ random weights from a config (transformers needed, no download), attention
 forward, the whole audit (discovery + capture + every site), the number of
 sites and attention sites, and the audit table. One torch thread.
 
-    python python/benchmarks/audit_bert.py [eager|sdpa] [samples]
+    python python/benchmarks/audit_bert.py [eager|sdpa] [samples] [figure.png]
 """
 
 import sys
@@ -16,6 +16,7 @@ import torch
 import transformers as T
 
 import dropmc
+import dropmc.torch
 from dropmc.discovery import discover
 
 torch.set_num_threads(1)
@@ -28,12 +29,15 @@ config._attn_implementation = impl
 model = T.BertModel(config)
 ids = torch.randint(1000, 20000, (1, 128), generator=torch.Generator().manual_seed(1))
 kw = {"input_ids": ids, "attention_mask": torch.ones(1, 128, dtype=torch.long)}
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 found = discover(model, **kw)
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 audit = dropmc.torch.audit(model, kw, samples=samples, seed=1)
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 print(audit)
-print(f"attention={impl} samples={samples}: discovery {t1 - t0:.2f} s; whole audit {t2 - t1:.2f} s wall "
+if len(sys.argv) > 3:
+    audit.plot(sys.argv[3])
+print(f"attention={impl} samples={samples}: discovery {t1 - t0:.2f} s wall ({c1 - c0:.2f} s CPU); "
+      f"whole audit {t2 - t1:.2f} s wall ({c2 - c1:.2f} s CPU; the Rust engine's threads count in CPU) "
       f"({len(audit.sites)} sites, {len(audit.attention_sites)} attention sites, "
       f"{len(audit.other_sites)} listed without numbers)")

@@ -107,7 +107,10 @@ class Discovery:
     ``training=False``), ``norms`` (norm call → the module's
     :class:`~dropmc.norms.NormSpec`), ``norm_modules`` (norm call → module
     name), ``refused`` (norm-like module → why it is not read as a norm)
-    and ``dropout_modules`` (module names of the ``nn.Dropout``\\ s called)."""
+    ``dropout_modules`` (module names of the ``nn.Dropout``\\ s called) and
+    ``call_modules`` (every dropout, norm and attention call → the module it
+    is: the ``nn.Dropout`` or norm itself, or for a functional call the
+    module it runs in). :meth:`module_of` reads the last."""
 
     sites: List[Site] = field(default_factory=list)
     attention: List[AttentionSite] = field(default_factory=list)
@@ -116,6 +119,14 @@ class Discovery:
     norm_modules: Dict[str, str] = field(default_factory=dict)
     refused: Dict[str, str] = field(default_factory=dict)
     dropout_modules: List[str] = field(default_factory=list)
+    call_modules: Dict[str, str] = field(default_factory=dict)
+
+    def module_of(self, call: str) -> str:
+        """The module name of a dropout, norm or attention call (a
+        functional call's owner; ``""`` is the model itself)."""
+        if call not in self.call_modules:
+            raise KeyError(f"{call!r} is not a call of the traced forward")
+        return self.call_modules[call]
 
     def sites_line(self) -> str:
         """The ``sites=[...]`` argument naming every clean site (paste it
@@ -447,6 +458,11 @@ def discover(model: nn.Module, *args, norms: Optional[Dict[str, NormSpec]] = Non
             found.norm_modules[call] = name
     found.dropouts = dict(trace.dropout_p)
     found.dropout_modules = list(dict.fromkeys(trace.dropout_module.values()))
+    for call in list(trace.dropout_p) + list(trace.sdpa_p):
+        found.call_modules[call] = trace.dropout_module.get(call, call.rsplit(":", 1)[0] if ":" in call else "")
+    found.call_modules.update(found.norm_modules)
+    for a in found.attention:
+        found.call_modules.setdefault(a.call, a.owner)
     found.sites = _sites_of(trace, found.norms, found.norm_modules)
     found.attention = _attention_of(trace)
     return found

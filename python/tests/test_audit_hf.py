@@ -55,13 +55,21 @@ def test_sites_match_the_modeling_source(arch, impl):
     assert got == expected_sites(arch)
     assert [a.call for a in found.attention] == expected_attention(arch, impl)
     assert all(a.p == pytest.approx(0.1) for a in found.attention)
+    # T5LayerNorm and LlamaRMSNorm are read as RMSNorms by what they compute
+    assert {s.kind for s in found.norms.values()} == ({"rms"} if arch in ("t5", "llama") else {"layer"})
+    assert not found.refused
+    if arch == "vit":  # the second call of a reused module
+        assert found.module_of("layers.0.dropout#1") == "layers.0.dropout"
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_the_default_call_audits_every_site(arch):
     impl = "sdpa" if arch in ("gpt2", "t5") else "eager"
     model = build(arch, impl)
-    audit = dropmc.torch.audit(model, inputs(arch), samples=4096, attention_samples=256)
+    if arch == "llama":  # keyword inputs, as the forward's own keyword arguments
+        audit = dropmc.torch.audit(model, samples=4096, attention_samples=256, **inputs(arch))
+    else:  # a dict of keyword inputs
+        audit = dropmc.torch.audit(model, inputs(arch), samples=4096, attention_samples=256)
     truth = expected_sites(arch)
     assert {s["name"] for s in audit.sites} == {f"{d}->{n}" for (d, n), f in truth.items() if f != "entangled"}
     assert {o["name"] for o in audit.other_sites} == {f"{d}->{n}" for (d, n), f in truth.items() if f == "entangled"}
@@ -189,3 +197,46 @@ def test_messages_a_user_can_act_on():
     assert {o["reason"] for o in audit.other_sites} == {"no dropout at this rate (p = 0)"}
     with pytest.raises(ValueError, match=r"Its sites: sites=\[\('encoder.layer.0.attention.output.dropout'"):
         dropmc.torch.audit(model, inputs("bert"), sites=[("embeddings.dropout", "encoder.layer.1.output.LayerNorm")])
+
+
+class _GemmaNorm(torch.nn.Module):
+    """Gemma's RMSNorm: ``x / sqrt(mean x² + ε) · (1 + weight)``."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(d, generator=torch.Generator().manual_seed(3)))
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
+
+
+class _ScaleNorm(torch.nn.Module):
+    """Named like a norm, computes ``weight * x / max|x|``: neither formula."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(d))
+        self.eps = 1e-6
+
+    def forward(self, x):
+        return self.weight * x / x.abs().amax(-1, keepdim=True)
+
+
+def test_norms_are_recognised_by_what_they_compute():
+    from dropmc.norms import NormSpec, recognize_norm
+
+    x = torch.randn(5, 16)
+    gemma = _GemmaNorm(16)
+    spec = recognize_norm(gemma, x)
+    assert (spec.kind, spec.weight_offset) == ("rms", 1.0)
+    assert np.array_equal(spec.gamma, 1.0 + gemma.weight.detach().double().numpy())
+    torch_rms = torch.nn.RMSNorm(16, eps=1e-6)
+    assert (recognize_norm(torch_rms, x).kind, recognize_norm(torch_rms, x).weight_offset) == ("rms", 0.0)
+    with pytest.raises(ValueError, match="'odd' \\(_ScaleNorm\\) is not a LayerNorm or RMSNorm"):
+        recognize_norm(_ScaleNorm(16), x, "odd")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Dropout(0.1), _ScaleNorm(16))
+    found = discover(model, x)
+    assert found.sites == [] and "2" in found.refused
+    declared = NormSpec("rms", np.ones(16), np.zeros(16), 1e-6)
+    assert [s.name for s in discover(model, x, norms={"2": declared}).sites] == ["1->2"]
