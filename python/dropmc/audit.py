@@ -147,9 +147,10 @@ class Audit:
             import matplotlib.pyplot as plt
         except ImportError as e:  # pragma: no cover
             raise ImportError("Audit.plot needs matplotlib (pip install matplotlib)") from e
-        names = [s["name"] for s in self.sites]
+        names = [_short_label(s["name"]) for s in self.sites]
         xs = _np.arange(len(names))
-        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 4))
+        longest = max((len(n) for n in names), default=0)
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 3 + 0.065 * longest))
         labelled = set()
         for off, key, label in [(-0.2, "uncorrected", "eval (uncorrected)"),
                                 (0.0, "first_order", "first order"),
@@ -171,6 +172,24 @@ class Audit:
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
+
+
+def _short_label(name: str) -> str:
+    """A site's name for a figure's axis: the norm's dotted path after the
+    part it shares with the dropout's (``a.b.dropout->a.b.LayerNorm`` is
+    ``a.b.dropout->…LayerNorm``)."""
+    parts = name.split("->")
+    if len(parts) < 2:
+        return name
+    first = parts[0].split(".")
+    rest = []
+    for p in parts[1:]:
+        q = p.split(".")
+        k = 0
+        while k < min(len(first), len(q)) - 1 and first[k] == q[k]:
+            k += 1
+        rest.append(("…" if k else "") + ".".join(q[k:]))
+    return "->".join([parts[0]] + rest)
 
 
 # --------------------------------------------------------------------------
