@@ -12,20 +12,19 @@ dropmc's Rust engine, which computes per token the true
 site sampler), the eval output ``norm(h + v)``, the first-order correction
 and the second-order one, and their gaps to the truth. See docs/audit.md.
 
-Site finding: ``torch.fx`` tracing (in train mode, so that
-``F.dropout(x, p, training=self.training)`` is a site and a literal
-``training=False`` is not), with ``nn.TransformerEncoderLayer`` and
-``nn.MultiheadAttention`` kept as leaves (their sites follow from
-``norm_first``); a dropout is an ``nn.Dropout`` module or a
-``torch.nn.functional.dropout`` call (named by its fx node, e.g.
-``dropout_1``); a model fx cannot trace (``nn.TransformerEncoder``'s
-control flow) is walked structurally when it is a ``TransformerEncoder``,
-and otherwise needs ``sites=[(dropout_name, norm_name), ...]``.
+Site finding (``audit_torch``): :func:`dropmc.discovery.discover`, one
+train-mode forward under a ``TorchFunctionMode`` that records data flow
+(each dropout call its own site; plain, bypass, compound and *entangled*
+sites; norms recognised by :mod:`dropmc.norms`), then one eval-mode capture
+forward (:mod:`dropmc.capture`) matching calls by (owner, call index).
+:func:`find_sites` and :func:`capture_sites` are the older fx-based
+helpers (traceable models only; the fx rule does not know entangled
+sites), kept for their callers.
 
-Attention sites: every ``nn.MultiheadAttention`` with ``dropout > 0`` that
-the forward reaches (found by the same trace, or among the model's modules
-when fx cannot trace it) is audited with the attention family's quantities
-on the model's own softmax rows (``audit.attention_sites``; see
+Attention sites: eager attention (``F.dropout`` on a softmax), SDPA calls
+with ``dropout_p > 0`` and every ``nn.MultiheadAttention`` with
+``dropout > 0`` the forward calls are audited with the attention family's
+quantities on the model's own softmax rows (``audit.attention_sites``; see
 docs/audit.md).
 """
 
