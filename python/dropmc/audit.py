@@ -12,20 +12,19 @@ dropmc's Rust engine, which computes per token the true
 site sampler), the eval output ``norm(h + v)``, the first-order correction
 and the second-order one, and their gaps to the truth. See docs/audit.md.
 
-Site finding: ``torch.fx`` tracing (in train mode, so that
-``F.dropout(x, p, training=self.training)`` is a site and a literal
-``training=False`` is not), with ``nn.TransformerEncoderLayer`` and
-``nn.MultiheadAttention`` kept as leaves (their sites follow from
-``norm_first``); a dropout is an ``nn.Dropout`` module or a
-``torch.nn.functional.dropout`` call (named by its fx node, e.g.
-``dropout_1``); a model fx cannot trace (``nn.TransformerEncoder``'s
-control flow) is walked structurally when it is a ``TransformerEncoder``,
-and otherwise needs ``sites=[(dropout_name, norm_name), ...]``.
+Site finding (``audit_torch``): :func:`dropmc.discovery.discover`, one
+train-mode forward under a ``TorchFunctionMode`` that records data flow
+(each dropout call its own site; plain, bypass, compound and *entangled*
+sites; norms recognised by :mod:`dropmc.norms`), then one eval-mode capture
+forward (:mod:`dropmc.capture`) matching calls by (owner, call index).
+:func:`find_sites` and :func:`capture_sites` are the older fx-based
+helpers (traceable models only; the fx rule does not know entangled
+sites), kept for their callers.
 
-Attention sites: every ``nn.MultiheadAttention`` with ``dropout > 0`` that
-the forward reaches (found by the same trace, or among the model's modules
-when fx cannot trace it) is audited with the attention family's quantities
-on the model's own softmax rows (``audit.attention_sites``; see
+Attention sites: eager attention (``F.dropout`` on a softmax), SDPA calls
+with ``dropout_p > 0`` and every ``nn.MultiheadAttention`` with
+``dropout > 0`` the forward calls are audited with the attention family's
+quantities on the model's own softmax rows (``audit.attention_sites``; see
 docs/audit.md).
 """
 
@@ -73,18 +72,50 @@ class Audit:
         a_table, a_json, self._moments = attention if attention is not None else ("", "[]", [])
         self._attention_table = a_table
         self.attention_sites: List[dict] = _json.loads(a_json)
+        #: Sites listed without numbers: entangled ones (the bypass depends
+        #: on the same mask) and those whose dropout has p = 0, each
+        #: ``{"name", "form", "p", "reason"}``.
+        self.other_sites: List[dict] = []
+        #: ``{"audited": n, "total": N}``: tokens per norm site (padded ones
+        #: left out when the forward was given an ``attention_mask``).
+        self.tokens: Optional[dict] = None
+        #: The :class:`dropmc.discovery.Discovery` the sites came from.
+        self.discovery = None
+
+    def _other_table(self) -> str:
+        if not self.other_sites:
+            return ""
+        width = max(len(o["name"]) for o in self.other_sites)
+        lines = [f"{'site (no closed-form numbers)':<{width}}  form       p    reason"]
+        lines += [f"{o['name']:<{width}}  {o['form']:<9}  {o['p']:<4g} {o['reason']}" for o in self.other_sites]
+        return "\n".join(lines)
+
+    def _token_line(self) -> str:
+        t = self.tokens
+        if not t or t["audited"] == t["total"]:
+            return ""
+        return (f"tokens audited per site: {t['audited']} of {t['total']} "
+                f"({t['total'] - t['audited']} padded tokens left out by the attention_mask)")
 
     def __str__(self) -> str:
-        return "\n".join(t for t in (self._table, self._attention_table) if t)
+        parts = (self._token_line(), self._table, self._attention_table, self._other_table())
+        return "\n".join(t for t in parts if t)
 
     def __repr__(self) -> str:
         return (f"<dropmc.Audit of {len(self.sites)} sites and {len(self.attention_sites)} "
                 f"attention sites>\n{self}")
 
     def to_json(self) -> str:
-        """``{"sites": [...], "attention_sites": [...]}`` (before attention
-        sites the JSON was the bare ``sites`` array; docs/audit.md)."""
-        return _json.dumps({"sites": self.sites, "attention_sites": self.attention_sites}, indent=2)
+        """``{"sites": [...], "attention_sites": [...]}``, plus
+        ``other_sites`` when some site is listed without numbers and
+        ``tokens`` when padded tokens were left out (before attention sites
+        the JSON was the bare ``sites`` array; docs/audit.md)."""
+        out = {"sites": self.sites, "attention_sites": self.attention_sites}
+        if self.other_sites:  # entangled and p = 0 sites (no numbers)
+            out["other_sites"] = self.other_sites
+        if self._token_line():  # padded tokens were left out
+            out["tokens"] = self.tokens
+        return _json.dumps(out, indent=2)
 
     def attention_moments(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
         """Attention site ``i``'s ``E[out]`` (the eval output) and
@@ -115,9 +146,10 @@ class Audit:
             import matplotlib.pyplot as plt
         except ImportError as e:  # pragma: no cover
             raise ImportError("Audit.plot needs matplotlib (pip install matplotlib)") from e
-        names = [s["name"] for s in self.sites]
+        names = [_short_label(s["name"]) for s in self.sites]
         xs = _np.arange(len(names))
-        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 4))
+        longest = max((len(n) for n in names), default=0)
+        fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(names) + 2), 3 + 0.065 * longest))
         labelled = set()
         for off, key, label in [(-0.2, "uncorrected", "eval (uncorrected)"),
                                 (0.0, "first_order", "first order"),
@@ -139,6 +171,24 @@ class Audit:
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
+
+
+def _short_label(name: str) -> str:
+    """A site's name for a figure's axis: the norm's dotted path after the
+    part it shares with the dropout's (``a.b.dropout->a.b.LayerNorm`` is
+    ``a.b.dropout->…LayerNorm``)."""
+    parts = name.split("->")
+    if len(parts) < 2:
+        return name
+    first = parts[0].split(".")
+    rest = []
+    for p in parts[1:]:
+        q = p.split(".")
+        k = 0
+        while k < min(len(first), len(q)) - 1 and first[k] == q[k]:
+            k += 1
+        rest.append(("…" if k else "") + ".".join(q[k:]))
+    return "->".join([parts[0]] + rest)
 
 
 # --------------------------------------------------------------------------
@@ -552,7 +602,7 @@ def _attention_capture(name, module, args, kwargs) -> dict:
     }
 
 
-def capture_attention_sites(model, inputs, names: Sequence[str]) -> List[dict]:
+def capture_attention_sites(model, inputs, names: Sequence[str], kwargs=None) -> List[dict]:
     """Runs ``model(*inputs)`` once in eval mode with a forward pre-hook on
     each named ``nn.MultiheadAttention``, which recomputes the call with its
     weights returned per head. A named module the forward does not reach is
@@ -592,7 +642,7 @@ def capture_attention_sites(model, inputs, names: Sequence[str]) -> List[dict]:
         # Grad enabled keeps the encoder layers and the attention off their
         # fused fast paths, which skip the hooks.
         with torch.enable_grad():
-            model(*_as_tuple(inputs))
+            model(*_as_tuple(inputs), **(kwargs or {}))
     finally:
         for h in handles:
             h.remove()
@@ -722,14 +772,20 @@ def load(path: str) -> List[dict]:
 # The audit
 
 
-def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
-                   attention_captures: Sequence[dict] = (),
-                   attention_samples: int = DEFAULT_ATTENTION_SAMPLES) -> Audit:
-    """Audits captured sites with dropmc's Rust engine (no model run)."""
+def _check_budgets(samples, seed, attention_samples):
     if not isinstance(samples, int) or samples < 129:
         raise ValueError(f"samples must be an int of at least 129 (masks per token), got {samples!r}")
     if not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if not isinstance(attention_samples, int) or attention_samples < 256:
+        raise ValueError(f"attention_samples must be an int of at least 256, got {attention_samples!r}")
+
+
+def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
+                   attention_captures: Sequence[dict] = (),
+                   attention_samples: int = DEFAULT_ATTENTION_SAMPLES) -> Audit:
+    """Audits captured sites with dropmc's Rust engine (no model run)."""
+    _check_budgets(samples, seed, attention_samples)
     attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed)
     if captures:
         table, text, truths = _dropmc.audit_sites(captures, samples, seed)
@@ -738,32 +794,101 @@ def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed
     return Audit(table, text, truths, captures, attention, attention_captures)
 
 
-def audit_torch(model, inputs, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
+def _select_sites(found, sites, modules):
+    """The discovered sites ``sites`` names (tuples ``(dropout, norm)`` or
+    ``(dropout, ln1, ln2)``, by call name), each validated against what the
+    forward does: a tuple that is not a site of the forward is a ValueError
+    saying why, an entangled one stays entangled."""
+    import torch.nn as nn
+
+    by_tuple = {s.as_tuple(): s for s in found.sites}
+    by_pair = {}
+    for s in found.sites:
+        by_pair.setdefault(s.as_tuple()[:2], s)
+    chosen = []
+    for t in sites:
+        t = tuple(t)
+        if len(t) not in (2, 3):
+            raise ValueError(f"site {t!r}: expected (dropout, norm) or (dropout, ln1, ln2)")
+        site = by_tuple.get(t)
+        if site is None and len(t) == 2 and t in by_pair:
+            site = by_pair[t]
+            if site.form == "compound":  # named as plain: LN1 alone
+                site = type(site)(site.dropout, site.norm, "plain", site.p)
+        if site is None:
+            dname, nname = t[0], t[1]
+            base = dname.split("#")[0]
+            if base in modules and not isinstance(modules[base], nn.modules.dropout._DropoutNd):
+                why = f"{dname!r} is not an nn.Dropout of the model"
+            elif dname not in found.dropouts:
+                why = (f"{dname!r} is neither an nn.Dropout call nor an F.dropout call of the forward "
+                       "(a module's k-th call is 'name#k', an F.dropout call 'owner:dropout')")
+            elif nname not in found.norms:
+                why = f"{nname!r} is not a LayerNorm or RMSNorm call of the forward"
+            else:
+                why = (f"{nname}'s input is neither {dname}'s output nor h + {dname}'s output "
+                       "(the dropout reaches the norm through other layers: no closed form)")
+            raise ValueError(f"site {t!r}: {why}. The forward's {found.summary()}. Its sites: "
+                             f"{found.sites_line()}")
+        chosen.append(site)
+    return chosen
+
+
+def _no_sites_message(found) -> str:
+    return ("the model has no dropout→LayerNorm/RMSNorm site and no attention dropout in this forward. "
+            f"The forward's {found.summary()}. If a site was missed, pass sites=[(dropout_call, "
+            "norm_call), ...] with names from that list (a norm it does not read: norms={name: "
+            "dropmc.norms.NormSpec(...)})")
+
+
+def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
                 sites: Optional[Sequence[Tuple[str, ...]]] = None,
-                attention_samples: int = DEFAULT_ATTENTION_SAMPLES) -> Audit:
-    """Finds (or takes) ``model``'s dropout→norm sites, captures them on
-    ``inputs`` (a tensor or a tuple of the forward's arguments) in eval
-    mode, and audits them (``samples`` masks per token, from ``seed``);
-    likewise its attention-dropout sites (``attention_samples`` draws per
-    query, head and sampled coordinate for their sampled check)."""
+                attention_samples: int = DEFAULT_ATTENTION_SAMPLES, norms=None, **kwargs) -> Audit:
+    """Finds ``model``'s dropout→norm and attention-dropout sites from one
+    train-mode forward (:func:`dropmc.discovery.discover`; no fx), captures
+    them in one eval-mode forward, and audits them (``samples`` masks per
+    token from ``seed``; ``attention_samples`` draws per query, head and
+    sampled coordinate for the attention sites' sampled check).
+
+    ``inputs``: a tensor, a tuple of positional arguments, or a dict of
+    keyword arguments; further keyword arguments go to the forward too.
+    With an ``attention_mask`` of the tokens' shape, padded tokens are left
+    out (``audit.tokens`` says how many were audited). ``sites`` names a
+    subset (call names, as the table prints them); ``norms`` maps module
+    names to a :class:`dropmc.norms.NormSpec` for norms the recognition
+    cannot read. Entangled sites and sites with ``p = 0`` are listed without
+    numbers (``audit.other_sites``)."""
     try:
         import torch.nn as nn
     except ImportError as e:  # pragma: no cover
         raise ImportError("dropmc.audit.audit_torch needs torch") from e
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    attention = find_attention_sites(model)
-    has_norms = any(isinstance(m, _norm_types()) for m in model.modules())
-    if sites is not None:
-        found = list(sites)
-    elif has_norms or not attention:
-        found = find_sites(model)
-    else:
-        found = []
-    attention_caps = capture_attention_sites(model, inputs, attention) if attention else []
-    if not found and not attention_caps:
-        raise ValueError("the model has no dropout→LayerNorm/RMSNorm site and no attention dropout "
-                         "(pass sites=[(dropout_name, norm_name), ...] if tracing missed one)")
-    captures = capture_sites(model, inputs, found) if found else []
-    return audit_captures(captures, samples=samples, seed=seed,
-                          attention_captures=attention_caps, attention_samples=attention_samples)
+    _check_budgets(samples, seed, attention_samples)
+    from .capture import capture_traced
+    from .discovery import call_inputs, discover
+
+    args, kw = call_inputs(inputs, kwargs)
+    found = discover(model, *args, norms=norms, **kw)
+    modules = dict(model.named_modules())
+    chosen = found.sites if sites is None else _select_sites(found, sites, modules)
+    other = [{"name": s.name, "form": "entangled", "p": s.p, "reason": s.reason}
+             for s in chosen if s.form == "entangled"]
+    other += [{"name": s.name, "form": s.form, "p": 0.0, "reason": "no dropout at this rate (p = 0)"}
+              for s in chosen if s.form != "entangled" and s.p == 0]
+    clean = [s for s in chosen if s.form != "entangled" and s.p > 0]
+    traced_attention = [a for a in found.attention if a.kind != "mha" and a.p > 0]
+    other += [{"name": a.call, "form": "attention", "p": 0.0, "reason": "no dropout at this rate (p = 0)"}
+              for a in found.attention if a.p == 0 and a.kind != "mha"]
+    mha = [a.call for a in found.attention if a.kind == "mha" and a.p > 0]
+    if not clean and not traced_attention and not mha and not other:
+        raise ValueError(_no_sites_message(found))
+    captures, attention_caps, tokens = capture_traced(model, args, kw, found, clean, traced_attention)
+    if mha:
+        attention_caps += capture_attention_sites(model, args, mha, kw)
+    audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
+                           attention_samples=attention_samples)
+    audit.other_sites = other
+    audit.tokens = tokens
+    audit.discovery = found
+    return audit
