@@ -49,11 +49,11 @@
 use serde::Serialize;
 
 use crate::claims::{Claim, ClaimResult, Verdict, check};
+use crate::engine::DEFAULT_SEED;
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
 use crate::registry::Registry;
-use crate::report::DEFAULT_SEED;
 
 /// What to run.
 #[derive(Debug, Clone, Copy)]

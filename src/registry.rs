@@ -28,30 +28,11 @@
 //! ```
 
 use std::fmt;
-use std::path::Path;
 
 use crate::claims::{self, Claim};
 use crate::error::Error;
 use crate::eval::{self, EvalQuantity};
-use crate::plot;
-
-/// A figure a family draws: the file name `dropmc plot` writes and the
-/// function that writes it.
-#[derive(Clone, Copy)]
-pub struct Figure {
-    /// File name, e.g. `layernorm_c.svg`.
-    pub file: &'static str,
-    /// One line on what the figure shows.
-    pub about: &'static str,
-    /// Draws the figure into the file at this path.
-    pub draw: fn(&Path) -> Result<(), Error>,
-}
-
-impl fmt::Debug for Figure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Figure").field("file", &self.file).finish()
-    }
-}
+use crate::plot::{self, Figure};
 
 /// One family: a name, its claims and what it adds to the outputs.
 ///
@@ -114,6 +95,12 @@ impl Family {
     pub fn with_claims<C: Claim + 'static>(mut self, claims: &'static [C]) -> Self {
         self.claims
             .extend(claims.iter().map(|c| c as &'static dyn Claim));
+        self
+    }
+
+    /// Adds every claim of a list, in order.
+    pub fn with_claim_list(mut self, claims: Vec<&'static dyn Claim>) -> Self {
+        self.claims.extend(claims);
         self
     }
 
@@ -193,33 +180,37 @@ pub struct Registry {
 }
 
 impl Default for Registry {
-    /// The crate's own families, in the order the report lists them, each
-    /// with its `eval` quantity and its figures.
+    /// The crate's own families ([`claims::families`]), in the order the
+    /// report lists them, each with its `eval` quantity and its figures.
     fn default() -> Self {
         let quantities = eval::quantities();
-        let quantity =
-            |family: Family, name: &str| match quantities.iter().find(|q| q.name() == name) {
-                Some(q) => family.with_quantity(q.clone()),
-                None => family,
+        let quantity = |name: &str| quantities.iter().find(|q| q.name() == name).cloned();
+        let mut registry = Registry::empty();
+        for listed in claims::families() {
+            let mut family =
+                Family::new(listed.name, listed.summary).with_claim_list(listed.claims);
+            if listed.dropout_alone {
+                family = family.exercising_dropout_alone();
+            }
+            let (name, figures): (Option<&str>, &[Figure]) = match listed.name {
+                "dropout" => (Some("moments"), &[]),
+                "layernorm" => (Some("ln"), &[plot::LEADING_ORDER_GAP, plot::LAYERNORM_C]),
+                "rmsnorm" => (Some("rms"), &[]),
+                "bypass" => (Some("bypass"), &[]),
+                "compound" => (Some("compound"), &[]),
+                "attention" => (Some("attn"), &[plot::ATTENTION_ROW_SUM]),
+                "batchnorm" => (Some("bn"), &[plot::DEEP_STACK]),
+                _ => (None, &[]),
             };
-        Registry::empty()
-            .with_family(quantity(claims::dropout::family(), "moments"))
-            .with_family(
-                quantity(claims::layernorm::family(), "ln")
-                    .with_figure(plot::LEADING_ORDER_GAP)
-                    .with_figure(plot::LAYERNORM_C),
-            )
-            .with_family(quantity(claims::rmsnorm::family(), "rms"))
-            .with_family(quantity(claims::bypass::family(), "bypass"))
-            .with_family(quantity(claims::compound::family(), "compound"))
-            .with_family(claims::semantics::family())
-            .with_family(
-                quantity(claims::attention::family(), "attn").with_figure(plot::ATTENTION_ROW_SUM),
-            )
-            .with_family(claims::mask_shape::family())
-            .with_family(claims::ensemble::family())
-            .with_family(quantity(claims::batchnorm::family(), "bn").with_figure(plot::DEEP_STACK))
-            .with_family(claims::second_order::family())
+            if let Some(q) = name.and_then(quantity) {
+                family = family.with_quantity(q);
+            }
+            for figure in figures {
+                family = family.with_figure(*figure);
+            }
+            registry = registry.with_family(family);
+        }
+        registry
     }
 }
 
@@ -374,6 +365,34 @@ mod tests {
                 assert_eq!(claim.family(), family.name(), "{}", claim.id());
             }
         }
+    }
+
+    /// Whether `doc` names `id` as a whole word (not inside a longer id).
+    fn names(doc: &str, id: &str) -> bool {
+        let part_of_id = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '.';
+        doc.match_indices(id).any(|(at, _)| {
+            let before = doc[..at].chars().next_back();
+            let after = doc[at + id.len()..].chars().next();
+            !before.is_some_and(part_of_id)
+                && !after.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    }
+
+    #[test]
+    fn every_claim_id_is_in_the_formulas_doc() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/formulas.md");
+        let doc = std::fs::read_to_string(path).expect("docs/formulas.md is readable");
+        let doc = doc.as_str();
+        let missing: Vec<_> = Registry::default()
+            .claims()
+            .iter()
+            .map(|c| c.id())
+            .filter(|id| !names(doc, id))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/formulas.md does not list {missing:?}"
+        );
     }
 
     #[test]

@@ -275,6 +275,80 @@ pub fn wrap_text(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
+/// Formats `value ± stderr` with the standard error to two significant
+/// digits and the value to the same decimal place.
+pub fn format_estimate(value: f64, stderr: f64) -> String {
+    if !(stderr > 0.0 && stderr.is_finite()) {
+        return format!("{} (no spread)", format_value(value));
+    }
+    let scale = value.abs().max(stderr);
+    if (1e-4..1e7).contains(&scale) {
+        let decimals = decimals_for(stderr);
+        return format!("{value:.decimals$} ± {stderr:.decimals$}");
+    }
+    // Scientific: the mantissa keeps digits down to the stderr's second
+    // significant digit.
+    let digits = (scale.log10().floor() - stderr.log10().floor() + 1.0).clamp(1.0, 15.0) as usize;
+    format!("{value:.digits$e} ± {stderr:.1e}")
+}
+
+/// Decimal places that show two significant digits of `stderr`.
+fn decimals_for(stderr: f64) -> usize {
+    (1.0 - stderr.log10().floor()).clamp(0.0, 12.0) as usize
+}
+
+/// A value to six significant digits, without trailing noise.
+pub fn format_value(value: f64) -> String {
+    if value == 0.0 {
+        return "0".into();
+    }
+    let magnitude = value.abs().log10().floor();
+    if !(-4.0..7.0).contains(&magnitude) {
+        return format!("{value:.5e}");
+    }
+    let decimals = (5.0 - magnitude).max(0.0) as usize;
+    let text = format!("{value:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
+}
+
+/// A value to `digits` significant digits.
+pub fn format_significant(value: f64, digits: i32) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return format_value(value);
+    }
+    let decimals = (digits - 1 - value.abs().log10().floor() as i32).max(0) as usize;
+    format!("{value:.decimals$}")
+}
+
+/// A z statistic as a table shows it: two decimals, `inf` / `-inf` for a
+/// zero-spread estimate that misses its target, and `> 10^6` (`< -10^6`)
+/// beyond a million, where more digits say nothing a reader can use.
+pub fn format_z(z: f64) -> String {
+    const HUGE: f64 = 1e6;
+    if z.is_infinite() {
+        if z > 0.0 { "inf".into() } else { "-inf".into() }
+    } else if z >= HUGE {
+        "> 10^6".into()
+    } else if z <= -HUGE {
+        "< -10^6".into()
+    } else {
+        format!("{z:.2}")
+    }
+}
+
+/// A p-value to three decimals, or in scientific notation below 0.001.
+pub(crate) fn format_p(p: f64) -> String {
+    if p >= 0.001 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

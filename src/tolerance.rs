@@ -67,7 +67,7 @@ pub fn zero_spread(value: f64, target: f64) -> f64 {
 
 /// How far beyond its first-order estimate the fitted log-log slope of a
 /// leading-order gap may sit, as a multiple of that estimate
-/// ([`crate::verify::order::GapCurve::fit`]).
+/// ([`crate::claims::order::GapCurve::fit`]).
 ///
 /// # Derivation
 ///

@@ -4,11 +4,11 @@
 
 use dropmc::Error;
 use dropmc::claims::{check, registry};
+use dropmc::engine::DEFAULT_SEED;
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::ops::{
     BackwardPass, BatchNorm, DropoutLayer, EvalPass, Linear, Rate, Subject, TrainPass, relu,
 };
-use dropmc::report::DEFAULT_SEED;
 use nalgebra::{DMatrix, DVector};
 use rand::Rng;
 

@@ -71,7 +71,7 @@ fn help_documents_the_exit_statuses_and_the_default_seed() {
     }
     let (_, stdout, _) = dropmc(&["report", "--help"]);
     assert!(
-        stdout.contains(&format!("[default: {}]", dropmc::report::DEFAULT_SEED)),
+        stdout.contains(&format!("[default: {}]", dropmc::engine::DEFAULT_SEED)),
         "{stdout}"
     );
 }

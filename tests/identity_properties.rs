@@ -22,8 +22,9 @@
 //! `p` fails by many orders of magnitude.
 
 use dropmc::exact::{enumerate_masks, site_expectation};
+use dropmc::formulas::mean_and_variance;
 use dropmc::formulas::{batchnorm as fbn, bypass as fb, layernorm as fl, rmsnorm as fr};
-use dropmc::ops::{Rate, Site, mean_and_variance};
+use dropmc::ops::{Rate, Site};
 use proptest::prelude::*;
 
 fn rate() -> impl Strategy<Value = f64> {

@@ -9,10 +9,10 @@ mod common;
 
 use dropmc::claims::{Verdict, check, registry};
 use dropmc::conformance::{self, Options};
+use dropmc::engine::DEFAULT_SEED;
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::mutants::{InfiniteZ, gallery, kill_matrix, rejection_power};
 use dropmc::ops::{InvertedDropout, MaskShape, Subject};
-use dropmc::report::DEFAULT_SEED;
 use dropmc::stats::critical_z;
 use statrs::distribution::{ContinuousCDF, Normal};
 

@@ -9,13 +9,13 @@
 //! `tests/report_snapshot.rs`.
 
 use dropmc::claims::norm::{NormClaim, mean_abs_gap};
+use dropmc::claims::order::{GapCurve, SWEEP_D};
 use dropmc::claims::{Kind, Verdict, bypass, check, compound, layernorm, rmsnorm};
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::error::Error;
 use dropmc::exact::Oracle;
 use dropmc::mutants::{Deviant, Deviation, Keep, Scale};
 use dropmc::ops::{LayerNorm, Rate, RmsNorm, Subject};
-use dropmc::verify::order::{GapCurve, SWEEP_D};
 
 fn leading_claims() -> Vec<&'static NormClaim> {
     [

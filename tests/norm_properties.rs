@@ -21,7 +21,7 @@ fn spread_vector() -> impl Strategy<Value = Vec<f64>> {
     prop::collection::vec(-10.0..10.0f64, 2..32)
         .prop_filter("non-constant", |x| x.iter().any(|&v| v != x[0]))
         .prop_filter("spread not negligible", |x| {
-            let (m, s2) = dropmc::ops::mean_and_variance(x);
+            let (m, s2) = dropmc::formulas::mean_and_variance(x);
             s2 > NEGLIGIBLE_SPREAD * (1.0 + m * m)
         })
 }

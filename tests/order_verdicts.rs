@@ -20,9 +20,10 @@ use std::sync::LazyLock;
 
 use dropmc::claims::norm::{Config, NormClaim, Stat};
 use dropmc::claims::{Claim, ClaimResult, Kind, Verdict};
+use dropmc::engine::DEFAULT_SEED;
 use dropmc::error::Error;
 use dropmc::ops::Subject;
-use dropmc::report::{self, DEFAULT_SEED, Report};
+use dropmc::report::{self, Report};
 
 /// The leading-order claims, first order then second order.
 static LEADING: LazyLock<Vec<&'static NormClaim>> = LazyLock::new(|| {

@@ -13,14 +13,15 @@ fn cheap_figures_are_written_with_labels() {
         ("attention_row_sum.svg", ["row sum R", "P(R = 1) = 0.25"]),
         ("leading_order_gap.svg", ["width d", "fitted slope"]),
     ] {
-        let path = write_figure(&registry, name, &dir).expect("draws");
+        let figure = registry.figure(name).expect("registered");
+        let path = write_figure(&figure, &dir).expect("draws");
         let svg = std::fs::read_to_string(&path).expect("reads");
         for text in must_contain {
             assert!(svg.contains(text), "{name} lacks {text:?}");
         }
     }
     assert!(matches!(
-        write_figure(&registry, "nope.svg", &dir),
+        registry.figure("nope.svg"),
         Err(Error::UnknownFigure { .. })
     ));
     // The README shows four figures; every one is registered.

@@ -18,12 +18,12 @@
 //! Carlo side of the claims runs in `tests/report_snapshot.rs`.
 
 use dropmc::claims::norm::{NormClaim, mean_abs_gap};
+use dropmc::claims::order::{GapCurve, SWEEP_D};
 use dropmc::claims::{Kind, bypass, layernorm, rmsnorm, second_order};
 use dropmc::engine::stream;
 use dropmc::exact::enumerate_masks;
 use dropmc::formulas::second_order::{NoisyUnits, layer_norm_expectation, rms_norm_expectation};
 use dropmc::ops::Rate;
-use dropmc::verify::order::{GapCurve, SWEEP_D};
 use rand_distr::{Distribution, Normal};
 
 /// Exact `E[(y_k − M)/sqrt(V + ε)]` and `E[y_k / sqrt(A + ε)]` by enumeration,

@@ -13,9 +13,9 @@ mod common;
 
 use std::sync::LazyLock;
 
+use dropmc::engine::DEFAULT_SEED;
 use dropmc::engine::{Budget, derive_seed, stream};
 use dropmc::ops::Subject;
-use dropmc::report::DEFAULT_SEED;
 use dropmc::stack::{LayerRow, RateTable, StackConfig, StackTable, run, run_replicate};
 use dropmc::stats::Estimate;
 

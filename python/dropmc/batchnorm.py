@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import numpy as _np
 
 from . import _dropmc
-from . import Result, _check_rate, _dtype_name, _input_row
+from ._core import Result, _check_rate, _dtype_name, _input_row
 
 __all__ = ["check_batchnorm"]
 

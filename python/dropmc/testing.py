@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from . import Result, check_dropout, critical_z
+from ._core import Result, critical_z
+from ._dropout import check_dropout
 
 __all__ = ["assert_dropout", "MEANINGS", "explain"]
 

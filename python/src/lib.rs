@@ -312,6 +312,7 @@ fn mde_power() -> f64 {
 
 #[pymodule]
 fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?; // dropmc.__version__: the wheel's own version
     m.add_function(wrap_pyfunction!(check_dropout, m)?)?;
     m.add_function(wrap_pyfunction!(norm_site::check_norm_site, m)?)?;
     m.add_function(wrap_pyfunction!(eval_args::eval_json, m)?)?;

@@ -13,17 +13,15 @@
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
-use super::fn_claim::{
-    FnClaim, dropout_alone_family, half_squared_difference, indicator, sample_means,
-};
+use super::fn_claim::{FnClaim, half_squared_difference, indicator, sample_means};
 use super::{Card, Shape};
+use super::{Claim, listed};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject, TrainPass};
-use crate::registry::Family;
 use crate::stats::{CentralMoments, Statistic, two_point_skewness};
 
 /// The seed's attention row.
@@ -265,11 +263,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    dropout_alone_family(
-        "attention",
-        "attention dropout after softmax: E[b], the row sum R, E[o]",
-        &CLAIMS,
-    )
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }

@@ -20,11 +20,11 @@
 //! variance-shift claim draws no mask at all. So every claim here keeps the
 //! generic path, on the mathematics too.
 
-use crate::registry::Family;
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
 use super::fn_claim::{DrawFn, half_squared_difference, sample_means};
+use super::listed;
 use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
@@ -459,11 +459,8 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        "batchnorm",
-        "BatchNorm running statistics after dropout and their zero-cost fold",
-    )
-    .with_claims(&CLAIMS)
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }

@@ -5,10 +5,10 @@
 
 use super::layernorm::{D, P, gains, shifts};
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
+use super::{Claim, listed};
 use crate::error::Error;
 use crate::formulas::bypass as f;
 use crate::ops::{LayerNorm, Site};
-use crate::registry::Family;
 
 /// The bypass site at width `d`: `d/4` units with `h = 1, v = 0.5`, `3d/4`
 /// with `h = −0.5, v = 1` (so `x` is 1.5 and 0.5, `ρ² = 2.5`).
@@ -71,13 +71,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        "bypass",
-        "dropout on a bypass branch before LayerNorm: the damped ρ² form",
-    )
-    .with_claims(&CLAIMS)
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }
 
 /// This family's claims with their concrete type.

@@ -5,10 +5,10 @@
 
 use super::layernorm::{A, B, D, P, gains, shifts};
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
+use super::{Claim, listed};
 use crate::error::Error;
 use crate::formulas::compound as f;
 use crate::ops::{LayerNorm, Site};
-use crate::registry::Family;
 
 /// The compound site at width `d`: the LayerNorm family's `x`, and LN1's
 /// `γ1`, `β1` constant on each group (1.5, 0.2 on the `d/4` units of `A`;
@@ -69,9 +69,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new("compound", "dropout → LN1 → LN2: the compound correction").with_claims(&CLAIMS)
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }
 
 /// This family's claims with their concrete type.

@@ -10,6 +10,7 @@
 //! one mask per sample.
 
 use super::fn_claim::half_squared_difference;
+use super::listed;
 use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
@@ -17,7 +18,6 @@ use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
 use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
 use crate::ops::{DropoutLayer, Rate, Subject, TrainPass};
-use crate::registry::Family;
 use crate::stats::{CentralMoments, Estimate, Statistic};
 use crate::tolerance;
 
@@ -500,12 +500,8 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        FAMILY,
-        "inverted dropout's moments, kept count and survivors",
-    )
-    .with_claims(&CLAIMS)
-    .exercising_dropout_alone()
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }

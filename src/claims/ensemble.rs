@@ -9,7 +9,8 @@
 //! gaps come from [`crate::fast::ensemble`]: each `f` here is a function of
 //! one masked sum, so a mask costs one table look-up.
 
-use super::fn_claim::{FastFn, dropout_alone_family, sample_means};
+use super::fn_claim::{FastFn, sample_means};
+use super::listed;
 use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
@@ -17,7 +18,6 @@ use crate::exact::{Oracle, enumerated_gap, gap_moments};
 use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
 use crate::ops::{Rate, Subject, TrainPass};
-use crate::registry::Family;
 use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
 use std::sync::OnceLock;
 
@@ -181,11 +181,8 @@ static CLAIMS: [GapClaim; 3] = [
     },
 ];
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    dropout_alone_family(
-        FAMILY,
-        "the ensemble gap of a convex function of the dropout output",
-        &CLAIMS,
-    )
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }

@@ -18,7 +18,6 @@ use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::Oracle;
 use crate::ops::Subject;
-use crate::registry::Family;
 use crate::stats::{Estimate, Statistic};
 
 /// One draw: writes the per-draw statistics into the slice.
@@ -128,18 +127,6 @@ impl Claim for RuleClaim {
 /// A fast estimator of a claim about the mathematics (see
 /// [`Claim::fast_estimate`]).
 pub type FastFn = fn(Budget) -> Result<Vec<Estimate>, Error>;
-
-/// A family about dropout alone (no normalization) whose claims carry
-/// their fast estimators: the attention, mask-shape and ensemble families.
-pub fn dropout_alone_family<C: Claim + 'static>(
-    name: &'static str,
-    about: &'static str,
-    claims: &'static [C],
-) -> Family {
-    Family::new(name, about)
-        .with_claims(claims)
-        .exercising_dropout_alone()
-}
 
 struct FnSampler<'a, F> {
     subject: &'a Subject<'a>,

@@ -3,10 +3,10 @@
 //! [`crate::formulas::layernorm`]; machinery: [`super::norm`].
 
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
+use super::{Claim, listed};
 use crate::error::Error;
 use crate::formulas::layernorm as f;
 use crate::ops::{LayerNorm, Rate, Site};
-use crate::registry::Family;
 
 /// Drop rate of the family.
 pub const P: f64 = 0.3;
@@ -102,13 +102,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        "layernorm",
-        "LayerNorm after dropout: E[M], Var M, E[V], c(μ,σ), E[LN(z)]",
-    )
-    .with_claims(&CLAIMS)
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }
 
 /// This family's claims with their concrete type (for tests that measure

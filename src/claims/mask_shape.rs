@@ -7,17 +7,15 @@
 //! variance as the pair form of one unit carrying the feature's total (a
 //! scaled count, tested exactly).
 
-use super::fn_claim::{
-    FnClaim, dropout_alone_family, half_squared_difference, indicator, sample_means,
-};
+use super::fn_claim::{FnClaim, half_squared_difference, indicator, sample_means};
 use super::{Card, Shape};
+use super::{Claim, listed};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
-use crate::registry::Family;
 use crate::stats::{CentralMoments, Statistic};
 
 /// Positions `T`.
@@ -264,11 +262,8 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    dropout_alone_family(
-        "mask_shape",
-        "masks shared over positions versus independent per element",
-        &CLAIMS,
-    )
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }

@@ -29,15 +29,22 @@ pub mod fn_claim;
 pub mod layernorm;
 pub mod mask_shape;
 pub mod norm;
+mod norm_config;
 pub mod norm_fast;
 pub mod norm_moments;
+pub mod order;
 mod registry;
 pub mod rmsnorm;
 pub mod second_order;
 pub mod semantics;
 mod verdict;
 
-pub use registry::{family_names, registry};
+pub use registry::{CrateFamily, families, family_names, registry};
+
+/// A static list of one claim type as the claims a family lists.
+pub fn listed<C: Claim + 'static>(claims: &'static [C]) -> Vec<&'static dyn Claim> {
+    claims.iter().map(|c| c as &'static dyn Claim).collect()
+}
 
 /// Every normalization claim (layernorm, rmsnorm, bypass, compound, second
 /// order), in that order.
@@ -232,10 +239,10 @@ pub trait Claim: Sync {
         self.note()
     }
     /// The order half of a leading-order claim's verdict (see
-    /// [`crate::verify::order::OrderCheck`]): `None` for a claim with no
+    /// [`crate::claims::order::OrderCheck`]): `None` for a claim with no
     /// order check, `Err` when it could not be measured. [`check`] fails
     /// the claim when it fails, whatever the budget.
-    fn order_check(&self) -> Option<Result<crate::verify::order::OrderCheck, String>> {
+    fn order_check(&self) -> Option<Result<crate::claims::order::OrderCheck, String>> {
         None
     }
     /// A line the report prints under the table (for example a

@@ -2,87 +2,25 @@
 //! [`super::rmsnorm`], [`super::bypass`], [`super::compound`]): a claim type
 //! over a dropout [`Site`], its sampler, its oracles, and the measurement of
 //! a leading-order claim's gap as `d` grows (the fit of that gap's order is
-//! [`crate::verify::order`]).
+//! [`crate::claims::order`]).
 //!
 //! Each draw runs the subject's dropout layer through the site
 //! (`y = h + Σ_j dropout(v_j)`), once, or twice independently when the
 //! statistic is a variance (`(t − t')²/2`, see [`crate::engine::Sampler`]),
 //! and then the crate's own LayerNorm / RMSNorm.
 
+pub use super::norm_config::{Config, PAIR_DRAWS, Stat};
 use super::{Card, Claim, Kind, Shape};
+use crate::claims::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{
     Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
 };
-use crate::ops::{DropoutLayer, LayerNorm, RmsNorm, Site, Subject, mean_and_variance};
+use crate::formulas::mean_and_variance;
+use crate::ops::{DropoutLayer, Site, Subject};
 use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
-use crate::verify::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
 use std::sync::OnceLock;
-
-/// A configuration: the site and the norms applied after it.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub site: Site,
-    /// LayerNorm (LN1 for the compound site).
-    pub ln: LayerNorm,
-    /// LN2 of the compound site (unused elsewhere).
-    pub ln2: LayerNorm,
-    pub rms: RmsNorm,
-}
-
-impl Config {
-    /// A configuration with plain norms (`γ = 1`, `β = 0`, `ε = 0`).
-    pub fn plain(site: Site) -> Result<Self, Error> {
-        let d = site.dim();
-        Ok(Config {
-            site,
-            ln: LayerNorm::plain(d, 0.0)?,
-            ln2: LayerNorm::plain(d, 0.0)?,
-            rms: RmsNorm::new(vec![1.0; d], 0.0)?,
-        })
-    }
-
-    fn pipeline(&self, stat: Stat) -> Option<Pipeline<'_>> {
-        match stat {
-            Stat::Ln => Some(Pipeline::Ln(&self.ln)),
-            Stat::Rms => Some(Pipeline::Rms(&self.rms)),
-            Stat::LnLn => Some(Pipeline::LnLn(&self.ln, &self.ln2)),
-            _ => None,
-        }
-    }
-}
-
-/// Masks per pair of the pair form `(M − M′)²/2` on the fast path.
-pub const PAIR_DRAWS: u64 = 2;
-
-/// The per-draw statistic of a claim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stat {
-    /// `M = mean_k y_k`.
-    M,
-    /// `(M − M')²/2`, whose mean is `Var M`.
-    VarM,
-    /// `V = mean_k (y_k − M)²`.
-    V,
-    /// `R² = mean_k y_k²`.
-    R2,
-    /// `LN(y)`, per unit.
-    Ln,
-    /// `RMS(y)`, per unit.
-    Rms,
-    /// `LN2(LN1(y))`, per unit.
-    LnLn,
-}
-
-impl Stat {
-    fn dim(self, d: usize) -> usize {
-        match self {
-            Stat::Ln | Stat::Rms | Stat::LnLn => d,
-            _ => 1,
-        }
-    }
-}
 
 /// A named alternative estimate of a leading-order claim (the uncorrected
 /// output, the c1-only estimate).

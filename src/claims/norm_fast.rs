@@ -9,7 +9,7 @@
 //! is too close to zero for the table sums to resolve it, which includes a
 //! constant `y` with several dropped terms and `ε = 0`).
 
-use super::norm::{Config, Stat};
+use super::norm_config::{Config, Stat};
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::fast::{FastCompound, FastSite, SiteNorm};

@@ -9,10 +9,10 @@
 //! moments come from two passes of the enumeration
 //! ([`central_moments_by`]).
 
-use super::norm::{Config, Stat};
+use super::norm_config::{Config, Stat};
 use crate::error::Error;
 use crate::exact::{Pipeline, central_moments_by, site_expectation};
-use crate::ops::mean_and_variance;
+use crate::formulas::mean_and_variance;
 use crate::stats::CentralMoments;
 
 /// The per-draw quantity of `stat` at `y`, into `out` (`tmp` a scratch row).

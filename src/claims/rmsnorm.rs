@@ -4,10 +4,10 @@
 
 use super::layernorm::{A, B, D, P, gains};
 use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
+use super::{Claim, listed};
 use crate::error::Error;
 use crate::formulas::rmsnorm as f;
 use crate::ops::{RmsNorm, Site};
-use crate::registry::Family;
 
 /// The LayerNorm family's `x` and `p`, with per-unit gains.
 pub fn config() -> Result<Config, Error> {
@@ -51,13 +51,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        "rmsnorm",
-        "RMSNorm after dropout: E[R²] and the √q correction",
-    )
-    .with_claims(&CLAIMS)
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }
 
 /// This family's claims with their concrete type.

@@ -15,11 +15,11 @@
 //! check is the note's gap and slope against the exact oracle.
 
 use super::norm::{Baseline, Config, NormClaim, Stat};
+use super::{Claim, listed};
 use super::{bypass, layernorm, rmsnorm};
 use crate::error::Error;
 use crate::formulas::second_order::{NoisyUnits, layer_norm_expectation, rms_norm_expectation};
 use crate::formulas::{bypass as fb, layernorm as fl, rmsnorm as fr};
-use crate::registry::Family;
 
 /// Second-order `E[LN(y)]` of a configuration's site and LayerNorm.
 pub fn ln_second_order(c: &Config) -> Result<Vec<f64>, Error> {
@@ -85,13 +85,10 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
     ]
 });
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        "second_order",
-        "the next-order corrections for LayerNorm and RMSNorm",
-    )
-    .with_claims(&CLAIMS)
+/// The family's claims in report order (named and described in
+/// [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    listed(&CLAIMS)
 }
 
 /// This family's claims with their concrete type (for tests that measure

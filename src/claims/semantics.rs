@@ -10,11 +10,11 @@
 //! ([`RuleClaim`]): the claim's value is the number of violations,
 //! its target 0, its standard error 0.
 
-use crate::registry::Family;
 use rand::RngExt;
 
 use super::fn_claim::{FnClaim, RuleClaim, sample_means};
 use super::{Card, Shape};
+use super::{Claim, listed};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::formulas::semantics as f;
@@ -288,14 +288,9 @@ static KEEP_FRACTION: FnClaim = FnClaim {
     fast: None,
 };
 
-/// This family: its claims, in report order.
-pub fn family() -> Family {
-    Family::new(
-        FAMILY,
-        "train/eval semantics: eval identity, no eval draws, same mask in backward",
-    )
-    .with_claim(&RULES[0])
-    .with_claim(&KEEP_FRACTION)
-    .with_claims(&RULES[1..])
-    .exercising_dropout_alone()
+/// The family's claims in report order: the first rule, the keep fraction,
+/// then the other rules (named and described in [`super::families`]).
+pub fn claims() -> Vec<&'static dyn Claim> {
+    let first: [&'static dyn Claim; 2] = [&RULES[0], &KEEP_FRACTION];
+    first.into_iter().chain(listed(&RULES[1..])).collect()
 }

@@ -7,11 +7,11 @@
 
 use serde::Serialize;
 
+use super::order::OrderCheck;
 use super::{Claim, Kind, Shape};
 use crate::engine::Budget;
 use crate::ops::Subject;
 use crate::stats::{Estimate, Statistic, ZTest};
-use crate::verify::order::OrderCheck;
 
 /// Pass, fail, or too few draws for the test to have its stated size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -42,7 +42,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub reference_masks: Option<u64>,
     /// Seed of the random streams.
-    #[arg(long, default_value_t = crate::report::DEFAULT_SEED)]
+    #[arg(long, default_value_t = crate::engine::DEFAULT_SEED)]
     pub seed: u64,
     /// Timed runs per workload and path, after one untimed warm-up run; the
     /// median is reported.

@@ -8,9 +8,9 @@ use clap::Args;
 use super::emit::{emit, passed};
 use super::progress;
 use crate::engine::Budget;
+use crate::engine::DEFAULT_SEED;
 use crate::error::Error;
 use crate::input::parse_count;
-use crate::report::DEFAULT_SEED;
 
 /// Options of `mutants`.
 #[derive(Debug, Args)]

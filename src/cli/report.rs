@@ -32,11 +32,11 @@ pub struct ReportArgs {
     pub wide: bool,
 }
 
-/// `--seed`'s help, naming the default seed ([`report::DEFAULT_SEED`]).
+/// `--seed`'s help, naming the default seed ([`crate::engine::DEFAULT_SEED`]).
 pub fn seed_help() -> String {
     format!(
         "Seed of the random streams [default: {}]",
-        report::DEFAULT_SEED
+        crate::engine::DEFAULT_SEED
     )
 }
 

@@ -1,6 +1,7 @@
 //! `dropmc size`: the measured false-alarm rate at small budgets.
 
 use std::process::ExitCode;
+use std::sync::LazyLock;
 
 use clap::Args;
 
@@ -11,12 +12,20 @@ use crate::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
 use crate::verify::Replication;
+use crate::verify::size::DEFAULT_BUDGETS;
+
+/// `--budgets`' default: [`DEFAULT_BUDGETS`] as the command line writes it.
+fn default_budgets() -> &'static str {
+    static TEXT: LazyLock<String> =
+        LazyLock::new(|| DEFAULT_BUDGETS.map(|b| b.to_string()).join(","));
+    &TEXT
+}
 
 /// Options of `size`.
 #[derive(Debug, Args)]
 pub struct SizeArgs {
     /// Budgets (draws per claim), comma-separated.
-    #[arg(long, default_value = "500,1000,2000,5000,20000")]
+    #[arg(long, default_value = default_budgets())]
     pub budgets: String,
     /// Number of seeds per budget.
     #[arg(long, default_value_t = 40, value_parser = parse_count)]

@@ -8,10 +8,10 @@ use clap::Args;
 use super::emit::emit;
 use super::progress;
 use crate::engine::Budget;
+use crate::engine::DEFAULT_SEED;
 use crate::error::Error;
 use crate::input::{parse_count, read_number};
 use crate::ops::Subject;
-use crate::report::DEFAULT_SEED;
 
 /// Options of `stack`.
 #[derive(Debug, Args)]

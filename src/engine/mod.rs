@@ -43,3 +43,7 @@ pub use runner::{BLOCK, Budget, CHUNK, Sampler, estimate, estimate_with_progress
 pub use stream::{Stream, derive_seed, keep, stream};
 
 pub use crate::stats::MeanAccumulator;
+
+/// The default seed of the report, `eval` and the test suite: the seed every
+/// stream is derived from when none is given.
+pub const DEFAULT_SEED: u64 = 1;

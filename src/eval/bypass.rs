@@ -15,8 +15,8 @@ use clap::Args;
 use super::quantity::RateArg;
 
 use super::ln::{LayerNormParams, NormArgs, moments_or_constant};
-use super::norm::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::second_order::Norm;
+use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};

@@ -7,7 +7,7 @@ use clap::Args;
 use super::quantity::DroppedVectorArgs;
 
 use super::ln::{EpsArg, optional_list};
-use super::norm::{Plan, finish, measure, weights};
+use super::site::{Plan, finish, measure, weights};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};

@@ -48,10 +48,11 @@ pub mod quantity;
 pub mod range;
 pub mod rms;
 pub mod second_order;
+mod site;
 mod table;
 
 pub use ln::LayerNormParams;
-pub use quantity::{EvalQuantity, SamplingArgs, quantities};
+pub use quantity::{EvalQuantity, SamplingArgs};
 pub use table::{table, table_fitted};
 
 use serde::Serialize;
@@ -60,6 +61,22 @@ use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::stats::Estimate;
+
+/// The crate's quantities, in the order `dropmc eval --help` lists them;
+/// each module's `ABOUT` is its one-line help.
+pub fn quantities() -> Vec<EvalQuantity> {
+    vec![
+        // No long about: a long help switches clap's `--help` to its
+        // two-line-per-option layout, unlike every other quantity's.
+        EvalQuantity::new("moments", moments::ABOUT, moments::run),
+        EvalQuantity::new("ln", ln::ABOUT, ln::run),
+        EvalQuantity::new("rms", rms::ABOUT, rms::run),
+        EvalQuantity::new("bypass", bypass::ABOUT, bypass::run),
+        EvalQuantity::new("compound", compound::ABOUT, compound::run),
+        EvalQuantity::new("attn", attn::ABOUT, attn::run),
+        EvalQuantity::new("bn", bn::ABOUT, bn::run),
+    ]
+}
 
 /// A power of two close to `max |x|` (1 when `x` is all zeros): dividing by
 /// it is exact and brings the largest magnitude near 1.

@@ -20,8 +20,8 @@ use clap::{ArgMatches, Args, Command, FromArgMatches};
 
 use super::EvalOutput;
 use crate::engine::Budget;
+use crate::engine::DEFAULT_SEED;
 use crate::error::Error;
-use crate::report::DEFAULT_SEED;
 
 type Runner = Arc<dyn Fn(&ArgMatches) -> Result<EvalOutput, Error> + Send + Sync>;
 type Augment = Arc<dyn Fn(Command) -> Command + Send + Sync>;
@@ -116,23 +116,6 @@ fn usage(e: &clap::Error) -> Error {
     Error::Usage {
         message: e.render().to_string(),
     }
-}
-
-/// The crate's quantities, in the order `dropmc eval --help` lists them;
-/// each module's `ABOUT` is its one-line help.
-pub fn quantities() -> Vec<EvalQuantity> {
-    use super::{attn, bn, bypass, compound, ln, moments, rms};
-    vec![
-        // No long about: a long help switches clap's `--help` to its
-        // two-line-per-option layout, unlike every other quantity's.
-        EvalQuantity::new("moments", moments::ABOUT, moments::run),
-        EvalQuantity::new("ln", ln::ABOUT, ln::run),
-        EvalQuantity::new("rms", rms::ABOUT, rms::run),
-        EvalQuantity::new("bypass", bypass::ABOUT, bypass::run),
-        EvalQuantity::new("compound", compound::ABOUT, compound::run),
-        EvalQuantity::new("attn", attn::ABOUT, attn::run),
-        EvalQuantity::new("bn", bn::ABOUT, bn::run),
-    ]
 }
 
 /// The drop rate `--p` of the quantities with one dropout of a given rate.

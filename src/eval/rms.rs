@@ -11,8 +11,8 @@ use clap::Args;
 use super::quantity::DroppedVectorArgs;
 
 use super::ln::{EpsArg, optional_list};
-use super::norm::{Plan, finish, measure};
 use super::second_order::Norm;
+use super::site::{Plan, finish, measure};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};

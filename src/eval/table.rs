@@ -9,8 +9,8 @@
 //! exact value), and the second-order value where the crate has one.
 
 use super::{EvalOutput, EvalResult, FormulaKind, Values};
-use crate::report::{format_estimate, format_value};
 use crate::table::{Table, wrap_text};
+use crate::table::{format_estimate, format_value};
 
 /// What the table prints where a value is absent: no Monte Carlo run, or
 /// no exact value computed.
@@ -174,7 +174,7 @@ fn row(r: &EvalResult, k: usize, deterministic: bool) -> Vec<String> {
         Some((m, s)) => {
             let reference = exact.unwrap_or(formula);
             let z = if s > 0.0 && !deterministic {
-                crate::report::format_z((m - reference) / s)
+                crate::table::format_z((m - reference) / s)
             } else {
                 String::new()
             };

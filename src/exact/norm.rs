@@ -162,7 +162,7 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
                     value,
                     &mut stage,
                 );
-                let (_, v) = crate::ops::mean_and_variance(&tmp);
+                let (_, v) = crate::formulas::mean_and_variance(&tmp);
                 let s2 = (v + ln2.eps()).sqrt();
                 let carried = if s2 > 0.0 {
                     first.iter().map(|e| e * e).sum::<f64>().sqrt() / s2

@@ -43,7 +43,7 @@
 //! logits before the softmax changes the distribution itself. Both fail
 //! `E[b_i] = a_i`.
 
-use crate::ops::Rate;
+use super::Rate;
 
 /// `E[b_i] = a_i`.
 pub fn entry_mean(a: &[f64]) -> Vec<f64> {

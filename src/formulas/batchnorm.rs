@@ -119,8 +119,8 @@
 //! Masks independent of the data and across examples and channels;
 //! examples and batches independent; `σ_k² > 0`; `0 <= p < 1`.
 
+use super::Rate;
 use crate::error::{Error, check_finite_vec, check_len};
-use crate::ops::Rate;
 
 /// `Var z = (σ² + p μ²)/q`: the training input's variance, which is also
 /// the stationary `E[running_var]`.

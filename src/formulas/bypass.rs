@@ -101,7 +101,7 @@ pub fn damped(site: &impl DropoutSite, eps: f64) -> Result<f64, Error> {
 }
 
 /// `c_damped = sqrt(q/(q + p ρ²))`, from `ρ²` and `p` alone.
-pub fn damped_from_rho2(rho2: f64, rate: crate::ops::Rate) -> f64 {
+pub fn damped_from_rho2(rho2: f64, rate: super::Rate) -> f64 {
     (rate.q() / (rate.q() + rate.p() * rho2)).sqrt()
 }
 

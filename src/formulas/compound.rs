@@ -50,11 +50,11 @@
 //! `O(1/d)` in the output). The suite measures the total gap on exact
 //! oracles.
 
+use super::Rate;
 use super::ShiftedNormParams;
 use super::layernorm::{input_moments, shrink_eps, shrink_towards_beta};
 use super::mean_and_variance;
 use crate::error::Error;
-use crate::ops::Rate;
 
 /// The pieces of the compound estimate.
 #[derive(Debug, Clone, PartialEq)]

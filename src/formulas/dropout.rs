@@ -55,8 +55,8 @@
 
 use statrs::distribution::{Binomial, Discrete};
 
+use super::Rate;
 use crate::error::Error;
-use crate::ops::Rate;
 
 /// `E[z^r] = a^r / q^(r−1)` for one unit with value `a`, `r ≥ 1`.
 pub fn unit_raw_moment(a: f64, rate: Rate, r: i32) -> f64 {

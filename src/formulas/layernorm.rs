@@ -59,9 +59,9 @@
 //! returns `β` there (the `ε → 0⁺` limit), a contribution of `p^d β_k`,
 //! exponentially small.
 
+use super::Rate;
 use super::ShiftedNormParams;
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
-use crate::ops::Rate;
 
 /// `μ` and `σ²` (population) of `x`, rejecting inputs the family's formulas
 /// divide by zero on: `d = 1` and `σ = 0` (constant or all-zero `x`).

@@ -32,7 +32,7 @@
 //! column therefore proves independence; none in `n` draws of `d` columns
 //! happens to an independent layer with probability `(q^T + p^T)^{n d}`.
 
-use crate::ops::Rate;
+use super::Rate;
 
 /// `Var S_k` with independent masks, per column of the row-major `T × d`
 /// block `x`.

@@ -11,6 +11,7 @@ pub mod dropout;
 pub mod ensemble;
 pub mod layernorm;
 pub mod mask_shape;
+mod rate;
 pub mod rmsnorm;
 pub mod second_order;
 pub mod semantics;
@@ -31,7 +32,7 @@ pub fn ipow(x: f64, n: u32) -> f64 {
 }
 
 use crate::error::Error;
-use crate::ops::Rate;
+pub use rate::Rate;
 
 /// What the closed forms read of a normalization layer: its gains and its
 /// ε. The crate's validated layers ([`crate::ops::LayerNorm`],

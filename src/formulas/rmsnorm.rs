@@ -37,8 +37,8 @@
 //! `p^d`) gives output 0 under the crate's `ε → 0⁺` convention.
 
 use super::NormParams;
+use super::Rate;
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
-use crate::ops::Rate;
 
 /// `r² = mean_k x_k²`, rejecting `d = 1` and the zero vector.
 pub fn mean_square(x: &[f64]) -> Result<f64, Error> {

@@ -102,7 +102,7 @@
 //!   order 2 on the first-order claims' configurations; their note measures
 //!   the residual on the grouped exact oracle over `d = 16…4096` (log-log
 //!   slope −2.005, −2.004, −2.008 for LN, RMSNorm, bypass, against bounds
-//!   ±0.06, ±0.06, ±0.10; see [`crate::verify::order::GapCurve::fit`]).
+//!   ±0.06, ±0.06, ±0.10; see [`crate::claims::order::GapCurve::fit`]).
 //! * `tests/second_order.rs`: smaller than the first-order residual at every
 //!   `d` tested (by a factor 2–4 at `d = 16`, about 1000 at `d = 4096`), on
 //!   the grouped oracle and on full enumeration (`d ≤ 20`).
@@ -111,9 +111,9 @@
 //!   spreads [`layer_norm_draw_sd`] and [`rms_norm_draw_sd`].
 
 use super::DropoutSite;
+use super::Rate;
 use super::representable;
 use crate::error::{Error, check_finite_vec, check_len};
-use crate::ops::Rate;
 
 /// Per-unit mean and noise moments of `y_j = h_j + m_j v_j / q`.
 #[derive(Debug, Clone, PartialEq)]

@@ -57,7 +57,7 @@
 //! The layer draws every random number from the generator it is given (the
 //! finite-difference check replays that generator).
 
-use crate::ops::Rate;
+use super::Rate;
 
 /// Bound on `|FD_k − backward_k|` from rounding alone (see the module doc).
 pub fn finite_difference_bound(x: f64, g: f64, h: f64, rate: Rate) -> f64 {

@@ -88,10 +88,10 @@ pub fn table(matrix: &KillMatrix, width: usize) -> String {
             let z = match (k.z, &k.error) {
                 (Some(z), _) if z.is_infinite() => format!(
                     "z = {} ({})",
-                    crate::report::format_z(z),
+                    crate::table::format_z(z),
                     k.infinite.map_or("infinite", super::InfiniteZ::explanation)
                 ),
-                (Some(z), _) => format!("z = {}", crate::report::format_z(z)),
+                (Some(z), _) => format!("z = {}", crate::table::format_z(z)),
                 (None, Some(e)) => format!("error: {e}"),
                 (None, None) => "failed".to_string(),
             };

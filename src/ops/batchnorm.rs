@@ -28,7 +28,7 @@ use rand_distr::{Distribution, StandardNormal};
 use crate::error::{Error, check_all_finite, check_eps, check_finite_vec, check_len};
 use crate::formulas::batchnorm as f;
 
-use super::Rate;
+use crate::formulas::Rate;
 
 /// Batch normalisation over the rows (channels) of a `K × B` batch.
 #[derive(Debug, Clone, PartialEq)]

@@ -26,10 +26,10 @@
 use rand::Rng;
 
 use super::pass::{BackwardPass, BlockPass, EvalPass, TrainPass};
-use super::rate::Rate;
 use super::shape::{MaskShape, row_width};
 use crate::engine::keep;
 use crate::error::Error;
+use crate::formulas::Rate;
 
 /// A dropout implementation under test (the conformance trait).
 ///

@@ -24,6 +24,7 @@
 //! expectations they compute are of one and the same function.
 
 use crate::error::{Error, check_all_finite, check_eps, check_finite_vec, check_len};
+use crate::formulas::mean_and_variance;
 
 /// A normalization layer over `d` units: the per-unit gain `γ` and `ε ≥ 0`
 /// every norm has, and what its kind `K` adds and computes ([`LayerNormKind`]: the
@@ -198,14 +199,6 @@ fn check_overflow(what: &str, out: &[f64]) -> Result<(), Error> {
             what: format!("{what} of this input overflows f64 (rescale the input)"),
         })
     }
-}
-
-/// `(mean, population variance)` by two passes.
-pub fn mean_and_variance(z: &[f64]) -> (f64, f64) {
-    let n = z.len() as f64;
-    let m = z.iter().sum::<f64>() / n;
-    let v = z.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / n;
-    (m, v)
 }
 
 fn is_constant(z: &[f64]) -> bool {

@@ -9,8 +9,8 @@ use rand::Rng;
 
 use super::dropout::DropoutLayer;
 use super::pass::TrainPass;
-use super::rate::Rate;
 use crate::error::{Error, check_finite_vec, check_len};
+use crate::formulas::Rate;
 
 /// `y = h + Σ_j dropout_{p_j}(v_j)`, validated.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,16 +3,16 @@
 
 use std::path::{Path, PathBuf};
 
+use super::Figure;
 use super::chart::chart;
 use super::spec::{Axis, Dash, Marker, Panel, Series, SeriesStyle};
 use crate::claims::norm::NormClaim;
+use crate::claims::order::{GapCurve, SWEEP_D};
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::eval::LayerNormParams;
 use crate::formulas::layernorm::shrink;
 use crate::ops::{Rate, Subject};
-use crate::registry::{Figure, Registry};
-use crate::verify::order::{GapCurve, SWEEP_D};
 
 /// The gap of each leading-order formula to its exact oracle against `d`.
 pub const LEADING_ORDER_GAP: Figure = Figure {
@@ -51,19 +51,15 @@ pub fn write_all_with_progress(
 ) -> Result<Vec<PathBuf>, Error> {
     let mut written = Vec::with_capacity(figures.len());
     for (i, figure) in figures.iter().enumerate() {
-        written.push(write(figure, dir)?);
+        written.push(write_figure(figure, dir)?);
         progress(i + 1, figures.len());
     }
     Ok(written)
 }
 
-/// Writes the figure of `registry` named `file` into `dir`.
-pub fn write_figure(registry: &Registry, file: &str, dir: &Path) -> Result<PathBuf, Error> {
-    write(&registry.figure(file)?, dir)
-}
-
-/// Writes `figure` into `dir` (created if missing).
-fn write(figure: &Figure, dir: &Path) -> Result<PathBuf, Error> {
+/// Writes `figure` into `dir` (created if missing); a figure is looked up
+/// by its file name with [`crate::registry::Registry::figure`].
+pub fn write_figure(figure: &Figure, dir: &Path) -> Result<PathBuf, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Io {
         path: dir.display().to_string(),
         message: format!("cannot create the directory: {e}"),

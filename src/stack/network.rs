@@ -9,7 +9,8 @@ use rand_distr::{Distribution, StandardNormal};
 use super::config::StackConfig;
 use crate::engine::Stream;
 use crate::error::Error;
-use crate::ops::{BatchNorm, EvalPass, Linear, Subject, TrainPass, mean_and_variance, relu};
+use crate::formulas::mean_and_variance;
+use crate::ops::{BatchNorm, EvalPass, Linear, Subject, TrainPass, relu};
 
 /// Where the dropout layers sit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -42,7 +42,7 @@ const VARIANT_COLUMNS: [VariantColumn; 5] = [
 ];
 
 fn cell(e: Estimate) -> String {
-    crate::report::format_estimate(e.value, e.stderr)
+    crate::table::format_estimate(e.value, e.stderr)
 }
 
 /// The table `dropmc stack` prints: per rate and layer, the eval/train

@@ -3,7 +3,6 @@
 
 pub mod calibrate;
 pub mod journal;
-pub mod order;
 pub mod perturb;
 pub mod power;
 pub mod size;

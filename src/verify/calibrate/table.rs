@@ -1,7 +1,7 @@
 //! The calibration as a readable table.
 
 use super::Calibration;
-use crate::report::format_p;
+use crate::table::format_p;
 use crate::table::{Table, wrap_text};
 
 /// The calibration as a readable table: one row per claim with its failure

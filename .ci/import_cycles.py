@@ -1,0 +1,315 @@
+"""Fails on an import circle in the Rust crates or the Python package (issue 36 item 3).
+
+Usage: python .ci/import_cycles.py [--list]
+
+Rust (src/, python/src/): every file is a module (`a/b.rs` is `a::b`, `a/mod.rs` is `a`). Its
+edges are the paths it names outside comments: `use` trees (`use crate::a::{b, c::D};`) and
+inline paths (`crate::a::f()`, `super::b::X`, `self::c`, and a child module named bare in the
+file that declares it). A path is resolved to the deepest module it names; a name a module
+re-exports (`pub use x::Y;`) is followed to where it is defined. Two graphs are checked:
+
+* between top-level modules of a crate (`claims` -> `registry`), and
+* inside every folder, between its children (`claims/norm` -> `claims/norm_fast`); the
+  folder's own `mod.rs` is left out of this graph, since a parent re-exporting its children
+  while they use the parent's items is how a Rust folder is built.
+
+Python (python/dropmc/): every module is a node, `__init__.py` is `dropmc`; the edges are
+`from . import x`, `from .x import y`, `from dropmc.x import y`, `import dropmc.x` anywhere in
+the file (an import inside a function is still a dependency); the compiled extension
+`_dropmc` is not a node.
+
+A `#[cfg(test)]` module is left out: a unit test may drive its module through a sibling (the
+cancellation test runs the engine's loop) without the library depending on it.
+
+A circle is printed as `a -> b -> a` and the script exits 1; `--list` prints every graph's
+circles and exits 0 (the count before and after a change).
+"""
+
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Circles reported but not failed, each with the reason and who removes it: a circle in files
+# another open change owns. Empty this when that change lands; a new circle always fails.
+KNOWN = {
+    ("python/src/claims/", ("repeats", "rules")): "python/src/claims/ is rewritten by issue 34",
+}
+RUST_CRATES = [ROOT / "src", ROOT / "python" / "src"]
+PYTHON_PACKAGE = ROOT / "python" / "dropmc"
+
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+STRING = re.compile(r'r#*"(?:.|\n)*?"#*|"(?:\\.|[^"\\])*"')
+USE = re.compile(r"\b(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);")
+MOD = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*[;{]", re.M)
+INLINE = re.compile(r"(?<![\w:])((?:crate|super|self)(?:::\w+)+)")
+
+
+TEST_MODULE = re.compile(r"#\[cfg\(test\)\]\s*mod\s+\w+\s*\{")
+
+
+def strip(text):
+    """The code of a Rust file: comments, string literals and `#[cfg(test)]` modules blanked."""
+    text = COMMENT.sub(" ", text)
+    text = STRING.sub('""', text)
+    while (m := TEST_MODULE.search(text)) is not None:
+        depth, end = 1, m.end()
+        while depth and end < len(text):
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        text = text[: m.start()] + text[end:]
+    return text
+
+
+class Crate:
+    """The modules of one Rust crate and the paths each one names."""
+
+    def __init__(self, root):
+        self.root = root
+        self.files = {}  # module path tuple -> code
+        for path in sorted(root.rglob("*.rs")):
+            rel = path.relative_to(root).with_suffix("").parts
+            if rel in (("main",),) or rel[0] == "bin":
+                continue
+            if rel == ("lib",):
+                rel = ()
+            elif rel[-1] == "mod":
+                rel = rel[:-1]
+            self.files[rel] = strip(path.read_text())
+        self.children = {m: set(MOD.findall(code)) for m, code in self.files.items()}
+        self.reexports = {}  # module -> {name: absolute path}
+        self.uses = {}  # module -> [absolute paths]
+        for module, code in self.files.items():
+            self.uses[module] = []
+            self.reexports[module] = {}
+            for visibility, tree in USE.findall(code):
+                for alias, segments in parse_use(tree):
+                    absolute = self.absolute(module, segments)
+                    if absolute is None:
+                        continue
+                    self.uses[module].append(absolute)
+                    if visibility:
+                        self.reexports[module][alias] = absolute
+            inline = USE.sub(" ", code)
+            for path in INLINE.findall(inline):
+                absolute = self.absolute(module, path.split("::"))
+                if absolute is not None:
+                    self.uses[module].append(absolute)
+            for child in self.children[module]:
+                for m in re.finditer(r"(?<![\w:])" + child + r"::\w+", inline):
+                    self.uses[module].append(module + tuple(m.group(0).split("::")))
+
+    def absolute(self, module, segments):
+        """The crate path `segments` names from `module`, or None outside the crate."""
+        segments = list(segments)
+        if segments[0] == "crate":
+            return tuple(segments[1:])
+        if segments[0] in ("self", "super"):
+            base = list(module)
+            while segments and segments[0] in ("self", "super"):
+                if segments.pop(0) == "super":
+                    if not base:
+                        return None
+                    base.pop()
+            return tuple(base + segments)
+        if segments[0] in self.children.get(module, ()):
+            return tuple(module) + tuple(segments)
+        return None  # an external crate, the standard library or a local item
+
+    def target(self, path, depth=0):
+        """The module that defines what `path` names, re-exports followed."""
+        for end in range(len(path), -1, -1):
+            module = path[:end]
+            if module in self.files:
+                if end < len(path) and depth < 8:
+                    name = path[end]
+                    again = self.reexports[module].get(name)
+                    if again is not None and again != path:
+                        return self.target(again + path[end + 1 :], depth + 1)
+                return module
+        return ()
+
+    def edges(self):
+        """(from module, to module) for every path a module names."""
+        out = set()
+        for module, paths in self.uses.items():
+            for path in paths:
+                target = self.target(path)
+                if target != module:
+                    out.add((module, target))
+        return out
+
+
+def parse_use(tree):
+    """The (alias, segments) pairs of a `use` tree, `as` renames kept."""
+    tree = re.sub(r"\s+as\s+", " as ", tree.strip())
+    tree = re.sub(r"\s*(::|,|\{|\})\s*", r"\1", tree)
+    out = []
+
+    def walk(prefix, text):
+        depth, parts, start = 0, [], 0
+        for i, ch in enumerate(text):
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+            elif ch == "," and depth == 0:
+                parts.append(text[start:i])
+                start = i + 1
+        parts.append(text[start:])
+        for part in filter(None, (p.strip() for p in parts)):
+            if "{" in part:
+                head, _, rest = part.partition("{")
+                walk(prefix + [s for s in head.split("::") if s], rest[: rest.rindex("}")])
+                continue
+            path, _, alias = part.partition(" as ")
+            segments = prefix + [s for s in path.split("::") if s]
+            if segments and segments[-1] == "self":
+                segments = segments[:-1]
+            if segments and segments[-1] != "*":
+                out.append((alias or segments[-1], segments))
+            elif segments:
+                out.append(("*", segments[:-1]))
+
+    walk([], tree)
+    return out
+
+
+def rust_graphs(crate):
+    """{graph name: set of edges}: the top-level graph and one graph per folder."""
+    graphs = {}
+    name = crate.root.relative_to(ROOT).as_posix()
+    for a, b in crate.edges():
+        if a and b and a[0] != b[0]:
+            graphs.setdefault(f"{name}/ (top level)", set()).add((a[0], b[0]))
+        # Inside a folder: the deepest common folder of both, each side's child of it.
+        common = 0
+        while common < min(len(a), len(b)) and a[common] == b[common]:
+            common += 1
+        if common >= 1 and len(a) > common and len(b) > common:
+            folder = "/".join(a[:common])
+            graphs.setdefault(f"{name}/{folder}/", set()).add((a[common], b[common]))
+    return graphs
+
+
+PY_IMPORT = re.compile(
+    r"^\s*(?:from\s+(\.+\w*(?:\.\w+)*|dropmc(?:\.\w+)*)\s+import\s+([\w\s,()]+?)(?:#.*)?$"
+    r"|import\s+(dropmc(?:\.\w+)*))",
+    re.M,
+)
+
+
+def python_graph(package):
+    """The edges between the package's modules."""
+    modules = {p.stem for p in package.glob("*.py")}
+    extension = "_dropmc"
+    node = lambda stem: "dropmc" if stem == "__init__" else stem  # noqa: E731
+    edges = set()
+    for path in sorted(package.glob("*.py")):
+        here = node(path.stem)
+        for source, names, plain in PY_IMPORT.findall(path.read_text()):
+            if plain:
+                parts = plain.split(".")[1:]
+                targets = [parts[0] if parts else "__init__"]
+            else:
+                rest = source.lstrip(".") if source.startswith(".") else source[len("dropmc") :].lstrip(".")
+                if rest:
+                    targets = [rest.split(".")[0]]
+                else:
+                    imported = [n.strip() for n in names.replace("(", "").replace(")", "").split(",")]
+                    targets = [n.split(" as ")[0].strip() for n in imported if n]
+                    targets = [t if t in modules else "__init__" for t in targets if t != extension]
+            for t in targets:
+                if t in modules and node(t) != here:
+                    edges.add((here, node(t)))
+    return edges
+
+
+def cycles(edges):
+    """One circle per strongly connected component of more than one node (Tarjan)."""
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, comps = {}, {}, [], set(), []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    out = []
+    for comp in comps:
+        members = set(comp)
+        # A shortest circle through the component's first node (breadth-first).
+        start = comp[0]
+        previous, frontier = {start: None}, [start]
+        found = None
+        while frontier and found is None:
+            nxt = []
+            for v in frontier:
+                for w in sorted(graph[v] & members):
+                    if w == start:
+                        found = v
+                        break
+                    if w not in previous:
+                        previous[w] = v
+                        nxt.append(w)
+                if found is not None:
+                    break
+            frontier = nxt
+        path = [found]
+        while previous[path[-1]] is not None:
+            path.append(previous[path[-1]])
+        circle = list(reversed(path)) + [start]
+        out.append((comp, circle))
+    return out
+
+
+def main():
+    listing = "--list" in sys.argv[1:]
+    graphs = {}
+    for root in RUST_CRATES:
+        if root.is_dir():
+            graphs.update(rust_graphs(Crate(root)))
+    if PYTHON_PACKAGE.is_dir():
+        graphs["python/dropmc/"] = python_graph(PYTHON_PACKAGE)
+    found = known = 0
+    for name in sorted(graphs):
+        for comp, circle in cycles(graphs[name]):
+            line = f"import circle in {name}: {' -> '.join(circle)}  (component: {', '.join(comp)})"
+            reason = KNOWN.get((name, tuple(comp)))
+            if reason is None:
+                found += 1
+                print(line)
+            else:
+                known += 1
+                print(f"{line}  [known: {reason}]")
+    edges = sum(len(e) for e in graphs.values())
+    print(f"import_cycles: {found} new circle(s), {known} known, in {len(graphs)} graphs ({edges} edges)")
+    if found and not listing:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+//! What one normalization claim is about: the dropout site and the norms
+//! after it ([`Config`]), and the per-draw statistic it estimates
+//! ([`Stat`]). The generic sampler ([`super::norm`]), the fast path
+//! ([`super::norm_fast`]) and the statistic's moments
+//! ([`super::norm_moments`]) all read these, so they live below all three.
+
+use crate::error::Error;
+use crate::exact::Pipeline;
+use crate::ops::{LayerNorm, RmsNorm, Site};
+
+/// A configuration: the site and the norms applied after it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub site: Site,
+    /// LayerNorm (LN1 for the compound site).
+    pub ln: LayerNorm,
+    /// LN2 of the compound site (unused elsewhere).
+    pub ln2: LayerNorm,
+    pub rms: RmsNorm,
+}
+
+impl Config {
+    /// A configuration with plain norms (`γ = 1`, `β = 0`, `ε = 0`).
+    pub fn plain(site: Site) -> Result<Self, Error> {
+        let d = site.dim();
+        Ok(Config {
+            site,
+            ln: LayerNorm::plain(d, 0.0)?,
+            ln2: LayerNorm::plain(d, 0.0)?,
+            rms: RmsNorm::new(vec![1.0; d], 0.0)?,
+        })
+    }
+
+    pub(super) fn pipeline(&self, stat: Stat) -> Option<Pipeline<'_>> {
+        match stat {
+            Stat::Ln => Some(Pipeline::Ln(&self.ln)),
+            Stat::Rms => Some(Pipeline::Rms(&self.rms)),
+            Stat::LnLn => Some(Pipeline::LnLn(&self.ln, &self.ln2)),
+            _ => None,
+        }
+    }
+}
+
+/// Masks per pair of the pair form `(M − M′)²/2` on the fast path.
+pub const PAIR_DRAWS: u64 = 2;
+
+/// The per-draw statistic of a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stat {
+    /// `M = mean_k y_k`.
+    M,
+    /// `(M − M')²/2`, whose mean is `Var M`.
+    VarM,
+    /// `V = mean_k (y_k − M)²`.
+    V,
+    /// `R² = mean_k y_k²`.
+    R2,
+    /// `LN(y)`, per unit.
+    Ln,
+    /// `RMS(y)`, per unit.
+    Rms,
+    /// `LN2(LN1(y))`, per unit.
+    LnLn,
+}
+
+impl Stat {
+    pub(super) fn dim(self, d: usize) -> usize {
+        match self {
+            Stat::Ln | Stat::Rms | Stat::LnLn => d,
+            _ => 1,
+        }
+    }
+}
