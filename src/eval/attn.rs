@@ -44,7 +44,7 @@ pub fn float32_row_sum_slack(d: usize) -> f64 {
 pub fn probability_row(a: &[f64]) -> Result<(Vec<f64>, Option<f64>), Error> {
     let total: f64 = a.iter().sum();
     let slack = float32_row_sum_slack(a.len());
-    if !((total - 1.0).abs() <= slack) {
+    if (total - 1.0).abs() > slack || total.is_nan() {
         return Err(Error::InvalidOption {
             what: format!(
                 "--a sums to {total}, not 1 (within a float32 softmax's rounding, {slack:.1e} \
