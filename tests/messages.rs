@@ -54,6 +54,19 @@ fn an_underflowing_variance_is_not_called_constant() {
 }
 
 #[test]
+fn one_unit_and_an_overflowing_variance_name_their_own_cause() {
+    // d = 1: a LayerNorm of one unit is constant (issue 33).
+    let e = stderr_of(&["eval", "ln", "--x", "5", "--p", "0.1"]);
+    assert!(e.contains("d = 1") && !e.contains("underflows"), "{e}");
+    // The deviations square above the largest f64: σ² overflows.
+    let e = stderr_of(&["eval", "ln", "--x", "1e308,-1e308,1", "--p", "0.1"]);
+    assert!(
+        e.contains("σ² of x overflows f64") && !e.contains("underflows"),
+        "{e}"
+    );
+}
+
+#[test]
 fn counts_below_two_name_their_own_flag() {
     let e = stderr_of(&["stack", "--replicates", "1"]);
     assert!(

@@ -61,7 +61,6 @@ from __future__ import annotations
 import difflib as _difflib
 import json as _json
 import math as _math
-import re as _re
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as _np
@@ -72,8 +71,11 @@ from ._core import (
     Result,
     _check_rate,
     _checked,
+    _component,
+    _declared_or_own_rate,
     _dtype_name,
     _input_row,
+    _python_words,
     critical_z,
     mde_power,
 )
@@ -202,12 +204,6 @@ def _cli_value(key: str, value) -> str:
     raise TypeError(f"{key} must be a number or a list of numbers, got {type(value).__name__}")
 
 
-_FLAG = _re.compile(r"--([a-z][a-z0-9-]*)")
-
-
-def _python_words(message: str) -> str:
-    """A CLI message with its ``--flag`` names as the keyword arguments they came from."""
-    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)
 
 
 def eval(quantity: str, **kwargs: Any) -> Dict[str, Any]:  # noqa: A001 - the CLI's name

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy as _copy
 import json as _json
 import math as _math
+import re as _re
 from typing import Any, Dict, List, Optional
 
 import numpy as _np
@@ -150,9 +151,27 @@ class Result:
         return "\n".join(lines)
 
 
+# What a claim's components are, where they are not units of the input:
+# the kept count's law has one component per count K, the mask-shape
+# variance and zero-group claims one per mask group, BatchNorm one per channel.
+_COMPONENT_NAMES = {
+    "dropout.kept_count": "the count K = {}",
+    "mask_shape.shared_variance": "mask group {}",
+    "mask_shape.shared_zero_column": "mask group {}",
+}
+
+
+def _component(claim: Dict[str, Any]) -> str:
+    """The worst component of a claim in words ("unit 2", "the count K = 1")."""
+    name = _COMPONENT_NAMES.get(claim["id"])
+    if name is None:
+        name = "channel {}" if claim["id"].startswith("batchnorm.") else "unit {}"
+    return name.format(claim["component"])
+
+
 def _seen(claim: Dict[str, Any]) -> str:
     """What a failed claim without a note of its own saw, in one phrase."""
-    unit = "" if claim.get("component") is None else f" at unit {claim['component']}"
+    unit = "" if claim.get("component") is None else f" at {_component(claim)}"
     return (
         f"saw {_num(claim.get('estimate'))}{unit} where {_num(claim.get('analytic'))} was expected "
         f"(z = {_num(claim.get('z'), 3)}, {claim.get('samples')} draws)"
@@ -233,6 +252,24 @@ def _check_rate(p) -> float:
     return p
 
 
+def _declared_or_own_rate(p, own: Optional[float], what: str) -> float:
+    """The rate to check a framework layer at: the declared ``p``, the
+    layer's own rate ``own`` (read by the adapter, named ``what``) when none
+    was declared; a declared ``p`` that contradicts the layer's is refused,
+    naming both (the claims would judge the declaration, not the layer)."""
+    if p is None:
+        if own is None:
+            raise TypeError(f"p is required: the layer states no rate of its own ({what} not found)")
+        return _check_rate(own)
+    p = _check_rate(p)
+    if own is not None and own != p:
+        raise ValueError(
+            f"declared p = {p}, but the layer's own rate is {what} = {own}: pass p={own} "
+            "(or omit p) to check the layer as it runs, or build the layer with the rate you mean"
+        )
+    return p
+
+
 def _input_row(x, what: str) -> list:
     row = _np.asarray(x, dtype=_np.float64)
     if row.ndim != 1 or row.size == 0:
@@ -306,3 +343,11 @@ def _changed(before, after) -> bool:
         return bool(diff)
     except (ValueError, RuntimeError, TypeError):
         return bool(_np.asarray(diff).any())
+
+
+_FLAG = _re.compile(r"--([a-z][a-z0-9-]*)")
+
+
+def _python_words(message: str) -> str:
+    """A CLI message with its ``--flag`` names as the keyword arguments they came from."""
+    return _FLAG.sub(lambda m: m.group(1).replace("-", "_"), message)

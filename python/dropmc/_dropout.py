@@ -65,14 +65,18 @@ def check_dropout(
     independent mask per unit and are listed as skipped): ``mask_shape.mean``
     ``E[z] = x``, ``mask_shape.shared_variance`` ``Var S_k = (p/q)(sum x)^2``
     and ``mask_shape.shared_zero_column`` ``P(group all zero) = p`` per group
-    ``k`` of entries sharing a mask. See ``docs/mask-shape.md``.
+    ``k`` of entries sharing a mask; and the semantics rules that hold for
+    any mask shape (eval identity, eval draws nothing with ``rng_state``,
+    survivors, input preserved, backward mask with ``backward``), on
+    batches of ``x``'s shape; an omitted ``backward`` is unchecked as on the
+    elementwise path. See ``docs/mask-shape.md``.
     """
     p = _check_rate(p)
     dtype_name = _dtype_name(dtype)
     if not callable(forward):
         raise TypeError("forward must be callable as forward(x, training)")
     if shared_axes is not None:
-        return _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name)
+        return _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name, rng_state, backward)
     if backward is not None and backward is not False and not callable(backward):
         raise TypeError("backward must be callable as backward(x, grad, training), or False for a forward without one")
     if rng_state is not None and not callable(rng_state):
@@ -123,6 +127,12 @@ def check_dropout(
         int(seed),
         rng_state is not None,
     )
+    return _result_marking_backward(text, claims, backward)
+
+
+def _result_marking_backward(text: str, claims: list, backward) -> Result:
+    """The result, with ``semantics.backward_mask`` marked unchecked when no
+    ``backward`` was given (``None``; ``False`` declares a forward without one)."""
     if backward is None:
         for c in claims:
             if c["id"] == "semantics.backward_mask" and c["verdict"] == "skipped":
@@ -153,9 +163,18 @@ def _shared_groups(shape: tuple, shared_axes) -> _np.ndarray:
     return _np.broadcast_to(ids, shape).ravel()
 
 
-def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name) -> Result:
+def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name, rng_state, backward) -> Result:
+    """``check_dropout(..., shared_axes=...)``: the mask-shape claims and the
+    semantics rules that hold for any mask shape (eval identity, eval draws
+    nothing, survivors, input preserved, backward mask), each on batches of
+    ``x``'s shape; what an omitted argument left unchecked is listed, as on
+    the elementwise path."""
     if x is None:
         raise ValueError("shared_axes needs x: one sample of the shape your layer takes, e.g. np.ones((C, L))")
+    if backward is not None and backward is not False and not callable(backward):
+        raise TypeError("backward must be callable as backward(x, grad, training), or False for a forward without one")
+    if rng_state is not None and not callable(rng_state):
+        raise TypeError("rng_state must be a zero-argument callable returning a snapshot")
     sample = _np.asarray(x, dtype=_np.float64)
     if sample.ndim < 1 or sample.size == 0:
         raise ValueError(f"x must be a non-empty array, got shape {sample.shape}")
@@ -171,15 +190,35 @@ def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name) ->
     shape = sample.shape
     groups = _shared_groups(shape, shared_axes)
 
+    def shaped(X):
+        """The batch as the layer takes it, ``(n, *x.shape)`` in its dtype."""
+        return _in_dtype(X, dt).reshape((X.shape[0],) + shape)
+
+    def flat(name, out, X, seen):
+        out = _checked(name, out, seen.shape, dt)
+        _written_back(X, seen.reshape(X.shape))
+        return _np.ascontiguousarray(_float32_out(out, dt).reshape(X.shape[0], -1))
+
     def train(X):
-        n = X.shape[0]
-        seen = _in_dtype(X, dt)
-        out = _checked("forward(x, True)", forward(seen.reshape((n,) + shape), True), (n,) + shape, dt)
-        _written_back(X, seen)
-        return _np.ascontiguousarray(_float32_out(out, dt).reshape(n, -1))
+        seen = shaped(X)
+        return flat("forward(x, True)", forward(seen, True), X, seen)
+
+    def evaluate(X):
+        seen = shaped(X)
+        before = _snapshot(rng_state) if rng_state is not None else None
+        out = forward(seen, False)
+        drew = _changed(before[1], _snapshot(rng_state, before)[0]) if rng_state is not None else None
+        return flat("forward(x, False)", out, X, seen), drew
+
+    def train_and_backward(X, G):
+        seen = shaped(X)
+        out = forward(seen, True)
+        grad = backward(seen, _in_dtype(G, dt).reshape(seen.shape), True)
+        return flat("forward(x, True)", out, X, seen), flat("backward(x, grad, True)", grad, X, seen)
 
     text, claims = _dropmc.check_mask_shape(
-        train, p, dtype_name, [float(v) for v in sample.ravel()], [int(g) for g in groups],
-        None if samples is None else int(samples), int(seed),
+        train, evaluate, train_and_backward if callable(backward) else None,
+        p, dtype_name, [float(v) for v in sample.ravel()], [int(g) for g in groups],
+        None if samples is None else int(samples), int(seed), rng_state is not None,
     )
-    return Result(text, claims)
+    return _result_marking_backward(text, claims, backward)

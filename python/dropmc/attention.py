@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 import numpy as _np
 
 from . import _dropmc
-from ._core import Result, _check_rate, _checked, _dtype_name, _input_row
+from ._core import Result, _check_rate, _checked, _dtype_name, _input_row, _python_words
 
 __all__ = ["check_attention_dropout"]
 
@@ -44,10 +44,13 @@ def check_attention_dropout(
     ``F.scaled_dot_product_attention`` use :func:`dropmc.torch.sdpa_dropout`
     (the values ``V = I_T`` make SDPA's output the dropped row).
 
-    ``a``: the attention row, positive entries (default the seed's
-    ``(0.2, 0.3, 0.5)``); dropmc uses ``a / sum(a)``, the softmax row they
-    give. ``values``: one scalar value per key (default ``(1, -2, 3)``);
-    dropmc forms the output ``o = sum_i b_i v_i`` from each returned row.
+    ``a``: the attention row, positive entries summing to 1 (default the
+    seed's ``(0.2, 0.3, 0.5)``): the rule of ``dropmc eval attn``, a row off 1
+    by more than a float32 softmax's rounding is refused, one off by
+    rounding renormalised (the JSON's ``renormalised`` says so).
+    ``values``: one scalar value per key (default ``(1, -2, 3)`` repeated
+    over the keys); dropmc forms the output ``o = sum_i b_i v_i`` from each
+    returned row.
 
     Claims: ``attention.entry_mean`` ``E[b_i] = a_i``,
     ``attention.row_sum_mean`` ``E[R] = 1``, ``attention.row_sum_variance``
@@ -68,10 +71,13 @@ def check_attention_dropout(
     row = _np.asarray(_input_row(_DEFAULT_A if a is None else a, "a"))
     if not _np.all(row > 0):
         raise ValueError("a must have positive entries (a softmax row; a zero entry cannot be told dropped from kept)")
-    row = row / row.sum()
-    v = _input_row(_DEFAULT_VALUES if values is None else values, "values")
-    if len(v) != row.size:
-        raise ValueError(f"values must have one entry per key: len(a) = {row.size}, got {len(v)}")
+    if values is None:
+        # The default values, repeated over the keys of the caller's row.
+        v = [_DEFAULT_VALUES[i % len(_DEFAULT_VALUES)] for i in range(row.size)]
+    else:
+        v = _input_row(values, "values")
+        if len(v) != row.size:
+            raise ValueError(f"values must have one entry per key: len(a) = {row.size}, got {len(v)}")
     dt = _np.dtype(dtype_name)
     if not _np.all(row.astype(dt) > 0):
         raise ValueError(f"a has an entry that rounds to 0 in {dtype_name}")
@@ -79,7 +85,10 @@ def check_attention_dropout(
     def train(A):
         return _checked("dropout(A)", dropout(A), A.shape, dt)
 
-    text, claims = _dropmc.check_attention(
-        train, p, dtype_name, [float(x) for x in row], v, samples, seed,
-    )
+    try:
+        text, claims = _dropmc.check_attention(
+            train, p, dtype_name, [float(x) for x in row], v, samples, seed,
+        )
+    except ValueError as e:
+        raise ValueError(_python_words(str(e))) from None
     return Result(text, claims)

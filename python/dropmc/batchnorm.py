@@ -28,6 +28,21 @@ def _array(name: str, out, shape) -> _np.ndarray:
     return _np.ascontiguousarray(arr)
 
 
+def _with_own_conventions(kwargs: dict, own: dict, what: str) -> dict:
+    """``kwargs`` with the layer's own conventions ``own`` (``momentum`` in
+    PyTorch's sense, ``eps``, ``unbiased``) set, as a framework adapter reads
+    them off the layer (``what`` names it); a declared value that
+    contradicts the layer's is refused, naming both. ``1 - momentum`` rounds,
+    so a declaration equal to it up to that rounding agrees."""
+    for name, value in own.items():
+        declared = kwargs.get(name)
+        if declared is not None and not _math.isclose(declared, value, rel_tol=1e-12, abs_tol=1e-15):
+            shown = value if isinstance(value, bool) else f"{value:.12g}"
+            raise ValueError(f"declared {name}={declared!r}, but the {what}'s is {shown} (in PyTorch's convention)")
+        kwargs[name] = value
+    return kwargs
+
+
 def check_batchnorm(
     batchnorm: Callable[[Any, Any], Any],
     p: float,

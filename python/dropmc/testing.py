@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._core import Result, critical_z
+from ._core import Result, _component, critical_z
 from ._dropout import check_dropout
 
 __all__ = ["assert_dropout", "MEANINGS", "explain"]
@@ -36,9 +36,7 @@ def _value(v) -> str:
 
 def explain(claim: dict) -> str:  # a dict of Result.claims
     """One line on a failed claim: its numbers and what the failure means."""
-    # kept_count's components are the counts K = 0..d, the others' units.
-    label = "K =" if claim["id"] == "dropout.kept_count" else "unit"
-    where = "" if claim.get("component") is None else f" ({label} {claim['component']})"
+    where = "" if claim.get("component") is None else f" ({_component(claim)})"
     meaning = MEANINGS.get(claim["id"], claim.get("formula") or "")
     line = (
         f"{claim['id']}{where}: estimate {_value(claim.get('estimate'))}, "

@@ -32,6 +32,8 @@ thread pool costs more than it saves (issue 23 measured ``nn.Dropout`` at the de
 from __future__ import annotations
 
 import contextlib as _contextlib
+import copy as _copy
+import itertools as _itertools
 from typing import Any, Callable, Optional, Union
 
 import numpy as _np
@@ -47,7 +49,9 @@ __all__ = [
     "batchnorm_runner",
     "check_batchnorm",
     "check_dropout",
+    "check_norm_site",
     "check_sdpa",
+    "norm_parameters",
     "one_thread",
     "sdpa_dropout",
 ]
@@ -99,6 +103,7 @@ class Dropout:
         *,
         generator: Optional[_torch.Generator] = None,
         grad: bool = True,
+        device=None,
     ):
         if not (isinstance(layer, _torch.nn.Module) or callable(layer)):
             raise TypeError("layer must be a torch.nn.Module or a function f(x, training)")
@@ -107,7 +112,19 @@ class Dropout:
         self.layer = layer
         self.generator = generator
         self.grad = bool(grad)
+        self.device = _torch.device("cpu" if device is None else device)
         self._last = None
+
+    def _input(self, x):
+        """``x`` as a tensor on the layer's device (sharing ``x``'s memory on the CPU)."""
+        t = _tensor(x)
+        return t if self.device.type == "cpu" else t.to(self.device)
+
+    def _seen(self, x, xt) -> None:
+        """Copies what the layer wrote into its device input back into ``x``
+        (on the CPU they share memory), so an in-place layer is seen."""
+        if self.device.type != "cpu":
+            x[...] = _array(xt.detach())
 
     def _run(self, xt, training: bool):
         if isinstance(self.layer, _torch.nn.Module):
@@ -117,7 +134,7 @@ class Dropout:
 
     def forward(self, x, training: bool):
         """The layer on ``x`` (a numpy array) in train or eval mode, as numpy."""
-        xt = _tensor(x)
+        xt = self._input(x)
         if training and self.grad:
             xt.requires_grad_(True)
             try:
@@ -132,9 +149,11 @@ class Dropout:
                     "(semantics.forward_preserves_input)"
                 ) from e
             self._last = (xt, y)
+            self._seen(x, xt)
             return _array(y)
         with _torch.no_grad():
             y = self._run(xt, training)
+        self._seen(x, xt)
         return _array(y)
 
     def backward(self, x, grad, training: bool):
@@ -144,7 +163,7 @@ class Dropout:
         xt, y = self._last
         if not y.requires_grad:
             raise ValueError("the layer's training output does not depend on its input through autograd")
-        (g,) = _torch.autograd.grad(y, xt, _tensor(grad))
+        (g,) = _torch.autograd.grad(y, xt, self._input(grad))
         self._last = None
         return _array(g)
 
@@ -152,29 +171,45 @@ class Dropout:
         """The generator's state, by value."""
         if self.generator is not None:
             state = self.generator.get_state()
+        elif self.device.type == "cuda":
+            state = _torch.cuda.get_rng_state(self.device)
         else:
             state = _torch.random.get_rng_state()
         return state.numpy().tobytes()
 
 
+def _own_rate(layer) -> Optional[float]:
+    """The drop rate a torch layer states itself (``module.p``, as
+    ``nn.Dropout`` and its relatives keep it), or ``None``."""
+    module = layer.layer if isinstance(layer, Dropout) else layer
+    rate = getattr(module, "p", None) if isinstance(module, _torch.nn.Module) else None
+    return float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
+
+
 def check_dropout(
     layer: Union[_torch.nn.Module, Callable[[Any, bool], Any], Dropout],
-    p: float,
+    p: Optional[float] = None,
     *,
     backward: bool = True,
     generator: Optional[_torch.Generator] = None,
+    device=None,
     **kwargs,
 ) -> "_dropmc.Result":
     """:func:`dropmc.check_dropout` on a torch layer, at one intra-op thread.
 
-    ``backward``: check the backward pass through autograd (``False`` for a
-    layer without one, or an in-place layer). Other keyword arguments
-    (``x``, ``samples``, ``seed``, ``dtype``, ...) are
+    ``p``: the drop rate; by default the module's own (``module.p``), and a
+    declared ``p`` that contradicts it is refused, naming both (a function
+    has no rate of its own: pass ``p``). ``backward``: check the backward
+    pass through autograd (``False`` for a layer without one, or an in-place
+    layer). ``device``: where the layer runs (inputs are made there, results
+    brought back to the CPU; default the CPU). Other keyword arguments
+    (``x``, ``samples``, ``seed``, ``dtype``, ``shared_axes``, ...) are
     :func:`dropmc.check_dropout`'s; ``dtype`` defaults to float64
     (``np.float16`` and ``"bfloat16"`` check torch's half-precision
     dropout).
     """
-    wrapped = layer if isinstance(layer, Dropout) else Dropout(layer, generator=generator, grad=backward)
+    p = _dropmc._declared_or_own_rate(p, _own_rate(layer), f"{type(getattr(layer, 'layer', layer)).__name__}.p")
+    wrapped = layer if isinstance(layer, Dropout) else Dropout(layer, generator=generator, grad=backward, device=device)
     dtype = kwargs.pop("dtype", _np.float64)
     with one_thread():
         return _dropmc.check_dropout(
@@ -187,85 +222,335 @@ def check_dropout(
         )
 
 
-def sdpa_dropout(p: float, *, attention: Optional[Callable[..., Any]] = None) -> Callable[[Any], Any]:
+def _snake_cells(n: int, heads: int):
+    """Row ``i`` of ``n`` as the cell ``(b, h)`` of a ``(B, heads)`` grid,
+    ``B = ceil(n / heads)``, visited in a snake: batch ``b`` runs its heads
+    forward when ``b`` is even, backward when odd. With an odd number of
+    heads, every run of ``heads`` consecutive rows holds ``heads - 1`` steps
+    within one batch (across heads) and one step across the batch (same
+    head), and both kinds fall on even and on odd row pairs alike: the pairs
+    ``(2i, 2i+1)`` the variance claims compare meet rows that share a batch
+    and rows that share a head, wherever a claim's draws start."""
+    i = _torch.arange(n)
+    b, j = i // heads, i % heads
+    h = _torch.where(b % 2 == 0, j, heads - 1 - j)
+    return int(b.max()) + 1, b, h
+
+
+def sdpa_dropout(
+    p: float, *, attention: Optional[Callable[..., Any]] = None, heads: int = 3, kv_heads: Optional[int] = None,
+    device=None,
+) -> Callable[[Any], Any]:
     """``F.scaled_dot_product_attention(q, k, v, dropout_p=p)`` as the
     ``dropout(A)`` :func:`dropmc.check_attention_dropout` expects.
 
     For rows ``A`` of the softmax row ``a`` over ``T`` keys: one query per
-    row, ``q = ln a``, the keys ``k = I_T`` and ``scale=1`` make the logits
-    ``q k^T = ln a`` and the softmax ``a``; the values ``v = I_T`` make the
-    output the dropped attention row itself. ``attention``: any function
-    with SDPA's signature (``attention(q, k, v, dropout_p=p, scale=1.0)``;
-    default torch's own).
+    (batch, head), ``q = ln a``, the keys ``k = I_T`` and ``scale=1`` make
+    the logits ``q k^T = ln a`` and the softmax ``a``; the values ``v = I_T``
+    make the output the dropped attention row itself. The ``n`` rows are
+    laid out as a ``(B, heads, 1, T)`` query (an odd ``heads``, default 3,
+    in the snake order of :func:`_snake_cells`), so consecutive rows share a
+    batch entry or a head: a mask shared across heads or across the batch
+    makes them equal, and the variance claims fail. ``kv_heads``: grouped-
+    query attention, ``heads / kv_heads`` query heads per key/value head
+    (``enable_gqa=True``; default ``kv_heads = heads``). ``attention``: any
+    function with SDPA's signature (``attention(q, k, v, dropout_p=p,
+    scale=1.0)``, and ``enable_gqa=True`` when ``kv_heads < heads``; default
+    torch's own). ``device``: where it runs (results come back to the CPU).
     """
     p = _dropmc._check_rate(p)
     attend = _torch.nn.functional.scaled_dot_product_attention if attention is None else attention
     if not callable(attend):
         raise TypeError("attention must be callable as attention(q, k, v, dropout_p=p, scale=1.0)")
+    kv_heads = heads if kv_heads is None else kv_heads
+    for name, value in (("heads", heads), ("kv_heads", kv_heads)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if heads % 2 == 0:
+        raise ValueError(
+            f"heads must be odd, got {heads}: the snake layout puts rows that share a head on both "
+            "parities of row pairs only with an odd number of heads"
+        )
+    if heads % kv_heads:
+        raise ValueError(f"kv_heads = {kv_heads} must divide heads = {heads} (grouped-query attention)")
+    extra = {} if kv_heads == heads else {"enable_gqa": True}
+    place = _torch.device("cpu" if device is None else device)
 
     def dropout(A):
-        a = _torch.from_numpy(A)
+        a = _torch.from_numpy(A).to(place)
         n, t = a.shape
-        identity = _torch.eye(t, dtype=a.dtype).expand(n, t, t)
+        batches, b, h = _snake_cells(n, heads)
+        b, h = b.to(place), h.to(place)
+        q = _torch.log(a[:1]).expand(batches * heads, t).clone().view(batches, heads, 1, t)
+        q[b, h, 0] = _torch.log(a)
+        identity = _torch.eye(t, dtype=a.dtype, device=place).expand(batches, kv_heads, t, t)
         with _torch.no_grad():
-            out = attend(_torch.log(a).unsqueeze(1), identity, identity, dropout_p=p, scale=1.0)
-        return out.squeeze(1).detach().cpu().numpy()
+            out = attend(q, identity, identity, dropout_p=p, scale=1.0, **extra)
+        return _array(out[b, h, 0])
 
     return dropout
 
 
-def check_sdpa(p: float, *, attention: Optional[Callable[..., Any]] = None, **kwargs) -> "_dropmc.Result":
+def check_sdpa(
+    p: float, *, attention: Optional[Callable[..., Any]] = None, heads: int = 3, kv_heads: Optional[int] = None,
+    device=None, **kwargs,
+) -> "_dropmc.Result":
     """:func:`dropmc.check_attention_dropout` on SDPA (or ``attention``, a
-    function with its signature) through :func:`sdpa_dropout`, at one
+    function with its signature) through :func:`sdpa_dropout` (``heads``
+    query heads over ``kv_heads`` key/value heads, on ``device``), at one
     intra-op thread. Keyword arguments (``a``, ``values``, ``samples``,
     ``seed``, ``dtype``) are :func:`dropmc.check_attention_dropout`'s."""
+    dropout = sdpa_dropout(p, attention=attention, heads=heads, kv_heads=kv_heads, device=device)
     with one_thread():
-        return _dropmc.check_attention_dropout(sdpa_dropout(p, attention=attention), p, **kwargs)
+        return _dropmc.check_attention_dropout(dropout, p, **kwargs)
 
 
-def batchnorm_runner(layer: Union[_torch.nn.Module, Callable[[int], Any]]) -> Callable[[Any, Any], Any]:
+def norm_parameters(norm: _torch.nn.Module):
+    """What a torch norm module computes, read off the module: ``(kind, gamma,
+    beta, eps)`` with ``kind`` ``"layernorm"`` or ``"rmsnorm"``, ``gamma`` and
+    ``beta`` as float64 lists (``None`` when the module has none) and ``eps``
+    the ε it adds (RMSNorm's ``eps=None`` is ``torch.finfo(dtype).eps``, as
+    torch computes it). The one place dropmc recognises a norm; a module it
+    does not know is refused with the reason."""
+    def values(t):
+        return None if t is None else [float(v) for v in t.detach().double().cpu().reshape(-1)]
+
+    if isinstance(norm, _torch.nn.LayerNorm):
+        if len(norm.normalized_shape) != 1:
+            raise ValueError(f"LayerNorm over {tuple(norm.normalized_shape)}: dropmc checks a norm over one axis of d units")
+        return "layernorm", values(norm.weight), values(norm.bias), float(norm.eps)
+    rms = getattr(_torch.nn, "RMSNorm", None)
+    if rms is not None and isinstance(norm, rms):
+        if len(norm.normalized_shape) != 1:
+            raise ValueError(f"RMSNorm over {tuple(norm.normalized_shape)}: dropmc checks a norm over one axis of d units")
+        dtype = norm.weight.dtype if norm.weight is not None else _torch.get_default_dtype()
+        eps = _torch.finfo(dtype).eps if norm.eps is None else norm.eps
+        return "rmsnorm", values(norm.weight), None, float(eps)
+    raise TypeError(
+        f"{type(norm).__name__} is not a norm dropmc recognises (torch.nn.LayerNorm, torch.nn.RMSNorm); "
+        "check it with dropmc.check_norm_site(dropout, norm, x, p, kind=..., gamma=..., beta=..., eps=...)"
+    )
+
+
+def check_norm_site(
+    dropout: Union[_torch.nn.Module, Callable[[Any], Any]],
+    norm: _torch.nn.Module,
+    x,
+    p: Optional[float] = None,
+    *,
+    h=None,
+    device=None,
+    **kwargs,
+) -> "_dropmc.Result":
+    """:func:`dropmc.check_norm_site` on torch modules: ``E[norm(dropout(x))]``
+    (or ``E[norm(h + dropout(x))]``), at one intra-op thread.
+
+    ``dropout``: an ``nn.Module`` (run in training mode) or a function on
+    tensors; ``p`` defaults to its own rate (``module.p``; a contradicting
+    ``p`` is refused). ``norm``: ``nn.LayerNorm`` or ``nn.RMSNorm``, whose
+    γ, β and ε are read from the module (:func:`norm_parameters`). The check
+    runs in the norm's dtype (float32 or float64; ``dtype=`` overrides) and
+    on ``device`` (default the norm's own; results come back to the CPU).
+    Other keyword arguments (``samples``, ``seed``) are
+    :func:`dropmc.check_norm_site`'s.
+    """
+    if not isinstance(norm, _torch.nn.Module):
+        raise TypeError(f"norm must be a torch.nn.Module (LayerNorm, RMSNorm), got {type(norm).__name__}")
+    for given in ("kind", "gamma", "beta", "eps"):
+        if given in kwargs:
+            raise TypeError(f"{given} is read from the norm module; do not pass it")
+    p = _dropmc._declared_or_own_rate(p, _own_rate(dropout), f"{type(dropout).__name__}.p")
+    place = _device_of(norm) if device is None else _torch.device(device)
+    dtype = kwargs.pop("dtype", None) or _dtype_of(norm) or "float64"
+    tdtype = {"float64": _torch.float64, "float32": _torch.float32}.get(_np.dtype(dtype).name)
+    if tdtype is None:
+        raise TypeError(f"check_norm_site runs in float64 or float32, got {dtype}")
+    norm_copy = _copy.deepcopy(norm).to(device=place, dtype=tdtype)
+    kind, gamma, beta, eps = norm_parameters(norm_copy)
+
+    def on_device(fn):
+        def run(X):
+            with _torch.no_grad():
+                return _array(fn(_torch.from_numpy(X).to(place)))
+
+        return run
+
+    def drop(t):
+        if isinstance(dropout, _torch.nn.Module):
+            dropout.train()
+            return dropout(t)
+        return dropout(t)
+
+    with one_thread():
+        return _dropmc.check_norm_site(
+            on_device(drop), on_device(norm_copy), x, p,
+            kind=kind, eps=eps, gamma=gamma, beta=beta, h=h, dtype=dtype, **kwargs,
+        )
+
+
+def _has_running_stats(layer: _torch.nn.Module) -> None:
+    """Refuses a BatchNorm without running statistics, saying why."""
+    if getattr(layer, "track_running_stats", True) is False or getattr(layer, "running_mean", None) is None \
+            or getattr(layer, "running_var", None) is None:
+        raise ValueError(
+            f"{type(layer).__name__} has no running statistics (track_running_stats=False): its eval "
+            "mode normalizes with each batch's own mean and variance, so there are no buffers for "
+            "dropmc's running-statistics claims (batchnorm.running_stats, fold_buffers, eval_mean, "
+            "variance_shift) to judge; check a layer built with track_running_stats=True"
+        )
+
+
+def _widened_copy(layer: _torch.nn.Module, channels: int, device) -> _torch.nn.Module:
+    """A deep copy of ``layer`` (the caller's module untouched) over ``channels``
+    channels, ``R = channels / num_features`` replicates of the layer side by side:
+    running statistics reset to PyTorch's start (mean 0, variance 1, no batches
+    seen), γ and β tiled ``R`` times. Everything else (the class and its
+    ``forward``, momentum, eps, affine) is the module's own."""
+    features = int(layer.num_features)
+    if channels % features:
+        raise ValueError(f"{channels} channels are not whole replicates of num_features = {features}")
+    r = channels // features
+    bn = _copy.deepcopy(layer).to(device)
+    ref = bn.running_mean
+    bn.num_features = channels
+    bn.running_mean = _torch.zeros(channels, dtype=ref.dtype, device=ref.device)
+    bn.running_var = _torch.ones(channels, dtype=ref.dtype, device=ref.device)
+    if getattr(bn, "num_batches_tracked", None) is not None:
+        bn.num_batches_tracked.zero_()
+    for name in ("weight", "bias"):
+        param = getattr(bn, name, None)
+        if isinstance(param, _torch.Tensor) and param.shape == (features,):
+            setattr(bn, name, _torch.nn.Parameter(param.detach().repeat(r), requires_grad=False))
+    return bn
+
+
+def _affine_of(bn: _torch.nn.Module, channels: int):
+    """The module's per-channel ``(γ, β)`` as tensors over ``channels`` (``None``
+    for a layer without them), or a ValueError for a γ with a zero entry (its
+    output cannot be mapped back to the normalized value)."""
+    weight, bias = getattr(bn, "weight", None), getattr(bn, "bias", None)
+    if not isinstance(weight, _torch.Tensor):
+        return None
+    if bool((weight == 0).any()):
+        raise ValueError("the BatchNorm's weight (gamma) has a zero entry: its eval output does not depend on x there")
+    beta = bias if isinstance(bias, _torch.Tensor) else _torch.zeros_like(weight)
+    return weight.detach(), beta.detach()
+
+
+def _replicate_inputs(layer: _torch.nn.Module, kwargs: dict) -> None:
+    """``mu`` and ``sigma`` over the module's ``num_features`` channels (one
+    replicate is one copy of the layer): the family's defaults repeated, or the
+    caller's, which must have one entry per feature."""
+    features = int(layer.num_features)
+    mu0, sigma0, *_ = _dropmc._dropmc.batchnorm_defaults()
+    for name, default in (("mu", mu0), ("sigma", sigma0)):
+        value = kwargs.get(name)
+        if value is None:
+            kwargs[name] = [default[i % len(default)] for i in range(features)]
+        elif len(_np.atleast_1d(_np.asarray(value))) != features:
+            raise ValueError(
+                f"{name} must have one entry per feature of the module (num_features = {features}), "
+                f"got {len(_np.atleast_1d(_np.asarray(value)))}"
+            )
+
+
+def batchnorm_runner(layer: Union[_torch.nn.Module, Callable[[int], Any]], *, device=None) -> Callable[[Any, Any], Any]:
     """A torch BatchNorm as the ``batchnorm(batches, x)`` :func:`dropmc.check_batchnorm` expects.
 
-    ``layer``: an ``nn.BatchNorm1d`` (or a module of a class with its
-    constructor, ``cls(num_features, eps=, momentum=, affine=, dtype=)``),
-    whose class and settings make a fresh layer over ``C`` channels per
-    call; or a factory ``make(C)`` returning a fresh module.
+    ``layer``: the BatchNorm module to check (``nn.BatchNorm1d`` or any module
+    with its buffers ``running_mean``/``running_var`` and ``num_features``).
+    Each call trains a deep copy of *that* module (its class and ``forward``,
+    momentum, eps, affine; the caller's buffers are untouched) widened to
+    ``R`` replicates of its ``num_features`` channels, its running statistics
+    reset to PyTorch's start (0, 1); an affine layer's output is mapped back
+    through its own γ and β. A module without running statistics
+    (``track_running_stats=False``) is refused. Or a factory ``make(C)``
+    returning a fresh module over ``C`` channels. ``device``: where the layer
+    runs (default the module's own; results come back to the CPU).
     """
     if isinstance(layer, _torch.nn.Module):
-        cls, settings = type(layer), dict(eps=layer.eps, momentum=layer.momentum, affine=layer.affine)
-        if layer.momentum is None:
-            raise ValueError("momentum=None (a cumulative average) is not an EMA: dropmc checks an EMA buffer")
+        _has_running_stats(layer)
+        if not hasattr(layer, "num_features"):
+            raise TypeError(f"{type(layer).__name__} has no num_features: pass a BatchNorm module or a factory make(C)")
+        place = _device_of(layer) if device is None else _torch.device(device)
 
         def make(c, dtype):
-            return cls(c, dtype=dtype, **settings)
+            return _widened_copy(layer, c, place)
     elif callable(layer):
+        place = _torch.device("cpu" if device is None else device)
+
         def make(c, dtype):
-            return layer(c).to(dtype)
+            return layer(c).to(device=place, dtype=dtype)
     else:
         raise TypeError("layer must be a torch BatchNorm module or a factory make(num_features)")
 
     def run(batches, x):
         b = _torch.from_numpy(batches)
         bn = make(b.shape[2], b.dtype)
+        _has_running_stats(bn)
+        b = b.to(device=place, dtype=bn.running_mean.dtype)
         with _torch.no_grad():
             bn.train()
             for step in b:
                 bn(step)
             bn.eval()
-            y = bn(_torch.from_numpy(x))
-        return bn.running_mean.numpy().copy(), bn.running_var.numpy().copy(), y.numpy()
+            y = bn(_torch.from_numpy(x).to(device=place, dtype=b.dtype))
+            affine = _affine_of(bn, b.shape[2]) if isinstance(layer, _torch.nn.Module) else None
+            if affine is not None:
+                y = (y - affine[1]) / affine[0]
+        return _array(bn.running_mean).copy(), _array(bn.running_var).copy(), _array(y)
 
     return run
 
 
-def check_batchnorm(layer: Union[_torch.nn.Module, Callable[[int], Any]], p: float, **kwargs) -> "_dropmc.Result":
+def _device_of(module: _torch.nn.Module) -> "_torch.device":
+    """The device of the module's first parameter or buffer (CPU for none)."""
+    for t in _itertools.chain(module.parameters(), module.buffers()):
+        return t.device
+    return _torch.device("cpu")
+
+
+def _dtype_of(module: _torch.nn.Module) -> Optional[str]:
+    """The floating dtype of the module's parameters and buffers, as numpy's
+    name, when it is float64 or float32 (``None`` otherwise)."""
+    for t in _itertools.chain(module.parameters(), module.buffers()):
+        if t.is_floating_point():
+            return {_torch.float64: "float64", _torch.float32: "float32"}.get(t.dtype)
+    return None
+
+
+def check_batchnorm(
+    layer: Union[_torch.nn.Module, Callable[[int], Any]], p: float, *, device=None, **kwargs
+) -> "_dropmc.Result":
     """:func:`dropmc.check_batchnorm` on a torch BatchNorm through
-    :func:`batchnorm_runner`, at one intra-op thread. ``momentum`` and
-    ``eps`` default to the module's; ``unbiased`` to True (torch's running
-    variance convention). Other keyword arguments are
-    :func:`dropmc.check_batchnorm`'s."""
+    :func:`batchnorm_runner` (the module itself, deep-copied), at one
+    intra-op thread. ``momentum``, ``eps`` and ``dtype`` default to the
+    module's (``momentum=None``, PyTorch's cumulative average, runs one
+    training step, where the cumulative average is the batch's statistic
+    exactly: an EMA with momentum 1); ``mu`` and ``sigma`` have one entry per
+    ``num_features`` (default: the family's, repeated); ``unbiased`` defaults
+    to True (torch's running variance convention). Other keyword arguments
+    are :func:`dropmc.check_batchnorm`'s."""
     if isinstance(layer, _torch.nn.Module):
+        _has_running_stats(layer)
+        if layer.momentum is None:
+            if kwargs.get("momentum") is not None:
+                raise ValueError(
+                    f"the module's momentum is None (a cumulative average), momentum={kwargs['momentum']} was declared"
+                )
+            if kwargs.get("steps", 1) != 1:
+                raise ValueError(
+                    "momentum=None (a cumulative average) is checked over one training step, where it is "
+                    "the batch's statistic exactly (an EMA with momentum 1); dropmc's buffer formulas are "
+                    f"stated for an EMA, so steps={kwargs['steps']} cannot be checked"
+                )
+            kwargs["momentum"], kwargs["steps"] = 1.0, 1
         kwargs.setdefault("momentum", layer.momentum)
         kwargs.setdefault("eps", layer.eps)
+        dtype = _dtype_of(layer)
+        if dtype is not None:
+            kwargs.setdefault("dtype", dtype)
+        if hasattr(layer, "num_features"):
+            _replicate_inputs(layer, kwargs)
     with one_thread():
-        return _dropmc.check_batchnorm(batchnorm_runner(layer), p, **kwargs)
+        return _dropmc.check_batchnorm(batchnorm_runner(layer, device=device), p, **kwargs)

@@ -34,6 +34,7 @@ use dropmc::claims::fn_claim::half_squared_difference;
 use dropmc::claims::{Card, Shape};
 use dropmc::conformance::Options;
 use dropmc::engine::{derive_seed, estimate};
+use dropmc::eval::attn::{probability_row, renormalised_note};
 use dropmc::formulas::attention as f;
 use dropmc::ops::{Rate, Subject};
 use dropmc::stats::{Statistic, two_point_skewness};
@@ -43,7 +44,7 @@ use pyo3::types::PyDict;
 use serde_json::json;
 
 use crate::claims::rules::{count_rows, rule_claim};
-use crate::claims::{PyClaim, PyDropout};
+use crate::claims::{PyClaim, PyDropout, failed_in, failed_low};
 use crate::forward::{Dtype, PyForward};
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
@@ -263,6 +264,7 @@ pub fn check_attention(
     let dtype = crate::dtype(dtype_name)?;
     dropmc::error::check_finite_vec("a", &a).map_err(to_py)?;
     dropmc::error::check_len("values", &v, a.len()).map_err(to_py)?;
+    let (a, renormalised) = probability_row(&a).map_err(to_py)?;
     let row = Row {
         a: a.iter().map(|&x| dtype.round(x)).collect(),
         v,
@@ -272,6 +274,8 @@ pub fn check_attention(
     let options = crate::run_options(seed, samples);
     let (results, skipped) = crate::run_detached(py, &forward, || run(&forward, &row, &options))?;
     let fields = [
+        ("likely_causes", json!(attention_causes(&results))),
+        ("renormalised", json!(renormalised.map(renormalised_note))),
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),
         ("rows", json!(forward.rows_served())),
@@ -280,6 +284,59 @@ pub fn check_attention(
         ("kept_tolerance", json!(kept_tolerance(&row.a, dtype))),
     ];
     crate::outcome_json(py, seed, results, &skipped, fields)
+}
+
+/// The likely causes of the attention claims' failures, in words:
+///
+/// * `row_sum_variance` or `output_variance` fails *low*: two rows of a
+///   call differ less than two independent masks make them — the rows are
+///   correlated (a mask shared across heads, across the batch, or reused);
+///   the means then fail too because their rows are not independent draws;
+/// * `dropped_row` fails: the kept entries are not `a_i/q` (a wrong scale,
+///   or the row renormalised after dropping);
+/// * a mean fails with the entries right: the keep probability is not `q`.
+pub fn attention_causes(results: &[dropmc::claims::ClaimResult]) -> Vec<String> {
+    let failed = |id: &str| failed_in(results, id);
+    let low = |id: &str| failed_low(results, id);
+    let mut causes = Vec::new();
+    if low("attention.row_sum_variance") || low("attention.output_variance") {
+        causes.push(
+            "the rows of one call are correlated: two rows differ less than two independent \
+             masks make them (one mask shared across heads, across the batch, or reused); the \
+             means may fail with it, their rows not being independent draws"
+                .to_string(),
+        );
+    }
+    if failed("attention.dropped_row") {
+        causes.push(
+            "the kept entries are not a_i/q: the survivors' scale is wrong (1/p, x*q), or the \
+             row is renormalised after dropping"
+                .to_string(),
+        );
+    } else if causes.is_empty()
+        && [
+            "attention.entry_mean",
+            "attention.row_sum_mean",
+            "attention.output_mean",
+        ]
+        .iter()
+        .any(|id| failed(id))
+    {
+        causes.push(
+            "the kept entries are right but the keep probability is not q = 1 - p: the layer \
+             drops at another rate, or its keep rule is inverted"
+                .to_string(),
+        );
+    } else if causes.is_empty()
+        && (failed("attention.row_sum_variance") || failed("attention.output_variance"))
+    {
+        causes.push(
+            "the row's variance is above (p/q) sum a_i^2: the entries are not dropped \
+             independently (several dropped together) or the rate differs"
+                .to_string(),
+        );
+    }
+    causes
 }
 
 /// The family's default row and values (the seed's).

@@ -435,6 +435,53 @@ fn claims<'a>(layer: &'a PyBatchNorm, config: &'a Config) -> Vec<PyClaim<'a>> {
     ]
 }
 
+/// The likely causes of the BatchNorm claims' failures, in words. The
+/// components of `batchnorm.running_stats` are the `K` running means then
+/// the `K` running variances, so its worst component says which buffer is
+/// off; the eval claims hold given whatever buffers the layer kept, so
+/// their failures point to the eval path itself.
+pub fn batchnorm_causes(results: &[dropmc::claims::ClaimResult], channels: usize) -> Vec<String> {
+    let failed = |id: &str| crate::claims::failed_in(results, id);
+    let mut causes = Vec::new();
+    if failed("batchnorm.running_stats") {
+        let worst = results
+            .iter()
+            .find(|r| r.id == "batchnorm.running_stats")
+            .and_then(|r| r.worst());
+        let buffer = match worst {
+            Some(k) if k >= channels => "running variance",
+            _ => "running mean",
+        };
+        causes.push(format!(
+            "the {buffer} does not follow the declared update (momentum in PyTorch's \
+             convention, rm <- (1 - m) rm + m mean; the unbiased or biased batch variance; from \
+             the start (0, 1)): a wrong momentum or variance convention, or buffers changed \
+             otherwise (a drift, a missing update)"
+        ));
+    } else if failed("batchnorm.fold_buffers") {
+        causes.push(
+            "the buffers' means hold but q rv - p rm^2 does not: the running mean's spread is \
+             not the EMA's (the buffers are not updated from each batch's statistics)"
+                .into(),
+        );
+    }
+    if failed("batchnorm.eval_mean") {
+        causes.push(
+            "eval mode does not subtract the running mean (it uses the batch's mean, no mean, or \
+             applies another shift than beta)"
+                .into(),
+        );
+    }
+    if failed("batchnorm.variance_shift") {
+        causes.push(
+            "eval mode does not divide by sqrt(running_var + eps) (it uses the batch's variance, \
+             another eps, or another gain than gamma)"
+                .into(),
+        );
+    }
+    causes
+}
+
 /// Why the family's other claims are skipped here.
 fn skipped() -> Vec<(&'static str, String)> {
     vec![
@@ -516,7 +563,9 @@ pub fn check_batchnorm(
         return Err(e);
     }
     let (results, skipped) = outcome.map_err(PyRuntimeError::new_err)?.map_err(to_py)?;
+    let causes = batchnorm_causes(&results, config.channels());
     let fields = [
+        ("likely_causes", json!(causes)),
         ("p", json!(p)),
         ("mu", json!(config.mu)),
         ("sigma", json!(config.sigma)),

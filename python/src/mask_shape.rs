@@ -34,6 +34,7 @@
 //! the suite's level and minimum budgets.
 
 use dropmc::Error;
+use dropmc::claims::ClaimResult;
 use dropmc::claims::fn_claim::half_squared_difference;
 use dropmc::claims::{Card, Shape};
 use dropmc::conformance::Options;
@@ -48,7 +49,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
-use crate::claims::{PyClaim, PyDropout, family_of};
+use crate::claims::rules::rule_claims;
+use crate::claims::{PyClaim, PyDropout, Setup, failed_in, failed_low, family_of};
 use crate::forward::PyForward;
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
@@ -219,16 +221,17 @@ pub fn mask_shape_claims<'a>(groups: &'a Groups, x: &[f64], rate: Rate) -> Vec<P
 /// Why each elementwise conformance claim is not run on a shared mask.
 pub const SHARED_SKIP_REASON: &str = "shared_axes given: this claim assumes one independent mask per unit; mask_shape.* state the shared-mask versions";
 
-/// Runs the mask-shape claims on the Python layer; every conformance claim
-/// of the elementwise suite is returned as skipped with
+/// Why `semantics.masks_never_repeat` is not run on a shared mask.
+const REPEAT_SKIP_REASON: &str = "shared_axes given: the rule's window is sized for one independent keep bit per unit, and a shared mask has one per group";
+
+/// Runs the mask-shape claims on the Python layer, and the semantics rules
+/// that hold whatever the mask's shape (eval identity, eval draws nothing,
+/// survivors, input preserved, backward mask: each on the user's sample,
+/// with the shared mask) or says why one was not run; every other
+/// conformance claim of the elementwise suite is returned as skipped with
 /// [`SHARED_SKIP_REASON`].
-pub fn run(
-    forward: &PyForward,
-    groups: &Groups,
-    x: &[f64],
-    rate: Rate,
-    options: &Options,
-) -> Result<crate::Outcome, Error> {
+pub fn run(setup: &Setup, groups: &Groups, options: &Options) -> Result<crate::Outcome, Error> {
+    let x = &setup.semantics_x;
     if let Some(k) = groups
         .members
         .iter()
@@ -240,35 +243,58 @@ pub fn run(
             ),
         });
     }
-    let layer = PyDropout::at_rate(forward, rate.p());
+    let layer = PyDropout::at_rate(setup.forward, setup.rate.p());
     let subject = Subject::with_dropout(&layer);
-    let run = mask_shape_claims(groups, x, rate);
+    let mut run = mask_shape_claims(groups, x, setup.rate);
+    let (rules, mut skipped) = rule_claims(setup);
+    for rule in rules {
+        if rule.card.id == "semantics.masks_never_repeat" {
+            skipped.push((rule.card.id, REPEAT_SKIP_REASON.to_string()));
+        } else {
+            run.push(rule);
+        }
+    }
+    skipped.retain(|(id, _)| *id != "semantics.masks_never_repeat");
+    skipped.push((
+        "semantics.masks_never_repeat",
+        REPEAT_SKIP_REASON.to_string(),
+    ));
     let results = crate::check_claims(&run, &subject, options)?;
-    let skipped = dropmc::conformance::claims(&Options::default())
+    let stated: Vec<&str> = run
+        .iter()
+        .map(|c| c.card.id)
+        .chain(skipped.iter().map(|(id, _)| *id))
+        .collect();
+    let others: Vec<_> = dropmc::conformance::claims(&Options::default())
         .iter()
         .map(|c| c.id())
-        .filter(|id| family_of(id) != "mask_shape")
+        .filter(|id| family_of(id) != "mask_shape" && !stated.contains(id))
         .map(|id| (id, SHARED_SKIP_REASON.to_string()))
         .collect();
+    skipped.extend(others);
     Ok((results, skipped))
 }
 
-/// `check_dropout(..., shared_axes=…)`: the mask-shape claims on the
-/// wrapped forward. `x` is the flattened input, `group_ids` each entry's
-/// mask group. Returns the run's JSON (the layout of
-/// [`crate::check_dropout`]'s) and one summary dict per claim.
+/// `check_dropout(..., shared_axes=…)`: the mask-shape claims and the
+/// shape-free semantics rules on the wrapped callables. `x` is the
+/// flattened input, `group_ids` each entry's mask group. Returns the run's
+/// JSON (the layout of [`crate::check_dropout`]'s) and one summary dict
+/// per claim.
 #[pyfunction]
-#[pyo3(signature = (train, p, dtype_name, x, group_ids, samples, seed))]
+#[pyo3(signature = (train, evaluate, backward, p, dtype_name, x, group_ids, samples, seed, has_rng_state))]
 #[allow(clippy::too_many_arguments)]
 pub fn check_mask_shape(
     py: Python<'_>,
     train: Py<PyAny>,
+    evaluate: Py<PyAny>,
+    backward: Option<Py<PyAny>>,
     p: f64,
     dtype_name: &str,
     x: Vec<f64>,
     group_ids: Vec<usize>,
     samples: Option<u64>,
     seed: u64,
+    has_rng_state: bool,
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let rate = Rate::new(p).map_err(to_py)?;
     let dtype = crate::dtype(dtype_name)?;
@@ -276,11 +302,26 @@ pub fn check_mask_shape(
         return Err(PyValueError::new_err("one group id per entry of x"));
     }
     let groups = Groups::from_ids(&group_ids).map_err(to_py)?;
-    let forward = PyForward::train_only(py, train, dtype, derive_seed(seed, "python/mask shape"));
+    let forward = PyForward::new(
+        train,
+        evaluate,
+        backward,
+        dtype,
+        derive_seed(seed, "python/mask shape"),
+    );
+    let setup = Setup {
+        forward: &forward,
+        rate,
+        moment_x: x.clone(),
+        semantics_x: x,
+        has_rng_state,
+        samples,
+    };
     let options = crate::run_options(seed, samples);
-    let (results, skipped) =
-        crate::run_detached(py, &forward, || run(&forward, &groups, &x, rate, &options))?;
+    let (results, skipped) = crate::run_detached(py, &forward, || run(&setup, &groups, &options))?;
+    let causes = mask_shape_causes(&results);
     let fields = [
+        ("likely_causes", json!(causes)),
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),
         ("rows", json!(forward.rows_served())),
@@ -288,6 +329,46 @@ pub fn check_mask_shape(
         ("positions_per_group", json!(groups.positions())),
     ];
     crate::outcome_json(py, seed, results, &skipped, fields)
+}
+
+/// The likely causes of the mask-shape run's failures: the semantics rules'
+/// own ([`crate::claims::likely_causes`] names them), then the pattern of
+/// the mask-shape claims:
+///
+/// * `shared_zero_column` fails low (fewer all-zero groups than `p`) or
+///   `shared_variance` fails low: the entries of a group are not dropped
+///   together — the mask is not shared over the axes declared (an
+///   elementwise mask, or shared over other axes);
+/// * `mean` fails with the survivors right: the keep probability is not
+///   `q` (another rate, or an inverted keep rule); with the survivors
+///   wrong: the scale.
+pub fn mask_shape_causes(results: &[ClaimResult]) -> Vec<String> {
+    let failed = |id: &str| failed_in(results, id);
+    let low = |id: &str| failed_low(results, id);
+    let mut causes = crate::claims::rule_causes(results);
+    if low("mask_shape.shared_zero_column") || low("mask_shape.shared_variance") {
+        causes.push(
+            "the entries of a mask group are not dropped together: the mask is not shared over \
+             the axes given (an elementwise mask, or one shared over other axes); check shared_axes"
+                .into(),
+        );
+    } else if failed("mask_shape.mean") && failed("semantics.survivors_exact") {
+        causes.push(
+            "the kept values are not x/q: the survivors' scale is wrong (x*q, x/p), or the layer \
+             runs at another rate than the p declared"
+                .into(),
+        );
+    } else if failed("mask_shape.mean")
+        || failed("mask_shape.shared_zero_column")
+        || failed("mask_shape.shared_variance")
+    {
+        causes.push(
+            "the kept values are right but a group is kept with another probability than \
+             q = 1 - p: the layer drops at another rate, or its keep rule is inverted"
+                .into(),
+        );
+    }
+    causes
 }
 
 #[cfg(test)]

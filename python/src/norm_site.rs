@@ -336,6 +336,7 @@ pub fn check_norm_site(
         "h": h,
         "gamma": spec.gamma,
         "beta": spec.beta,
+        "likely_causes": norm_site_causes(&result),
         "claims": dropmc::report::to_json(&dropmc::report::Report {
             seed,
             subject: "python".into(),
@@ -350,4 +351,19 @@ pub fn check_norm_site(
     let text = serde_json::to_string_pretty(&extra)
         .map_err(|e| PyRuntimeError::new_err(format!("JSON: {e}")))?;
     Ok((text, vec![summary(py, &result)?]))
+}
+
+/// The likely cause of a failed norm-site claim, in words: the claim
+/// compares the whole pipeline's mean with the reference of the norm and
+/// parameters declared, so a failure is either side of it.
+fn norm_site_causes(result: &dropmc::claims::ClaimResult) -> Vec<String> {
+    if result.verdict != dropmc::claims::Verdict::Fail {
+        return Vec::new();
+    }
+    vec![
+        "E[norm(dropout(x))] differs from the reference of the norm declared: the norm computes \
+         something else (another kind, an RMSNorm declared a LayerNorm, or gamma, beta, eps other \
+         than those given), or the dropout is wrong (check it alone with check_dropout)"
+            .to_string(),
+    ]
 }

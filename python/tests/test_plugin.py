@@ -65,3 +65,17 @@ def test_a_bad_option_value_is_a_usage_error(pytester):
     run = pytester.runpytest("--dropmc-samples=1")
     assert run.ret == pytest.ExitCode.USAGE_ERROR
     assert "--dropmc-samples" in run.stderr.str()
+
+
+def test_a_cap_below_the_minimum_budget_skips_a_correct_layer_saying_so(pytester):
+    pytester.makepyfile(LAYERS)
+    run = pytester.runpytest("-rs", "-k", "test_correct", "--dropmc-samples=10000")
+    run.assert_outcomes(skipped=1)
+    run.stdout.fnmatch_lines(["*--dropmc-samples 10000 is below the minimum budget of*inconclusive*"])
+
+
+def test_a_wrong_layer_still_fails_at_a_cap_below_the_minimum_budget(pytester):
+    # Its survivors are wrong on every row: decided at any cap.
+    pytester.makepyfile(LAYERS)
+    run = pytester.runpytest_subprocess("-k", "divides", "--dropmc-samples=10000")
+    run.assert_outcomes(failed=1)

@@ -37,6 +37,8 @@ def test_a_factory_and_float32():
     assert result.passed, str(result)
 
 
-def test_a_cumulative_average_is_refused():
+def test_a_cumulative_average_over_more_than_one_step_is_refused():
+    # momentum=None runs one step (test_the_users_layer.py), where the
+    # cumulative average is the EMA with momentum 1.
     with pytest.raises(ValueError, match="cumulative"):
-        dt.check_batchnorm(torch.nn.BatchNorm1d(3, momentum=None), P)
+        dt.check_batchnorm(torch.nn.BatchNorm1d(3, momentum=None), P, steps=30)

@@ -153,7 +153,8 @@ def test_the_kept_count_names_its_component_as_the_count():
     claim = result.claim("dropout.kept_count")
     assert claim["verdict"] == "fail"
     line = explain(claim)
-    assert f"(K = {claim['component']})" in line and "unit" not in line.split(":")[0], line
+    assert f"(the count K = {claim['component']})" in line and "unit" not in line.split(":")[0], line
+    assert f"at the count K = {claim['component']} " in result.claim("dropout.kept_count")["note"]
     assert "not independently" in " ".join(result.likely_causes)
 
 

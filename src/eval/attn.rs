@@ -35,6 +35,36 @@ pub fn float32_row_sum_slack(d: usize) -> f64 {
     (d as f64 + 2.0) * U32 + PRINTED + d as f64 * f64::EPSILON / 2.0
 }
 
+/// The one rule for an attention row, shared by `eval attn` and the Python
+/// `check_attention_dropout`: a row whose sum is off 1 by more than a
+/// float32 softmax's rounding ([`float32_row_sum_slack`]) is refused; one
+/// off by rounding is renormalised, so every formula sees `Σ a = 1`.
+/// Returns the row to use and, when it was renormalised, `Σ a − 1`
+/// ([`renormalised_note`] words it).
+pub fn probability_row(a: &[f64]) -> Result<(Vec<f64>, Option<f64>), Error> {
+    let total: f64 = a.iter().sum();
+    let slack = float32_row_sum_slack(a.len());
+    if (total - 1.0).abs() > slack || total.is_nan() {
+        return Err(Error::InvalidOption {
+            what: format!(
+                "--a sums to {total}, not 1 (within a float32 softmax's rounding, {slack:.1e} \
+                 at d = {}); a must be a probability row",
+                a.len()
+            ),
+        });
+    }
+    if total == 1.0 {
+        Ok((a.to_vec(), None))
+    } else {
+        Ok((a.iter().map(|v| v / total).collect(), Some(total - 1.0)))
+    }
+}
+
+/// What [`probability_row`] did to a row off 1 by `off`, in words.
+pub fn renormalised_note(off: f64) -> String {
+    format!("a summed to 1 {off:+.1e} (float32 softmax rounding); it was renormalised to sum 1")
+}
+
 /// Evaluates attention dropout on the probability row `a` at rate `p`;
 /// `values` (one per position) adds the output `o = Σ b_i v_i`.
 ///
@@ -56,21 +86,8 @@ pub fn attn(
             what: format!("a[{i}] = {} is negative; a must be a probability row", a[i]),
         });
     }
-    let total: f64 = a.iter().sum();
-    let slack = float32_row_sum_slack(a.len());
-    if (total - 1.0).abs() > slack {
-        return Err(Error::InvalidOption {
-            what: format!(
-                "--a sums to {total}, not 1 (within a float32 softmax's rounding, {slack:.1e} \
-                 at d = {}); a must be a probability row",
-                a.len()
-            ),
-        });
-    }
-    // A row off by rounding is renormalised, so every formula sees Σ a = 1.
-    let renormalised: Option<Vec<f64>> =
-        (total != 1.0).then(|| a.iter().map(|v| v / total).collect());
-    let a = renormalised.as_deref().unwrap_or(a);
+    let (row, renormalised) = probability_row(a)?;
+    let a = row.as_slice();
     let d = a.len();
     let zeros = vec![0.0; d];
     let v = match values {
@@ -154,14 +171,8 @@ pub fn attn(
             |e| e.output_variance,
         ));
     }
-    let note = renormalised.as_ref().map(|_| {
-        format!(
-            "a summed to 1 {:+.1e} (float32 softmax rounding); it was renormalised to sum 1",
-            total - 1.0
-        )
-    });
-    if let Some(n) = note {
-        results[0].add_warning(n);
+    if let Some(off) = renormalised {
+        results[0].add_warning(renormalised_note(off));
     }
     EvalOutput::new("attn", p, d, budget, results).checked()
 }

@@ -57,6 +57,15 @@ pub(super) fn moments_or_constant(x: &[f64], eps: f64) -> Result<(f64, f64), Err
             let constant = x.len() >= 2 && x.iter().all(|v| v.is_finite() && *v == x[0]);
             if constant && eps > 0.0 && eps.is_finite() {
                 Ok((x[0], 0.0))
+            } else if x.len() < 2 || x.iter().any(|v| !v.is_finite()) {
+                // d = 1 (fl::input_moments says so) or a non-finite entry.
+                Err(e)
+            } else if !constant && crate::formulas::mean_and_variance(x).1.is_infinite() {
+                Err(Error::Degenerate {
+                    what: "σ² of x overflows f64 (its deviations from the mean square above the \
+                           largest f64, 1.8e308): rescale x"
+                        .into(),
+                })
             } else if !constant && matches!(e, Error::Degenerate { .. }) {
                 // Not constant, yet σ² = 0: the deviations (subnormal, or
                 // below √(smallest f64) ≈ 1.5e-154) squared to zero.

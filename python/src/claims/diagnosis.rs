@@ -5,6 +5,11 @@
 //! standard error is too small); the *set* of failures, and the direction
 //! of the variance's, tells them apart:
 //!
+//! 0. `dropout.kept_count` fails with a kept fraction off `q` while
+//!    `dropout.mean` passes: an inverted dropout at another rate than the
+//!    declared one (its mean is `x` at any rate). Named first, with the
+//!    measured rate; the moments and survivors fail with it, so causes 1–5
+//!    are not added.
 //! 1. `semantics.survivors_exact` fails: the kept values are not `x/q` in
 //!    the dtype — the survivors' scale is wrong (every moment then fails
 //!    with it, for the same reason).
@@ -113,20 +118,75 @@ fn percent(r: f64) -> String {
     format!("{:+.3}%", 100.0 * r)
 }
 
-/// One line per cause the failing claims of `results` point to (empty when
-/// nothing failed).
-pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String> {
-    let failed = |id: &str| {
-        results
-            .iter()
-            .any(|r| r.id == id && r.verdict == Verdict::Fail)
-    };
-    let worst_z = |id: &str| {
-        results
-            .iter()
-            .find(|r| r.id == id)
-            .and_then(|r| r.worst().map(|k| r.tests[k].z))
-    };
+/// Whether the claim `id` ran in `results` and failed *low*: its worst
+/// component's estimate below the analytic value (`z < 0`).
+pub fn failed_low(results: &[ClaimResult], id: &str) -> bool {
+    results
+        .iter()
+        .find(|r| r.id == id && r.verdict == Verdict::Fail)
+        .and_then(|r| r.worst().map(|k| r.tests[k].z < 0.0))
+        .unwrap_or(false)
+}
+
+/// Whether the claim `id` ran in `results` and failed.
+pub fn failed_in(results: &[ClaimResult], id: &str) -> bool {
+    results
+        .iter()
+        .any(|r| r.id == id && r.verdict == Verdict::Fail)
+}
+
+/// Whether the claim `id` ran in `results` and passed.
+fn passed_in(results: &[ClaimResult], id: &str) -> bool {
+    results
+        .iter()
+        .any(|r| r.id == id && r.verdict == Verdict::Pass)
+}
+
+/// Cause 0, a rate other than the declared one: `dropout.kept_count`
+/// fails while `dropout.mean` passes, and the kept fraction itself is off
+/// `q`. An inverted dropout at another rate `p'` keeps `E[z] = x` (its
+/// survivors are `x/q'`), so the mean passes, while its kept fraction is
+/// `q'`; a keep rule inverted or a wrong scale fails the mean with the
+/// count, and units kept with probability `q` but not independently (a
+/// fixed number dropped, cause 4) fail the count's law with its mean right.
+///
+/// The kept fraction is read off the count's law over the `d` units of its
+/// input and `n` draws: `K̄ = Σ_k k P̂(K = k)`, whose null standard error
+/// is `√(d p q / n)` (a `Binomial(d, q)` count per draw); the fraction is
+/// off when `|K̄ − d q|` exceeds the suite's critical `z` times that
+/// (independent units; dependent ones only widen the count's spread, and
+/// their mean `d q` still holds).
+fn rate_mismatch(results: &[ClaimResult], rate: Rate) -> Option<String> {
+    if !(failed_in(results, "dropout.kept_count") && passed_in(results, "dropout.mean")) {
+        return None;
+    }
+    let count = results.iter().find(|r| r.id == "dropout.kept_count")?;
+    let d = count.estimate.len().checked_sub(1).filter(|&d| d > 0)? as f64;
+    let mean_count: f64 = count
+        .estimate
+        .iter()
+        .enumerate()
+        .map(|(k, e)| k as f64 * e.value)
+        .sum();
+    let null_se = (d * rate.p() * rate.q() / count.samples as f64).sqrt();
+    if (mean_count - d * rate.q()).abs() <= dropmc::stats::critical_z() * null_se {
+        return None;
+    }
+    let kept = mean_count / d;
+    Some(format!(
+        "the layer drops at another rate than the declared p = {}: its kept fraction is {kept:.4} \
+         (p ≈ {:.4}) over {} draws, while its mean E[z] = x holds (an inverted dropout at its own \
+         rate); pass the rate the layer runs at (the other claims then judge it), or fix the \
+         layer's rate",
+        rate.p(),
+        1.0 - kept,
+        count.samples,
+    ))
+}
+
+/// The causes the semantics rules name themselves (eval path, input written
+/// in place, backward mask, `p = 0`), one line per failing rule.
+pub fn rule_causes(results: &[ClaimResult]) -> Vec<String> {
     let mut causes = Vec::new();
     for (id, cause) in [
         (
@@ -152,10 +212,26 @@ pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String
             "at p = 0 the layer is not the identity",
         ),
     ] {
-        if failed(id) {
+        if failed_in(results, id) {
             causes.push(cause.to_string());
         }
     }
+    causes
+}
+
+/// One line per cause the failing claims of `results` point to (empty when
+/// nothing failed); a rate other than the declared one first.
+pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String> {
+    let failed = |id: &str| failed_in(results, id);
+    let worst_z = |id: &str| {
+        results
+            .iter()
+            .find(|r| r.id == id)
+            .and_then(|r| r.worst().map(|k| r.tests[k].z))
+    };
+    let mismatch = rate_mismatch(results, rounding.rate);
+    let mut causes: Vec<String> = mismatch.iter().cloned().collect();
+    causes.extend(rule_causes(results));
     // Masks that recur point to the generator's stream (a short period, a
     // re-seeded generator) when the units are otherwise independent; when
     // the kept count or the sum's variance fails too, the units of a row
@@ -180,7 +256,9 @@ pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String
         || failed("dropout.sum_mean")
         || failed("dropout.sum_variance")
         || failed("dropout.kept_count");
-    if failed("semantics.survivors_exact") {
+    if mismatch.is_some() {
+        // The moments and the survivors fail with the rate: cause 0 says so.
+    } else if failed("semantics.survivors_exact") {
         causes.push(
             "the kept values are not x/q in the input's dtype: the survivors' scale is wrong \
              (x*q, x/p, or 1/q rounded in a lower precision); the moments fail with it"

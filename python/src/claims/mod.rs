@@ -38,7 +38,7 @@ mod moments;
 mod repeats;
 pub(crate) mod rules;
 
-pub use diagnosis::{Rounding, likely_causes};
+pub use diagnosis::{Rounding, failed_in, failed_low, likely_causes, rule_causes};
 
 use moments::moment_claims;
 use rules::rule_claims;

@@ -117,7 +117,7 @@ fn differing_bits(a: &[f64], b: &[f64]) -> usize {
 /// The semantics rules: eval identity, eval draws nothing, survivors,
 /// backward mask, `p = 0` identity (each where the subject can express it;
 /// the rest are returned as skipped, with the reason).
-pub(super) fn rule_claims<'a>(
+pub(crate) fn rule_claims<'a>(
     setup: &Setup<'a>,
 ) -> (Vec<PyClaim<'a>>, Vec<(&'static str, String)>) {
     let forward = setup.forward;
@@ -199,10 +199,11 @@ pub(super) fn rule_claims<'a>(
     // units whose kept output cannot be zero: inputs of normal magnitude
     // (a zero input reads as dropped, and so does a subnormal one under a
     // flush-to-zero float mode, as XLA uses on the CPU).
-    let xb: Vec<f64> = x
-        .iter()
-        .copied()
-        .filter(|v| v.abs() >= dtype.smallest_normal())
+    // The backward call gets the whole row (a shaped layer's sample keeps
+    // its shape); only the units of normal magnitude are judged.
+    let xb = x.clone();
+    let judged: Vec<usize> = (0..x.len())
+        .filter(|&k| x[k].abs() >= dtype.smallest_normal())
         .collect();
     if !forward.has_backward() {
         skipped.push((
@@ -216,7 +217,7 @@ pub(super) fn rule_claims<'a>(
             "semantics.backward_mask",
             "p = 0: semantics.p_zero_identity checks backward = g bit for bit".to_string(),
         ));
-    } else if !xb.is_empty() {
+    } else if !judged.is_empty() {
         claims.push(rule_claim(
             "semantics.backward_mask",
             "backward = g m / q with the forward's mask (to the dtype's roundings): 0 violations",
@@ -224,8 +225,9 @@ pub(super) fn rule_claims<'a>(
             move |budget| {
                 count_rows(budget, || {
                     forward.backward_row(&xb, |row| {
-                        (0..xb.len())
-                            .filter(|&k| {
+                        judged
+                            .iter()
+                            .filter(|&&k| {
                                 let (g, kept) = (row.grad_out[k], row.out[k] != 0.0);
                                 let want = if kept { g / rate.q() } else { 0.0 };
                                 let bound = backward_error_bound(g, rate, dtype);
