@@ -126,9 +126,13 @@ pub struct PyForward {
     failure: Mutex<Option<PyErr>>,
     rows_served: AtomicU64,
     /// The last input tiled for a call, and its tiling ([`PyForward::tiled`]).
-    last_tiled: Mutex<Option<(Vec<f64>, std::sync::Arc<Vec<f64>>)>>,
+    last_tiled: Mutex<Option<TiledInput>>,
     progress: Mutex<Progress>,
 }
+
+/// An input row and `n` copies of it rounded to the dtype, shared with
+/// the calls that read it.
+type TiledInput = (Vec<f64>, std::sync::Arc<Vec<f64>>);
 
 /// Seconds of a run before a progress line appears, and between updates.
 const PROGRESS_AFTER_SECONDS: f64 = 3.0;
