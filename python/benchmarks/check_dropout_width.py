@@ -34,11 +34,11 @@ def run(forward_kind, d):
     if forward_kind == "torch":
         import torch
 
-        import dropmc.torch
+        from dropmc import torch as dropmc_torch
 
         torch.set_num_threads(1)
         torch.manual_seed(0)
-        result = dropmc.torch.check_dropout(torch.nn.Dropout(P), P, x=x)
+        result = dropmc_torch.check_dropout(torch.nn.Dropout(P), P, x=x)
     else:
         layer = Correct(P, seed=0)
         result = dropmc.check_dropout(
