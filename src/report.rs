@@ -209,7 +209,7 @@ pub fn table_fitted(report: &Report, width: Option<usize>) -> String {
         ));
     }
     for r in &report.results {
-        if let Some(reason) = r.inconclusive_reason() {
+        if let Some(reason) = r.inconclusive_reason().or_else(|| r.bound_failure_reason()) {
             prose.push_str(&format!("{}: {reason}\n", r.id));
         }
     }
@@ -309,6 +309,7 @@ fn row(r: &ClaimResult) -> [String; 10] {
         r.sampler.label().into(),
         match r.verdict {
             Verdict::Inconclusive => format!("below min {}", r.min_samples),
+            Verdict::Fail if r.bound_failure_reason().is_some() => format!("{verdict} (bound)"),
             _ => verdict.into(),
         },
     ]
@@ -385,6 +386,7 @@ pub fn to_json(report: &Report) -> Value {
                 "verdict": r.verdict.label(),
                 "test": r.statistic.label(),
                 "min_samples": r.min_samples,
+                "below_budget": r.below_budget,
                 "error": r.error,
                 "note": r.note,
                 "order": r.order,

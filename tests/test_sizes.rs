@@ -795,3 +795,83 @@ fn an_estimate_that_is_not_two_valued_keeps_the_t_test() {
         scaled.on_generic_path()
     );
 }
+
+/// The keep rates of the two-point laws the bound's size is measured at:
+/// the conformance claims' `q = 0.7` and its pair form `2pq = 0.42`, the
+/// Python checks' `q = 0.9` and `2pq = 0.18` at `p = 0.1`, a fair coin, and
+/// rare events down to the skewness of `p = 0.001`.
+const BOUND_KEEPS: [f64; 8] = [0.7, 0.42, 0.9, 0.18, 0.5, 0.05, 0.999, 0.001];
+
+/// The budgets the bound's size is measured at: every `n` up to 200, then
+/// a geometric grid (ratio 1.25) up to the default minimum budget 37 489
+/// (the largest a claim runs below), and that budget less one.
+fn bound_budgets() -> Vec<u64> {
+    let top = dropmc::stats::mean_min_samples(dropmc::stats::DEFAULT_SKEWNESS);
+    let mut budgets: Vec<u64> = (2..=200).collect();
+    let mut n = 200.0f64;
+    while (n as u64) < top {
+        n *= 1.25;
+        budgets.push((n as u64).min(top - 1));
+    }
+    budgets.dedup();
+    budgets
+}
+
+/// The exact size of the empirical Bernstein test below the minimum
+/// budget ([`dropmc::stats::bernstein_test`], what `check` runs there on a
+/// component of known range) for a statistic taking the values 0 and 1
+/// with probability `1 − r` and `r`, over `n` draws: the count
+/// `K ~ Binomial(n, r)` gives the mean `K/n` and the standard error
+/// `√(K (n − K) / (n² (n − 1)))`, the interval has width 1; the rejected
+/// counts are summed under the count's law. Any two-point law on an
+/// interval is this one scaled (the test is scale-free: `b(α)` and the
+/// deviation scale alike), so this is the size for every dropped-out unit,
+/// its powers and its pair form on the generic path.
+fn bound_size(n: u64, r: f64) -> f64 {
+    let nf = n as f64;
+    dropmc::stats::size_over_counts(n, r, |k| {
+        let kf = k as f64;
+        let estimate = dropmc::stats::Estimate {
+            value: kf / nf,
+            stderr: (kf * (nf - kf) / (nf * nf * (nf - 1.0))).sqrt(),
+            n,
+            dof: dropmc::stats::per_draw_dof(n),
+        };
+        dropmc::stats::bernstein_test(estimate, r, 1.0).is_some_and(|t| t.rejected)
+    })
+}
+
+#[test]
+fn the_bound_below_the_minimum_budget_has_size_at_most_alpha_at_every_budget() {
+    let alpha = assertion_alpha();
+    let budgets = bound_budgets();
+    let mut lines = Vec::new();
+    for r in BOUND_KEEPS {
+        let (worst_n, worst) = budgets
+            .iter()
+            .map(|&n| (n, bound_size(n, r) / alpha))
+            .fold((0, 0.0f64), |a, b| if b.1 > a.1 { b } else { a });
+        lines.push(format!(
+            "two-point r = {r}: largest size {worst:.3e} alpha (at n = {worst_n}) over {} budgets 2..{}",
+            budgets.len(),
+            budgets.last().copied().unwrap_or_default()
+        ));
+        assert!(worst <= 1.0, "{}", lines.join("\n"));
+    }
+    println!("{}", lines.join("\n"));
+    // The bound is not vacuous where it is meant to decide: a unit whose
+    // mean is off by half its range is rejected with certainty at n = 1000
+    // (b(α) = 0.0158·√48.8 + 7/3·24.4/999 = 0.17 there; the rejection
+    // probability at the shifted law is the power).
+    let shifted = dropmc::stats::size_over_counts(1000, 0.5, |k| {
+        let kf = k as f64;
+        let estimate = dropmc::stats::Estimate {
+            value: kf / 1000.0,
+            stderr: (kf * (1000.0 - kf) / (1000.0 * 1000.0 * 999.0)).sqrt(),
+            n: 1000,
+            dof: 999.0,
+        };
+        dropmc::stats::bernstein_test(estimate, 1.0, 1.0).is_some_and(|t| t.rejected)
+    });
+    assert!(shifted > 1.0 - 1e-9, "power {shifted}");
+}

@@ -125,6 +125,56 @@ pub struct PyForward {
     batches: Mutex<u64>,
     failure: Mutex<Option<PyErr>>,
     rows_served: AtomicU64,
+    /// The last input tiled for a call, and its tiling ([`PyForward::tiled`]).
+    last_tiled: Mutex<Option<TiledInput>>,
+    progress: Mutex<Progress>,
+}
+
+/// An input row and `n` copies of it rounded to the dtype, shared with
+/// the calls that read it.
+type TiledInput = (Vec<f64>, std::sync::Arc<Vec<f64>>);
+
+/// Seconds of a run before a progress line appears, and between updates.
+const PROGRESS_AFTER_SECONDS: f64 = 3.0;
+const PROGRESS_EVERY_SECONDS: f64 = 1.0;
+
+/// The progress line on stderr: shown only when stderr is a terminal (a
+/// log or a captured stream gets nothing), after
+/// [`PROGRESS_AFTER_SECONDS`], and cleared when the forward is dropped.
+struct Progress {
+    start: std::time::Instant,
+    shown: Option<std::time::Instant>,
+    terminal: bool,
+}
+
+impl Progress {
+    fn new() -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            start: std::time::Instant::now(),
+            shown: None,
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn update(&mut self, rows: u64, d: usize) {
+        let elapsed = self.start.elapsed().as_secs_f64();
+        let due = self
+            .shown
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= PROGRESS_EVERY_SECONDS);
+        if self.terminal && elapsed >= PROGRESS_AFTER_SECONDS && due {
+            eprint!("\r\x1b[Kdropmc: {rows} rows of the forward (d = {d}) in {elapsed:.0} s");
+            self.shown = Some(std::time::Instant::now());
+        }
+    }
+}
+
+impl Drop for PyForward {
+    fn drop(&mut self) {
+        if lock(&self.progress).shown.is_some() {
+            eprint!("\r\x1b[K");
+        }
+    }
 }
 
 /// Which of the user's passes a batch is.
@@ -155,6 +205,8 @@ impl PyForward {
             batches: Mutex::new(0),
             failure: Mutex::new(None),
             rows_served: AtomicU64::new(0),
+            last_tiled: Mutex::new(None),
+            progress: Mutex::new(Progress::new()),
         }
     }
 
@@ -238,20 +290,16 @@ impl PyForward {
         }
         let d = x.len();
         let n = rows_per_call(d);
+        lock(&self.progress).update(self.rows_served(), d);
         let batch = {
             let mut b = lock(&self.batches);
             *b += 1;
             *b
         };
-        let tiled: Vec<f64> = x
-            .iter()
-            .copied()
-            .cycle()
-            .take(n * d)
-            .map(|v| self.dtype.round(v))
-            .collect();
+        let tiled = self.tiled(x, n);
+        let tiled = tiled.as_slice();
         let result = Python::attach(|py| -> PyResult<Rows> {
-            let input = self.array(py, &tiled, n, d)?;
+            let input = self.array(py, tiled, n, d)?;
             let mut rows = Rows {
                 x: x.to_vec(),
                 next: 0,
@@ -303,6 +351,28 @@ impl PyForward {
         })
     }
 
+    /// `n` copies of `x` rounded to the dtype, row-major: kept from the
+    /// last call for the same `x` (every call for one claim's input tiles
+    /// the same rows; rebuilding them cost as much as reading the output).
+    fn tiled(&self, x: &[f64], n: usize) -> std::sync::Arc<Vec<f64>> {
+        let mut last = lock(&self.last_tiled);
+        if let Some((seen, tiled)) = last.as_ref()
+            && tiled.len() == n * x.len()
+            && seen.len() == x.len()
+            && seen.iter().zip(x).all(|(a, b)| a.to_bits() == b.to_bits())
+        {
+            return std::sync::Arc::clone(tiled);
+        }
+        let mut tiled = Vec::with_capacity(n * x.len());
+        let row: Vec<f64> = x.iter().map(|&v| self.dtype.round(v)).collect();
+        for _ in 0..n {
+            tiled.extend_from_slice(&row);
+        }
+        let tiled = std::sync::Arc::new(tiled);
+        *last = Some((x.to_vec(), std::sync::Arc::clone(&tiled)));
+        tiled
+    }
+
     /// The gradient rows of backward batch `batch`: uniform on [-2, 2) as in
     /// the Rust suite's `semantics.backward_mask`, rounded to the dtype.
     fn gradients(&self, batch: u64, len: usize) -> Vec<f64> {
@@ -344,11 +414,19 @@ impl PyForward {
         let values: Vec<f64> = if !self.dtype.travels_as_f32() {
             let a: PyReadonlyArray2<f64> = out.extract()?;
             check_shape(a.shape(), n, d)?;
-            a.as_array().iter().copied().collect()
+            // A contiguous array is copied at once (row-major, the order
+            // the element iterator gives).
+            match a.as_slice() {
+                Ok(contiguous) => contiguous.to_vec(),
+                Err(_) => a.as_array().iter().copied().collect(),
+            }
         } else {
             let a: PyReadonlyArray2<f32> = out.extract()?;
             check_shape(a.shape(), n, d)?;
-            a.as_array().iter().map(|&v| v as f64).collect()
+            match a.as_slice() {
+                Ok(contiguous) => contiguous.iter().map(|&v| v as f64).collect(),
+                Err(_) => a.as_array().iter().map(|&v| v as f64).collect(),
+            }
         };
         Ok(values)
     }

@@ -283,6 +283,7 @@ fn summary(py: Python<'_>, r: &ClaimResult) -> PyResult<Py<PyDict>> {
         .error
         .clone()
         .or_else(|| r.inconclusive_reason())
+        .or_else(|| r.bound_failure_reason())
         .or_else(|| r.note.clone());
     d.set_item("note", note)?;
     Ok(d.unbind())

@@ -30,11 +30,11 @@
 //!   resolves. The result says which reference it used.
 
 use dropmc::Error;
-use dropmc::claims::{Card, Shape, check};
+use dropmc::claims::{Card, Claim, Shape, check};
 use dropmc::engine::{Budget, derive_seed, stream};
 use dropmc::eval::{EvalResult, LayerNormParams, Values};
 use dropmc::ops::{LayerNorm, RmsNorm, Site, Subject};
-use dropmc::stats::MeanAccumulator;
+use dropmc::stats::{Estimate, MeanAccumulator};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -147,6 +147,66 @@ fn exact_reference(
     };
     let result = output.results.into_iter().find(|r| r.name == name);
     Ok(result.filter(|r| r.exact.is_some()))
+}
+
+/// The width of the interval each output component of the site's norm
+/// lies in, for any input row (the null range of the mean of the user's
+/// rows, [`dropmc::claims::Claim::null_range`]): step by step,
+///
+/// 1. LayerNorm: with `c = z − mean(z)`, `Σ c_j = 0` and `Σ c_j² = d σ²`,
+///    so `c_k² ≤ (d − 1)/d · Σ c_j² = (d − 1) σ²` (Cauchy–Schwarz on the
+///    other `d − 1` deviations, which sum to `−c_k`); then
+///    `|y_k − β_k| = |γ_k| |c_k| / √(σ² + ε) ≤ |γ_k| √(d − 1)`: width
+///    `2 |γ_k| √(d − 1)`.
+/// 2. RMSNorm: `z_k² ≤ Σ z_j² = d · ms`, so `|y_k| = |γ_k| |z_k| / √(ms + ε)
+///    ≤ |γ_k| √d`: width `2 |γ_k| √d`.
+/// 3. The all-dropped row (`β`, or 0) and the bypass `h + dropout(v)` (one
+///    more input row) are inside the same interval.
+/// 4. The sampled reference's difference `u − r` of two rows in one such
+///    interval lies in one twice as wide.
+/// 5. A correct implementation's rounding of `β_k + y_k`: relative to its
+///    magnitude, covered by [`dropmc::stats::NULL_RANGE_SLACK`] of
+///    `|β_k|` on each side (the width itself is widened by the same factor
+///    where the bound is applied).
+fn output_widths(spec: &NormSpec, d: usize, sampled: bool) -> Vec<f64> {
+    let reach = match spec.kind {
+        Kind::LayerNorm => (d as f64 - 1.0).sqrt(),
+        Kind::RmsNorm => (d as f64).sqrt(),
+    };
+    let copies = if sampled { 2.0 } else { 1.0 };
+    (0..d)
+        .map(|k| {
+            let gamma = spec.gamma.as_ref().map_or(1.0, |g| g[k]).abs();
+            let beta = spec.beta.as_ref().map_or(0.0, |b| b[k]).abs();
+            copies * (2.0 * gamma * reach + 2.0 * dropmc::stats::NULL_RANGE_SLACK * beta)
+        })
+        .collect()
+}
+
+/// A claim of the site with the null range of its components
+/// ([`output_widths`]), so that below its minimum budget a gross error is
+/// decided by the distribution-free bound.
+struct Ranged<'a> {
+    claim: PyClaim<'a>,
+    widths: Vec<f64>,
+}
+
+impl Claim for Ranged<'_> {
+    fn card(&self) -> Card {
+        self.claim.card()
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        self.claim.analytic()
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        self.claim.estimate(subject, budget)
+    }
+    fn note(&self) -> Option<String> {
+        self.claim.note()
+    }
+    fn null_range(&self) -> Option<Vec<f64>> {
+        Some(self.widths.clone())
+    }
 }
 
 fn values(v: &Values) -> Vec<f64> {
@@ -314,6 +374,10 @@ pub fn check_norm_site(
                 json!({ "reference": "sampled", "reference_rows": samples }),
             )
         }
+    };
+    let claim = Ranged {
+        claim,
+        widths: output_widths(&spec, d, exact.is_none()),
     };
     let outcome = py.detach(|| {
         run_on_one_thread(|| -> Result<_, Error> {

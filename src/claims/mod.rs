@@ -59,7 +59,7 @@ pub fn norm_claims() -> impl Iterator<Item = &'static norm::NormClaim> {
     .into_iter()
     .flatten()
 }
-pub use verdict::{ClaimResult, SamplerKind, Verdict, check};
+pub use verdict::{BelowBudget, ClaimResult, SamplerKind, Verdict, check};
 
 use serde::Serialize;
 
@@ -230,6 +230,16 @@ pub trait Claim: Sync {
     /// below it [`check`] reports [`Verdict::Inconclusive`].
     fn min_samples(&self) -> u64 {
         self.statistic().min_samples()
+    }
+    /// The width of the interval each component's per-draw statistic lies
+    /// in under the null, where one is known (`None`: no range, the
+    /// default). Below [`min_samples`](Claim::min_samples) [`check`] tests
+    /// such a component by the distribution-free bound
+    /// ([`crate::stats::bernstein_test`]), valid at every budget, and fails
+    /// the claim when the bound rejects. A scaled count on the generic path
+    /// needs none: its draws are `{0, target/keep}`.
+    fn null_range(&self) -> Option<Vec<f64>> {
+        None
     }
     /// The note for a run on `subject` (by default [`note`](Claim::note));
     /// a claim that can say something about the subject itself (which

@@ -3,7 +3,12 @@
 //! Each component is tested as the claim's [`Statistic`] says (Student-t
 //! for a mean, exact binomial for counts, exact for violations). A budget
 //! below the claim's [`Claim::min_samples`] gives [`Verdict::Inconclusive`]
-//! instead of a verdict whose false-alarm rate is not the stated one.
+//! instead of a verdict whose false-alarm rate is not the stated one —
+//! unless a distribution-free bound decides it: a component whose statistic
+//! has a known range under the null (a scaled count's `{0, target/keep}`,
+//! [`Claim::null_range`]) is tested there by the empirical Bernstein bound
+//! ([`crate::stats::bernstein_test`]), whose size is at most α at every
+//! budget, and the claim fails when the bound rejects.
 
 use serde::Serialize;
 
@@ -11,7 +16,7 @@ use super::order::OrderCheck;
 use super::{Claim, Kind, Shape};
 use crate::engine::Budget;
 use crate::ops::Subject;
-use crate::stats::{Estimate, Statistic, ZTest};
+use crate::stats::{Estimate, Statistic, ZTest, bernstein_test};
 
 /// Pass, fail, or too few draws for the test to have its stated size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,6 +90,9 @@ pub struct ClaimResult {
     pub statistic: Statistic,
     /// The smallest budget at which the test has its stated size.
     pub min_samples: u64,
+    /// Below [`min_samples`](Self::min_samples): how the distribution-free
+    /// bound decided (`None` at or above it).
+    pub below_budget: Option<BelowBudget>,
     pub verdict: Verdict,
     /// Why the claim could not be evaluated, if it could not.
     pub error: Option<String>,
@@ -94,6 +102,16 @@ pub struct ClaimResult {
     /// closed form's error is of the stated order and beats what it
     /// corrects. A failing one fails the claim at any budget.
     pub order: Option<OrderCheck>,
+}
+
+/// A run below the claim's minimum budget, decided where a bound can
+/// ([`check`]): the tests of the bounded components are the bound's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BelowBudget {
+    /// Components tested by the empirical Bernstein bound (a range is known).
+    pub bounded: usize,
+    /// Of those, the ones whose deviation exceeds the bound.
+    pub rejected: usize,
 }
 
 impl ClaimResult {
@@ -117,11 +135,34 @@ impl ClaimResult {
     /// The line that explains an inconclusive verdict.
     pub fn inconclusive_reason(&self) -> Option<String> {
         (self.verdict == Verdict::Inconclusive).then(|| {
+            let bound = match self.below_budget {
+                Some(b) if b.bounded > 0 => format!(
+                    "; the distribution-free bound at the same level rejects none of its {} \
+                     bounded components",
+                    b.bounded
+                ),
+                _ => "; no null range is known for a distribution-free bound".to_string(),
+            };
             format!(
-                "inconclusive: {} draws is below the {} at which its {} test has its stated size",
+                "inconclusive: {} draws is below the {} at which its {} test has its stated \
+                 size{bound}",
                 self.samples,
                 self.min_samples,
                 self.statistic.label()
+            )
+        })
+    }
+
+    /// The line that explains a failure decided below the minimum budget
+    /// by the distribution-free bound (`None` otherwise).
+    pub fn bound_failure_reason(&self) -> Option<String> {
+        let b = self.below_budget.filter(|b| b.rejected > 0)?;
+        (self.verdict == Verdict::Fail).then(|| {
+            format!(
+                "fail below the minimum budget ({} < {} draws): {} of {} components deviate \
+                 beyond the distribution-free empirical Bernstein bound at the suite's \
+                 per-assertion level; their p-values are the bound's",
+                self.samples, self.min_samples, b.rejected, b.bounded
             )
         })
     }
@@ -176,6 +217,7 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         tests: Vec::new(),
         statistic: claim.statistic(),
         min_samples: claim.min_samples(),
+        below_budget: None,
         verdict: Verdict::Fail,
         error: None,
         note: claim.note_on(subject),
@@ -185,16 +227,58 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         result.error = Some(message);
         return result;
     }
+    if budget.samples < result.min_samples {
+        result.below_budget = Some(test_by_bound(claim, &mut result));
+    }
     result.verdict = if result.oracle_agrees == Some(false) || result.order_failed() {
         Verdict::Fail
-    } else if budget.samples < result.min_samples {
-        Verdict::Inconclusive
+    } else if let Some(below) = result.below_budget {
+        if below.rejected > 0 {
+            Verdict::Fail
+        } else {
+            Verdict::Inconclusive
+        }
     } else if result.tests.iter().any(|t| t.rejected) {
         Verdict::Fail
     } else {
         Verdict::Pass
     };
     result
+}
+
+/// Below the minimum budget: replaces the test of every component whose
+/// statistic has a known width under the null by the empirical Bernstein
+/// bound's, and counts them. The widths: a scaled count tested as a mean
+/// (on the generic path) takes `{0, target/keep}`, width `|target/keep|`;
+/// a mean takes the claim's [`Claim::null_range`]; the exact tests are
+/// valid at every budget and are never below it.
+fn test_by_bound(claim: &dyn Claim, result: &mut ClaimResult) -> BelowBudget {
+    let dim = result.estimate.len();
+    let widths: Vec<Option<f64>> = match (claim.statistic(), result.statistic) {
+        (Statistic::ScaledCount { keep }, Statistic::Mean { .. }) => result
+            .target
+            .iter()
+            .map(|t| Some((t / keep).abs()))
+            .collect(),
+        (_, Statistic::Mean { .. }) => match claim.null_range() {
+            Some(w) if w.len() == dim => w.into_iter().map(Some).collect(),
+            _ => vec![None; dim],
+        },
+        _ => vec![None; dim],
+    };
+    let mut below = BelowBudget {
+        bounded: 0,
+        rejected: 0,
+    };
+    for (k, width) in widths.into_iter().enumerate() {
+        let test = width.and_then(|w| bernstein_test(result.estimate[k], result.target[k], w));
+        if let Some(test) = test {
+            below.bounded += 1;
+            below.rejected += usize::from(test.rejected);
+            result.tests[k] = test;
+        }
+    }
+    below
 }
 
 fn fill(

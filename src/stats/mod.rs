@@ -3,6 +3,7 @@
 
 mod accumulator;
 mod batch_cumulants;
+mod bernstein;
 mod binomial;
 mod exact_size;
 mod family;
@@ -13,6 +14,10 @@ mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};
 pub use batch_cumulants::{BatchCumulants, ema_skewness};
+pub use bernstein::{
+    NULL_RANGE_SLACK, RANGE_TERM, TWO_SIDED_TAILS, VARIANCE_TERM, bernstein_deviation,
+    bernstein_p_value, bernstein_test,
+};
 pub use binomial::{
     BinomialTest, binomial_mid_p, binomial_test, proportion_mid_p, proportion_test,
 };

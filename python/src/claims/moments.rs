@@ -1,17 +1,35 @@
 //! The moment and kept-count claims on a Python dropout: two training
 //! passes per draw through the suite's [`PairSampler`], at the user's rate.
+//!
+//! # One pass for the claims on the moment input
+//!
+//! The seven claims on the moment input (four raw moments, the pair-form
+//! variance, the sum's mean and variance) read the same two rows per draw,
+//! so they share one run of [`PairSampler`] ([`SharedPass`]): its statistic
+//! writes every claim's components side by side and each claim takes its
+//! slice of the means. Before issue 33 each claim drew its own `2n` rows,
+//! so a model width spent seven times the forward calls and Rust work (273 s
+//! for `nn.Dropout` at d = 768). Each claim's test is the same (same
+//! statistic, same law per draw, same budget); the claims now read the same
+//! draws, so their verdicts are dependent, which the Bonferroni split of the
+//! family rate does not need to exclude. The Python forward's rows come
+//! from the user's generator, not from the claim's stream, so the numbers
+//! differ from before only in which of the user's rows each claim reads.
 
+use std::sync::{Arc, Mutex};
+
+use dropmc::Error;
 use dropmc::claims::dropout::{Draw, PairSampler};
 use dropmc::claims::fn_claim::half_squared_difference;
 use dropmc::claims::{Card, Shape};
-use dropmc::engine::estimate;
+use dropmc::engine::{Budget, estimate};
 use dropmc::formulas::dropout as f;
-use dropmc::ops::Rate;
-use dropmc::stats::{Statistic, two_point_skewness};
+use dropmc::ops::{DropoutLayer, Rate};
+use dropmc::stats::{Estimate, Statistic, two_point_skewness};
 
 use super::rules::accepted_survivors;
 use super::{COUNT_X, MOMENT_SAMPLES, PyClaim, Setup, family_of};
-use crate::forward::Dtype;
+use crate::forward::{Dtype, lock};
 
 /// The input whose moments a correct dropout's outputs follow, in the
 /// units of [`unit_scale`]: `a = q·s·scale`, with `s = fl(x/q)` the kept
@@ -66,40 +84,136 @@ fn unit_statistic(rate: Rate) -> Statistic {
     }
 }
 
-/// A moment claim: two training passes per draw through [`PairSampler`].
-#[allow(clippy::too_many_arguments)]
+/// Elements (rows times units, both passes) the moment pass asks of the
+/// forward at most: the suite's [`MOMENT_SAMPLES`] pairs up to `d = 250`
+/// units, fewer pairs above (module docs).
+pub const MOMENT_ELEMENTS: u64 = 500_000_000;
+
+/// Draws of the moment pass on an input of `d` units: [`MOMENT_SAMPLES`],
+/// or `MOMENT_ELEMENTS / (2d)` when that is fewer (each draw is two rows).
+///
+/// A model width reads `2d` elements per draw: at `d = 768`, 10⁶ pairs are
+/// 1.5·10⁹ elements, 46 s of CPU in torch's `nn.Dropout` alone. The cap
+/// keeps the whole call within seconds: 325 520 pairs at `d = 768`, 61 035
+/// at `d = 4096`, above the per-unit claims' minimum budget at `p = 0.1`
+/// (3.4·10⁴); a rate whose skewness needs more gets its minimum, so no
+/// claim is inconclusive by construction. The size of every test is unchanged; the per-unit
+/// claims' minimum detectable effect grows as `√(10⁶ / n)` (1.75× at
+/// `d = 768`), while the sum claims, which average over all `d` units,
+/// resolve a layer-wide error (a wrong scale or rate) `√d` times finer
+/// than one unit does. The MDE is reported with every claim.
+pub fn moment_budget(d: usize) -> u64 {
+    MOMENT_SAMPLES.min(MOMENT_ELEMENTS / (2 * d.max(1) as u64))
+}
+
+/// A per-draw statistic of the two passes, writing one claim's components.
+type PairStatistic = fn(&Draw, &mut [f64]);
+
+/// One run of [`PairSampler`] on an input whose statistics are those of
+/// several claims, side by side (module docs): the first claim to ask runs
+/// it at its budget, the others take their slice when their budget is the
+/// same (a claim at another budget, as an extreme rate's minimum may give,
+/// runs its own pass).
+struct SharedPass {
+    x: Vec<f64>,
+    p: f64,
+    /// Each claim's statistic and number of components, in order.
+    statistics: Vec<(PairStatistic, usize)>,
+    /// The budget of the pass run, and each claim's estimates from it.
+    done: Mutex<Option<(u64, Vec<Vec<Estimate>>)>>,
+}
+
+impl SharedPass {
+    /// Claim `index`'s estimates at `budget` on `layer`.
+    fn estimates(
+        &self,
+        layer: &dyn DropoutLayer,
+        budget: Budget,
+        index: usize,
+    ) -> Result<Vec<Estimate>, Error> {
+        let mut done = lock(&self.done);
+        if let Some((samples, all)) = done.as_ref()
+            && *samples == budget.samples
+        {
+            return Ok(all[index].clone());
+        }
+        let statistics = &self.statistics;
+        let side_by_side = |draw: &Draw, out: &mut [f64]| {
+            let mut at = 0;
+            for (statistic, dim) in statistics {
+                statistic(draw, &mut out[at..at + dim]);
+                at += dim;
+            }
+        };
+        let sampler = PairSampler {
+            layer,
+            x: &self.x,
+            p: self.p,
+            dim: statistics.iter().map(|(_, dim)| dim).sum(),
+            pairs: true,
+            statistic: &side_by_side,
+        };
+        let mut all = estimate(&sampler, budget)?.estimates();
+        let mut split = Vec::with_capacity(statistics.len());
+        for (_, dim) in statistics {
+            let rest = all.split_off(*dim);
+            split.push(std::mem::replace(&mut all, rest));
+        }
+        let mine = split[index].clone();
+        *done = Some((budget.samples, split));
+        Ok(mine)
+    }
+}
+
+/// A moment claim: two training passes per draw through [`PairSampler`],
+/// the `index`-th statistic of `pass`.
 fn pair_claim<'a>(
     id: &'static str,
     formula: &'static str,
     shape: Shape,
-    x: Vec<f64>,
-    rate: Rate,
+    pass: Arc<SharedPass>,
+    index: usize,
     statistic_kind: Statistic,
     analytic: Vec<f64>,
-    statistic: fn(&Draw, &mut [f64]),
 ) -> PyClaim<'a> {
-    let dim = analytic.len();
-    let p = rate.p();
-    // The suite's budget, raised to the test's minimum where an extreme
-    // rate makes the statistic skewed enough to need more (p or q below
-    // about 0.005), so no claim is inconclusive by construction.
-    let samples = MOMENT_SAMPLES.max(statistic_kind.min_samples());
+    // The suite's budget for the input's width, raised to the test's
+    // minimum where an extreme rate makes the statistic skewed enough to
+    // need more (p or q below about 0.005), so no claim is inconclusive by
+    // construction.
+    let samples = moment_budget(pass.x.len()).max(statistic_kind.min_samples());
     PyClaim {
         card: Card::new(id, family_of(id), formula, shape, samples).with_statistic(statistic_kind),
         analytic,
         note: None,
-        estimate: Box::new(move |subject, budget| {
-            let sampler = PairSampler {
-                layer: subject.dropout,
-                x: &x,
-                p,
-                dim,
-                pairs: true,
-                statistic: &statistic,
-            };
-            Ok(estimate(&sampler, budget)?.estimates())
-        }),
+        estimate: Box::new(move |subject, budget| pass.estimates(subject.dropout, budget, index)),
     }
+}
+
+/// The claims of `specs` (id, formula, shape, statistic kind, analytic
+/// values, per-draw statistic) on input `x`, sharing one pass.
+type PairSpec = (
+    &'static str,
+    &'static str,
+    Shape,
+    Statistic,
+    Vec<f64>,
+    PairStatistic,
+);
+
+fn shared_claims<'a>(x: &[f64], rate: Rate, specs: Vec<PairSpec>) -> Vec<PyClaim<'a>> {
+    let pass = Arc::new(SharedPass {
+        x: x.to_vec(),
+        p: rate.p(),
+        statistics: specs.iter().map(|s| (s.5, s.4.len())).collect(),
+        done: Mutex::new(None),
+    });
+    specs
+        .into_iter()
+        .enumerate()
+        .map(|(index, (id, formula, shape, kind, analytic, _))| {
+            pair_claim(id, formula, shape, Arc::clone(&pass), index, kind, analytic)
+        })
+        .collect()
 }
 
 fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
@@ -138,19 +252,17 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
         )
     });
     let unit = unit_statistic(rate);
-    let moment = |id, formula, r: i32, statistic: fn(&Draw, &mut [f64])| {
-        pair_claim(
+    let moment = |id, formula, r: i32, statistic: PairStatistic| -> PairSpec {
+        (
             id,
             formula,
             Shape::Vector,
-            x.clone(),
-            rate,
             unit,
             per_unit(&a, |a| f::unit_raw_moment(a, rate, r)),
             statistic,
         )
     };
-    let mut claims = vec![
+    let on_x: Vec<PairSpec> = vec![
         moment("dropout.mean", "E[z_k] = x_k", 1, |d, out| {
             out.copy_from_slice(d.z)
         }),
@@ -172,12 +284,10 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             4,
             |d, out| powers(d.z, 4, out),
         ),
-        pair_claim(
+        (
             "dropout.variance",
             "Var z_k = x_k^2 p / q",
             Shape::Vector,
-            x.clone(),
-            rate,
             // (z_k − z'_k)²/2 is nonzero with probability 2pq.
             Statistic::Mean {
                 skewness: two_point_skewness(2.0 * rate.p() * rate.q()),
@@ -189,22 +299,18 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
                 }
             },
         ),
-        pair_claim(
+        (
             "dropout.sum_mean",
             "E[S] = sum_k x_k",
             Shape::Scalar,
-            x.clone(),
-            rate,
             Statistic::masked_sum(&a, rate.q(), false),
             vec![f::sum_mean(&a)],
             |d, out| out[0] = d.z.iter().sum(),
         ),
-        pair_claim(
+        (
             "dropout.sum_variance",
             "Var S = (p/q) sum_k x_k^2",
             Shape::Scalar,
-            x.clone(),
-            rate,
             Statistic::masked_sum(&a, rate.q(), true),
             vec![f::sum_variance(&a, rate)],
             |d, out| {
@@ -212,20 +318,20 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
                 out[0] = half_squared_difference(s, t);
             },
         ),
-        pair_claim(
-            "dropout.kept_count",
-            "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
-            Shape::Vector,
-            COUNT_X.to_vec(),
-            rate,
-            Statistic::Indicator { trials: 1 },
-            f::kept_count_pmf(COUNT_X.len() as u64, rate).unwrap_or_default(),
-            |d, out| {
-                out.fill(0.0);
-                out[d.mask.iter().filter(|m| **m).count()] = 1.0;
-            },
-        ),
     ];
+    let kept: Vec<PairSpec> = vec![(
+        "dropout.kept_count",
+        "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
+        Shape::Vector,
+        Statistic::Indicator { trials: 1 },
+        f::kept_count_pmf(COUNT_X.len() as u64, rate).unwrap_or_default(),
+        |d, out| {
+            out.fill(0.0);
+            out[d.mask.iter().filter(|m| **m).count()] = 1.0;
+        },
+    )];
+    let mut claims = shared_claims(&x, rate, on_x);
+    claims.extend(shared_claims(&COUNT_X, rate, kept));
     for claim in &mut claims {
         claim.note = note.clone();
     }
