@@ -55,7 +55,7 @@ const MAX_ROWS_PER_CALL: usize = 8192;
 /// least one and at most [`MAX_ROWS_PER_CALL`]. (Before issue 23 a batch
 /// had at least 256 rows, so `d = 100 000` drew 2.6·10⁷ elements per call
 /// and 1.1 GB for `samples = 2`.)
-fn rows_per_call(d: usize) -> usize {
+pub fn rows_per_call(d: usize) -> usize {
     (ELEMENTS_PER_CALL / d.max(1)).clamp(1, MAX_ROWS_PER_CALL)
 }
 
@@ -125,6 +125,9 @@ pub struct PyForward {
     batches: Mutex<u64>,
     failure: Mutex<Option<PyErr>>,
     rows_served: AtomicU64,
+    /// Rows per call, when fixed ([`PyForward::with_rows_per_call`]);
+    /// otherwise [`rows_per_call`] of the input's width.
+    fixed_rows: Option<usize>,
 }
 
 /// Which of the user's passes a batch is.
@@ -155,7 +158,21 @@ impl PyForward {
             batches: Mutex::new(0),
             failure: Mutex::new(None),
             rows_served: AtomicU64::new(0),
+            fixed_rows: None,
         }
+    }
+
+    /// The same forward calling the user's callable on `rows` rows at a
+    /// time, whatever the input's width (the small calls of
+    /// [`crate::small_calls`]).
+    pub fn with_rows_per_call(mut self, rows: usize) -> Self {
+        self.fixed_rows = Some(rows.max(1));
+        self
+    }
+
+    /// Rows of each call for inputs of `d` units.
+    pub fn call_rows(&self, d: usize) -> usize {
+        self.fixed_rows.unwrap_or_else(|| rows_per_call(d))
     }
 
     /// A forward whose claims call training mode only (no eval pass, no
@@ -237,7 +254,7 @@ impl PyForward {
             return Err(stopped());
         }
         let d = x.len();
-        let n = rows_per_call(d);
+        let n = self.call_rows(d);
         let batch = {
             let mut b = lock(&self.batches);
             *b += 1;

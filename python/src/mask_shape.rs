@@ -50,6 +50,7 @@ use serde_json::json;
 
 use crate::claims::{PyClaim, PyDropout, family_of};
 use crate::forward::PyForward;
+use crate::small_calls;
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
 
@@ -276,14 +277,24 @@ pub fn check_mask_shape(
         return Err(PyValueError::new_err("one group id per entry of x"));
     }
     let groups = Groups::from_ids(&group_ids).map_err(to_py)?;
+    let one_sample = small_calls::one_row_forward(py, &train, dtype);
     let forward = PyForward::train_only(py, train, dtype, derive_seed(seed, "python/mask shape"));
     let options = crate::run_options(seed, samples);
-    let (results, skipped) =
+    let (mut results, skipped) =
         crate::run_detached(py, &forward, || run(&forward, &groups, &x, rate, &options))?;
+    let large_rows = forward.call_rows(x.len());
+    let (small, _) = crate::run_detached(py, &one_sample, || {
+        small_calls::run_mask_shape(&one_sample, &x, rate, &options, large_rows)
+    })?;
+    results.extend(small);
     let fields = [
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),
-        ("rows", json!(forward.rows_served())),
+        (
+            "rows",
+            json!(forward.rows_served() + one_sample.rows_served()),
+        ),
+        ("call_rows", json!([large_rows, small_calls::CALL_ROWS])),
         ("mask_groups", json!(groups.members.len())),
         ("positions_per_group", json!(groups.positions())),
     ];
