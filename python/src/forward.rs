@@ -195,6 +195,11 @@ impl PyForward {
         lock(&self.failure).take()
     }
 
+    /// Whether a call raised (the exception kept for [`PyForward::take_failure`]).
+    pub fn failed(&self) -> bool {
+        lock(&self.failure).is_some()
+    }
+
     /// Rows the claims consumed so far (all passes).
     pub fn rows_served(&self) -> u64 {
         self.rows_served.load(Ordering::Relaxed)

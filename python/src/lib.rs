@@ -260,8 +260,11 @@ fn run_claims(
     let layer = claims::PyDropout::new(setup);
     let one_row = claims::PyDropout::new(small);
     let subject = Subject::with_dropout(&layer);
-    let (mut run, skipped) = claims::claims(setup);
-    if setup.rate.p() > 0.0 {
+    let (run, skipped) = claims::claims(setup);
+    let mut results = check_claims(&run, &subject, options)?;
+    // After an exception in the user's callable, no further calls.
+    if setup.rate.p() > 0.0 && !setup.forward.failed() {
+        let mut run = Vec::new();
         run.push(small_calls::one_row_mean(
             small_calls::ONE_ROW_SUM_MEAN,
             &one_row,
@@ -276,8 +279,9 @@ fn run_claims(
             setup.rate,
             setup.rounding,
         ));
+        results.extend(check_claims(&run, &subject, options)?);
     }
-    Ok((check_claims(&run, &subject, options)?, skipped))
+    Ok((results, skipped))
 }
 
 /// Runs `f` (claims on `forward`) without the GIL on the one-thread pool
