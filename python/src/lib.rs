@@ -264,21 +264,22 @@ fn run_claims(
     let mut results = check_claims(&run, &subject, options)?;
     // After an exception in the user's callable, no further calls.
     if setup.rate.p() > 0.0 && !setup.forward.failed() {
-        let mut run = Vec::new();
-        run.push(small_calls::one_row_mean(
-            small_calls::ONE_ROW_SUM_MEAN,
-            &one_row,
-            small.moment_x.clone(),
-            small.rate,
-            small_calls::row_sum(claims::sum_mean_target(small)),
-            setup.forward.call_rows(setup.moment_x.len()),
-        ));
-        run.push(small_calls::one_row_survivors(
-            small.forward,
-            &setup.semantics_x,
-            setup.rate,
-            setup.rounding,
-        ));
+        let run = vec![
+            small_calls::one_row_mean(
+                small_calls::ONE_ROW_SUM_MEAN,
+                &one_row,
+                small.moment_x.clone(),
+                small.rate,
+                small_calls::row_sum(claims::sum_mean_target(small)),
+                setup.forward.call_rows(setup.moment_x.len()),
+            ),
+            small_calls::one_row_survivors(
+                small.forward,
+                &setup.semantics_x,
+                setup.rate,
+                setup.rounding,
+            ),
+        ];
         results.extend(check_claims(&run, &subject, options)?);
     }
     Ok((results, skipped))
