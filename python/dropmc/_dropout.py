@@ -34,6 +34,7 @@ def check_dropout(
     backward: Optional[Callable[[Any, Any, bool], Any]] = None,
     dtype=_np.float64,
     shared_axes=None,
+    rounding: str = "any",
 ) -> Result:
     """Runs dropmc's conformance claims on ``forward`` at drop rate ``p``.
 
@@ -50,10 +51,20 @@ def check_dropout(
     bfloat16 (``"bfloat16"`` or ``ml_dtypes.bfloat16``; needs ``ml_dtypes``):
     the dtype of the arrays ``forward`` gets and must return. In float16
     and bfloat16 the survivors may be any of the dtype's roundings of
-    ``x/q`` (``semantics.survivors_exact``), while the moment claims keep
-    their exact targets, so a scale the dtype cannot represent (PyTorch's
-    bfloat16 survivors are ``x*1.109375`` at ``p = 0.1``, -0.16 %) fails
-    them, and the result's ``likely_causes`` says so in numbers.
+    ``x/q`` (``semantics.survivors_exact``), and each moment claim is
+    judged against the interval of targets those roundings span (a
+    composite null: the estimate is tested against the nearest admissible
+    target), so a correctly rounded layer passes; when the real-arithmetic
+    target would have failed (PyTorch's bfloat16 survivors are
+    ``x*1.109375`` at ``p = 0.1``, -0.16 %), the claims' notes and a
+    ``likely_causes`` line starting ``warning:`` state the bias in numbers.
+    ``rounding="once"``: admit only ``x/q`` rounded once to the dtype, so
+    anything beyond one rounding fails (the best a dtype allows).
+
+    The layer is also called with one row at a time (``calls.one_row_mean``,
+    ``E[z_k] = x_k`` on 50 000 one-row calls): a scale or mask that depends
+    on the call's size or kept count fails there. The result's JSON field
+    ``call_rows`` lists the call sizes used.
 
     ``shared_axes``: for a dropout whose mask is shared over some axes
     (``nn.Dropout1d/2d/3d``, Flax ``broadcast_dims``, Keras ``noise_shape``).
@@ -75,6 +86,8 @@ def check_dropout(
     dtype_name = _dtype_name(dtype)
     if not callable(forward):
         raise TypeError("forward must be callable as forward(x, training)")
+    if rounding not in ("any", "once"):
+        raise ValueError(f'rounding must be "any" or "once", got {rounding!r}')
     if shared_axes is not None:
         return _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name, rng_state, backward)
     if backward is not None and backward is not False and not callable(backward):
@@ -126,6 +139,7 @@ def check_dropout(
         None if samples is None else int(samples),
         int(seed),
         rng_state is not None,
+        rounding,
     )
     return _result_marking_backward(text, claims, backward)
 

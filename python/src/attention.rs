@@ -43,7 +43,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::json;
 
-use crate::claims::rules::{count_rows, rule_claim};
+use crate::claims::rule_claim;
+use crate::claims::rules::count_rows;
 use crate::claims::{PyClaim, PyDropout, failed_in, failed_low};
 use crate::forward::{Dtype, PyForward};
 use crate::to_py;

@@ -55,7 +55,7 @@ const MAX_ROWS_PER_CALL: usize = 8192;
 /// least one and at most [`MAX_ROWS_PER_CALL`]. (Before issue 23 a batch
 /// had at least 256 rows, so `d = 100 000` drew 2.6·10⁷ elements per call
 /// and 1.1 GB for `samples = 2`.)
-fn rows_per_call(d: usize) -> usize {
+pub fn rows_per_call(d: usize) -> usize {
     (ELEMENTS_PER_CALL / d.max(1)).clamp(1, MAX_ROWS_PER_CALL)
 }
 
@@ -128,6 +128,9 @@ pub struct PyForward {
     /// The last input tiled for a call, and its tiling ([`PyForward::tiled`]).
     last_tiled: Mutex<Option<TiledInput>>,
     progress: Mutex<Progress>,
+    /// Rows per call, when fixed ([`PyForward::with_rows_per_call`]);
+    /// otherwise [`rows_per_call`] of the input's width.
+    fixed_rows: Option<usize>,
 }
 
 /// An input row and `n` copies of it rounded to the dtype, shared with
@@ -207,7 +210,21 @@ impl PyForward {
             rows_served: AtomicU64::new(0),
             last_tiled: Mutex::new(None),
             progress: Mutex::new(Progress::new()),
+            fixed_rows: None,
         }
+    }
+
+    /// The same forward calling the user's callable on `rows` rows at a
+    /// time, whatever the input's width (the small calls of
+    /// [`crate::small_calls`]).
+    pub fn with_rows_per_call(mut self, rows: usize) -> Self {
+        self.fixed_rows = Some(rows.max(1));
+        self
+    }
+
+    /// Rows of each call for inputs of `d` units.
+    pub fn call_rows(&self, d: usize) -> usize {
+        self.fixed_rows.unwrap_or_else(|| rows_per_call(d))
     }
 
     /// A forward whose claims call training mode only (no eval pass, no
@@ -228,6 +245,11 @@ impl PyForward {
     /// The exception a call raised, if one did (taken: asked once).
     pub fn take_failure(&self) -> Option<PyErr> {
         lock(&self.failure).take()
+    }
+
+    /// Whether a call raised (the exception kept for [`PyForward::take_failure`]).
+    pub fn failed(&self) -> bool {
+        lock(&self.failure).is_some()
     }
 
     /// Rows the claims consumed so far (all passes).
@@ -289,7 +311,7 @@ impl PyForward {
             return Err(stopped());
         }
         let d = x.len();
-        let n = rows_per_call(d);
+        let n = self.call_rows(d);
         lock(&self.progress).update(self.rows_served(), d);
         let batch = {
             let mut b = lock(&self.batches);

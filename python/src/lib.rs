@@ -31,6 +31,7 @@ mod eval_args;
 mod forward;
 mod mask_shape;
 mod norm_site;
+mod small_calls;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -105,7 +106,7 @@ fn dtype(name: &str) -> PyResult<Dtype> {
 /// of the run (`dropmc report --json`'s layout, the skipped claims added)
 /// and one summary dict per claim.
 #[pyfunction]
-#[pyo3(signature = (train, evaluate, backward, p, dtype_name, moment_x, semantics_x, samples, seed, has_rng_state))]
+#[pyo3(signature = (train, evaluate, backward, p, dtype_name, moment_x, semantics_x, samples, seed, has_rng_state, rounding = "any"))]
 #[allow(clippy::too_many_arguments)]
 fn check_dropout(
     py: Python<'_>,
@@ -119,9 +120,16 @@ fn check_dropout(
     samples: Option<u64>,
     seed: u64,
     has_rng_state: bool,
+    rounding: &str,
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let rate = rate(p)?;
     let dtype = dtype(dtype_name)?;
+    let survivor_rounding = claims::SurvivorRounding::from_name(rounding).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "rounding must be \"any\" or \"once\", got {rounding:?}"
+        ))
+    })?;
+    let one_row = small_calls::one_row_forward(py, &train, dtype);
     let forward = PyForward::new(
         train,
         evaluate,
@@ -136,24 +144,49 @@ fn check_dropout(
         semantics_x,
         has_rng_state,
         samples,
+        rounding: survivor_rounding,
+    };
+    let small = claims::Setup {
+        forward: &one_row,
+        moment_x: setup.moment_x.clone(),
+        semantics_x: Vec::new(),
+        ..setup
     };
     let options = Options {
         seed,
         samples,
         ..Options::default()
     };
-    let (results, skipped) = run_detached(py, &forward, || run_claims(&setup, &options))?;
+    let (mut results, skipped) =
+        run_detached(py, &forward, || run_claims(&setup, &small, &options))?;
+    if let Some(e) = one_row.take_failure() {
+        return Err(e);
+    }
+    let mut nulls = claims::moment_nulls(&setup);
+    nulls.extend(small_calls::carried_null(
+        &nulls,
+        small_calls::ONE_ROW_SUM_MEAN,
+    ));
+    let biases = claims::judge_composite(&mut results, &nulls);
     let rounding = claims::Rounding {
         dtype,
         rate,
         x: &setup.moment_x,
     };
-    let likely_causes = claims::likely_causes(&results, &rounding);
+    let likely_causes = claims::likely_causes(&results, &rounding, &biases);
     let fields = [
         ("likely_causes", json!(likely_causes)),
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),
-        ("rows", json!(forward.rows_served())),
+        ("rows", json!(forward.rows_served() + one_row.rows_served())),
+        ("rounding", json!(rounding_name(survivor_rounding))),
+        (
+            "call_rows",
+            json!([
+                forward.call_rows(setup.moment_x.len()),
+                small_calls::CALL_ROWS
+            ]),
+        ),
     ];
     outcome_json(py, seed, results, &skipped, fields)
 }
@@ -208,13 +241,49 @@ pub fn outcome_json<const N: usize>(
     Ok((text, summaries))
 }
 
-type Outcome = (Vec<ClaimResult>, Vec<(&'static str, String)>);
+pub type Outcome = (Vec<ClaimResult>, Vec<(&'static str, String)>);
 
-fn run_claims(setup: &claims::Setup, options: &Options) -> Result<Outcome, Error> {
+/// The option's name of a survivor rounding rule.
+fn rounding_name(rule: claims::SurvivorRounding) -> &'static str {
+    match rule {
+        claims::SurvivorRounding::Any => "any",
+        claims::SurvivorRounding::Once => "once",
+    }
+}
+
+/// The claims of `setup`, then the small-call mean on `small` (the same
+/// input through a forward making one-row calls, [`small_calls`]).
+fn run_claims(
+    setup: &claims::Setup,
+    small: &claims::Setup,
+    options: &Options,
+) -> Result<Outcome, Error> {
     let layer = claims::PyDropout::new(setup);
+    let one_row = claims::PyDropout::new(small);
     let subject = Subject::with_dropout(&layer);
     let (run, skipped) = claims::claims(setup);
-    Ok((check_claims(&run, &subject, options)?, skipped))
+    let mut results = check_claims(&run, &subject, options)?;
+    // After an exception in the user's callable, no further calls.
+    if setup.rate.p() > 0.0 && !setup.forward.failed() {
+        let run = vec![
+            small_calls::one_row_mean(
+                small_calls::ONE_ROW_SUM_MEAN,
+                &one_row,
+                small.moment_x.clone(),
+                small.rate,
+                small_calls::row_sum(claims::sum_mean_target(small)),
+                setup.forward.call_rows(setup.moment_x.len()),
+            ),
+            small_calls::one_row_survivors(
+                small.forward,
+                &setup.semantics_x,
+                setup.rate,
+                setup.rounding,
+            ),
+        ];
+        results.extend(check_claims(&run, &subject, options)?);
+    }
+    Ok((results, skipped))
 }
 
 /// Runs `f` (claims on `forward`) without the GIL on the one-thread pool

@@ -50,8 +50,11 @@ use pyo3::types::PyDict;
 use serde_json::json;
 
 use crate::claims::rules::rule_claims;
-use crate::claims::{PyClaim, PyDropout, Setup, failed_in, failed_low, family_of};
+use crate::claims::{
+    PyClaim, PyDropout, Setup, SurvivorRounding, failed_in, failed_low, family_of,
+};
 use crate::forward::PyForward;
+use crate::small_calls;
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
 
@@ -302,6 +305,7 @@ pub fn check_mask_shape(
         return Err(PyValueError::new_err("one group id per entry of x"));
     }
     let groups = Groups::from_ids(&group_ids).map_err(to_py)?;
+    let one_sample = small_calls::one_row_forward(py, &train, dtype);
     let forward = PyForward::new(
         train,
         evaluate,
@@ -313,18 +317,29 @@ pub fn check_mask_shape(
         forward: &forward,
         rate,
         moment_x: x.clone(),
-        semantics_x: x,
+        semantics_x: x.clone(),
         has_rng_state,
         samples,
+        rounding: SurvivorRounding::Any,
     };
     let options = crate::run_options(seed, samples);
-    let (results, skipped) = crate::run_detached(py, &forward, || run(&setup, &groups, &options))?;
+    let (mut results, skipped) =
+        crate::run_detached(py, &forward, || run(&setup, &groups, &options))?;
+    let large_rows = forward.call_rows(x.len());
+    let (small, _) = crate::run_detached(py, &one_sample, || {
+        small_calls::run_mask_shape(&one_sample, &x, rate, &options, large_rows)
+    })?;
+    results.extend(small);
     let causes = mask_shape_causes(&results);
     let fields = [
         ("likely_causes", json!(causes)),
         ("p", json!(p)),
         ("dtype", json!(dtype_name)),
-        ("rows", json!(forward.rows_served())),
+        (
+            "rows",
+            json!(forward.rows_served() + one_sample.rows_served()),
+        ),
+        ("call_rows", json!([large_rows, small_calls::CALL_ROWS])),
         ("mask_groups", json!(groups.members.len())),
         ("positions_per_group", json!(groups.positions())),
     ];

@@ -5,6 +5,7 @@ mod accumulator;
 mod batch_cumulants;
 mod bernstein;
 mod binomial;
+mod composite;
 mod exact_size;
 mod family;
 mod ks;
@@ -21,6 +22,7 @@ pub use bernstein::{
 pub use binomial::{
     BinomialTest, binomial_mid_p, binomial_test, proportion_mid_p, proportion_test,
 };
+pub use composite::{interval_test, nearest_in};
 pub use exact_size::{
     binomial_test_size, size_over_counts, two_point_mean_t_size, two_point_variance_t_size,
 };

@@ -25,11 +25,13 @@
 //!    independently of the others (a fixed number dropped, neighbouring units
 //!    sharing a random bit, a mask shared along an axis).
 //!
-//! 5. In float16 or bfloat16, per-unit moments fail while the survivors
-//!    and the kept count pass: the survivors are the dtype's roundings of
-//!    `x/q`, whose mean `q·fl(x/q)` is not `x` — the dtype's bias, not the
-//!    mask's. The message gives the effective scale at the user's inputs
-//!    (PyTorch's bfloat16 survivors at `p = 0.1` are `x·1.109375`, −0.156 %).
+//! 5. (A warning, not a failure.) In float16 or bfloat16 the moments are
+//!    judged against what the dtype can hold ([`super::composite`]); when
+//!    a moment passes there but its real-arithmetic target would have
+//!    failed, the survivors' rounding biases the moments by more than the
+//!    budget resolves, and [`Rounding::warning`] says so with the effective
+//!    scale (PyTorch's bfloat16 survivors at `p = 0.1` are `x·1.109375`,
+//!    −0.156 %): the dtype's bias, not the mask's.
 //!
 //! 6. `semantics.masks_never_repeat` fails with the units otherwise
 //!    independent: the generator's stream repeats (a short period, or
@@ -42,7 +44,8 @@
 use dropmc::claims::{ClaimResult, Verdict};
 use dropmc::ops::Rate;
 
-use super::rules::accepted_survivors;
+use super::composite::RoundingBias;
+use super::rules::{ONCE, RECIPROCAL, accepted_survivors};
 use crate::forward::Dtype;
 
 /// The per-unit moment claims.
@@ -63,14 +66,6 @@ pub struct Rounding<'a> {
 }
 
 impl Rounding<'_> {
-    /// Whether the dtype is narrow enough for its rounding of the survivors
-    /// to bias the moments at a feasible budget (float16, bfloat16: the
-    /// relative bias is up to `ε/2 = 2⁻¹¹`, `2⁻⁸`; float32's `2⁻²⁴` is far
-    /// below the moments' resolution).
-    fn biases_moments(&self) -> bool {
-        matches!(self.dtype, Dtype::F16 | Dtype::BF16)
-    }
-
     /// The range over the normal, non-zero inputs of the survivors'
     /// effective relative scale `q·s/x − 1`, for the survivor rounding
     /// `rounding` (an index into [`accepted_survivors`]).
@@ -89,8 +84,12 @@ impl Rounding<'_> {
         Some((lo, hi))
     }
 
-    /// Cause 5 in words, with the numbers.
-    fn moment_bias(&self) -> String {
+    /// Cause 5 in words, with the numbers: `None` when no moment resolved
+    /// a rounding bias.
+    pub fn warning(&self, biases: &[RoundingBias]) -> Option<String> {
+        let largest = biases
+            .iter()
+            .max_by(|a, b| a.z_real.abs().total_cmp(&b.z_real.abs()))?;
         let name = self.dtype.name();
         let exact = 1.0 / self.rate.q();
         let rounded = self.dtype.round(exact);
@@ -100,16 +99,22 @@ impl Rounding<'_> {
                 |(lo, hi)| format!("{} … {}", percent(lo), percent(hi)),
             )
         };
-        format!(
-            "the kept values are {name} roundings of x/q (semantics.survivors_exact passes), but \
-             {name} cannot hold x/q closely enough to keep the mean: 1/q = {exact:.6} rounds to \
-             {rounded:.6} ({}), so at your inputs the survivors' effective scale q*s/x is off by \
-             {} for s = x*fl(1/q) and by {} for s = fl(x/q); the moments resolve that bias at \
-             this budget. It comes from rounding in {name}, not from the mask",
+        Some(format!(
+            "warning: the kept values are {name} roundings of x/q and every moment is consistent \
+             with them, but {name} cannot hold x/q closely enough to keep the mean: {} is {} from \
+             real arithmetic at unit {} (z = {:.1}), a bias this budget resolves. 1/q = \
+             {exact:.6} rounds to {rounded:.6} ({}); at your inputs the survivors' effective \
+             scale q*s/x is off by {} for s = x*fl(1/q) and by {} for s = x/q rounded once. It \
+             comes from rounding in {name}, not from the mask; rounding=\"once\" fails anything \
+             beyond one rounding of x/q",
+            largest.id,
+            percent(largest.relative),
+            largest.component,
+            largest.z_real,
             percent(rounded / exact - 1.0),
-            range(1),
-            range(0),
-        )
+            range(RECIPROCAL),
+            range(ONCE),
+        ))
     }
 }
 
@@ -220,8 +225,14 @@ pub fn rule_causes(results: &[ClaimResult]) -> Vec<String> {
 }
 
 /// One line per cause the failing claims of `results` point to (empty when
-/// nothing failed); a rate other than the declared one first.
-pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String> {
+/// nothing failed), a rate other than the declared one first; then the
+/// warning of cause 5 when `biases` (from [`super::judge_composite`]) holds
+/// a moment the dtype's rounding biases.
+pub fn likely_causes(
+    results: &[ClaimResult],
+    rounding: &Rounding,
+    biases: &[RoundingBias],
+) -> Vec<String> {
     let failed = |id: &str| failed_in(results, id);
     let worst_z = |id: &str| {
         results
@@ -271,8 +282,6 @@ pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String
              period); the other moments fail because their draws are not independent"
                 .into(),
         );
-    } else if per_unit_fails && !failed("dropout.kept_count") && rounding.biases_moments() {
-        causes.push(rounding.moment_bias());
     } else if per_unit_fails && failed("dropout.kept_count") {
         causes.push(
             "the kept values are right but the keep probability is not q = 1 - p: the layer \
@@ -293,5 +302,6 @@ pub fn likely_causes(results: &[ClaimResult], rounding: &Rounding) -> Vec<String
                 .into(),
         );
     }
+    causes.extend(rounding.warning(biases));
     causes
 }

@@ -25,20 +25,25 @@
 //! `dropmc report` verifies; here the question is the implementation.
 
 use dropmc::Error;
-use dropmc::claims::{Card, Claim};
+use dropmc::claims::{Card, Claim, Shape};
 use dropmc::engine::Budget;
 use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, Rate, Subject, TrainPass};
 use dropmc::stats::Estimate;
+use dropmc::stats::{Statistic, per_draw_dof};
 use rand::Rng;
 
 use crate::forward::{Dtype, PyForward};
 
+mod composite;
 mod diagnosis;
 mod moments;
 mod repeats;
 pub(crate) mod rules;
 
+pub use composite::{CompositeNull, judge_composite};
 pub use diagnosis::{Rounding, failed_in, failed_low, likely_causes, rule_causes};
+pub use moments::{moment_nulls, sum_mean_target};
+pub use rules::SurvivorRounding;
 
 use moments::moment_claims;
 use rules::rule_claims;
@@ -59,14 +64,15 @@ pub use dropmc::claims::semantics::X as SEMANTICS_X64;
 /// subnormal and the huge one replaced by the dtype's smallest subnormal
 /// and a huge value of its range (`10³⁸` in float32 and bfloat16, `3·10⁴`
 /// in float16, whose largest number is 65504), which the cast to the
-/// dtype would otherwise round to 0 and to infinity.
+/// dtype would otherwise round to 0 and to infinity. In float16 and
+/// bfloat16 the [`ROUNDING_PROBES`] follow.
 pub fn semantics_x(dtype: Dtype) -> Vec<f64> {
     let huge = match dtype {
         Dtype::F64 => return SEMANTICS_X64.to_vec(),
         Dtype::F32 | Dtype::BF16 => 1e38,
         Dtype::F16 => 3e4,
     };
-    vec![
+    let mut x = vec![
         0.5,
         -1.2,
         3.0,
@@ -75,7 +81,27 @@ pub fn semantics_x(dtype: Dtype) -> Vec<f64> {
         dtype.smallest_subnormal(),
         huge,
         -7.25,
-    ]
+    ];
+    if matches!(dtype, Dtype::F16 | Dtype::BF16) {
+        x.extend((0..ROUNDING_PROBES).map(|k| dtype.round(rounding_probe(k))));
+    }
+    x
+}
+
+/// Extra inputs of the semantics rules in float16 and bfloat16: one per
+/// slot of the significand in `[1, 2)`, where the dtype's roundings of
+/// `x/q` part: PyTorch's `x·fl(1/q)` and the once-rounded `x/q` agree on
+/// every value of [`SEMANTICS_X64`] in bfloat16 at `p = 0.1`, and differ on
+/// 19 of these 64 (20 in float16; 8 and 9 at `p = 0.3`, none at `p = 0.2`,
+/// where `1/q = 1.25` is exact), so `rounding="once"` can tell them apart.
+pub const ROUNDING_PROBES: usize = 64;
+
+/// The `k`-th rounding probe before the cast: `1 + (k + 0.37)/64`, off the
+/// binary grid so that each falls in its own slot of the significand, with
+/// alternating signs.
+fn rounding_probe(k: usize) -> f64 {
+    let v = 1.0 + (k as f64 + 0.37) / ROUNDING_PROBES as f64;
+    if k.is_multiple_of(2) { v } else { -v }
 }
 
 /// Draws of the moment claims (the Rust suite's default for them).
@@ -95,6 +121,8 @@ pub struct Setup<'a> {
     pub has_rng_state: bool,
     /// The user's cap on every claim's draws (`samples=`).
     pub samples: Option<u64>,
+    /// Which roundings of `x/q` the survivors and the moments admit.
+    pub rounding: SurvivorRounding,
 }
 
 /// The Python forward as a [`DropoutLayer`], at the user's rate only.
@@ -282,4 +310,29 @@ pub fn claims<'a>(setup: &Setup<'a>) -> (Vec<PyClaim<'a>>, Vec<(&'static str, St
         skipped.push((id, reason));
     }
     (run, skipped)
+}
+
+/// A deterministic rule: `rule` returns its total violations over
+/// `budget.samples` rows.
+pub(crate) fn rule_claim<'a>(
+    id: &'static str,
+    formula: &'static str,
+    note: Option<String>,
+    rule: impl Fn(Budget) -> Result<f64, Error> + Sync + 'a,
+) -> PyClaim<'a> {
+    PyClaim {
+        card: Card::new(id, family_of(id), formula, Shape::Scalar, RULE_SAMPLES)
+            .with_statistic(Statistic::Violations),
+        analytic: vec![0.0],
+        note,
+        estimate: Box::new(move |_, budget| {
+            let violations = rule(budget)?;
+            Ok(vec![Estimate {
+                value: violations,
+                stderr: 0.0,
+                n: budget.samples,
+                dof: per_draw_dof(budget.samples),
+            }])
+        }),
+    }
 }

@@ -27,7 +27,8 @@ use dropmc::formulas::dropout as f;
 use dropmc::ops::{DropoutLayer, Rate};
 use dropmc::stats::{Estimate, Statistic, two_point_skewness};
 
-use super::rules::accepted_survivors;
+use super::composite::CompositeNull;
+use super::rules::{ONCE, accepted_survivors};
 use super::{COUNT_X, MOMENT_SAMPLES, PyClaim, Setup, family_of};
 use crate::forward::{Dtype, lock};
 
@@ -51,7 +52,7 @@ pub(super) fn effective_input(x: f64, rate: Rate, dtype: Dtype) -> f64 {
     if scale == 1.0 {
         x
     } else {
-        rate.q() * (accepted_survivors(x, rate, dtype)[0] * scale)
+        rate.q() * (accepted_survivors(x, rate, dtype)[ONCE] * scale)
     }
 }
 
@@ -71,7 +72,7 @@ pub(super) fn unit_scale(x: f64, rate: Rate, dtype: Dtype) -> f64 {
     if x == 0.0 || x.abs() >= dtype.smallest_normal() {
         return 1.0;
     }
-    let s = accepted_survivors(x, rate, dtype)[0].abs();
+    let s = accepted_survivors(x, rate, dtype)[ONCE].abs();
     let exponent = (-s.log2().floor() as i32).min(MAX_SCALE_EXPONENT);
     2f64.powi(exponent)
 }
@@ -163,6 +164,22 @@ impl SharedPass {
         *done = Some((budget.samples, split));
         Ok(mine)
     }
+}
+
+/// The row sum's mean at `setup`'s input (`E[S] = Σ_k q s_k`, at the
+/// effective input) and its statistic: what `dropout.sum_mean` tests, for
+/// the same mean at other call sizes ([`crate::small_calls`]).
+pub fn sum_mean_target(setup: &Setup) -> (Vec<f64>, Statistic) {
+    let (rate, dtype) = (setup.rate, setup.forward.dtype());
+    let a: Vec<f64> = setup
+        .moment_x
+        .iter()
+        .map(|&v| effective_input(v, rate, dtype))
+        .collect();
+    (
+        vec![f::sum_mean(&a)],
+        Statistic::masked_sum(&a, rate.q(), false),
+    )
 }
 
 /// A moment claim: two training passes per draw through [`PairSampler`],
@@ -336,4 +353,113 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
         claim.note = note.clone();
     }
     claims
+}
+
+/// A moment claim's target as a function of one unit's kept value `s` (in
+/// the unit's scaled units, [`unit_scale`]): `E[z^r] = q s^r`, `Var z = p q
+/// s²`; the sum claims add the units' targets. At `s = x/q` these are the
+/// textbook targets of [`moment_claims`] (`q (x/q)^r = x^r/q^(r−1)`).
+struct MomentTarget {
+    id: &'static str,
+    of_survivor: fn(f64, Rate) -> f64,
+    summed: bool,
+}
+
+const MOMENT_TARGETS: [MomentTarget; 7] = [
+    MomentTarget {
+        id: "dropout.mean",
+        of_survivor: |s, r| r.q() * s,
+        summed: false,
+    },
+    MomentTarget {
+        id: "dropout.second_moment",
+        of_survivor: |s, r| r.q() * s * s,
+        summed: false,
+    },
+    MomentTarget {
+        id: "dropout.third_moment",
+        of_survivor: |s, r| r.q() * s * s * s,
+        summed: false,
+    },
+    MomentTarget {
+        id: "dropout.fourth_moment",
+        of_survivor: |s, r| r.q() * (s * s) * (s * s),
+        summed: false,
+    },
+    MomentTarget {
+        id: "dropout.variance",
+        of_survivor: |s, r| r.p() * r.q() * s * s,
+        summed: false,
+    },
+    MomentTarget {
+        id: "dropout.sum_mean",
+        of_survivor: |s, r| r.q() * s,
+        summed: true,
+    },
+    MomentTarget {
+        id: "dropout.sum_variance",
+        of_survivor: |s, r| r.p() * r.q() * s * s,
+        summed: true,
+    },
+];
+
+/// The composite nulls of the moment claims in float16 and bfloat16 (none
+/// in float32 and float64, whose roundings are far below any moment's
+/// resolution, nor at `p = 0`).
+///
+/// The null: each unit's kept value is one value `s_k` of the set the
+/// survivor rule admits (`setup.rounding`: any of the dtype's roundings of
+/// `x_k/q`, or `x_k/q` rounded once), the same on every draw. A per-unit
+/// target `g(s_k)` then lies in `[min g, max g]` over that set (exactly:
+/// the set is finite), a sum's `Σ_k g(s_k)` in `[Σ_k min g, Σ_k max g]`
+/// (each unit's value chosen on its own). With one admissible value the
+/// interval is a point, the simple null.
+pub fn moment_nulls(setup: &Setup) -> Vec<CompositeNull> {
+    let (rate, dtype) = (setup.rate, setup.forward.dtype());
+    if rate.p() == 0.0 || !matches!(dtype, Dtype::F16 | Dtype::BF16) {
+        return Vec::new();
+    }
+    // Per unit, the admissible kept values in the unit's scaled units.
+    let survivors: Vec<Vec<f64>> = setup
+        .moment_x
+        .iter()
+        .map(|&v| {
+            let x = dtype.round(v);
+            let scale = unit_scale(x, rate, dtype);
+            setup
+                .rounding
+                .admitted(x, rate, dtype)
+                .into_iter()
+                .map(|s| s * scale)
+                .collect()
+        })
+        .collect();
+    MOMENT_TARGETS
+        .iter()
+        .map(|t| {
+            let per_unit: Vec<(f64, f64)> = survivors
+                .iter()
+                .map(|set| {
+                    let values = set.iter().map(|&s| (t.of_survivor)(s, rate));
+                    values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                        (lo.min(v), hi.max(v))
+                    })
+                })
+                .collect();
+            let intervals = if t.summed {
+                vec![
+                    per_unit
+                        .iter()
+                        .fold((0.0, 0.0), |(lo, hi), (a, b)| (lo + a, hi + b)),
+                ]
+            } else {
+                per_unit
+            };
+            CompositeNull {
+                id: t.id,
+                dtype,
+                intervals,
+            }
+        })
+        .collect()
 }

@@ -39,8 +39,7 @@ use std::collections::HashMap;
 
 use dropmc::stats::assertion_alpha;
 
-use super::rules::rule_claim;
-use super::{PyClaim, RULE_SAMPLES, Setup};
+use super::{PyClaim, RULE_SAMPLES, Setup, rule_claim};
 
 /// Rows per window for `n` rows of `bits_per_row` informative bits at keep
 /// probability `q` (drop `p`): the smallest `w` with `w·k ≥ B` (module

@@ -4,40 +4,13 @@
 //! dtype.
 
 use dropmc::Error;
-use dropmc::claims::{Card, Shape};
 use dropmc::engine::Budget;
 use dropmc::formulas::semantics::{backward_bound, kept_roundings};
 use dropmc::ops::Rate;
-use dropmc::stats::{Estimate, Statistic, per_draw_dof};
 
 use super::repeats::repeat_claim;
-use super::{PyClaim, RULE_SAMPLES, Setup, family_of};
-use crate::forward::Dtype;
-
-/// A deterministic rule: `rule` returns its total violations over
-/// `budget.samples` rows.
-pub(crate) fn rule_claim<'a>(
-    id: &'static str,
-    formula: &'static str,
-    note: Option<String>,
-    rule: impl Fn(Budget) -> Result<f64, Error> + Sync + 'a,
-) -> PyClaim<'a> {
-    PyClaim {
-        card: Card::new(id, family_of(id), formula, Shape::Scalar, RULE_SAMPLES)
-            .with_statistic(Statistic::Violations),
-        analytic: vec![0.0],
-        note,
-        estimate: Box::new(move |_, budget| {
-            let violations = rule(budget)?;
-            Ok(vec![Estimate {
-                value: violations,
-                stderr: 0.0,
-                n: budget.samples,
-                dof: per_draw_dof(budget.samples),
-            }])
-        }),
-    }
-}
+use super::{PyClaim, Setup, rule_claim};
+use crate::forward::{Dtype, PyForward};
 
 /// Sums `per_row` over `budget.samples` rows.
 pub(crate) fn count_rows(
@@ -51,24 +24,71 @@ pub(crate) fn count_rows(
     Ok(total as f64)
 }
 
-/// The kept outputs a dtype's arithmetic may give for `x / q`: `fl(x/q)`
-/// and `fl(x · fl(1/q))` (the Rust suite's two roundings,
-/// [`kept_roundings`]); in a narrower dtype the same with every operation
-/// rounded to it, and also `fl(x · fl(1/fl(q)))`: `q` and `1/q` rounded
-/// from their float64 values, or `1/q` from the rounded `q` (numpy, JAX
-/// and PyTorch cast a Python float scale to the array's dtype; PyTorch's
-/// float16 and bfloat16 dropout multiplies by the rounded reciprocal, see
-/// [`crate::dtype`]).
-pub(super) fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 3] {
+/// Which roundings of `x/q` a check admits as a kept value
+/// (`check_dropout(..., rounding=...)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SurvivorRounding {
+    /// Any of the dtype's usual roundings ([`accepted_survivors`]).
+    Any,
+    /// `x/q` rounded once to the dtype, nothing else: the best a dtype
+    /// allows ([`ONCE`]).
+    Once,
+}
+
+impl SurvivorRounding {
+    /// Parses the Python option's value.
+    pub fn from_name(name: &str) -> Option<SurvivorRounding> {
+        match name {
+            "any" => Some(SurvivorRounding::Any),
+            "once" => Some(SurvivorRounding::Once),
+            _ => None,
+        }
+    }
+
+    /// The kept values this rule admits for the input `x` (one of the
+    /// dtype's values) at `rate`.
+    pub fn admitted(self, x: f64, rate: Rate, dtype: Dtype) -> Vec<f64> {
+        let all = accepted_survivors(x, rate, dtype);
+        match self {
+            SurvivorRounding::Any => all.to_vec(),
+            SurvivorRounding::Once => vec![all[ONCE]],
+        }
+    }
+}
+
+/// Index in [`accepted_survivors`] of `x/q` rounded once.
+pub(crate) const ONCE: usize = 0;
+/// Index in [`accepted_survivors`] of `fl(x · fl(1/q))`.
+pub(crate) const RECIPROCAL: usize = 2;
+
+/// The kept outputs a dtype's arithmetic may give for `x / q`, in this
+/// order:
+///
+/// 0. [`ONCE`]: `x/q` with `q = 1 − p` as given (a float64), rounded once
+///    to the dtype: the correctly rounded quotient (in float64, `x / q`);
+/// 1. `fl(x / fl(q))`: the quotient by `q` cast to the dtype first;
+/// 2. [`RECIPROCAL`]: `fl(x · fl(1/q))`, the reciprocal rounded from its
+///    float64 value (PyTorch's float16 and bfloat16 dropout, see
+///    [`crate::dtype`]);
+/// 3. `fl(x · fl(1/fl(q)))`: the reciprocal of the rounded `q`.
+///
+/// In float64 these are the Rust suite's two roundings ([`kept_roundings`]);
+/// numpy, JAX and PyTorch cast a Python float scale to the array's dtype,
+/// hence 1–3. Rounding once from float64 is the correct rounding of the
+/// real `x/q` but for a float64 quotient within `2⁻⁵³` relative of a
+/// midpoint of the dtype (the double rounding `53 → t` bits), far below
+/// any input a check uses.
+pub(super) fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 4] {
     match dtype {
         Dtype::F64 => {
             let (division, reciprocal) = kept_roundings(x, rate);
-            [division, reciprocal, reciprocal]
+            [division, division, reciprocal, reciprocal]
         }
         _ => {
             let (x, q) = (dtype.round(x), dtype.round(rate.q()));
             let inverse = dtype.round(1.0 / rate.q());
             [
+                dtype.round(x / rate.q()),
                 dtype.div(x, q),
                 dtype.mul(x, inverse),
                 dtype.mul(x, dtype.div(1.0, q)),
@@ -114,6 +134,46 @@ fn differing_bits(a: &[f64], b: &[f64]) -> usize {
         .count()
 }
 
+/// The survivor rule `id` on `forward`'s training rows of input `x`: every
+/// kept value one that `rounding` admits for its input, bit for bit (in
+/// [`crate::small_calls`] too, on one-row calls).
+pub(crate) fn survivors_claim<'a>(
+    id: &'static str,
+    forward: &'a PyForward,
+    x: Vec<f64>,
+    rate: Rate,
+    rounding: SurvivorRounding,
+) -> PyClaim<'a> {
+    let dtype = forward.dtype();
+    rule_claim(
+        id,
+        match rounding {
+            SurvivorRounding::Any => {
+                "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit in the input's dtype, dropped z_k = 0: 0 violations"
+            }
+            SurvivorRounding::Once => {
+                "rounding=\"once\": kept z_k = x_k / q rounded once to the input's dtype, bit for bit, dropped z_k = 0: 0 violations"
+            }
+        },
+        None,
+        move |budget| {
+            let accepted: Vec<Vec<f64>> = x
+                .iter()
+                .map(|&a| rounding.admitted(a, rate, dtype))
+                .collect();
+            count_rows(budget, || {
+                forward.train_row(&x, |row| {
+                    row.out
+                        .iter()
+                        .zip(&accepted)
+                        .filter(|(z, ok)| **z != 0.0 && !ok.iter().any(|a| same_bits(*a, **z)))
+                        .count()
+                })
+            })
+        },
+    )
+}
+
 /// The semantics rules: eval identity, eval draws nothing, survivors,
 /// backward mask, `p = 0` identity (each where the subject can express it;
 /// the rest are returned as skipped, with the reason).
@@ -157,24 +217,12 @@ pub(crate) fn rule_claims<'a>(
                 .to_string(),
         ));
     }
-    let xs = x.clone();
-    claims.push(rule_claim(
+    claims.push(survivors_claim(
         "semantics.survivors_exact",
-        "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit in the input's dtype, dropped z_k = 0: 0 violations",
-        None,
-        move |budget| {
-            let accepted: Vec<[f64; 3]> =
-                xs.iter().map(|&a| accepted_survivors(a, rate, dtype)).collect();
-            count_rows(budget, || {
-                forward.train_row(&xs, |row| {
-                    row.out
-                        .iter()
-                        .zip(&accepted)
-                        .filter(|(z, ok)| **z != 0.0 && !ok.iter().any(|a| same_bits(*a, **z)))
-                        .count()
-                })
-            })
-        },
+        forward,
+        x.clone(),
+        rate,
+        setup.rounding,
     ));
     let informative = x
         .iter()
