@@ -25,9 +25,18 @@ that expectation, per token, from the site's own activations captured live:
   whose buffers have no fold is left as it is and named in
   ``Correction.unfolded``.
 
+Sites: given example inputs, those :func:`dropmc.discovery.discover` finds
+on one train-mode forward (norms recognised by what they compute, corrected
+with their :class:`~dropmc.norms.NormSpec`; entangled and functional-dropout
+sites refused with the reason); without, module names or ``torch.fx``
+(:func:`resolve_sites`, the one switch point).
+
 How: a forward pre-hook on the dropout keeps its input ``v``; a forward
 hook on the norm replaces the norm's output in eval mode (in train mode
-both hooks return at once, so training is bit for bit what it was). The
+both hooks return at once, so training is bit for bit what it was). A
+module called more than once per forward has a call counter (reset by a
+pre-hook on the model): its ``k``-th call is the site ``name#k``, so each
+call's correction uses that call's own ``v``. The
 norm stays the same ``nn.LayerNorm``/``nn.RMSNorm`` object with the same
 parameters, so ``state_dict()`` and ``dropmc.audit`` see the model they saw
 before. ``nn.TransformerEncoderLayer``'s fused eval path skips module hooks:
@@ -122,7 +131,7 @@ def _is_site_list(obj) -> bool:
 
     if isinstance(obj, Audit):
         return True
-    if isinstance(obj, list):
+    if isinstance(obj, list) or (isinstance(obj, tuple) and obj and all(isinstance(t, tuple) for t in obj)):
         return all(isinstance(t, (tuple, list)) and all(isinstance(n, str) for n in t) for t in obj)
     return False
 
@@ -160,11 +169,11 @@ def _functional_reason(site) -> str:
             "an nn.Dropout, or exclude the site")
 
 
-def _split_discovered(model, found, chosen, named: bool, skipped_in=None) -> _Plan:
+def _split_discovered(found, chosen, named: bool) -> _Plan:
     """``chosen`` (discovery ``Site``\\ s) into what ``correct`` corrects
     and what it refuses or skips, with the reason. ``named``: the user
     named these sites, so a refusal is a ValueError, not a note."""
-    kept, refused, skipped = [], {}, dict(skipped_in or {})
+    kept, refused, skipped = [], {}, {}
     for site in chosen:
         if site.form == "entangled":
             reason = f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
@@ -187,18 +196,18 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
     """The one place site discovery enters ``correct`` (see
     :func:`resolve_sites`)."""
     from .audit import Audit, _select_sites, find_sites
-    from .discovery import call_inputs, discover
+    from .discovery import Site, call_inputs, discover
 
     if isinstance(sites, Audit):
         found = sites.discovery
         if found is None:  # an audit of hand-made captures: its site names are module names
             return _Plan([tuple(s["name"].split("->")) for s in sites.sites])
         by_name = {s.name: s for s in found.sites}
-        audited = [by_name[s["name"]] if s["name"] in by_name else
-                   type(found.sites[0])(*s["name"].split("->")[:2], "plain", s["p"])
+        # a compound site audited as plain (named by its first two calls) is LN1's plain site
+        audited = [by_name.get(s["name"]) or Site(*s["name"].split("->")[:2], "plain", s["p"])
                    for s in sites.sites]
         other = [by_name[o["name"]] for o in sites.other_sites if o["name"] in by_name]
-        return _split_discovered(model, found, audited + other, named=False)
+        return _split_discovered(found, audited + other, named=False)
     if inputs is None and not kwargs:
         if sites is not None:
             return _Plan(_legacy_tuples(sites))
@@ -214,11 +223,11 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
     args, kw = call_inputs(inputs, kwargs)
     found = discover(model, *args, norms=norms, **kw)
     if sites is None:
-        plan = _split_discovered(model, found, found.sites, named=False)
+        plan = _split_discovered(found, found.sites, named=False)
         plan.sites += _batchnorm_sites(model)
         return plan
     chosen = _select_sites(found, _legacy_tuples(sites), dict(model.named_modules()))
-    return _split_discovered(model, found, chosen, named=True)
+    return _split_discovered(found, chosen, named=True)
 
 
 def resolve_sites(model, sites=None, inputs=None, *, norms=None, **kwargs) -> List[Tuple[str, ...]]:
