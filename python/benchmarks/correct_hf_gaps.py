@@ -1,6 +1,7 @@
 """Per-site gaps before and after dropmc.torch.correct(model, inputs) on the
 small Hugging Face models of python/tests/test_correct_hf.py (BERT, ESM,
-T5 encoder, ViT from its builders; GPT-2 at d = 256 in float64), with no
+T5 encoder, ViT from its builders, norm gains and shifts moved off their
+init; GPT-2 the same at d = 256 in float64), with no
 hand-named sites: per model the sites discovery found, the sites
 corrected and the sites refused; per corrected site, one site at a time,
 the uncorrected audit's eval gap (± its SE), its first-order bound and the
@@ -30,7 +31,7 @@ import dropmc.torch as dt  # noqa: E402
 def main():
     for arch in ["bert", "esm", "t5", "vit", "gpt2"]:
         t0 = time.time()
-        model = T._model(arch) if arch != "gpt2" else build("gpt2", layers=2, d=256).double().eval()
+        model = T._model(arch) if arch != "gpt2" else T._trained_like(build("gpt2", layers=2, d=256)).double().eval()
         x = T._inputs(arch)
         audit = A.audit_torch(model, x, seed=3)
         done = dt.correct(model, x, inplace=False)._dropmc_correction

@@ -52,7 +52,20 @@ def _model(arch):
     the dtype its T5LayerNorm computes in (in float64 it still takes the
     mean square in float32, which recognition reads as no norm)."""
     d, dtype = (128, torch.float32) if arch == "t5" else (256, torch.float64)
-    return build(arch, layers=LAYERS, d=d).to(dtype).eval()
+    return _trained_like(build(arch, layers=LAYERS, d=d)).to(dtype).eval()
+
+
+def _trained_like(model, seed=2):
+    """Norm gains and shifts away from their init (γ = 1, β = 0 would hide
+    a correction that drops γ or does not preserve β)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in model.modules():
+            if type(m).__name__.endswith("LayerNorm"):  # nn.LayerNorm, T5LayerNorm
+                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
+                if getattr(m, "bias", None) is not None:
+                    m.bias.copy_(0.5 * torch.randn(m.bias.shape, generator=g))
+    return model
 
 
 def _inputs(arch="bert"):
@@ -73,18 +86,20 @@ def _gap(audit, i, out):
     return _rs.gap_to_truth(truth.ravel(), se.ravel(), out.numpy().ravel().copy(), audit.sites[i]["d"])
 
 
-def _one_site_gaps(model, x, audit):
-    """Per audited site: (site, uncorrected gap, first-order bound,
-    corrected gap) with only that site corrected, named by its call names."""
+def _one_site_gaps(model, x, audit, order=1):
+    """Per audited site: (site, uncorrected gap, bound of the audit's
+    estimate of that order, corrected gap) with only that site corrected,
+    named by its call names."""
     rows = []
+    key = "first_order" if order == 1 else "second_order"
     for i, s in enumerate(audit.sites):
         site = tuple(s["name"].split("->"))
-        dt.correct(model, x, sites=[site])
+        dt.correct(model, x, sites=[site], order=order)
         try:
             out = C.norm_outputs(model, x, [site[-1]])[site[-1]]
         finally:
             dt.uncorrect(model)
-        rows.append((site, s["uncorrected"]["rms"], s["first_order"]["upper"], _gap(audit, i, out)))
+        rows.append((site, s["uncorrected"]["rms"], s[key]["upper"], _gap(audit, i, out)))
     return rows
 
 
@@ -116,6 +131,12 @@ def test_one_site_at_a_time_is_within_the_first_order_bound(audited):
     for site, uncorrected, bound, gap in rows:
         assert uncorrected >= MIN_FACTOR * bound, (site, uncorrected, bound)
         assert gap["rms"] <= bound, (site, gap, bound)
+
+
+def test_second_order_one_site_at_a_time_is_within_the_second_order_bound(audited):
+    _, model, x, audit = audited
+    for site, uncorrected, bound, gap in _one_site_gaps(model, x, audit, order=2):
+        assert uncorrected >= MIN_FACTOR * bound and gap["rms"] <= bound, (site, uncorrected, bound, gap)
 
 
 def test_planted_c_squared_fails_at_every_site(audited, monkeypatch):
