@@ -150,7 +150,7 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
         raise ValueError(f"{label}: no eps / variance_epsilon / epsilon attribute; pass its NormSpec "
                          "explicitly (norms={name: dropmc.norms.NormSpec(...)})")
     with torch.no_grad():
-        y = module(x)
+        y = module.forward(x)  # its own computation: no hooks (a correction's among them)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         raise ValueError(f"{label} is not a norm: its output is not a tensor of its input's shape")
     xs = x.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
