@@ -50,7 +50,8 @@ def blocks(path):
 
 
 def main():
-    python = sys.argv[1]
+    # Absolute but not resolved: a venv's python is a link that must stay in the venv.
+    python = os.path.abspath(sys.argv[1])
     files = [pathlib.Path(f).resolve() for f in sys.argv[2:]] or [
         ROOT / "README.md",
         *sorted((ROOT / "docs").glob("*.md")),
