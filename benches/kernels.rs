@@ -14,8 +14,10 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dropmc::engine::{Budget, CHUNK, stream};
+use dropmc::fast::attention_row::row_sums_kernel;
 use dropmc::fast::bench::{EPS, Workload, workload_attention, workload_x};
-use dropmc::fast::{FastAttention, FastNorm, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on};
+use dropmc::fast::{FastSite, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on};
+use dropmc::ops::{AnyNorm, LayerNorm, Site};
 
 /// One W1 block: 64 masks of 512 units, as 512 words.
 fn mask_bits(c: &mut Criterion) {
@@ -85,16 +87,26 @@ fn block_sums(c: &mut Criterion) {
     g.finish();
 }
 
-/// One whole chunk of each workload's kernel, at every instruction-set
-/// level this CPU has (the same bits on each; the time differs).
+/// The site kernel of W1 (`per_channel`) or W2: plain dropout of the
+/// workload's `x`, then LayerNorm with `ε = EPS`.
+fn site_kernel(workload: Workload, per_channel: bool) -> FastSite {
+    let d = workload.width();
+    let site = Site::plain(&workload_x(d), workload.p()).expect("site");
+    let ln = AnyNorm::Layer(LayerNorm::plain(d, EPS).expect("LayerNorm"));
+    FastSite::new(&site, &ln, per_channel).expect("kernel")
+}
+
+/// One whole chunk of each workload's kernel (the ones the claims run), at
+/// every instruction-set level this CPU has (the same bits on each; the
+/// time differs).
 fn chunk(c: &mut Criterion) {
     let mut g = c.benchmark_group("chunk");
     g.sample_size(20);
     let budget = Budget::new(CHUNK, 3).expect("budget");
-    let w1 = FastNorm::new(&workload_x(512), Workload::W1.p(), EPS, true).expect("W1");
-    let w2 = FastNorm::new(&workload_x(4096), Workload::W2.p(), EPS, false).expect("W2");
+    let w1 = site_kernel(Workload::W1, true);
+    let w2 = site_kernel(Workload::W2, false);
     let (a, v) = workload_attention(128);
-    let w3 = FastAttention::new(&a, &v, Workload::W3.p()).expect("W3");
+    let w3 = row_sums_kernel(&a, &v, Workload::W3.p()).expect("W3");
     for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
         if !isa.available() {
             continue;

@@ -1,6 +1,7 @@
 //! Times the fast LayerNorm kernel at a large width: `E[LN(z)_k]` for every
-//! channel at d = 10^5 (default) from 10^6 masks, as `FastNorm::estimate`
-//! runs it (with progress on stderr through `run_chunks_with_progress`),
+//! channel at d = 10^5 (default) from 10^6 masks, as `FastSite::estimate`
+//! runs it for the claims (with progress on stderr through
+//! `run_chunks_with_progress`),
 //! and prints wall and CPU seconds and the peak resident memory.
 //!
 //! ```text
@@ -11,7 +12,8 @@ use std::time::Instant;
 
 use dropmc::engine::Budget;
 use dropmc::fast::bench::{cpu_seconds, workload_x};
-use dropmc::fast::{FastNorm, Isa, run_chunks_with_progress};
+use dropmc::fast::{FastSite, Isa, run_chunks_with_progress};
+use dropmc::ops::{AnyNorm, LayerNorm, Site};
 
 fn main() -> Result<(), dropmc::error::Error> {
     let mut args = std::env::args().skip(1);
@@ -19,7 +21,8 @@ fn main() -> Result<(), dropmc::error::Error> {
     let masks: u64 = args.next().map_or(1_000_000, |a| a.parse().expect("MASKS"));
     let x = workload_x(d);
     let start = Instant::now();
-    let kernel = FastNorm::new(&x, 0.1, 1e-5, true)?;
+    let norm = AnyNorm::Layer(LayerNorm::plain(d, 1e-5)?);
+    let kernel = FastSite::new(&Site::plain(&x, 0.1)?, &norm, true)?;
     let built = start.elapsed().as_secs_f64();
     let budget = Budget::new(masks, 1)?;
     let cpu_start = cpu_seconds();

@@ -183,8 +183,6 @@ impl Default for Registry {
     /// The crate's own families ([`claims::families`]), in the order the
     /// report lists them, each with its `eval` quantity and its figures.
     fn default() -> Self {
-        let quantities = eval::quantities();
-        let quantity = |name: &str| quantities.iter().find(|q| q.name() == name).cloned();
         let mut registry = Registry::empty();
         for listed in claims::families() {
             let mut family =
@@ -192,18 +190,24 @@ impl Default for Registry {
             if listed.dropout_alone {
                 family = family.exercising_dropout_alone();
             }
-            let (name, figures): (Option<&str>, &[Figure]) = match listed.name {
-                "dropout" => (Some("moments"), &[]),
-                "layernorm" => (Some("ln"), &[plot::LEADING_ORDER_GAP, plot::LAYERNORM_C]),
-                "rmsnorm" => (Some("rms"), &[]),
-                "bypass" => (Some("bypass"), &[]),
-                "compound" => (Some("compound"), &[]),
-                "attention" => (Some("attn"), &[plot::ATTENTION_ROW_SUM]),
-                "batchnorm" => (Some("bn"), &[plot::DEEP_STACK]),
+            // The quantity by its constructor, not its name: a misspelt
+            // quantity does not compile.
+            type Quantity = Option<fn() -> EvalQuantity>;
+            let (quantity, figures): (Quantity, &[Figure]) = match listed.name {
+                "dropout" => (Some(eval::moments::quantity), &[]),
+                "layernorm" => (
+                    Some(eval::ln::quantity),
+                    &[plot::LEADING_ORDER_GAP, plot::LAYERNORM_C],
+                ),
+                "rmsnorm" => (Some(eval::rms::quantity), &[]),
+                "bypass" => (Some(eval::bypass::quantity), &[]),
+                "compound" => (Some(eval::compound::quantity), &[]),
+                "attention" => (Some(eval::attn::quantity), &[plot::ATTENTION_ROW_SUM]),
+                "batchnorm" => (Some(eval::bn::quantity), &[plot::DEEP_STACK]),
                 _ => (None, &[]),
             };
-            if let Some(q) = name.and_then(quantity) {
-                family = family.with_quantity(q);
+            if let Some(quantity) = quantity {
+                family = family.with_quantity(quantity());
             }
             for figure in figures {
                 family = family.with_figure(*figure);

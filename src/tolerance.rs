@@ -39,6 +39,87 @@ pub fn bound(roundings: f64, magnitude: f64) -> f64 {
     gamma(roundings) * magnitude.abs()
 }
 
+/// `n u`: the first-order part of [`gamma`]`(n)`, for a bound whose
+/// derivation counts its `n` roundings to first order (the `O(u²)` rest is
+/// covered by a count that is itself generous, as said at each use).
+pub fn first_order(n: f64) -> f64 {
+    n * UNIT_ROUNDOFF
+}
+
+/// `n ε = 2 n u`, an upper bound on `γ_n` wherever `n u ≤ 1/2` (then
+/// `1 − n u ≥ 1/2`, so `γ_n = n u/(1 − n u) ≤ 2 n u`): the bound the exact
+/// enumerations charge for `n` roundings without computing `γ_n`'s
+/// denominator.
+pub fn gamma_upper(n: f64) -> f64 {
+    n * f64::EPSILON
+}
+
+/// Roundings of one term of an enumeration `Σ_masks w · f`: the weight `w`
+/// is a product of `factors` probabilities (`factors` roundings, counting
+/// the last multiplication by `f`'s value as one of them: `factors − 1`
+/// products and one more), and the running sum over `masks` terms adds at
+/// most `masks − 1` roundings (Higham 4.4), so with [`gamma_upper`] the
+/// bound is `(masks + factors) ε · Σ w |f|`. The per-bit enumeration has
+/// `2^bits` masks of `bits` factors; the grouped one a mask per count
+/// vector, of one table weight per group.
+pub fn enumeration_roundings(masks: f64, factors: f64) -> f64 {
+    masks + factors
+}
+
+/// Roundings charged to `Var t = E[t²] − E[t]²` beyond its moments' own
+/// bounds ([`crate::exact::variance_from_moments`]): the square `E[t]²` and
+/// the subtraction round once each, on values at most `|E[t²]|`
+/// (`E[t]² ≤ E[t²]`): two roundings, charged as 4 with [`gamma_upper`] (the
+/// crate's count from the start, kept: twice what the derivation needs).
+pub const VARIANCE_FROM_MOMENTS_ROUNDINGS: f64 = 4.0;
+
+/// Relative rounding of the `Binomial(n, q)` weights as
+/// [`crate::exact::binomial_weights`] builds them, with [`gamma_upper`].
+///
+/// # Derivation
+///
+/// From the mode (weight 1, exact) each weight is the previous one times a
+/// ratio `(n − k)/(k + 1)` (one division) and the odds (one product), and
+/// the product itself (one more): at most `3n` roundings along the longest
+/// chain. The normalization sums `n + 1` positive weights (`n` roundings,
+/// relative to the total since every term has one sign) and divides (1):
+/// `4n + 1`. Charged `5n + 4`, the crate's count from the start (the odds
+/// `q/p` add one rounding per step of the chain: `n` more, and 3 to spare).
+pub fn binomial_weight_roundings(n: usize) -> f64 {
+    (5 * n + 4) as f64
+}
+
+/// Roundings of one evaluation of a norm on the `2K` value classes of a
+/// grouped site (the grouped oracle's `standardise` / `rms_scale`), per
+/// norm stage, with [`gamma_upper`] on the magnitude `Σ w |f|`.
+///
+/// # Derivation
+///
+/// The mean is a weighted sum over the `2K` classes (a product each,
+/// `2K − 1` additions) and a division: `4K`; the variance a subtraction and
+/// two products per class, `2K − 1` additions and a division: `8K`; then
+/// `+ ε`, the root and the reciprocal (3), per class a subtraction and a
+/// product (2), and the kept share's weighting of the two classes (a
+/// division, `1 − share`, two products, a sum: 5): `12K + 10` per stage.
+/// Charged `16K + 32`, the crate's count from the start.
+pub fn class_norm_roundings(k: usize) -> f64 {
+    16.0 * k as f64 + 32.0
+}
+
+/// Roundings of one draw's scalar norm statistic over `d` units, to first
+/// order ([`first_order`]): `M = Σ y/d` is `d` roundings, `R² = Σ y²/d`
+/// `2d`, and `V = Σ (y − M)²/d` the mean's `d` and then per unit a
+/// subtraction and a square (`2d`), `d − 1` sums and a division: `4d`
+/// (the mean's own error enters `V` only at second order, since
+/// `Σ (y − M) = 0`). Charged `4d + 16`, the `O(u²)` rest inside the 16.
+pub fn norm_statistic_roundings(d: usize) -> f64 {
+    4.0 * d as f64 + 16.0
+}
+
+/// Roundings of `γ · s + β`, the affine step after a norm: the product and
+/// the addition.
+pub const AFFINE_ROUNDINGS: f64 = 2.0;
+
 /// Roundings allowed on *each* side when a zero-spread Monte Carlo estimate
 /// (every draw gave the same value `v`) is compared with its closed form.
 ///

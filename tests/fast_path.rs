@@ -1,5 +1,6 @@
-//! The fast sampling path agrees with the exact values, with the reference
-//! sampler, and with itself on any number of threads.
+//! The fast sampling path (the kernels the claims run: [`FastSite`], the
+//! attention row's) agrees with the exact values, with the claims' generic
+//! per-element path, and with itself on any number of threads.
 //!
 //! Every statistical assertion here is a two-sided z-test at the suite's
 //! per-assertion level (Student-t at each estimate's degrees of freedom, exact
@@ -8,13 +9,15 @@
 
 mod common;
 
-use dropmc::engine::{Budget, CHUNK};
+use dropmc::claims::norm::{Config, SiteSampler, Stat};
+use dropmc::engine::{Budget, CHUNK, estimate};
 use dropmc::exact::enumerate_masks;
+use dropmc::fast::attention_row::{row_sums, row_sums_kernel};
 use dropmc::fast::{
-    BernoulliBits, FastAttention, FastCompound, FastNorm, FastSite, Isa, MaskBits, NormEstimates,
-    ReferenceAttention, ReferenceNorm, SiteNorm, Xoshiro8, run_chunks_with_progress,
+    BernoulliBits, FastCompound, FastSite, Isa, MaskBits, SiteEstimates, Xoshiro8,
+    run_chunks_with_progress,
 };
-use dropmc::ops::{LayerNorm, Rate, RmsNorm, Site};
+use dropmc::ops::{AnyNorm, LayerNorm, Rate, RmsNorm, Site, Subject};
 use dropmc::stats::{Estimate, z_test};
 
 const EPS: f64 = 1e-5;
@@ -27,6 +30,22 @@ fn input(d: usize, shift: f64) -> Vec<f64> {
 }
 
 use common::{assert_consistent as assert_z, assert_same};
+
+/// The site kernel of plain dropout of `x` before LayerNorm (`γ = 1`,
+/// `β = 0`, `ε = EPS`), with the per-channel outputs when `per_channel`.
+fn plain_site(x: &[f64], p: f64, per_channel: bool) -> FastSite {
+    let site = Site::plain(x, p).unwrap();
+    let ln = AnyNorm::Layer(LayerNorm::plain(x.len(), EPS).unwrap());
+    FastSite::new(&site, &ln, per_channel).unwrap()
+}
+
+/// [`plain_site`]'s estimates (its fast path must apply).
+fn plain_site_estimates(x: &[f64], p: f64, per_channel: bool, budget: Budget) -> SiteEstimates {
+    plain_site(x, p, per_channel)
+        .estimate(budget)
+        .unwrap()
+        .expect("the fast path applies")
+}
 
 /// μ, σ² (population), mean x², computed here by two passes.
 fn moments(x: &[f64]) -> (f64, f64, f64) {
@@ -46,10 +65,7 @@ fn fast_norm_matches_the_exact_formulas() {
         let (mu, s2, sq) = moments(&x);
         let q = 1.0 - p;
         let df = d as f64;
-        let e = FastNorm::new(&x, p, EPS, false)
-            .unwrap()
-            .estimate(Budget::new(300_000, seed).unwrap())
-            .unwrap();
+        let e = plain_site_estimates(&x, p, false, Budget::new(300_000, seed).unwrap());
         assert_z("E[M]", e.mean, mu);
         assert_z(
             "E[V]",
@@ -57,7 +73,7 @@ fn fast_norm_matches_the_exact_formulas() {
             (s2 + p * mu * mu) / q - p * (s2 + mu * mu) / (q * df),
         );
         assert_z("E[R2]", e.r2, sq / q);
-        assert!(e.ln.is_empty());
+        assert!(e.out.is_empty());
     }
 }
 
@@ -68,10 +84,7 @@ fn fast_norm_detects_the_missing_finite_d_term() {
     let x = input(8, 0.5);
     let (mu, s2, _) = moments(&x);
     let p = 0.5;
-    let e = FastNorm::new(&x, p, EPS, false)
-        .unwrap()
-        .estimate(Budget::new(400_000, 13).unwrap())
-        .unwrap();
+    let e = plain_site_estimates(&x, p, false, Budget::new(400_000, 13).unwrap());
     assert!(z_test(e.var, (s2 + p * mu * mu) / (1.0 - p)).rejected);
 }
 
@@ -109,22 +122,19 @@ fn fast_layernorm_matches_full_enumeration() {
     })
     .unwrap();
     let n = 400_000;
-    let e = FastNorm::new(&x, p, EPS, true)
-        .unwrap()
-        .estimate(Budget::new(n, 14).unwrap())
-        .unwrap();
+    let e = plain_site_estimates(&x, p, true, Budget::new(n, 14).unwrap());
     assert_z("E[M]", e.mean, oracle.values[0]);
     assert_z("E[V]", e.var, oracle.values[1]);
     assert_z("E[R2]", e.r2, oracle.values[2]);
     let blocks = (n as f64 / 64.0).ceil();
     for k in 0..d {
         let [m1, m2, m3, m4] = [0, 1, 2, 3].map(|r| oracle.values[3 + 4 * k + r]);
-        assert_z(&format!("E[LN_{k}]"), e.ln[k], m1);
+        assert_z(&format!("E[LN_{k}]"), e.out[k], m1);
         let var = m2 - m1 * m1;
         let central4 = m4 - 4.0 * m1 * m3 + 6.0 * m1 * m1 * m2 - 3.0 * m1.powi(4);
         let excess = central4 / (var * var) - 3.0;
         let sd = var * (2.0 / (blocks - 1.0) + excess / (64.0 * blocks)).sqrt();
-        let estimated = e.ln[k].stderr.powi(2) * n as f64;
+        let estimated = e.out[k].stderr.powi(2) * n as f64;
         let variance = Estimate {
             value: estimated,
             stderr: sd,
@@ -136,25 +146,39 @@ fn fast_layernorm_matches_full_enumeration() {
 }
 
 /// 67 assertions: E[M], E[V], E[R²] and E[LN(z)_k] for 64 channels, fast
-/// path against the per-element reference sampler.
+/// path against the claims' generic path (one uniform per element through
+/// the reference dropout layer, [`SiteSampler`]), each statistic on its own
+/// draws.
 #[test]
-fn fast_layernorm_agrees_with_the_reference_sampler() {
+fn fast_layernorm_agrees_with_the_generic_path() {
     let x = input(64, 0.7);
     let p = 0.1;
-    let fast = FastNorm::new(&x, p, EPS, true)
-        .unwrap()
-        .estimate(Budget::new(200_000, 15).unwrap())
-        .unwrap();
-    let slow = ReferenceNorm::new(&x, p, EPS, true)
-        .unwrap()
-        .estimate(Budget::new(50_000, 16).unwrap())
-        .unwrap();
-    assert_same("E[M]", fast.mean, slow.mean);
-    assert_same("E[V]", fast.var, slow.var);
-    assert_same("E[R2]", fast.r2, slow.r2);
-    assert_eq!(fast.ln.len(), 64);
+    let fast = plain_site_estimates(&x, p, true, Budget::new(200_000, 15).unwrap());
+    let ln = LayerNorm::plain(x.len(), EPS).unwrap();
+    let config = Config {
+        site: Site::plain(&x, p).unwrap(),
+        ln: ln.clone(),
+        ln2: ln,
+        rms: RmsNorm::new(vec![1.0; x.len()], EPS).unwrap(),
+    };
+    let subject = Subject::reference();
+    let slow = |stat: Stat, seed: u64| {
+        let sampler = SiteSampler {
+            subject: &subject,
+            config: &config,
+            stat,
+        };
+        estimate(&sampler, Budget::new(50_000, seed).unwrap())
+            .unwrap()
+            .estimates()
+    };
+    assert_same("E[M]", fast.mean, slow(Stat::M, 16)[0]);
+    assert_same("E[V]", fast.var, slow(Stat::V, 17)[0]);
+    assert_same("E[R2]", fast.r2, slow(Stat::R2, 18)[0]);
+    let slow_ln = slow(Stat::Ln, 19);
+    assert_eq!(fast.out.len(), 64);
     for k in 0..64 {
-        assert_same(&format!("E[LN_{k}]"), fast.ln[k], slow.ln[k]);
+        assert_same(&format!("E[LN_{k}]"), fast.out[k], slow_ln[k]);
     }
 }
 
@@ -167,35 +191,25 @@ fn attention_row(t: usize) -> (Vec<f64>, Vec<f64>) {
     (a, v)
 }
 
-/// 6 assertions: E[R] = Σa, Var R = (p/q) Σa², E[o] = Σ a v (docs/formulas.md §7,
-/// exact), and the same three against the reference sampler.
+/// 3 assertions: E[R] = Σa, Var R = (p/q) Σa², E[o] = Σ a v
+/// (docs/formulas.md §7, exact) on the attention row's kernel.
 #[test]
-fn fast_attention_matches_the_formulas_and_the_reference() {
+fn fast_attention_matches_the_formulas() {
     let (a, v) = attention_row(128);
     let p = 0.1;
     let q = 1.0 - p;
-    let fast = FastAttention::new(&a, &v, p)
-        .unwrap()
-        .estimate(Budget::new(500_000, 17).unwrap())
-        .unwrap();
-    assert_z("E[R]", fast.row_sum, a.iter().sum());
+    let fast = row_sums(&a, &v, p, Budget::new(500_000, 17).unwrap()).unwrap();
+    assert_z("E[R]", fast.row_sum_mean, a.iter().sum());
     assert_z(
         "Var R",
-        fast.row_sum_var,
+        fast.row_sum_variance,
         p / q * a.iter().map(|x| x * x).sum::<f64>(),
     );
     assert_z(
         "E[o]",
-        fast.output,
+        fast.output_mean,
         a.iter().zip(&v).map(|(a, v)| a * v).sum(),
     );
-    let slow = ReferenceAttention::new(&a, &v, p)
-        .unwrap()
-        .estimate(Budget::new(100_000, 18).unwrap())
-        .unwrap();
-    assert_same("E[R]", fast.row_sum, slow.row_sum);
-    assert_same("Var R", fast.row_sum_var, slow.row_sum_var);
-    assert_same("E[o]", fast.output, slow.output);
 }
 
 /// 8 assertions: the fraction of 1 bits is q (exact binomial test), for q with
@@ -244,11 +258,11 @@ fn site_kernels(d: usize) -> SiteKernels {
     let bypass = Site::new(h.clone(), vec![(x.clone(), 0.1)]).unwrap();
     let terms = Site::new(h.clone(), vec![(x.clone(), 0.3), (h.clone(), 0.5)]).unwrap();
     SiteKernels {
-        bypass: FastSite::new(&bypass, SiteNorm::Ln(&ln), true)
+        bypass: FastSite::new(&bypass, &AnyNorm::Layer(ln.clone()), true)
             .unwrap()
             .with_functional(&b)
             .unwrap(),
-        terms: FastSite::new(&terms, SiteNorm::Rms(&rms), true).unwrap(),
+        terms: FastSite::new(&terms, &AnyNorm::Rms(rms), true).unwrap(),
         compound: FastCompound::new(&x, 0.2, &ln, &LayerNorm::plain(d, 0.0).unwrap(), &g, &b)
             .unwrap(),
     }
@@ -288,10 +302,10 @@ impl SiteKernels {
     }
 }
 
-fn bits_of(e: &NormEstimates) -> Vec<u64> {
-    [e.mean, e.var, e.r2]
+fn bits_of(e: &SiteEstimates) -> Vec<u64> {
+    [e.mean, e.var_of_mean, e.var, e.r2]
         .iter()
-        .chain(&e.ln)
+        .chain(&e.out)
         .flat_map(|e| [e.value.to_bits(), e.stderr.to_bits()])
         .collect()
 }
@@ -310,16 +324,15 @@ fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
             .build()
             .unwrap();
         pool.install(|| {
-            let n = FastNorm::new(&x, 0.1, EPS, true)
-                .unwrap()
-                .estimate(budget)
-                .unwrap();
-            let t = FastAttention::new(&a, &v, 0.1)
-                .unwrap()
-                .estimate(budget)
-                .unwrap();
+            let n = plain_site_estimates(&x, 0.1, true, budget);
+            let t = row_sums(&a, &v, 0.1, budget).unwrap();
             let mut b = bits_of(&n);
-            for e in [t.row_sum, t.row_sum_var, t.output] {
+            for e in [
+                t.row_sum_mean,
+                t.row_sum_variance,
+                t.output_mean,
+                t.output_variance,
+            ] {
                 b.extend([e.value.to_bits(), e.stderr.to_bits()]);
             }
             b.extend(sites.estimate_bits(budget));
@@ -330,14 +343,8 @@ fn fast_path_is_bit_identical_on_1_2_and_4_threads() {
     assert_eq!(one, run(2));
     assert_eq!(one, run(4));
     // And a different seed reads different streams.
-    let other = FastNorm::new(&x, 0.1, EPS, true)
-        .unwrap()
-        .estimate(Budget::new(10_000, 43).unwrap())
-        .unwrap();
-    let same = FastNorm::new(&x, 0.1, EPS, true)
-        .unwrap()
-        .estimate(Budget::new(10_000, 42).unwrap())
-        .unwrap();
+    let other = plain_site_estimates(&x, 0.1, true, Budget::new(10_000, 43).unwrap());
+    let same = plain_site_estimates(&x, 0.1, true, Budget::new(10_000, 42).unwrap());
     assert_ne!(bits_of(&other), bits_of(&same));
     let small = |seed| sites.estimate_bits(Budget::new(10_000, seed).unwrap());
     assert_ne!(small(42), small(43));
@@ -351,10 +358,10 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     let budget = Budget::new(2 * CHUNK + 77, 5).unwrap();
     let x = input(130, 0.2);
     let (a, v) = attention_row(72);
-    let norm = FastNorm::new(&x, 0.3, EPS, true).unwrap();
+    let norm = plain_site(&x, 0.3, true);
     // Without the per-channel sums, and several words per mask.
-    let wide = FastNorm::new(&input(300, -0.4), 0.5, EPS, false).unwrap();
-    let attention = FastAttention::new(&a, &v, 0.1).unwrap();
+    let wide = plain_site(&input(300, -0.4), 0.5, false);
+    let attention = row_sums_kernel(&a, &v, 0.1).unwrap();
     let sites = site_kernels(130);
     let run = |isa: Isa| {
         let mut bits: Vec<u64> = dropmc::fast::run_chunks_on(&norm, budget, isa)
@@ -399,7 +406,7 @@ fn family_kernels_are_bit_identical_on_every_instruction_set() {
 #[test]
 fn progress_reports_each_block_and_changes_no_bit() {
     let budget = Budget::new(130 * CHUNK + 5, 8).unwrap();
-    let norm = FastNorm::new(&input(70, 0.3), 0.1, EPS, true).unwrap();
+    let norm = plain_site(&input(70, 0.3), 0.1, true);
     let seen = std::cell::RefCell::new(Vec::new());
     let with = run_chunks_with_progress(&norm, budget, Isa::best(), &|done| {
         seen.borrow_mut().push(done)
@@ -416,19 +423,20 @@ fn progress_reports_each_block_and_changes_no_bit() {
 
 #[test]
 fn bad_input_is_a_typed_error() {
-    assert!(FastNorm::new(&[], 0.1, EPS, true).is_err());
-    assert!(FastNorm::new(&[1.0, f64::NAN], 0.1, EPS, true).is_err());
-    assert!(FastNorm::new(&[1.0], 1.0, EPS, true).is_err());
-    assert!(FastNorm::new(&[1.0], 0.1, 0.0, true).is_err());
-    assert!(ReferenceNorm::new(&[1.0], 0.1, -1.0, true).is_err());
-    assert!(FastAttention::new(&[0.5, 0.5], &[1.0], 0.1).is_err());
-    assert!(ReferenceAttention::new(&[0.5], &[1.0], -0.1).is_err());
-    let f = FastNorm::new(&[1.0, 2.0], 0.1, EPS, true).unwrap();
-    assert!(
-        f.estimate(Budget {
-            samples: 1,
-            seed: 0
-        })
-        .is_err()
-    );
+    let site = Site::plain(&[1.0, 2.0], 0.1).unwrap();
+    let norm_of = |d| AnyNorm::Layer(LayerNorm::plain(d, EPS).unwrap());
+    // A norm of another width than the site's.
+    assert!(FastSite::new(&site, &norm_of(3), true).is_err());
+    let budget = Budget::new(1_000, 0).unwrap();
+    assert!(row_sums(&[0.5, 0.5], &[1.0], 0.1, budget).is_err());
+    assert!(row_sums(&[0.5], &[1.0], -0.1, budget).is_err());
+    assert!(row_sums(&[0.5, f64::NAN], &[1.0, 1.0], 0.1, budget).is_err());
+    // Too few masks for batch means: no fast estimate (the claims then
+    // take the generic path), not a wrong one.
+    let f = FastSite::new(&site, &norm_of(2), true).unwrap();
+    let one = Budget {
+        samples: 1,
+        seed: 0,
+    };
+    assert!(f.estimate(one).unwrap().is_none());
 }

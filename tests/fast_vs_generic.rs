@@ -26,8 +26,8 @@ use dropmc::engine::{Budget, Sampler, Stream, estimate};
 use dropmc::error::Error;
 use dropmc::eval::norm::{self, CompoundParams};
 use dropmc::eval::{EvalOutput, LayerNormParams};
-use dropmc::fast::{FastSite, SiteNorm};
-use dropmc::ops::{InvertedDropout, LayerNorm, RmsNorm, Site, Subject};
+use dropmc::fast::FastSite;
+use dropmc::ops::{AnyNorm, InvertedDropout, LayerNorm, RmsNorm, Site, Subject};
 use dropmc::stats::Estimate;
 
 mod common;
@@ -263,9 +263,9 @@ fn eval_quantities_agree_on_the_fast_and_the_generic_path() {
 fn the_fast_kernel_declines_what_it_cannot_compute_exactly() {
     let d = 6;
     let v: Vec<f64> = (0..d).map(|k| 1.0 + k as f64).collect();
-    let ln = LayerNorm::plain(d, 0.0).unwrap();
+    let ln = AnyNorm::Layer(LayerNorm::plain(d, 0.0).unwrap());
     let two = Site::new(vec![0.0; d], vec![(v.clone(), 0.5), (v.clone(), 0.5)]).unwrap();
-    let kernel = FastSite::new(&two, SiteNorm::Ln(&ln), true).unwrap();
+    let kernel = FastSite::new(&two, &ln, true).unwrap();
     assert!(
         kernel
             .estimate(Budget::new(10_000, 1).unwrap())
@@ -273,7 +273,7 @@ fn the_fast_kernel_declines_what_it_cannot_compute_exactly() {
             .is_none()
     );
     let one = Site::plain(&v, 0.5).unwrap();
-    let kernel = FastSite::new(&one, SiteNorm::Ln(&ln), true).unwrap();
+    let kernel = FastSite::new(&one, &ln, true).unwrap();
     assert!(
         kernel
             .estimate(Budget::new(10_000, 1).unwrap())

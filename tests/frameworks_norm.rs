@@ -40,12 +40,12 @@
 //! rounding bound.
 #![cfg(any(feature = "candle", feature = "burn"))]
 
-use dropmc::adapters::rounding::{Centring, Precision, condition, norm_bound};
+use dropmc::adapters::rounding::{Precision, condition, norm_bound};
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
 use dropmc::error::Error;
 use dropmc::exact::{Oracle, Pipeline, site_expectation, site_pipeline};
 use dropmc::formulas::{bypass, layernorm, rmsnorm};
-use dropmc::ops::{InvertedDropout, LayerNorm, RmsNorm, Site};
+use dropmc::ops::{InvertedDropout, LayerNorm, Normalization, RmsNorm, Site};
 use dropmc::stats::{Estimate, assertion_alpha, critical_z, rejection_probability, z_test};
 
 /// Statistical assertions this file may make (see the module doc).
@@ -90,7 +90,7 @@ fn bypass_site() -> Site {
 #[derive(Clone, Copy)]
 struct Layer {
     name: &'static str,
-    centring: Centring,
+    centring: Normalization,
     /// The precision the layer computes in (its rounding bound).
     precision: Precision,
     run: fn(&[f64], usize) -> Result<Vec<f64>, Error>,
@@ -140,14 +140,14 @@ fn through(site: &Site, layer: Layer) -> Through {
 }
 
 /// The crate's exact `E[norm(y)]` for the same layer.
-fn oracle(site: &Site, centring: Centring) -> Oracle {
+fn oracle(site: &Site, centring: Normalization) -> Oracle {
     let d = site.dim();
     match centring {
-        Centring::LayerNorm => {
+        Normalization::LayerNorm => {
             let ln = LayerNorm::plain(d, EPS).expect("ln");
             site_pipeline(site, Pipeline::Ln(&ln))
         }
-        Centring::RmsNorm => {
+        Normalization::RmsNorm => {
             let rms = RmsNorm::with_defaults(d, None, EPS).expect("rms");
             site_pipeline(site, Pipeline::Rms(&rms))
         }
@@ -191,10 +191,10 @@ fn check_exact(site: &Site, layer: Layer) {
 
 /// The leading-order estimate of `E[norm(y)]` (corrected) and the
 /// eval-mode output (uncorrected) for the site.
-fn estimates(site: &Site, centring: Centring) -> (Vec<f64>, Vec<f64>) {
+fn estimates(site: &Site, centring: Normalization) -> (Vec<f64>, Vec<f64>) {
     let d = site.dim();
     match centring {
-        Centring::LayerNorm => {
+        Normalization::LayerNorm => {
             let ln = LayerNorm::plain(d, EPS).expect("ln");
             let plain = site.h().iter().all(|v| *v == 0.0);
             let corrected = if plain {
@@ -207,7 +207,7 @@ fn estimates(site: &Site, centring: Centring) -> (Vec<f64>, Vec<f64>) {
                 bypass::uncorrected(site, &ln).expect("uncorrected"),
             )
         }
-        Centring::RmsNorm => {
+        Normalization::RmsNorm => {
             let rms = RmsNorm::with_defaults(d, None, EPS).expect("rms");
             let x = site.clean();
             (
@@ -372,19 +372,19 @@ mod candle {
 
     pub const FUSED_LN: Layer = Layer {
         name: "candle LayerNorm (fused, f32)",
-        centring: Centring::LayerNorm,
+        centring: Normalization::LayerNorm,
         precision: Precision::F32,
         run: |x, d| normalize(Norm::LayerNorm, x, d, EPS),
     };
     pub const LN_NO_BIAS: Layer = Layer {
         name: "candle LayerNorm without bias (f64)",
-        centring: Centring::LayerNorm,
+        centring: Normalization::LayerNorm,
         precision: Precision::F64,
         run: |x, d| normalize(Norm::LayerNormNoBias, x, d, EPS),
     };
     pub const RMS: Layer = Layer {
         name: "candle RmsNorm (fused, f32)",
-        centring: Centring::RmsNorm,
+        centring: Normalization::RmsNorm,
         precision: Precision::F32,
         run: |x, d| normalize(Norm::RmsNorm, x, d, EPS),
     };
@@ -427,7 +427,7 @@ mod burn {
 
     pub const LN: Layer = Layer {
         name: "burn LayerNorm (f64)",
-        centring: Centring::LayerNorm,
+        centring: Normalization::LayerNorm,
         precision: Precision::F64,
         run: |x, d| layer_norm(x, d, EPS),
     };

@@ -33,7 +33,7 @@ use dropmc::Error;
 use dropmc::claims::{Card, Claim, Shape, check};
 use dropmc::engine::{Budget, derive_seed, stream};
 use dropmc::eval::{EvalResult, LayerNormParams, Values};
-use dropmc::ops::{LayerNorm, RmsNorm, Site, Subject};
+use dropmc::ops::{AnyNorm, LayerNorm, Normalization, RmsNorm, Site, Subject};
 use dropmc::stats::{Estimate, MeanAccumulator};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -57,60 +57,44 @@ pub const MAX_D: usize = 4096;
 
 /// The normalization of the site, as the user declared it.
 struct NormSpec {
-    kind: Kind,
+    kind: Normalization,
     gamma: Option<Vec<f64>>,
     beta: Option<Vec<f64>>,
     eps: f64,
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    LayerNorm,
-    RmsNorm,
+/// The kind of norm from the Python string `"layernorm"` / `"rmsnorm"`.
+fn parse_kind(kind: &str) -> Result<Normalization, Error> {
+    match kind {
+        "layernorm" => Ok(Normalization::LayerNorm),
+        "rmsnorm" => Ok(Normalization::RmsNorm),
+        other => Err(Error::InvalidOption {
+            what: format!("kind must be \"layernorm\" or \"rmsnorm\", got {other:?}"),
+        }),
+    }
 }
 
-impl Kind {
-    fn parse(kind: &str) -> Result<Kind, Error> {
-        match kind {
-            "layernorm" => Ok(Kind::LayerNorm),
-            "rmsnorm" => Ok(Kind::RmsNorm),
-            other => Err(Error::InvalidOption {
-                what: format!("kind must be \"layernorm\" or \"rmsnorm\", got {other:?}"),
-            }),
-        }
-    }
-    fn name(self) -> &'static str {
-        match self {
-            Kind::LayerNorm => "layernorm",
-            Kind::RmsNorm => "rmsnorm",
-        }
+/// The Python string of a kind of norm (what [`parse_kind`] reads).
+fn kind_name(kind: Normalization) -> &'static str {
+    match kind {
+        Normalization::LayerNorm => "layernorm",
+        Normalization::RmsNorm => "rmsnorm",
     }
 }
 
 /// The crate's norm of the spec, applied to one row.
-enum RefNorm {
-    Ln(LayerNorm),
-    Rms(RmsNorm),
-}
-
-impl RefNorm {
-    fn new(spec: &NormSpec, d: usize) -> Result<RefNorm, Error> {
-        Ok(match spec.kind {
-            Kind::LayerNorm => RefNorm::Ln(LayerNorm::with_defaults(
-                d,
-                spec.gamma.clone(),
-                spec.beta.clone(),
-                spec.eps,
-            )?),
-            Kind::RmsNorm => RefNorm::Rms(RmsNorm::with_defaults(d, spec.gamma.clone(), spec.eps)?),
-        })
-    }
-    fn forward(&self, z: &[f64], out: &mut [f64]) -> Result<(), Error> {
-        match self {
-            RefNorm::Ln(n) => n.forward(z, out),
-            RefNorm::Rms(n) => n.forward(z, out),
+fn reference_norm(spec: &NormSpec, d: usize) -> Result<AnyNorm, Error> {
+    Ok(match spec.kind {
+        Normalization::LayerNorm => AnyNorm::Layer(LayerNorm::with_defaults(
+            d,
+            spec.gamma.clone(),
+            spec.beta.clone(),
+            spec.eps,
+        )?),
+        Normalization::RmsNorm => {
+            AnyNorm::Rms(RmsNorm::with_defaults(d, spec.gamma.clone(), spec.eps)?)
         }
-    }
+    })
 }
 
 /// The `eval` result holding the exact `E[norm(…)]` with its first and
@@ -134,16 +118,18 @@ fn exact_reference(
         eps: spec.eps,
     };
     let (output, name) = match (spec.kind, h) {
-        (Kind::LayerNorm, None) => (dropmc::eval::norm::ln(v, p, params, budget)?, "E[LN(z)]"),
-        (Kind::LayerNorm, Some(h)) => (
+        (Normalization::LayerNorm, None) => {
+            (dropmc::eval::norm::ln(v, p, params, budget)?, "E[LN(z)]")
+        }
+        (Normalization::LayerNorm, Some(h)) => (
             dropmc::eval::norm::bypass_with(h, v, p, params, budget)?,
             "E[LN(y)]",
         ),
-        (Kind::RmsNorm, None) => (
+        (Normalization::RmsNorm, None) => (
             dropmc::eval::norm::rms(v, p, spec.gamma.clone(), spec.eps, budget)?,
             "E[RMSNorm(z)]",
         ),
-        (Kind::RmsNorm, Some(_)) => return Ok(None),
+        (Normalization::RmsNorm, Some(_)) => return Ok(None),
     };
     let result = output.results.into_iter().find(|r| r.name == name);
     Ok(result.filter(|r| r.exact.is_some()))
@@ -170,8 +156,8 @@ fn exact_reference(
 ///    where the bound is applied).
 fn output_widths(spec: &NormSpec, d: usize, sampled: bool) -> Vec<f64> {
     let reach = match spec.kind {
-        Kind::LayerNorm => (d as f64 - 1.0).sqrt(),
-        Kind::RmsNorm => (d as f64).sqrt(),
+        Normalization::LayerNorm => (d as f64 - 1.0).sqrt(),
+        Normalization::RmsNorm => (d as f64).sqrt(),
     };
     let copies = if sampled { 2.0 } else { 1.0 };
     (0..d)
@@ -243,14 +229,14 @@ pub fn check_norm_site(
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let rate = rate(p)?;
     let dtype = dtype(dtype_name)?;
-    let kind = Kind::parse(kind).map_err(to_py)?;
+    let kind = parse_kind(kind).map_err(to_py)?;
     let d = x.len();
     if d == 0 || d > MAX_D {
         return Err(PyValueError::new_err(format!(
             "check_norm_site needs 1 <= d <= {MAX_D} units, got d = {d}"
         )));
     }
-    if kind == Kind::RmsNorm && beta.is_some() {
+    if kind == Normalization::RmsNorm && beta.is_some() {
         return Err(PyValueError::new_err(
             "beta is a LayerNorm parameter; RMSNorm has only gamma",
         ));
@@ -265,7 +251,7 @@ pub fn check_norm_site(
         beta: beta.map(round),
         eps,
     };
-    let ref_norm = RefNorm::new(&spec, d).map_err(to_py)?;
+    let ref_norm = reference_norm(&spec, d).map_err(to_py)?;
     let site = Site::new(
         h.clone().unwrap_or_else(|| vec![0.0; d]),
         vec![(x.clone(), rate.p())],
@@ -277,12 +263,12 @@ pub fn check_norm_site(
     let forward = PyForward::new(pipeline, evaluate, None, dtype, seed);
     let bypass = if h.is_some() { "_bypass" } else { "" };
     let id: &'static str = match (kind, bypass.is_empty()) {
-        (Kind::LayerNorm, true) => "norm_site.layernorm_mean",
-        (Kind::LayerNorm, false) => "norm_site.layernorm_bypass_mean",
-        (Kind::RmsNorm, true) => "norm_site.rmsnorm_mean",
-        (Kind::RmsNorm, false) => "norm_site.rmsnorm_bypass_mean",
+        (Normalization::LayerNorm, true) => "norm_site.layernorm_mean",
+        (Normalization::LayerNorm, false) => "norm_site.layernorm_bypass_mean",
+        (Normalization::RmsNorm, true) => "norm_site.rmsnorm_mean",
+        (Normalization::RmsNorm, false) => "norm_site.rmsnorm_bypass_mean",
     };
-    let name = kind.name();
+    let name = kind_name(kind);
     let (xs, rows) = (x.clone(), &forward);
     let (claim, mut extra) = match &exact {
         Some(reference) => {
@@ -333,7 +319,7 @@ pub fn check_norm_site(
                 "reference: dropmc's per-element sampler ({samples} rows of exact Bernoulli(q) \
                  masks, f64 {name}), paired with the user's rows; tested: the mean of \
                  user - reference = 0 (no exact enumeration at d = {d}{})",
-                if kind == Kind::RmsNorm && h.is_some() {
+                if kind == Normalization::RmsNorm && h.is_some() {
                     " for RMSNorm after a bypass"
                 } else {
                     ""

@@ -45,6 +45,8 @@
 //! A row that is all zero gives `y = 0` exactly in every layer (the
 //! numerator is 0), and the bound is 0.
 
+use crate::ops::Normalization;
+
 /// Machine epsilon of the precision a framework computes in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Precision {
@@ -64,24 +66,15 @@ impl Precision {
     }
 }
 
-/// Which normalization: LayerNorm centres, RMSNorm does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Centring {
-    /// LayerNorm: `(z − M)/sqrt(V + ε)`.
-    LayerNorm,
-    /// RMSNorm: `z / sqrt(R² + ε)`.
-    RmsNorm,
-}
-
 /// The row's statistics the bound needs: `(M, a, r², V)` (for RMSNorm `M = 0`
 /// and `V = R² = r²`).
-fn moments(centring: Centring, z: &[f64]) -> (f64, f64, f64, f64) {
+fn moments(centring: Normalization, z: &[f64]) -> (f64, f64, f64, f64) {
     let d = z.len() as f64;
     let a = z.iter().map(|v| v.abs()).sum::<f64>() / d;
     let r2 = z.iter().map(|v| v * v).sum::<f64>() / d;
     match centring {
-        Centring::RmsNorm => (0.0, 0.0, r2, r2),
-        Centring::LayerNorm => {
+        Normalization::RmsNorm => (0.0, 0.0, r2, r2),
+        Normalization::LayerNorm => {
             let m = z.iter().sum::<f64>() / d;
             let v = z.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / d;
             (m, a, r2, v)
@@ -91,7 +84,7 @@ fn moments(centring: Centring, z: &[f64]) -> (f64, f64, f64, f64) {
 
 /// `r²/(V + ε)`: how much the variance loses to cancellation (see the
 /// module docs); `0` for the zero row.
-pub fn condition(centring: Centring, z: &[f64], eps: f64) -> f64 {
+pub fn condition(centring: Normalization, z: &[f64], eps: f64) -> f64 {
     let (_, _, r2, v) = moments(centring, z);
     if r2 == 0.0 { 0.0 } else { r2 / (v + eps) }
 }
@@ -99,7 +92,13 @@ pub fn condition(centring: Centring, z: &[f64], eps: f64) -> f64 {
 /// Writes into `out` twice the first-order bound of the module docs on
 /// `|framework(z)_k − exact(z)_k|`, for a layer computing in `precision`
 /// with `ε = eps` (`out.len() == z.len()`).
-pub fn norm_bound(centring: Centring, precision: Precision, z: &[f64], eps: f64, out: &mut [f64]) {
+pub fn norm_bound(
+    centring: Normalization,
+    precision: Precision,
+    z: &[f64],
+    eps: f64,
+    out: &mut [f64],
+) {
     let d = z.len() as f64;
     let gamma = (d + 2.0) * precision.epsilon();
     let (m, a, r2, v) = moments(centring, z);
@@ -126,15 +125,15 @@ mod tests {
     fn the_bound_scales_with_the_precision_and_vanishes_on_zero() {
         let z = [0.9, -0.4, 1.7, 0.0];
         let (mut b32, mut b64) = ([0.0; 4], [0.0; 4]);
-        norm_bound(Centring::LayerNorm, Precision::F32, &z, 1e-5, &mut b32);
-        norm_bound(Centring::LayerNorm, Precision::F64, &z, 1e-5, &mut b64);
+        norm_bound(Normalization::LayerNorm, Precision::F32, &z, 1e-5, &mut b32);
+        norm_bound(Normalization::LayerNorm, Precision::F64, &z, 1e-5, &mut b64);
         for (x, y) in b32.iter().zip(&b64) {
             // Exactly the ratio of the epsilons (a power of two).
             assert_eq!(x / y, 2f64.powi(29));
         }
         let mut zero = [1.0; 4];
         norm_bound(
-            Centring::RmsNorm,
+            Normalization::RmsNorm,
             Precision::F32,
             &[0.0; 4],
             1e-5,
@@ -145,12 +144,12 @@ mod tests {
 
     /// LayerNorm / RMSNorm of one row computed entirely in `f32` (input
     /// rounded, sequential sums, one- or two-pass variance, `ε` rounded).
-    fn f32_norm(centring: Centring, one_pass: bool, z: &[f64], eps: f64) -> Vec<f64> {
+    fn f32_norm(centring: Normalization, one_pass: bool, z: &[f64], eps: f64) -> Vec<f64> {
         let z: Vec<f32> = z.iter().map(|&v| v as f32).collect();
         let n = z.len() as f32;
         let (m, var) = match centring {
-            Centring::RmsNorm => (0.0, z.iter().map(|v| v * v).sum::<f32>() / n),
-            Centring::LayerNorm => {
+            Normalization::RmsNorm => (0.0, z.iter().map(|v| v * v).sum::<f32>() / n),
+            Normalization::LayerNorm => {
                 let m = z.iter().sum::<f32>() / n;
                 let v = if one_pass {
                     z.iter().map(|v| v * v).sum::<f32>() / n - m * m
@@ -166,11 +165,11 @@ mod tests {
 
     /// The same in `f64`, the reference: its own error is `2⁻²⁹` times the
     /// `f32` one, below what the comparison can see.
-    fn f64_norm(centring: Centring, z: &[f64], eps: f64) -> Vec<f64> {
+    fn f64_norm(centring: Normalization, z: &[f64], eps: f64) -> Vec<f64> {
         let n = z.len() as f64;
         let m = match centring {
-            Centring::RmsNorm => 0.0,
-            Centring::LayerNorm => z.iter().sum::<f64>() / n,
+            Normalization::RmsNorm => 0.0,
+            Normalization::LayerNorm => z.iter().sum::<f64>() / n,
         };
         let v = z.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / n;
         z.iter().map(|a| (a - m) / (v + eps).sqrt()).collect()
@@ -196,7 +195,7 @@ mod tests {
                     }
                 })
                 .collect();
-            for centring in [Centring::LayerNorm, Centring::RmsNorm] {
+            for centring in [Normalization::LayerNorm, Normalization::RmsNorm] {
                 let exact = f64_norm(centring, &z, 1e-5);
                 let mut bound = vec![0.0; d];
                 norm_bound(centring, Precision::F32, &z, 1e-5, &mut bound);
@@ -227,8 +226,8 @@ mod tests {
         // 10⁴ ± 1: r² ≈ 10⁸, V = 1, so the variance term dominates.
         let z: Vec<f64> = (0..8).map(|k| 1e4 + f64::from(k % 2) * 2.0 - 1.0).collect();
         let mut b = vec![0.0; 8];
-        norm_bound(Centring::LayerNorm, Precision::F32, &z, 1e-5, &mut b);
-        assert!(condition(Centring::LayerNorm, &z, 1e-5) > 9e7);
+        norm_bound(Normalization::LayerNorm, Precision::F32, &z, 1e-5, &mut b);
+        assert!(condition(Normalization::LayerNorm, &z, 1e-5) > 9e7);
         // The f32 kernel is off by ~300 there (README finding 6): the bound
         // must not claim better.
         assert!(b.iter().all(|v| *v > 300.0), "{b:?}");

@@ -26,12 +26,12 @@ use serde::Serialize;
 
 use crate::engine::{Budget, derive_seed};
 use crate::error::{Error, check_len};
-use crate::ops::{LayerNorm, Rate, RmsNorm};
+use crate::ops::{AnyNorm, LayerNorm, Rate, RmsNorm};
 pub use attention::{
     AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_SAMPLES, audit_attention_sites,
 };
 pub use gap::Gap;
-pub use token::{AuditNorm, EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
+pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 
 /// Masks per token of the audit's sampled sites by default, also the Python
 /// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py` reads it from the
@@ -75,7 +75,7 @@ pub struct SiteCapture {
     /// `h`, `tokens × d` (ignored, and may be empty, for a plain site).
     pub h: Vec<f64>,
     /// The norm the dropout reaches (LN1 of a compound site).
-    pub norm: AuditNorm,
+    pub norm: AnyNorm,
     /// LN2 of a compound site (`None` otherwise).
     pub norm2: Option<LayerNorm>,
 }
@@ -122,14 +122,11 @@ impl SiteCapture {
             }
         };
         let norm = if layer {
-            AuditNorm::Layer(LayerNorm::new(gamma, beta, eps)?)
+            AnyNorm::Layer(LayerNorm::new(gamma, beta, eps)?)
         } else {
-            AuditNorm::Rms(RmsNorm::new(gamma, eps)?)
+            AnyNorm::Rms(RmsNorm::new(gamma, eps)?)
         };
-        let width = match &norm {
-            AuditNorm::Layer(ln) => ln.dim(),
-            AuditNorm::Rms(rms) => rms.dim(),
-        };
+        let width = norm.dim();
         if width != d {
             return Err(Error::InvalidOption {
                 what: format!("site {name}: the norm has width {width}, the activations {d}"),
@@ -156,7 +153,7 @@ impl SiteCapture {
         beta2: Vec<f64>,
         eps2: f64,
     ) -> Result<SiteCapture, Error> {
-        if self.form != Form::Plain || !matches!(self.norm, AuditNorm::Layer(_)) {
+        if self.form != Form::Plain || !matches!(self.norm, AnyNorm::Layer(_)) {
             return Err(Error::InvalidOption {
                 what: format!(
                     "site {}: only a plain LayerNorm site (dropout → LN1) can feed a second \
@@ -189,9 +186,8 @@ impl SiteCapture {
 
     pub fn norm_name(&self) -> &'static str {
         match (&self.norm, &self.norm2) {
-            (AuditNorm::Layer(_), Some(_)) => "LN→LN",
-            (AuditNorm::Layer(_), None) => "LayerNorm",
-            (AuditNorm::Rms(_), _) => "RMSNorm",
+            (AnyNorm::Layer(_), Some(_)) => "LN→LN",
+            (norm, _) => norm.kind().name(),
         }
     }
 
@@ -199,7 +195,7 @@ impl SiteCapture {
     fn token(&self, t: usize, rate: Rate, budget: Budget) -> Result<TokenValues, Error> {
         let rows = t * self.d..(t + 1) * self.d;
         match (&self.norm, &self.norm2) {
-            (AuditNorm::Layer(ln1), Some(ln2)) => {
+            (AnyNorm::Layer(ln1), Some(ln2)) => {
                 compound_token_values(&self.v[rows], rate, ln1, ln2, budget)
             }
             _ => token_values(

@@ -39,36 +39,13 @@
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::exact::site_expectation;
-use crate::fast::{FastCompound, FastSite, SiteNorm};
+use crate::fast::{FastCompound, FastSite};
 use crate::formulas::second_order::{self as so, NoisyUnits};
 use crate::formulas::{bypass, compound, layernorm};
-use crate::ops::{LayerNorm, Rate, RmsNorm, Site};
+use crate::ops::{AnyNorm, LayerNorm, Rate, Site};
 
 /// The largest width whose truth is enumerated exactly (`2^d` masks).
 pub const EXACT_AUDIT_D: usize = 16;
-
-/// The norm of a site.
-#[derive(Debug, Clone)]
-pub enum AuditNorm {
-    Layer(LayerNorm),
-    Rms(RmsNorm),
-}
-
-impl AuditNorm {
-    fn site_norm(&self) -> SiteNorm<'_> {
-        match self {
-            AuditNorm::Layer(ln) => SiteNorm::Ln(ln),
-            AuditNorm::Rms(rms) => SiteNorm::Rms(rms),
-        }
-    }
-
-    fn forward(&self, y: &[f64], out: &mut [f64]) -> Result<(), Error> {
-        match self {
-            AuditNorm::Layer(ln) => ln.forward(y, out),
-            AuditNorm::Rms(rms) => rms.forward(y, out),
-        }
-    }
-}
 
 /// The values of one token (each of the site's width).
 #[derive(Debug, Clone, PartialEq)]
@@ -96,7 +73,7 @@ pub fn token_values(
     h: &[f64],
     v: &[f64],
     rate: Rate,
-    norm: &AuditNorm,
+    norm: &AnyNorm,
     is_bypass: bool,
     budget: Budget,
 ) -> Result<TokenValues, Error> {
@@ -107,7 +84,7 @@ pub fn token_values(
     let mut eval = vec![0.0; d];
     norm.forward(&x, &mut eval)?;
     let (first, second) = match norm {
-        AuditNorm::Layer(ln) => {
+        AnyNorm::Layer(ln) => {
             let first = if is_bypass {
                 bypass::corrected(&site, ln)?
             } else {
@@ -116,7 +93,7 @@ pub fn token_values(
             let second = so::layer_norm_expectation(&units, ln.gamma(), ln.beta(), ln.eps())?;
             (first, second)
         }
-        AuditNorm::Rms(rms) => {
+        AnyNorm::Rms(rms) => {
             let scale = (units.mean_square() + rms.eps()).sqrt();
             let first: Vec<f64> = x
                 .iter()
@@ -197,7 +174,7 @@ fn unsampleable() -> Error {
 
 /// `E[norm(y)]` per unit and its standard error: enumerated for
 /// `d ≤ EXACT_AUDIT_D`, else the fast site sampler.
-fn truth(site: &Site, norm: &AuditNorm, budget: Budget) -> Result<(Vec<f64>, Vec<f64>), Error> {
+fn truth(site: &Site, norm: &AnyNorm, budget: Budget) -> Result<(Vec<f64>, Vec<f64>), Error> {
     let d = site.dim();
     if d <= EXACT_AUDIT_D {
         let oracle = site_expectation(site, d, |y, out| {
@@ -206,7 +183,7 @@ fn truth(site: &Site, norm: &AuditNorm, budget: Budget) -> Result<(Vec<f64>, Vec
         })?;
         return Ok((oracle.values, vec![0.0; d]));
     }
-    match FastSite::new(site, norm.site_norm(), true)?.estimate(budget)? {
+    match FastSite::new(site, norm, true)?.estimate(budget)? {
         Some(e) => Ok((
             e.out.iter().map(|e| e.value).collect(),
             e.out.iter().map(|e| e.stderr).collect(),

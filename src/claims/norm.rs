@@ -9,17 +9,18 @@
 //! statistic is a variance (`(t − t')²/2`, see [`crate::engine::Sampler`]),
 //! and then the crate's own LayerNorm / RMSNorm.
 
+use super::norm_config::pair_form;
 pub use super::norm_config::{Config, PAIR_DRAWS, Stat};
 use super::{Card, Claim, Kind, Shape};
 use crate::claims::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{
-    Oracle, Pipeline, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
+    Oracle, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
 };
-use crate::formulas::mean_and_variance;
 use crate::ops::{DropoutLayer, Site, Subject};
 use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
+use crate::tolerance;
 use std::sync::OnceLock;
 
 /// A named alternative estimate of a leading-order claim (the uncorrected
@@ -150,25 +151,18 @@ impl NormClaim {
         if let Some(pipeline) = config.pipeline(self.stat) {
             return site_pipeline(site, pipeline);
         }
-        let d = site.dim() as f64;
-        let scalar = |f: fn(&[f64]) -> f64| -> Result<Oracle, Error> {
-            let raw = site_expectation(site, 2, |y, out| {
-                let t = f(y);
-                out[0] = t;
-                out[1] = t * t;
-            })?;
-            Ok(raw)
-        };
-        let raw = match self.stat {
-            Stat::M | Stat::VarM => scalar(|y| mean_and_variance(y).0)?,
-            Stat::V => scalar(|y| mean_and_variance(y).1)?,
-            _ => scalar(|y| y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64)?,
-        };
+        // A scalar statistic: its mean and its square's, for `Var M`.
+        let mut t = [0.0];
+        let raw = site_expectation(site, 2, |y, out| {
+            config.per_draw(self.stat, y, &mut [], &mut t);
+            out[0] = t[0];
+            out[1] = t[0] * t[0];
+        })?;
         // Each statistic's own rounding per mask (a reduction over d units)
         // is at most own · Σ w |f|, and the enumeration's bound is at least
         // ε Σ w |f|, so inflating that bound by 1 + own/ε covers both.
-        let own = (2.0 * d + 8.0) * f64::EPSILON;
-        let widen = 1.0 + own / f64::EPSILON;
+        let own = tolerance::first_order(tolerance::norm_statistic_roundings(site.dim()));
+        let widen = 1.0 + own / tolerance::gamma_upper(1.0);
         let (r0, r1) = (raw.rounding[0] * widen, raw.rounding[1] * widen);
         if self.stat == Stat::VarM {
             let (m1, m2) = (raw.values[0], raw.values[1]);
@@ -400,21 +394,12 @@ impl Sampler for SiteSampler<'_> {
     }
     fn draw(&self, rng: &mut Stream, s: &mut SiteScratch, out: &mut [f64]) -> Result<(), Error> {
         let (layer, site) = (self.subject.dropout, &self.config.site);
-        let y = s.site.draw(site, layer, rng)?;
-        match self.stat {
-            Stat::M => out[0] = mean_and_variance(y).0,
-            Stat::VarM => {
-                let m = mean_and_variance(y).0;
-                let m_alt = mean_and_variance(s.site.draw(site, layer, rng)?).0;
-                out[0] = 0.5 * (m - m_alt) * (m - m_alt);
-            }
-            Stat::V => out[0] = mean_and_variance(y).1,
-            Stat::R2 => out[0] = y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64,
-            Stat::Ln => Pipeline::Ln(&self.config.ln).apply(y, &mut s.tmp, out),
-            Stat::Rms => Pipeline::Rms(&self.config.rms).apply(y, &mut s.tmp, out),
-            Stat::LnLn => {
-                Pipeline::LnLn(&self.config.ln, &self.config.ln2).apply(y, &mut s.tmp, out)
-            }
+        let (config, stat) = (self.config, self.stat);
+        config.per_draw(stat, s.site.draw(site, layer, rng)?, &mut s.tmp, out);
+        if stat == Stat::VarM {
+            let m = out[0];
+            config.per_draw(stat, s.site.draw(site, layer, rng)?, &mut s.tmp, out);
+            out[0] = pair_form(m, out[0]);
         }
         Ok(())
     }

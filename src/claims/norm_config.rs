@@ -6,6 +6,7 @@
 
 use crate::error::Error;
 use crate::exact::Pipeline;
+use crate::formulas::mean_and_variance;
 use crate::ops::{LayerNorm, RmsNorm, Site};
 
 /// A configuration: the site and the norms applied after it.
@@ -39,6 +40,31 @@ impl Config {
             _ => None,
         }
     }
+
+    /// What one draw contributes to `stat`'s mean, from the site's output
+    /// `y` (width `d`), into `out` (`stat.dim(d)` long; `tmp` a scratch row
+    /// of width `d`): `M = mean_k y_k`, `V = mean_k (y_k − M)²`,
+    /// `R² = mean_k y_k²`, or the norm's output per unit. For `Var M` it is
+    /// `M`: the draw the estimator averages is the pair form
+    /// `(M − M′)²/2` of two such values ([`pair_form`]). The generic
+    /// sampler, the exact oracle and the statistic's moments all call this
+    /// one function, so they cannot disagree on what a draw is.
+    pub(super) fn per_draw(&self, stat: Stat, y: &[f64], tmp: &mut [f64], out: &mut [f64]) {
+        match stat {
+            Stat::M | Stat::VarM => out[0] = mean_and_variance(y).0,
+            Stat::V => out[0] = mean_and_variance(y).1,
+            Stat::R2 => out[0] = y.iter().map(|v| v * v).sum::<f64>() / y.len() as f64,
+            Stat::Ln => Pipeline::Ln(&self.ln).apply(y, tmp, out),
+            Stat::Rms => Pipeline::Rms(&self.rms).apply(y, tmp, out),
+            Stat::LnLn => Pipeline::LnLn(&self.ln, &self.ln2).apply(y, tmp, out),
+        }
+    }
+}
+
+/// `(M − M′)²/2` of two independent draws' means `M`, `M′`: the draw of
+/// `Var M`'s estimator, whose mean is `Var M` (`E[(M − M′)²] = 2 Var M`).
+pub(super) fn pair_form(m: f64, m_alt: f64) -> f64 {
+    0.5 * (m - m_alt) * (m - m_alt)
 }
 
 /// Masks per pair of the pair form `(M − M′)²/2` on the fast path.

@@ -12,7 +12,8 @@
 use super::norm_config::{Config, Stat};
 use crate::engine::Budget;
 use crate::error::Error;
-use crate::fast::{FastCompound, FastSite, SiteNorm};
+use crate::fast::{FastCompound, FastSite};
+use crate::ops::AnyNorm;
 use crate::stats::Estimate;
 
 /// The fast estimate of `stat` on `config`, or `None` where the fast path
@@ -23,13 +24,13 @@ pub fn fast_estimates(
     budget: Budget,
 ) -> Result<Option<Vec<Estimate>>, Error> {
     let (norm, per_channel) = match stat {
-        Stat::M | Stat::VarM | Stat::V => (SiteNorm::Ln(&config.ln), false),
-        Stat::R2 => (SiteNorm::Rms(&config.rms), false),
-        Stat::Ln => (SiteNorm::Ln(&config.ln), true),
-        Stat::Rms => (SiteNorm::Rms(&config.rms), true),
+        Stat::M | Stat::VarM | Stat::V => (AnyNorm::Layer(config.ln.clone()), false),
+        Stat::R2 => (AnyNorm::Rms(config.rms.clone()), false),
+        Stat::Ln => (AnyNorm::Layer(config.ln.clone()), true),
+        Stat::Rms => (AnyNorm::Rms(config.rms.clone()), true),
         Stat::LnLn => return compound(config, budget),
     };
-    let Some(e) = FastSite::new(&config.site, norm, per_channel)?.estimate(budget)? else {
+    let Some(e) = FastSite::new(&config.site, &norm, per_channel)?.estimate(budget)? else {
         return Ok(None);
     };
     Ok(Some(match stat {

@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use super::quantity::RateArg;
+use super::quantity::{EvalQuantity, RateArg};
 
 use super::{EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
@@ -16,6 +16,7 @@ use crate::formulas::attention as f;
 use crate::input::read_list;
 use crate::ops::Rate;
 use crate::stats::Estimate;
+use crate::tolerance;
 
 /// How far `Σ a` may sit from 1 for a row of `d` probabilities that a
 /// float32 softmax produced.
@@ -32,7 +33,7 @@ use crate::stats::Estimate;
 pub fn float32_row_sum_slack(d: usize) -> f64 {
     const U32: f64 = 1.0 / 16_777_216.0; // 2⁻²⁴, float32's unit roundoff
     const PRINTED: f64 = 5e-9; // half a unit in the ninth significant digit
-    (d as f64 + 2.0) * U32 + PRINTED + d as f64 * f64::EPSILON / 2.0
+    (d as f64 + 2.0) * U32 + PRINTED + tolerance::first_order(d as f64)
 }
 
 /// The one rule for an attention row, shared by `eval attn` and the Python
@@ -195,6 +196,13 @@ pub struct AttnArgs {
     /// Values averaged by the row, one per position (adds E[o], Var[o]).
     #[arg(long, allow_hyphen_values = true)]
     pub values: Option<String>,
+}
+
+/// `dropmc eval attn`: this module's [`ABOUT`] and [`run`] under the name the
+/// command line and the bindings call it by. A family registers this
+/// function, not the name, so a misspelt quantity does not compile.
+pub fn quantity() -> EvalQuantity {
+    EvalQuantity::new("attn", ABOUT, run)
 }
 
 /// `eval attn` from its arguments.

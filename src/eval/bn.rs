@@ -24,6 +24,7 @@ use rand_distr::{Distribution, StandardNormal};
 
 use clap::Args;
 
+use super::quantity::EvalQuantity;
 use super::{ChannelStatus, ChannelVerdict, EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
@@ -186,6 +187,13 @@ pub struct BnArgs {
     /// Drop rate of the dropout in front of the BatchNorm, 0 <= p < 1.
     #[arg(long, allow_hyphen_values = true)]
     pub p: String,
+}
+
+/// `dropmc eval bn`: this module's [`ABOUT`] and [`run`] under the name the
+/// command line and the bindings call it by. A family registers this
+/// function, not the name, so a misspelt quantity does not compile.
+pub fn quantity() -> EvalQuantity {
+    EvalQuantity::new("bn", ABOUT, run)
 }
 
 /// `eval bn` from its arguments.

@@ -12,10 +12,9 @@
 
 use clap::Args;
 
-use super::quantity::RateArg;
+use super::quantity::{EvalQuantity, RateArg};
 
 use super::ln::{LayerNormParams, NormArgs, moments_or_constant};
-use super::second_order::Norm;
 use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
@@ -24,7 +23,7 @@ use crate::formulas::bypass as fb;
 use crate::formulas::layernorm::shrink_towards_beta;
 use crate::formulas::second_order::NoisyUnits;
 use crate::input::read_list;
-use crate::ops::Site;
+use crate::ops::{AnyNorm, Site};
 
 /// The one-line help of `eval bypass`.
 pub const ABOUT: &str = "Bypass y = h + dropout(v) before LayerNorm: E[V], c_damped, E[LN(y)].";
@@ -42,6 +41,13 @@ pub struct BypassArgs {
     pub p: RateArg,
     #[command(flatten)]
     pub norm: NormArgs,
+}
+
+/// `dropmc eval bypass`: this module's [`ABOUT`] and [`run`] under the name the
+/// command line and the bindings call it by. A family registers this
+/// function, not the name, so a misspelt quantity does not compile.
+pub fn quantity() -> EvalQuantity {
+    EvalQuantity::new("bypass", ABOUT, run)
 }
 
 /// `eval bypass` from its arguments.
@@ -92,5 +98,5 @@ pub fn bypass_with(
     if constant {
         undefined(&mut out, "c_damped", "h + v is constant, so LN(h + v) = β");
     }
-    finish(out, Some(("E[LN(y)]", &units, Norm::Ln(&ln))), eps)
+    finish(out, Some(("E[LN(y)]", &units, AnyNorm::Layer(ln))), eps)
 }

@@ -18,9 +18,8 @@
 
 use clap::Args;
 
-use super::quantity::DroppedVectorArgs;
+use super::quantity::{DroppedVectorArgs, EvalQuantity};
 
-use super::second_order::Norm;
 use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
@@ -29,7 +28,7 @@ use crate::formulas::dropout::sum_variance;
 use crate::formulas::layernorm as fl;
 use crate::formulas::second_order::NoisyUnits;
 use crate::input::{read_eps, read_list};
-use crate::ops::{LayerNorm, Rate, Site};
+use crate::ops::{AnyNorm, LayerNorm, Rate, Site};
 
 /// The one-line help of `eval ln`.
 pub const ABOUT: &str = "LayerNorm after dropout: E[M], Var[M], E[V], c, E[LN(z)].";
@@ -41,6 +40,13 @@ pub struct LnArgs {
     pub input: DroppedVectorArgs,
     #[command(flatten)]
     pub norm: NormArgs,
+}
+
+/// `dropmc eval ln`: this module's [`ABOUT`] and [`run`] under the name the
+/// command line and the bindings call it by. A family registers this
+/// function, not the name, so a misspelt quantity does not compile.
+pub fn quantity() -> EvalQuantity {
+    EvalQuantity::new("ln", ABOUT, run)
 }
 
 /// `eval ln` from its arguments.
@@ -156,7 +162,7 @@ pub fn ln(x: &[f64], p: f64, norm: LayerNormParams, budget: Budget) -> Result<Ev
     if constant {
         undefined(&mut out, "c", "x is constant, so LN(x) = β");
     }
-    finish(out, Some(("E[LN(z)]", &units, Norm::Ln(&ln))), eps)
+    finish(out, Some(("E[LN(z)]", &units, AnyNorm::Layer(ln))), eps)
 }
 
 /// The flags of [`LayerNormParams`]: `--gamma`, `--beta`, `--eps`.

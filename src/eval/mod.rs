@@ -65,16 +65,16 @@ use crate::stats::Estimate;
 /// The crate's quantities, in the order `dropmc eval --help` lists them;
 /// each module's `ABOUT` is its one-line help.
 pub fn quantities() -> Vec<EvalQuantity> {
+    // No long about: a long help switches clap's `--help` to its
+    // two-line-per-option layout, unlike every other quantity's.
     vec![
-        // No long about: a long help switches clap's `--help` to its
-        // two-line-per-option layout, unlike every other quantity's.
-        EvalQuantity::new("moments", moments::ABOUT, moments::run),
-        EvalQuantity::new("ln", ln::ABOUT, ln::run),
-        EvalQuantity::new("rms", rms::ABOUT, rms::run),
-        EvalQuantity::new("bypass", bypass::ABOUT, bypass::run),
-        EvalQuantity::new("compound", compound::ABOUT, compound::run),
-        EvalQuantity::new("attn", attn::ABOUT, attn::run),
-        EvalQuantity::new("bn", bn::ABOUT, bn::run),
+        moments::quantity(),
+        ln::quantity(),
+        rms::quantity(),
+        bypass::quantity(),
+        compound::quantity(),
+        attn::quantity(),
+        bn::quantity(),
     ]
 }
 

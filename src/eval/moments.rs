@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::quantity::RateArg;
+use super::quantity::{EvalQuantity, RateArg};
 
 use super::{EvalOutput, EvalResult, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
@@ -96,6 +96,13 @@ pub struct MomentsArgs {
     pub x: String,
     #[command(flatten)]
     pub p: RateArg,
+}
+
+/// `dropmc eval moments`: this module's [`ABOUT`] and [`run`] under the name the
+/// command line and the bindings call it by. A family registers this
+/// function, not the name, so a misspelt quantity does not compile.
+pub fn quantity() -> EvalQuantity {
+    EvalQuantity::new("moments", ABOUT, run)
 }
 
 /// `eval moments` from its arguments.

@@ -1,13 +1,13 @@
 //! Every `eval` quantity as a value: its name, its one-line help, its clap
-//! arguments and its run. The command line builds `dropmc eval <name>` from
+//! arguments and its run. Each quantity's module makes its value
+//! (`eval::ln::quantity()`), and a family registers that value, so a
+//! misspelt quantity is a compile error rather than a silent omission. The command line builds `dropmc eval <name>` from
 //! [`EvalQuantity::command`] and runs it with [`EvalQuantity::run_matches`];
 //! bindings and other front ends call [`EvalQuantity::run_args`] with the
 //! same flags and get the same [`EvalOutput`] (so the same JSON).
 //!
 //! ```
-//! use dropmc::eval::quantities;
-//!
-//! let ln = quantities().into_iter().find(|q| q.name() == "ln").unwrap();
+//! let ln = dropmc::eval::ln::quantity();
 //! let args = ["--x", "1,2,4,-1", "--p", "0.3", "--samples", "0"].map(String::from);
 //! let out = ln.run_args(&args).unwrap();
 //! assert_eq!(out.quantity, "ln");

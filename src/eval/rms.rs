@@ -8,17 +8,16 @@
 
 use clap::Args;
 
-use super::quantity::DroppedVectorArgs;
+use super::quantity::{DroppedVectorArgs, EvalQuantity};
 
 use super::ln::{EpsArg, optional_list};
-use super::second_order::Norm;
 use super::site::{Plan, finish, measure};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
 use crate::formulas::rmsnorm as fr;
 use crate::formulas::second_order::NoisyUnits;
-use crate::ops::{Rate, RmsNorm, Site};
+use crate::ops::{AnyNorm, Rate, RmsNorm, Site};
 
 /// The one-line help of `eval rms`.
 pub const ABOUT: &str = "RMSNorm after dropout: E[R^2], E[RMSNorm(z)].";
@@ -33,6 +32,13 @@ pub struct RmsArgs {
     pub gamma: Option<String>,
     #[command(flatten)]
     pub eps: EpsArg,
+}
+
+/// `dropmc eval rms`: this module's [`ABOUT`] and [`run`] under the name the
+/// command line and the bindings call it by. A family registers this
+/// function, not the name, so a misspelt quantity does not compile.
+pub fn quantity() -> EvalQuantity {
+    EvalQuantity::new("rms", ABOUT, run)
 }
 
 /// `eval rms` from its arguments.
@@ -78,5 +84,5 @@ pub fn rms(
     let units = NoisyUnits::dropout(x, rate)?;
     let plan = Plan::Rms { rms: rms.clone() };
     let out = measure("rms", &site, &plan, budget, results)?;
-    finish(out, Some(("E[RMSNorm(z)]", &units, Norm::Rms(&rms))), eps)
+    finish(out, Some(("E[RMSNorm(z)]", &units, AnyNorm::Rms(rms))), eps)
 }

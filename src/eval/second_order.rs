@@ -42,22 +42,16 @@ use crate::error::Error;
 use crate::formulas::second_order::{
     NoisyUnits, layer_norm_draw_sd, layer_norm_expectation, rms_norm_draw_sd, rms_norm_expectation,
 };
-use crate::ops::{LayerNorm, RmsNorm};
+use crate::ops::AnyNorm;
 use crate::stats::masks_to_resolve;
 
-/// Which normalization the result is of.
-pub enum Norm<'a> {
-    Ln(&'a LayerNorm),
-    Rms(&'a RmsNorm),
-}
-
 /// Adds `second_order` and `masks_to_resolve_first_order` to the result
-/// named `name` of `output`.
+/// named `name` of `output`, the result of `norm`.
 pub fn attach(
     output: &mut EvalOutput,
     name: &str,
     units: &NoisyUnits,
-    norm: Norm,
+    norm: &AnyNorm,
 ) -> Result<(), Error> {
     // An exact closed form (the zero vector of RMSNorm with ε > 0, a
     // constant x of LayerNorm) needs no next order.
@@ -69,11 +63,11 @@ pub fn attach(
         return Ok(());
     }
     let (second, sd) = match norm {
-        Norm::Ln(ln) => (
+        AnyNorm::Layer(ln) => (
             layer_norm_expectation(units, ln.gamma(), ln.beta(), ln.eps())?,
             layer_norm_draw_sd(units, ln.gamma(), ln.eps())?,
         ),
-        Norm::Rms(rms) => (
+        AnyNorm::Rms(rms) => (
             rms_norm_expectation(units, rms.gamma(), rms.eps())?,
             rms_norm_draw_sd(units, rms.gamma(), rms.eps())?,
         ),

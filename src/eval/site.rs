@@ -30,17 +30,17 @@
 //! `LN(x) = β`), the least-squares factor is `0/0`: its weights are zero, and
 //! the quantity says it has no exact or Monte Carlo value (`undefined`).
 
-use super::second_order::{Norm, attach};
+use super::second_order::attach;
 use super::{EvalOutput, EvalResult, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::claims::norm::SiteBuffers;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{MAX_ENUMERATION_D, Oracle, site_expectation, variance_from_moments};
-use crate::fast::{FastCompound, FastSite, SiteEstimates, SiteNorm};
+use crate::fast::{FastCompound, FastSite, SiteEstimates};
 use crate::formulas::mean_and_variance;
 use crate::formulas::second_order::NoisyUnits;
-use crate::ops::{LayerNorm, RmsNorm, Site, Subject};
+use crate::ops::{AnyNorm, LayerNorm, RmsNorm, Site, Subject};
 use crate::stats::Estimate;
 
 /// The largest number of mask bits for which `exact` is computed.
@@ -96,11 +96,11 @@ pub(super) fn undefined(output: &mut EvalOutput, name: &str, why: &str) {
 /// result `name` (where there is one), the useful-range warnings, the ε.
 pub(super) fn finish(
     mut out: EvalOutput,
-    second_order: Option<(&str, &NoisyUnits, Norm)>,
+    second_order: Option<(&str, &NoisyUnits, AnyNorm)>,
     eps: f64,
 ) -> Result<EvalOutput, Error> {
     if let Some((name, units, norm)) = second_order {
-        attach(&mut out, name, units, norm)?;
+        attach(&mut out, name, units, &norm)?;
     }
     super::range::annotate(&mut out);
     Ok(out.with_eps(eps))
@@ -216,20 +216,19 @@ fn exact(site: &Site, plan: &Plan) -> Result<Option<Oracle>, Error> {
 /// The plan's statistics from the fast kernels, in the generic sampler's
 /// order, or `None` where they do not apply (see [`FastSite::estimate`]).
 fn fast(site: &Site, plan: &Plan, budget: Budget) -> Result<Option<Vec<Estimate>>, Error> {
-    let run = |norm: SiteNorm, u: Option<&[f64]>| -> Result<Option<SiteEstimates>, Error> {
-        let mut kernel = FastSite::new(site, norm, true)?;
+    let run = |norm: AnyNorm, u: Option<&[f64]>| -> Result<Option<SiteEstimates>, Error> {
+        let mut kernel = FastSite::new(site, &norm, true)?;
         if let Some(u) = u {
             kernel = kernel.with_functional(u)?;
         }
         kernel.estimate(budget)
     };
     Ok(match plan {
-        Plan::Ln { ln, u } => run(SiteNorm::Ln(ln), Some(u))?
+        Plan::Ln { ln, u } => run(ln.clone().into(), Some(u))?
             .map(|e| [vec![e.mean, e.var_of_mean, e.var, e.functionals[0]], e.out].concat()),
-        Plan::Rms { rms } => run(SiteNorm::Rms(rms), None)?.map(|e| [vec![e.r2], e.out].concat()),
-        Plan::Bypass { ln, u } => {
-            run(SiteNorm::Ln(ln), Some(u))?.map(|e| [vec![e.var, e.functionals[0]], e.out].concat())
-        }
+        Plan::Rms { rms } => run(rms.clone().into(), None)?.map(|e| [vec![e.r2], e.out].concat()),
+        Plan::Bypass { ln, u } => run(ln.clone().into(), Some(u))?
+            .map(|e| [vec![e.var, e.functionals[0]], e.out].concat()),
         Plan::Compound { ln1, ln2, u1, u2 } => {
             let x = &site.terms()[0].0;
             let p = site.terms()[0].1.p();

@@ -65,9 +65,12 @@ impl Oracle {
 ///
 /// A computed `m̂1 = m1 + δ`, `|δ| ≤ r1`, gives `|m̂1² − m1²| ≤ (2|m1| + r1) r1`;
 /// the square and the subtraction round once each, on values at most `|m2|`
-/// (`m1² ≤ m2`), charged as `4 ε |m2|`; `m2`'s own bound adds `r2`.
+/// (`m1² ≤ m2`), charged as [`tolerance::VARIANCE_FROM_MOMENTS_ROUNDINGS`]
+/// with [`tolerance::gamma_upper`]; `m2`'s own bound adds `r2`.
 pub fn variance_from_moments(m1: f64, r1: f64, m2: f64, r2: f64) -> (f64, f64) {
-    let rounding = r2 + (2.0 * m1.abs() + r1) * r1 + 4.0 * f64::EPSILON * m2.abs();
+    let rounding = r2
+        + (2.0 * m1.abs() + r1) * r1
+        + tolerance::gamma_upper(tolerance::VARIANCE_FROM_MOMENTS_ROUNDINGS) * m2.abs();
     (m2 - m1 * m1, rounding)
 }
 
@@ -168,7 +171,8 @@ where
             *a += weight * o.abs();
         }
     }
-    let factor = (terms as f64 + bits as f64) * f64::EPSILON;
+    let factor =
+        tolerance::gamma_upper(tolerance::enumeration_roundings(terms as f64, bits as f64));
     let rounding = magnitude.iter().map(|a| factor * a).collect();
     Oracle { values, rounding }
 }

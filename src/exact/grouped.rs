@@ -41,6 +41,7 @@
 
 use crate::error::Error;
 use crate::ops::Rate;
+use crate::tolerance;
 
 use super::Oracle;
 
@@ -66,7 +67,10 @@ pub fn binomial_weights(n: usize, rate: Rate) -> (Vec<f64>, f64) {
     }
     let total: f64 = w.iter().sum();
     w.iter_mut().for_each(|v| *v /= total);
-    (w, (5 * n + 4) as f64 * f64::EPSILON)
+    (
+        w,
+        tolerance::gamma_upper(tolerance::binomial_weight_roundings(n)),
+    )
 }
 
 /// Weights below this are skipped by [`enumerate_counts`] when the caller
@@ -147,7 +151,10 @@ where
         let mut g = 0;
         loop {
             if g == k {
-                let factor = (terms as f64 + k as f64) * f64::EPSILON + eta;
+                let factor = tolerance::gamma_upper(tolerance::enumeration_roundings(
+                    terms as f64,
+                    k as f64,
+                )) + eta;
                 let truncation = if sup_f.is_finite() {
                     skipped * sup_f
                 } else {

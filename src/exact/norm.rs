@@ -7,9 +7,9 @@
 //! `ε = 0` the all-dropped mask (probability `p^d`) contributes `p^d β_k`
 //! rather than an undefined `0/0`.
 
-use crate::adapters::rounding::{Centring, Precision, norm_bound};
+use crate::adapters::rounding::{Precision, norm_bound};
 use crate::error::Error;
-use crate::ops::{LayerNorm, RmsNorm, Site};
+use crate::ops::{LayerNorm, Normalization, RmsNorm, Site};
 use crate::tolerance;
 
 use super::enumerate::enumerate_mask_bits;
@@ -126,7 +126,7 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
         pipeline.apply(y, &mut tmp, value);
         match pipeline {
             Pipeline::Ln(ln) => affine_bound(
-                Centring::LayerNorm,
+                Normalization::LayerNorm,
                 y,
                 ln.eps(),
                 ln.gamma(),
@@ -135,7 +135,7 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
                 bound,
             ),
             Pipeline::Rms(rms) => affine_bound(
-                Centring::RmsNorm,
+                Normalization::RmsNorm,
                 y,
                 rms.eps(),
                 rms.gamma(),
@@ -145,7 +145,7 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
             ),
             Pipeline::LnLn(ln1, ln2) => {
                 affine_bound(
-                    Centring::LayerNorm,
+                    Normalization::LayerNorm,
                     y,
                     ln1.eps(),
                     ln1.gamma(),
@@ -154,7 +154,7 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
                     &mut first,
                 );
                 affine_bound(
-                    Centring::LayerNorm,
+                    Normalization::LayerNorm,
                     &tmp,
                     ln2.eps(),
                     ln2.gamma(),
@@ -185,7 +185,7 @@ pub fn site_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error> {
 /// Per-component rounding bound of `γ_k u_k + β_k` computed from the row
 /// `y` (see [`site_pipeline`]); `output` is the computed value.
 fn affine_bound(
-    centring: Centring,
+    centring: Normalization,
     y: &[f64],
     eps: f64,
     gamma: &[f64],
@@ -324,7 +324,7 @@ pub fn grouped_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error
     } else {
         1.0
     };
-    let per_eval = stages * (16.0 * k as f64 + 32.0) * f64::EPSILON;
+    let per_eval = stages * tolerance::gamma_upper(tolerance::class_norm_roundings(k));
     let (gamma, beta): (&[f64], Option<&[f64]>) = match pipeline {
         Pipeline::Ln(ln) => (ln.gamma(), Some(ln.beta())),
         Pipeline::Rms(rms) => (rms.gamma(), None),
@@ -335,13 +335,17 @@ pub fn grouped_pipeline(site: &Site, pipeline: Pipeline) -> Result<Oracle, Error
     for unit in 0..d {
         let g = gr.of[unit];
         let s = raw.values[g];
-        // raw.rounding[g] ≥ ε Σ w |f|, so the class arithmetic's rounding,
-        // per_eval · Σ w |f|, is at most (per_eval / ε) · raw.rounding[g].
-        let r = raw.rounding[g] * (1.0 + per_eval / f64::EPSILON);
+        // raw.rounding[g] ≥ ε Σ w |f| (an enumeration counts at least one
+        // rounding), so the class arithmetic's rounding, per_eval · Σ w |f|,
+        // is at most (per_eval / ε) · raw.rounding[g].
+        let r = raw.rounding[g] * (1.0 + per_eval / tolerance::gamma_upper(1.0));
         let b = beta.map_or(0.0, |b| b[unit]);
         let value = gamma[unit] * s + b;
         values.push(value);
-        rounding.push(gamma[unit].abs() * r + 2.0 * f64::EPSILON * value.abs());
+        rounding.push(
+            gamma[unit].abs() * r
+                + tolerance::gamma_upper(tolerance::AFFINE_ROUNDINGS) * value.abs(),
+        );
     }
     Ok(Oracle { values, rounding })
 }

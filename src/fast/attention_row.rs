@@ -2,9 +2,9 @@
 //! `eval attn`: the entries `E[b_i]`, the row sum `R` and the output `o`
 //! with their variances, and the distribution of `R`.
 //!
-//! [`super::FastAttention`] is the benchmark's fused kernel for `R` and `o`
-//! alone; this module serves every statistic of the row through the shared
-//! [`MaskKernel`], which packs short rows several to a generated word.
+//! This module serves every statistic of the row (and `dropmc bench`'s W3)
+//! through the shared [`MaskKernel`], which packs short rows several to a
+//! generated word.
 //!
 //! ```text
 //! b_i = m_i a_i / q

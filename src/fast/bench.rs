@@ -17,9 +17,12 @@ use std::time::Instant;
 use rand_distr::{Distribution, Normal};
 use serde::Serialize;
 
-use super::{FastAttention, FastNorm, ReferenceAttention, ReferenceNorm};
+use super::FastSite;
+use super::attention_row::row_sums;
+use super::reference::{Statistics, estimate_per_element};
 use crate::engine::{Budget, derive_seed, stream};
 use crate::error::Error;
+use crate::ops::{AnyNorm, LayerNorm, Site};
 use crate::stats::Estimate;
 
 /// LayerNorm ε of W1.
@@ -71,7 +74,8 @@ impl Workload {
 pub enum EnginePath {
     /// One uniform per element through `InvertedDropout`, direct statistics.
     Reference,
-    /// Bit masks and subset-sum tables (this module).
+    /// Bit masks and subset-sum tables: the kernels the claims and `eval`
+    /// run ([`FastSite`], [`super::attention_row`]).
     Fast,
 }
 
@@ -151,33 +155,45 @@ pub fn run_one(
     let estimates = match workload {
         Workload::W1 | Workload::W2 => {
             let x = workload_x(d);
-            let ln = workload == Workload::W1;
-            let e = if path == EnginePath::Fast {
-                FastNorm::new(&x, p, EPS, ln)?.estimate(budget)?
+            let per_channel = workload == Workload::W1;
+            let ln = LayerNorm::plain(d, EPS)?;
+            // [M, V, R², LN_0, …] on either path.
+            let e: Vec<Estimate> = if path == EnginePath::Fast {
+                let site = Site::plain(&x, p)?;
+                let kernel = FastSite::new(&site, &AnyNorm::Layer(ln), per_channel)?;
+                let e = kernel.estimate(budget)?.ok_or_else(|| Error::Degenerate {
+                    what: format!("{}: the fast site kernel does not apply", workload.name()),
+                })?;
+                [vec![e.mean, e.var, e.r2], e.out].concat()
             } else {
-                ReferenceNorm::new(&x, p, EPS, ln)?.estimate(budget)?
+                let ln = per_channel.then_some(&ln);
+                estimate_per_element(&x, p, Statistics::Norm(ln), budget)?
             };
             let mut h = vec![
-                headline("E[M]", e.mean),
-                headline("E[V]", e.var),
-                headline("E[R2]", e.r2),
+                headline("E[M]", e[0]),
+                headline("E[V]", e[1]),
+                headline("E[R2]", e[2]),
             ];
-            if let Some(first) = e.ln.first() {
+            if let Some(first) = e.get(3) {
                 h.push(headline("E[LN_0]", *first));
             }
             h
         }
         Workload::W3 => {
             let (a, v) = workload_attention(d);
-            let e = if path == EnginePath::Fast {
-                FastAttention::new(&a, &v, p)?.estimate(budget)?
+            let (r, r_var, o) = if path == EnginePath::Fast {
+                let e = row_sums(&a, &v, p, budget)?;
+                (e.row_sum_mean, e.row_sum_variance, e.output_mean)
             } else {
-                ReferenceAttention::new(&a, &v, p)?.estimate(budget)?
+                let total = a.iter().sum();
+                let row = Statistics::AttentionRow { v: &v, total };
+                let e = estimate_per_element(&a, p, row, budget)?;
+                (e[0], e[1], e[2])
             };
             vec![
-                headline("E[R]", e.row_sum),
-                headline("Var R", e.row_sum_var),
-                headline("E[o]", e.output),
+                headline("E[R]", r),
+                headline("Var R", r_var),
+                headline("E[o]", o),
             ]
         }
     };

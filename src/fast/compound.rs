@@ -22,7 +22,7 @@
 //! (`w`, `w² − 2cw`, `γ1 w`, `γ1² w`, `γ1² (w² − 2cw)`, `γ1 β̃1 w`, and
 //! `a γ1 w` for `eval`'s shrink factor of LN1 with weights `a`), one
 //! look-up per 4 units in the nibble tables, 64 masks at a time
-//! (word-major blocks, as [`super::FastNorm`]'s). Then `ū = Σu/d`, `V2 = Σu²/d − ū²`,
+//! (word-major blocks, [`super::blocks`]). Then `ū = Σu/d`, `V2 = Σu²/d − ū²`,
 //! `s2 = 1/√(V2 + ε2)`.
 //!
 //! # Per channel
@@ -35,7 +35,7 @@
 //! ```
 //!
 //! one masked sum over masks of the per-mask weight `s·s2` per channel (the
-//! transposed nibble-table sums of [`super::FastNorm`]), four block scalars, batch-means
+//! transposed nibble-table sums of [`super::blocks`]), four block scalars, batch-means
 //! standard errors, as in [`super::site`].
 //!
 //! # The constant rule and conditioning
@@ -49,17 +49,18 @@
 //! rounding of `V2` (it adds `O(d)` terms of size at most the square of a
 //! bound on `|u_k|`). A run with a mask below either floor returns `None`.
 
+use super::blocks::{block_sizes, channel_sums_over_masks, fill_block};
 use super::compact::MaskBits;
 use super::conditioning::{RESOLUTION, ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{block_sizes, channel_sums_over_masks, fill_block};
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
 use crate::ops::{LayerNorm, Rate};
 use crate::stats::Estimate;
+use crate::tolerance;
 
 /// Σ t1, Σ t1² (LN1's factor, per draw); Σ t2, Σ t2², Σ n t2 (LN2's factor,
 /// per block); Σ n_b²; the count of ill-conditioned masks.
@@ -157,7 +158,7 @@ impl FastCompound {
         let r = 2.0 * (shift.abs() + scaled.iter().fold(0.0f64, |m, w| m.max(w.abs())));
         let df = d as f64;
         let kappa2 = [
-            4.0 * (df + 16.0) * f64::EPSILON / 2.0,
+            tolerance::first_order(4.0 * (df + 16.0)),
             sum(&|k| g1[k] * g1[k]) * r * r / df,
             sum(&|k| 2.0 * (g1[k] * bt[k]).abs()) * r / df,
             constants[5] / df,
@@ -272,7 +273,7 @@ impl ChunkKernel for FastCompound {
         let d = self.d;
         let nw = d.div_ceil(64);
         let mut lanes = Xoshiro8::from_stream(rng);
-        // 64 masks, word-major (as FastNorm's).
+        // 64 masks, word-major (see super::blocks).
         let mut words = vec![0u64; 64 * nw];
         let mut scratch = Vec::new();
         let mut per_mask = [[0.0f64; 64]; 7];

@@ -3,6 +3,8 @@
 //! ill-conditioned, and the a-priori bound `κ` on the rounding of its `V`.
 //! The derivation is in [`super::site`] ("Why the shift").
 
+use crate::tolerance;
+
 /// Relative rounding allowed in `V + ε` and in a channel's term: `2^-26`.
 pub(crate) const RESOLUTION: f64 = 1.0 / (1u64 << 26) as f64;
 
@@ -29,7 +31,7 @@ pub(crate) fn site_floor(h: &[f64], scaled: &[&[f64]], c: f64) -> (f64, f64) {
         }
     }
     let (df, j) = (d as f64, scaled.len() as f64);
-    let u = f64::EPSILON / 2.0;
+    let u = tolerance::UNIT_ROUNDOFF;
     let n_terms = df * (1.0 + j + j * (j - 1.0) / 2.0);
     let (sum_a1, sum_a2): (f64, f64) = (a1.iter().sum(), a2.iter().sum());
     let kappa = (n_terms + 8.0) * u * (sum_a2 + 2.0 * sum_a1 * sum_a1 / df) / df;

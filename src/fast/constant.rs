@@ -48,7 +48,7 @@ impl ConstantPattern {
     }
 
     /// Whether mask `b` of a word-major block (word `j` of mask `b` at
-    /// `block[64 j + b]`, the layout of [`super::FastNorm`]'s blocks) gives
+    /// `block[64 j + b]`, the layout of [`super::blocks`]) gives
     /// this pattern's constant.
     #[inline(always)]
     pub fn matches_in_block(&self, block: &[u64], b: usize) -> bool {

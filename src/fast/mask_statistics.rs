@@ -233,7 +233,7 @@ impl GroupsDropped {
                 what: format!("unit groups need 1 to 64 units, got {units}"),
             });
         }
-        let inside = super::norm::tail_mask(units);
+        let inside = super::blocks::tail_mask(units);
         if let Some(g) = groups.iter().find(|&&g| g == 0 || g & !inside != 0) {
             return Err(Error::InvalidOption {
                 what: format!("group {g:#b} is empty or outside {units} units"),
@@ -310,7 +310,7 @@ mod tests {
         for len in [64usize, 37] {
             let mut masks: Vec<u64> = (0..len * nw).map(|_| rng.next_u64()).collect();
             for m in masks.chunks_exact_mut(nw) {
-                m[nw - 1] &= super::super::norm::tail_mask(d);
+                m[nw - 1] &= super::super::blocks::tail_mask(d);
             }
             let mut word_major = vec![0u64; 64 * nw];
             for (b, m) in masks.chunks_exact(nw).enumerate() {

@@ -34,9 +34,9 @@
 //! — and must add exactly what `add` on each mask in order adds, bit for
 //! bit, so the layout never changes a result.
 
+use super::blocks::tail_mask;
 use super::compact::MaskBits;
 use super::lanes::Xoshiro8;
-use super::norm::tail_mask;
 use super::run::{ChunkKernel, Isa, run_chunks};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;

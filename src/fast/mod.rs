@@ -13,10 +13,6 @@
 //! * [`SubsetTables`] — sums of `x/q` and `(x/q)²` over every subset of each
 //!   4 channels, so a masked sum is one look-up per nibble of the mask, and
 //!   64 masks' sums are vector permutes on AVX-512;
-//! * [`FastNorm`] — `M`, `V`, `R²` per mask and `E[LN(z)_k]` per channel
-//!   from one masked sum over masks per channel (64×64 bit transposes and
-//!   subset-sum tables over masks), with batch-means standard errors;
-//! * [`FastAttention`] — attention rows `R`, `o` (the benchmark's fused kernel);
 //! * [`MaskKernel`] — one mask at a time handed to a [`MaskStatistic`]
 //!   (keep counts, masked sums and their powers, histograms; short masks
 //!   packed several to a word), behind the claims of the dropout
@@ -26,20 +22,21 @@
 //! * [`FastSite`] — the same for a whole dropout site
 //!   `y = h + Σ_j dropout(v_j)` before LayerNorm or RMSNorm (`ε ≥ 0`, the
 //!   constant-input rule by bit patterns, [`mod@constant`]), which the
-//!   normalization claims and `eval` use;
+//!   normalization claims and `eval` use: `M`, `V`, `R²` per mask and the
+//!   norm's output per channel from one masked sum over masks per channel
+//!   ([`mod@blocks`]: 64×64 bit transposes and subset-sum tables over
+//!   masks), with batch-means standard errors;
 //! * [`FastCompound`] — `LN2(LN1(dropout(x)))` per channel;
-//! * [`FastAttention`] — attention rows `R`, `o`;
 //! * [`run_chunks`] — the engine's chunk/stream/merge contract for whole
 //!   chunks: bit-identical on any thread count and on every instruction-set
 //!   level ([`Isa`]), memory independent of the sample count;
-//! * [`ReferenceNorm`], [`ReferenceAttention`] — the obvious per-element
-//!   samplers the fast path is tested against;
-//! * [`mod@bench`] — the benchmark workloads W1–W3 behind `dropmc bench`.
+//! * [`mod@bench`] — the benchmark workloads W1–W3 behind `dropmc bench`,
+//!   timed on these kernels and on the per-element path.
 
-pub mod attention;
 pub mod attention_row;
 pub mod bench;
 pub mod bits;
+pub mod blocks;
 pub mod compact;
 pub mod compound;
 mod conditioning;
@@ -50,25 +47,21 @@ pub mod lanes;
 pub mod mask_shape;
 pub mod mask_statistics;
 pub mod masks;
-pub mod norm;
 pub mod power_sums;
-pub mod reference;
+mod reference;
 pub mod run;
 pub mod site;
 pub mod tables;
 
-pub use attention::{AttentionEstimates, FastAttention};
 pub use bits::{BernoulliBits, transpose64, transpose64_on};
 pub use compact::MaskBits;
 pub use compound::{CompoundEstimates, FastCompound};
 pub use lanes::Xoshiro8;
 pub use masks::{MaskBlock, MaskKernel, MaskStatistic};
-pub use norm::{FastNorm, NormEstimates};
 pub use power_sums::PowerSums;
-pub use reference::{ReferenceAttention, ReferenceNorm};
 pub use run::{
     ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, observe_progress, run_chunks,
     run_chunks_on, run_chunks_with_progress,
 };
-pub use site::{FastSite, SiteEstimates, SiteNorm};
+pub use site::{FastSite, SiteEstimates};
 pub use tables::SubsetTables;

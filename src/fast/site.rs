@@ -1,7 +1,7 @@
 //! The fast kernel of a dropout site followed by a norm:
 //! `y = h + Σ_j dropout_{p_j}(v_j)`, then LayerNorm or RMSNorm, with masks
-//! as bits and every sum a table look-up (the plain-dropout kernel
-//! [`super::FastNorm`] is the case `h = 0`, one term, `ε > 0`).
+//! as bits and every sum a table look-up (plain dropout before a norm is
+//! the case `h = 0`, one term).
 //!
 //! # Per mask: `M`, `V`, `R²` from masked sums over units
 //!
@@ -30,7 +30,7 @@
 //!
 //! # Layout of a block
 //!
-//! As in [`super::FastNorm`]: masks come 64 at a time, and each term's
+//! As in [`super::blocks`]: masks come 64 at a time, and each term's
 //! block of `64·⌈d/64⌉` iid Bernoulli(q_j) words is read *word-major* (word
 //! `i` of mask `b` is `words[64 i + b]`), so the 64 masks' word `i` are
 //! contiguous for the per-mask look-ups and form one 64×64 bit matrix for
@@ -64,7 +64,7 @@
 //! RMS(y)_k = γ_k y_k s:  Σ_b y_bk s_b = h_k Σ_b s_b + Σ_j w_jk Σ_{b: m_jbk = 1} s_b
 //! ```
 //!
-//! The inner sums over the masks keeping `k` are [`super::FastNorm`]'s
+//! The inner sums over the masks keeping `k` are [`super::blocks`]'
 //! masked sums over masks (one per term): each 64×64 bit block of the term
 //! is transposed so that one word holds channel `k`'s keep bits across the
 //! 64 masks, and the sums of `s` over every subset of each 4 masks are
@@ -104,25 +104,18 @@
 //! `(M_{2i} − M_{2i+1})²/2` has mean `Var M` exactly; `⌊n/2⌋` pairs from `n`
 //! masks, with a per-pair standard error.
 
+use super::blocks::{block_sizes, channel_sums_over_masks, fill_block};
 use super::compact::MaskBits;
 use super::conditioning::{ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
-use super::norm::{block_sizes, channel_sums_over_masks, fill_block};
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
-use crate::ops::{LayerNorm, RmsNorm, Site};
+use crate::ops::{AnyNorm, Site};
 use crate::stats::Estimate;
 use crate::tolerance;
-
-/// The norm after the site.
-#[derive(Debug, Clone, Copy)]
-pub enum SiteNorm<'a> {
-    Ln(&'a LayerNorm),
-    Rms(&'a RmsNorm),
-}
 
 /// Per draw Σ M', Σ M'², Σ V, Σ V², Σ R², Σ (R²)²; per pair Σ t, Σ t²;
 /// Σ n_b² over blocks; the count of ill-conditioned masks.
@@ -174,12 +167,11 @@ pub struct FastSite {
 impl FastSite {
     /// The kernel for `site` followed by `norm` (of the site's width), with
     /// the per-channel outputs when `per_channel`.
-    pub fn new(site: &Site, norm: SiteNorm, per_channel: bool) -> Result<Self, Error> {
+    pub fn new(site: &Site, norm: &AnyNorm, per_channel: bool) -> Result<Self, Error> {
         let d = site.dim();
-        let (layer, eps, gamma, beta) = match norm {
-            SiteNorm::Ln(ln) => (true, ln.eps(), ln.gamma().to_vec(), ln.beta().to_vec()),
-            SiteNorm::Rms(rms) => (false, rms.eps(), rms.gamma().to_vec(), vec![0.0; d]),
-        };
+        let layer = norm.kind().centres();
+        let (eps, gamma) = (norm.eps(), norm.gamma().to_vec());
+        let beta = norm.beta().map_or_else(|| vec![0.0; d], <[f64]>::to_vec);
         crate::error::check_len("norm parameters", &gamma, d)?;
         let x = site.clean();
         let shift = if layer {
@@ -374,7 +366,7 @@ impl ChunkKernel for FastSite {
         let (d, nw, terms) = (self.d, self.nw, self.bits.len());
         let stride = 64 * nw;
         let mut lanes = Xoshiro8::from_stream(rng);
-        // Per term, a block of 64 masks, word-major (as FastNorm's).
+        // Per term, a block of 64 masks, word-major (see super::blocks).
         let mut words = vec![0u64; terms * stride];
         let mut both = vec![0u64; if self.pairs.is_empty() { 0 } else { stride }];
         let mut scratch = Vec::new();

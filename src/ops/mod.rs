@@ -9,6 +9,7 @@ mod batchnorm;
 mod buffers;
 mod dropout;
 mod norm;
+mod norm_choice;
 mod pass;
 mod shape;
 mod site;
@@ -24,6 +25,7 @@ pub use dropout::{
     scale_kept_gradients,
 };
 pub use norm::{LayerNorm, LayerNormKind, Norm, NormKind, RmsNorm, RmsNormKind};
+pub use norm_choice::{AnyNorm, Normalization};
 pub use pass::{BackwardPass, BlockPass, EvalPass, TrainPass};
 pub use shape::{CountingRng, MaskShape, row_width};
 pub use site::Site;
