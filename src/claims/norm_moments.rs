@@ -1,7 +1,7 @@
 //! The skewness a normalization claim's mean test declares, per component,
 //! from the exact law of its per-draw quantity over every mask of the site
 //! ([`site_expectation`], the enumeration its oracle uses), of the one
-//! per-draw function the sampler uses ([`Config::per_draw`]).
+//! per-draw function the sampler uses (`Config::per_draw`).
 //!
 //! The quantity is what one draw contributes before averaging: `M`, `V`,
 //! `R²`, or unit `k` of the norm's output; for `Var M` the draw is the pair

@@ -26,7 +26,7 @@
 //! `k`'s keep bits across the 64 masks, and the sums of `s` over every
 //! subset of each 4 masks are tabulated, so a channel costs 16 look-ups per
 //! 64 masks instead of 64 conditional adds (and the AVX-512 path makes 8
-//! channels' look-ups with one permute): [`channel_sums_over_masks`].
+//! channels' look-ups with one permute): `channel_sums_over_masks`.
 
 use super::bits::transpose64_on;
 use super::compact::MaskBits;
