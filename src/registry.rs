@@ -58,6 +58,7 @@ use crate::plot::{self, Figure};
 ///         })
 ///     },
 ///     fast: None,
+///     law: None,
 /// };
 ///
 /// let registry = Registry::default()

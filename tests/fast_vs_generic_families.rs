@@ -10,8 +10,8 @@
 //! assertions, recorded by `tests/common` and summed by `tests/zz_budget.rs`:
 //!
 //! * `every_claim_estimate_agrees_with_the_generic_path`: every component of
-//!   every claim of the four families, once (41 + 14 + 12 + 3 = 70 today;
-//!   counted as they run);
+//!   every claim that declares the bit-mask fast path ([`FastPath::Masks`]),
+//!   once (counted as they run);
 //! * `eval_moments_agrees_with_a_per_element_sampler`: `E[z]`, `E[z²]`,
 //!   `Var z` for 4 units, `E[S]`, `Var S`: 14;
 //! * `eval_attn_agrees_with_a_per_element_sampler`: `E[b]` for 5 keys,
@@ -21,16 +21,13 @@
 //! A component whose two standard errors are both zero (a unit with
 //! `x_k = 0`: every draw is exactly 0 on both paths) must agree exactly.
 
-use dropmc::claims::{Claim, registry};
+use dropmc::claims::{Claim, FastPath, registry};
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
 use dropmc::fast::{attention_row, dropout};
 use dropmc::ops::{DropoutLayer, InvertedDropout, Subject, TrainPass};
 use dropmc::stats::Estimate;
 
 mod common;
-
-/// The families whose claims have a fast estimator.
-const FAST_FAMILIES: [&str; 4] = ["dropout", "attention", "mask_shape", "ensemble"];
 
 fn assert_agree(what: &str, fast: Estimate, generic: Estimate) {
     let se = (fast.stderr.powi(2) + generic.stderr.powi(2)).sqrt();
@@ -41,34 +38,39 @@ fn assert_agree(what: &str, fast: Estimate, generic: Estimate) {
     common::assert_same(&format!("{what} (fast vs generic)"), fast, generic);
 }
 
-fn family_claims() -> Vec<&'static dyn Claim> {
+/// The claims that declare the bit-mask fast path.
+fn mask_path_claims() -> Vec<&'static dyn Claim> {
     registry()
         .into_iter()
-        .filter(|c| FAST_FAMILIES.contains(&c.family()))
+        .filter(|c| c.fast_path() == Some(FastPath::Masks))
         .collect()
 }
 
-/// Every claim of the four families has a fast estimator, and no claim of
-/// the batchnorm or semantics families has one (they stay generic: see
-/// `claims::batchnorm`; semantics is about an implementation by design).
+/// A claim has a fast estimator exactly when it declares a fast path
+/// ([`Claim::fast_path`]), so that the cross-checks here and in
+/// `tests/fast_vs_generic.rs`, which run every claim that declares one,
+/// miss none.
 #[test]
-fn the_fast_path_serves_these_families_and_not_those() {
+fn a_claim_has_a_fast_estimator_exactly_when_it_declares_one() {
     let budget = Budget::new(1_000, 1).unwrap();
     for claim in registry() {
         let has_fast = claim.fast_estimate(budget).is_some();
-        if FAST_FAMILIES.contains(&claim.family()) {
-            assert!(has_fast, "{} has no fast estimator", claim.id());
-        }
-        if ["batchnorm", "semantics"].contains(&claim.family()) {
-            assert!(!has_fast, "{} has a fast estimator", claim.id());
-        }
+        assert_eq!(
+            has_fast,
+            claim.fast_path().is_some(),
+            "{}: fast estimate {has_fast}, declares {:?} (Claim::fast_path)",
+            claim.id(),
+            claim.fast_path()
+        );
     }
 }
 
 #[test]
 fn every_claim_estimate_agrees_with_the_generic_path() {
     let subject = Subject::reference();
-    for claim in family_claims() {
+    let claims = mask_path_claims();
+    assert!(!claims.is_empty());
+    for claim in claims {
         let samples = claim.default_samples();
         let fast_budget = Budget::new(samples, derive_seed(101, claim.id())).unwrap();
         // The generic path is the slow one: a tenth of the budget (whose

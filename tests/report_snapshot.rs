@@ -18,6 +18,11 @@ fn default_report_passes_and_matches_snapshot() {
     for result in &report.results {
         common::assert_pass(result);
     }
+    // With the in-crate example family (feature `example-family`) the
+    // table has its rows too; the snapshot is the default build's.
+    if cfg!(feature = "example-family") {
+        return;
+    }
     insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
         insta::assert_snapshot!("report_table", table(&report));
     });

@@ -14,7 +14,7 @@
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
 use super::fn_claim::{FnClaim, half_squared_difference, indicator, sample_means};
-use super::{Card, Shape};
+use super::{Card, Draw, Estimator, Law, Shape};
 use super::{Claim, listed};
 use crate::engine::Stream;
 use crate::error::Error;
@@ -93,6 +93,17 @@ enum Moment {
     Variance,
 }
 
+/// The law a claim on `R` or `o` declares: the scalar is the masked sum
+/// `Σ m_i c_i / q` of `c_i = a_i` (the row sum) or `c_i = a_i v_i` (the
+/// output), reduced to its mean or its variance.
+fn row_scalar_law(scalar: RowScalar, estimator: Estimator) -> Law {
+    let weights = match scalar {
+        RowScalar::Sum => A.to_vec(),
+        RowScalar::Output => A.iter().zip(&V).map(|(a, v)| a * v).collect(),
+    };
+    Law::repeated(Draw::MaskedSum { weights, p: P }, 1, estimator)
+}
+
 /// The statistic a claim on `R` or `o` declares, from the scalar's exact
 /// law: both are inverted-dropout sums, of `a_i` and of `a_i v_i`
 /// ([`CentralMoments::of_dropped_sum`]). Its skewness for the mean (a plain
@@ -136,6 +147,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| Ok(fast::row(&A, &V, P, b)?.entry_mean)),
+            law: Some(|| Law::repeated(Draw::TwoPoint { keep: 1.0 - P }, A.len(), Estimator::Mean)),
         },
         FnClaim {
             card: Card::new(
@@ -155,6 +167,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_mean])),
+            law: Some(|| row_scalar_law(RowScalar::Sum, Estimator::Mean)),
         },
         FnClaim {
             card: Card::new(
@@ -182,6 +195,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_variance])),
+            law: Some(|| row_scalar_law(RowScalar::Sum, Estimator::Variance)),
         },
         FnClaim {
             card: Card::new(
@@ -213,6 +227,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
             fast: Some(|b| {
                 fast::row_sum_distribution(&A, P, f::SEED_ROW_SUMS.len(), support_index, b)
             }),
+            law: None,
         },
         FnClaim {
             card: Card::new(
@@ -232,6 +247,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.output_mean])),
+            law: Some(|| row_scalar_law(RowScalar::Output, Estimator::Mean)),
         },
         FnClaim {
             card: Card::new(
@@ -259,6 +275,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.output_variance])),
+            law: Some(|| row_scalar_law(RowScalar::Output, Estimator::Variance)),
         },
     ]
 });

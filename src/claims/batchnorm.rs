@@ -25,7 +25,7 @@ use rand_distr::{Distribution, StandardNormal};
 
 use super::fn_claim::{DrawFn, half_squared_difference, sample_means};
 use super::listed;
-use super::{Card, Claim, Shape};
+use super::{Card, Claim, Draw, Estimator, Law, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
@@ -113,6 +113,10 @@ pub struct BnClaim {
     /// averages, from the exact moments ([`crate::stats::CentralMoments`],
     /// [`BatchCumulants`]); the claim's mean test declares the largest.
     pub skewness: fn() -> Vec<f64>,
+    /// Per claimed component, the law of that statistic ([`Claim::law`]),
+    /// from which `tests/test_sizes.rs` derives the skewness again by
+    /// Gaussian quadratic forms rather than k-statistic cumulants.
+    pub law: fn() -> Law,
 }
 
 impl Claim for BnClaim {
@@ -135,6 +139,9 @@ impl Claim for BnClaim {
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         (self.analytic)()
+    }
+    fn law(&self) -> Law {
+        (self.law)()
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let raw = sample_means(subject, budget, self.raw_dim, self.draw)?;
@@ -286,6 +293,94 @@ impl BufferTraining<'_> {
     }
 }
 
+/// The family's channels, `(μ_k, σ_k)`.
+fn channels() -> impl Iterator<Item = (f64, f64)> {
+    MU.into_iter().zip(SIGMA)
+}
+
+/// `batchnorm.train_input`'s law: per channel `z_k = m x_k / q` (the mean
+/// components), then `(z_k − z′_k)²/2` (the variance components).
+fn train_input_law() -> Law {
+    let means = channels().map(|(mu, sigma)| Draw::DroppedNormal { mu, sigma, p: P });
+    let pairs = channels().map(|(mu, sigma)| Draw::DroppedNormalPair { mu, sigma, p: P });
+    Law::Draws {
+        components: means.chain(pairs).collect(),
+        estimator: Estimator::Mean,
+    }
+}
+
+/// The moving average of `α k₁ + β k₂` per batch of channel `(μ, σ)` in
+/// the family's buffer training.
+fn buffer(mu: f64, sigma: f64, mean_weight: f64, variance_weight: f64) -> Draw {
+    Draw::BatchAverage {
+        mu,
+        sigma,
+        p: P,
+        batch: BATCH,
+        momentum: MOMENTUM,
+        steps: STEPS,
+        mean_weight,
+        variance_weight,
+    }
+}
+
+/// `batchnorm.running_stats`' law: per channel `rm_t` (the batch means'
+/// moving average), then `rv_t` (the unbiased batch variances').
+fn running_stats_law() -> Law {
+    let means = channels().map(|(mu, sigma)| buffer(mu, sigma, 1.0, 0.0));
+    let variances = channels().map(|(mu, sigma)| buffer(mu, sigma, 0.0, 1.0));
+    Law::Draws {
+        components: means.chain(variances).collect(),
+        estimator: Estimator::Mean,
+    }
+}
+
+/// `batchnorm.fold_buffers`' law: per channel `q rv_t − p rm_t²`
+/// linearized at `a = E rm_t`, the moving average of `q k₂ − 2 p a k₁`
+/// (leading order, as [`BufferTraining::fold_skewness`]).
+fn fold_buffers_law() -> Law {
+    let components = channels()
+        .map(|(mu, sigma)| {
+            let a = f::ema_expectation(STEPS, MOMENTUM, 0.0, mu);
+            buffer(mu, sigma, -2.0 * P * a, 1.0 - P)
+        })
+        .collect();
+    Law::Draws {
+        components,
+        estimator: Estimator::Mean,
+    }
+}
+
+/// `batchnorm.variance_shift`'s law: every component a clean pair form
+/// `(x − x′)²/2`, `σ²` times a `χ²₁`.
+fn variance_shift_law() -> Law {
+    Law::repeated(Draw::NormalPair, 2 * MU.len(), Estimator::Mean)
+}
+
+/// `batchnorm.li2018`'s law: the pair forms at `p = 0.5`, of the clean
+/// input and at `p = 0.1`, and the two ratios clean / dropped, linearized.
+fn li2018_law() -> Law {
+    let dropped = |p| Draw::DroppedNormalPair {
+        mu: 0.0,
+        sigma: 1.0,
+        p,
+    };
+    let ratio = |p| Draw::LinearizedRatio {
+        numerator: Box::new(Draw::NormalPair),
+        denominator: Box::new(dropped(p)),
+    };
+    Law::Draws {
+        components: vec![
+            dropped(0.5),
+            Draw::NormalPair,
+            ratio(0.5),
+            dropped(0.1),
+            ratio(0.1),
+        ],
+        estimator: Estimator::Mean,
+    }
+}
+
 /// The family's own buffer training (PyTorch's unbiased running variance).
 fn family_training() -> BufferTraining<'static> {
     BufferTraining {
@@ -326,6 +421,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             post: None,
             raw_dim: 2 * k,
             skewness: train_input_skewness,
+            law: train_input_law,
         },
         BnClaim {
             id: "batchnorm.running_stats",
@@ -355,6 +451,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             post: None,
             raw_dim: 2 * k,
             skewness: || family_training().running_stats_skewness(),
+            law: running_stats_law,
         },
         BnClaim {
             id: "batchnorm.fold_buffers",
@@ -384,6 +481,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             post: None,
             raw_dim: k,
             skewness: || family_training().fold_skewness(),
+            law: fold_buffers_law,
         },
         BnClaim {
             id: "batchnorm.variance_shift",
@@ -423,6 +521,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             // Given the buffers, ½ (x − x′)²/σ_k² exactly: χ²₁ (comment in
             // `draw`), skewness 2√2 for every component.
             skewness: || vec![DEFAULT_SKEWNESS; 2 * MU.len()],
+            law: variance_shift_law,
         },
         BnClaim {
             id: "batchnorm.li2018",
@@ -455,6 +554,7 @@ static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
             }),
             raw_dim: 3,
             skewness: li2018_skewness,
+            law: li2018_law,
         },
     ]
 });

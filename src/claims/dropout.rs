@@ -10,8 +10,9 @@
 //! one mask per sample.
 
 use super::fn_claim::half_squared_difference;
+use super::law::{Draw as LawDraw, Estimator, Law};
 use super::listed;
-use super::{Card, Claim, Shape};
+use super::{Card, Claim, FastPath, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
@@ -74,7 +75,14 @@ pub struct DropoutClaim {
     /// sample variances of single draws (standard error:
     /// [`crate::fast::PowerSums`]).
     pub fast: FastFn,
+    /// The law of the per-draw statistic at `(x, p)` ([`Claim::law`]);
+    /// `None`: the one the statistic fixes (the per-unit scaled counts and
+    /// the kept count's indicators).
+    pub law: Option<LawFn>,
 }
+
+/// A claim's law at `(x, p)`.
+pub type LawFn = fn(&[f64], f64) -> Law;
 
 impl DropoutClaim {
     fn rate(&self) -> Result<Rate, Error> {
@@ -95,6 +103,15 @@ impl Claim for DropoutClaim {
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         Some((self.fast)(self.x, self.p, budget))
+    }
+    fn fast_path(&self) -> Option<FastPath> {
+        Some(FastPath::Masks)
+    }
+    fn law(&self) -> Law {
+        self.law.map_or_else(
+            || Law::implied_by(self.statistic()),
+            |law| law(self.x, self.p),
+        )
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
@@ -251,6 +268,7 @@ fn unit_claim(
         oracle: Some(oracle),
         draw_statistic,
         fast,
+        law: None,
     }
 }
 
@@ -367,6 +385,14 @@ fn sum_variance_skewness(x: &[f64], p: f64) -> f64 {
     sum_moments(x, p).variance_skewness_on_either_path()
 }
 
+/// The sum `S = Σ_k m_k x_k / q` of dropped-out `x` as a draw.
+fn sum_draw(x: &[f64], p: f64) -> LawDraw {
+    LawDraw::MaskedSum {
+        weights: x.to_vec(),
+        p,
+    }
+}
+
 /// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its
 /// closed form, its exact value ([`masked_sum_oracle`]) and its per-draw
 /// statistic, `S` or `(S − S')²/2`.
@@ -401,6 +427,11 @@ fn sum_claim(
         SumMoment::Variance => sum_variance_skewness(x, p),
     };
     let card = card.with_statistic(Statistic::Mean { skewness });
+    // The draw is S itself, reduced to its mean or its variance.
+    let law: LawFn = match moment {
+        SumMoment::Mean => |x, p| Law::repeated(sum_draw(x, p), 1, Estimator::Mean),
+        SumMoment::Variance => |x, p| Law::repeated(sum_draw(x, p), 1, Estimator::Variance),
+    };
     DropoutClaim {
         card,
         x,
@@ -409,6 +440,7 @@ fn sum_claim(
         oracle: Some(oracle),
         draw_statistic,
         fast,
+        law: Some(law),
     }
 }
 
@@ -487,6 +519,7 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             }),
             draw_statistic: |d, out| kept_count_indicator(d.mask, out),
             fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
+            law: None,
         },
         unit_claim(
             "dropout.original_scheme",

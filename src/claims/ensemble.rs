@@ -136,6 +136,18 @@ impl Claim for GapClaim {
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         Some((self.fast)(budget))
     }
+    fn fast_path(&self) -> Option<super::FastPath> {
+        Some(super::FastPath::Masks)
+    }
+    /// The draw is the gap `g(m ⊙ x / q) − g(x)` over the family's masks.
+    fn law(&self) -> super::Law {
+        let draw = super::Draw::MaskedFunction {
+            x: X.to_vec(),
+            p: P,
+            g: self.g,
+        };
+        super::Law::repeated(draw, 1, super::Estimator::Mean)
+    }
 }
 
 /// The family's claims, in report order.

@@ -13,7 +13,7 @@
 //!   a claim declaring [`Statistic::Violations`] compares it with the
 //!   target 0 exactly: a single violation anywhere refutes the claim.
 
-use super::{Card, Claim, Shape};
+use super::{Card, Claim, FastPath, Law, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::Oracle;
@@ -36,6 +36,10 @@ pub struct FnClaim {
     /// The fast estimate on the mathematics, where the claim's quantity has
     /// a bit-mask form (see [`Claim::fast_estimate`]).
     pub fast: Option<FastFn>,
+    /// The law of the per-draw statistic ([`Claim::law`]); `None`: the one
+    /// the statistic fixes ([`Law::implied_by`]), which for a mean is
+    /// [`Law::Undeclared`].
+    pub law: Option<fn() -> Law>,
 }
 
 impl Claim for FnClaim {
@@ -53,6 +57,13 @@ impl Claim for FnClaim {
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         self.fast.map(|f| f(budget))
+    }
+    fn fast_path(&self) -> Option<FastPath> {
+        self.fast.map(|_| FastPath::Masks)
+    }
+    fn law(&self) -> Law {
+        self.law
+            .map_or_else(|| Law::implied_by(self.statistic()), |law| law())
     }
 }
 

@@ -8,7 +8,7 @@
 //! scaled count, tested exactly).
 
 use super::fn_claim::{FnClaim, half_squared_difference, indicator, sample_means};
-use super::{Card, Shape};
+use super::{Card, Draw, Estimator, Law, Shape};
 use super::{Claim, listed};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
@@ -131,6 +131,22 @@ fn independent_variance_statistic() -> Statistic {
     Statistic::Mean { skewness }
 }
 
+/// The law `mask_shape.independent_variance` declares: column `k`'s sum
+/// `S_k = Σ_t m_tk x_tk / q` is a masked sum over its `T` independent bits,
+/// reduced to its variance.
+fn independent_variance_law() -> Law {
+    let components = (0..D)
+        .map(|k| Draw::MaskedSum {
+            weights: X.iter().skip(k).step_by(D).copied().collect(),
+            p: P,
+        })
+        .collect();
+    Law::Draws {
+        components,
+        estimator: Estimator::Variance,
+    }
+}
+
 fn zero_column_oracle(shared: bool) -> Result<Oracle, Error> {
     enumerate_masks(mask_bits(shared), rate()?, D, |mask, out| {
         for (k, o) in out.iter_mut().enumerate() {
@@ -202,6 +218,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| fast::column_sum_variances::<D>(&X, T, false, P, b)),
+            law: Some(independent_variance_law),
         },
         FnClaim {
             card: Card::new(
@@ -222,6 +239,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| fast::shared_column_pair_variances::<D>(&X, T, P, b)),
+            law: None,
         },
         FnClaim {
             card: Card::new(
@@ -240,6 +258,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| fast::zero_column_probabilities(T, D, false, P, b)),
+            law: None,
         },
         FnClaim {
             card: Card::new(
@@ -258,6 +277,7 @@ static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
                 })
             },
             fast: Some(|b| fast::zero_column_probabilities(T, D, true, P, b)),
+            law: None,
         },
     ]
 });

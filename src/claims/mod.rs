@@ -25,7 +25,10 @@ pub mod bypass;
 pub mod compound;
 pub mod dropout;
 pub mod ensemble;
+#[cfg(feature = "example-family")]
+pub mod example;
 pub mod fn_claim;
+pub mod law;
 pub mod layernorm;
 pub mod mask_shape;
 pub mod norm;
@@ -39,6 +42,7 @@ pub mod second_order;
 pub mod semantics;
 mod verdict;
 
+pub use law::{Draw, Estimator, Law};
 pub use registry::{CrateFamily, families, family_names, registry};
 
 /// A static list of one claim type as the claims a family lists.
@@ -87,6 +91,17 @@ impl Kind {
             Kind::LeadingOrder { .. } => "leading_order",
         }
     }
+}
+
+/// The fast kernel a claim's [`Claim::fast_estimate`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastPath {
+    /// The bit-mask kernels over a fixed input (`fast::dropout`,
+    /// `fast::attention_row`, the mask-shape and ensemble kernels).
+    Masks,
+    /// The normalization-site kernels (`fast::FastSite` and
+    /// `fast::FastCompound`), one mask per draw through the norm.
+    NormSite,
 }
 
 /// Whether the claimed quantity is one number or one per unit.
@@ -219,6 +234,20 @@ pub trait Claim: Sync {
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
         let _ = budget;
         None
+    }
+    /// Which fast kernel serves [`fast_estimate`](Claim::fast_estimate):
+    /// `Some` exactly when it returns `Some` (the fast-vs-generic tests run
+    /// every claim that declares one against its generic estimate).
+    fn fast_path(&self) -> Option<FastPath> {
+        None
+    }
+    /// The law of the per-draw statistic under the null, as far as the
+    /// size of the claim's test needs it ([`crate::claims::law`]): by default the law the
+    /// statistic fixes for a count, and [`Law::Undeclared`] for a mean,
+    /// which a claim testing a mean overrides with its [`Law::Draws`] (or
+    /// [`Law::NoLaw`] saying why there is none).
+    fn law(&self) -> Law {
+        Law::implied_by(self.statistic())
     }
     /// The kind of per-draw statistic, which decides the test (see
     /// [`crate::stats::Statistic`]; [`Card::new`] starts from a mean with

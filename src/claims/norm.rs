@@ -299,6 +299,32 @@ impl Claim for NormClaim {
     fn order_check(&self) -> Option<Result<OrderCheck, String>> {
         NormClaim::order_check(self)
     }
+    /// Every normalization quantity has the site kernels' fast path.
+    fn fast_path(&self) -> Option<super::FastPath> {
+        Some(super::FastPath::NormSite)
+    }
+    /// Per component, the skewness of the statistic's exact law over every
+    /// mask of the site ([`super::norm_moments::statistic_skewness`]); `Var
+    /// M` is the mean of the fast path's `⌊n/2⌋` mask pairs.
+    fn law(&self) -> super::Law {
+        use super::{Draw, Estimator, Law};
+        let estimator = match self.stat {
+            Stat::VarM => Estimator::MeanOverPairs,
+            _ => Estimator::Mean,
+        };
+        match self
+            .configuration()
+            .and_then(|c| super::norm_moments::statistic_skewness(&c, self.stat))
+        {
+            Ok(per) => Law::Draws {
+                components: per.into_iter().map(Draw::Skewness).collect(),
+                estimator,
+            },
+            Err(_) => Law::NoLaw {
+                why: "the site's configuration or its enumeration over masks failed",
+            },
+        }
+    }
     fn note(&self) -> Option<String> {
         if !matches!(self.card.kind, Kind::LeadingOrder { .. }) {
             return None;

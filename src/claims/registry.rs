@@ -27,7 +27,7 @@ pub struct CrateFamily {
 
 /// The crate's families, in the report's order.
 pub fn families() -> Vec<CrateFamily> {
-    vec![
+    let families = vec![
         CrateFamily {
             name: "dropout",
             summary: "inverted dropout's moments, kept count and survivors",
@@ -94,7 +94,19 @@ pub fn families() -> Vec<CrateFamily> {
             claims: second_order::claims(),
             dropout_alone: false,
         },
-    ]
+    ];
+    // The in-crate example family's one registry line (docs/architecture.md).
+    #[cfg(feature = "example-family")]
+    let families: Vec<CrateFamily> = families
+        .into_iter()
+        .chain([CrateFamily {
+            name: super::example::FAMILY,
+            summary: "the in-crate example: adjacent products of dropped-out units",
+            claims: super::example::claims(),
+            dropout_alone: true,
+        }])
+        .collect();
+    families
 }
 
 /// Every claim of the crate's families, family by family (the default

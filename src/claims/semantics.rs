@@ -286,6 +286,7 @@ static KEEP_FRACTION: FnClaim = FnClaim {
     oracle: None,
     estimate: |s, b| sample_means(s, b, 1, keep_fraction),
     fast: None,
+    law: None,
 };
 
 /// The family's claims in report order: the first rule, the keep fraction,

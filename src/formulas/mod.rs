@@ -9,6 +9,8 @@ pub mod bypass;
 pub mod compound;
 pub mod dropout;
 pub mod ensemble;
+#[cfg(feature = "example-family")]
+pub mod example;
 pub mod layernorm;
 pub mod mask_shape;
 mod rate;
