@@ -27,6 +27,7 @@
 //! minimum budget where that is larger. The claim's note and the result's
 //! `call_rows` field say which call sizes ran.
 
+use dropmc::claims::dropout::ids as dropout_ids;
 use dropmc::claims::dropout::{Draw, PairSampler};
 use dropmc::claims::{Card, Shape};
 use dropmc::engine::estimate;
@@ -111,7 +112,7 @@ pub fn one_row_mean<'a>(
 pub fn carried_null(nulls: &[CompositeNull], id: &'static str) -> Option<CompositeNull> {
     nulls
         .iter()
-        .find(|n| n.id == "dropout.sum_mean")
+        .find(|n| n.id == dropout_ids::SUM_MEAN)
         .map(|n| CompositeNull { id, ..n.clone() })
 }
 

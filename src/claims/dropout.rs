@@ -41,6 +41,23 @@ pub const COUNT_P: f64 = 0.3;
 /// The family name its claims carry.
 const FAMILY: &str = "dropout";
 
+/// The family's claim ids, for code that names one claim (the Python
+/// binding's diagnosis and composite nulls, the mutant gallery): each is
+/// written once, here.
+pub mod ids {
+    pub const MEAN: &str = "dropout.mean";
+    pub const SECOND_MOMENT: &str = "dropout.second_moment";
+    pub const THIRD_MOMENT: &str = "dropout.third_moment";
+    pub const FOURTH_MOMENT: &str = "dropout.fourth_moment";
+    pub const VARIANCE: &str = "dropout.variance";
+    pub const SUM_MEAN: &str = "dropout.sum_mean";
+    pub const SUM_VARIANCE: &str = "dropout.sum_variance";
+    pub const WORKED_512_MEAN: &str = "dropout.worked_512_mean";
+    pub const WORKED_512_VARIANCE: &str = "dropout.worked_512_variance";
+    pub const KEPT_COUNT: &str = "dropout.kept_count";
+    pub const ORIGINAL_SCHEME: &str = "dropout.original_scheme";
+}
+
 /// One sample: two independent training passes over `x`.
 pub struct Draw<'a> {
     pub x: &'a [f64],
@@ -56,10 +73,15 @@ pub type OracleFn = fn(&[f64], Rate) -> Result<Oracle, Error>;
 pub type FastFn = fn(&[f64], f64, Budget) -> Result<Vec<Estimate>, Error>;
 
 /// A claim of this family: configuration, closed form, oracle, statistic.
+/// Built at any input and rate ([`at`], [`kept_count_at`],
+/// [`original_scheme_at`]); the registry's claims are these at the suite's
+/// configurations ([`UNIT_X`], [`WORKED_X`], [`COUNT_X`]).
 pub struct DropoutClaim {
     /// What it states.
     pub card: Card,
-    pub x: &'static [f64],
+    /// The input the claim is stated at (its own copy).
+    pub x: Vec<f64>,
+    /// The drop rate it is stated at.
     pub p: f64,
     /// The closed form at `(x, rate)`.
     pub analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
@@ -79,6 +101,13 @@ pub struct DropoutClaim {
     /// `None`: the one the statistic fixes (the per-unit scaled counts and
     /// the kept count's indicators).
     pub law: Option<LawFn>,
+    /// The test of [`DropoutClaim::draw_statistic`] as a plain mean, for a
+    /// sampler whose draws are not known to take two values (the Python
+    /// binding's passes over the user's layer): a scaled count's
+    /// two-point skewness ([`Statistic::on_generic_path`]), a sum's
+    /// skewness from its exact moments ([`Statistic::masked_sum`], of the
+    /// pair form for its variance).
+    pub mean_statistic: Statistic,
 }
 
 /// A claim's law at `(x, p)`.
@@ -88,6 +117,11 @@ impl DropoutClaim {
     fn rate(&self) -> Result<Rate, Error> {
         Rate::new(self.p)
     }
+
+    /// Its closed form at its input and rate.
+    pub fn analytic_values(&self) -> Result<Vec<f64>, Error> {
+        (self.analytic)(&self.x, self.rate()?)
+    }
 }
 
 impl Claim for DropoutClaim {
@@ -95,14 +129,14 @@ impl Claim for DropoutClaim {
         self.card
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
-        (self.analytic)(self.x, self.rate()?)
+        self.analytic_values()
     }
     fn oracle(&self) -> Result<Option<Oracle>, Error> {
         let rate = self.rate()?;
-        self.oracle.map(|o| o(self.x, rate)).transpose()
+        self.oracle.map(|o| o(&self.x, rate)).transpose()
     }
     fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
-        Some((self.fast)(self.x, self.p, budget))
+        Some((self.fast)(&self.x, self.p, budget))
     }
     fn fast_path(&self) -> Option<FastPath> {
         Some(FastPath::Masks)
@@ -110,13 +144,13 @@ impl Claim for DropoutClaim {
     fn law(&self) -> Law {
         self.law.map_or_else(
             || Law::implied_by(self.statistic()),
-            |law| law(self.x, self.p),
+            |law| law(&self.x, self.p),
         )
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
             layer: subject.dropout,
-            x: self.x,
+            x: &self.x,
             p: self.p,
             dim: self.analytic()?.len(),
             pairs: true,
@@ -191,8 +225,8 @@ impl Sampler for PairSampler<'_> {
 /// with probability `q` and 0 (the same for `m_k x_k`): a scaled count, tested
 /// exactly on the fast path (on the generic path as a mean with skewness
 /// [`crate::stats::two_point_skewness`]`(q)`, 0.87 at `p = 0.3`).
-fn unit_statistic() -> Statistic {
-    Statistic::ScaledCount { keep: 1.0 - UNIT_P }
+fn unit_statistic(rate: Rate) -> Statistic {
+    Statistic::ScaledCount { keep: rate.q() }
 }
 
 /// The half squared difference `(z_k − z'_k)²/2` of two independent passes
@@ -200,8 +234,8 @@ fn unit_statistic() -> Statistic {
 /// 0 otherwise: a scaled count with `keep = 2pq` (skewness
 /// [`crate::stats::two_point_skewness`]`(2pq)` = 0.32 at `p = 0.3` on the generic path).
 /// The fast path runs the same pair form ([`fast::unit_pair_variances`]).
-fn unit_half_square_statistic() -> Statistic {
-    Statistic::unit_pair_form(UNIT_P)
+fn unit_half_square_statistic(rate: Rate) -> Statistic {
+    Statistic::unit_pair_form(rate.p())
 }
 
 fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
@@ -249,11 +283,13 @@ fn unit_variance_oracle(x: &[f64], rate: Rate) -> Result<Oracle, Error> {
     Ok(Oracle { values, rounding })
 }
 
-/// A claim per unit at the per-unit configuration ([`UNIT_X`], [`UNIT_P`],
-/// 10⁶ draws).
+/// A claim per unit of `x` at `rate` (10⁶ draws).
+#[allow(clippy::too_many_arguments)]
 fn unit_claim(
     id: &'static str,
     formula: &'static str,
+    x: &[f64],
+    rate: Rate,
     statistic: Statistic,
     analytic: fn(&[f64], Rate) -> Result<Vec<f64>, Error>,
     oracle: OracleFn,
@@ -262,22 +298,31 @@ fn unit_claim(
 ) -> DropoutClaim {
     DropoutClaim {
         card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000).with_statistic(statistic),
-        x: &UNIT_X,
-        p: UNIT_P,
+        x: x.to_vec(),
+        p: rate.p(),
         analytic,
         oracle: Some(oracle),
         draw_statistic,
         fast,
         law: None,
+        mean_statistic: statistic.on_generic_path(),
     }
 }
 
 /// `E[z_k^r]` per unit, `r ≤ 4`.
-fn raw_moment_claim(id: &'static str, formula: &'static str, r: i32) -> DropoutClaim {
+fn raw_moment_claim(
+    id: &'static str,
+    formula: &'static str,
+    r: i32,
+    x: &[f64],
+    rate: Rate,
+) -> DropoutClaim {
     unit_claim(
         id,
         formula,
-        unit_statistic(),
+        x,
+        rate,
+        unit_statistic(rate),
         match r {
             1 => |x, _| Ok(per_unit(x, f::unit_mean)),
             2 => |x, rate| Ok(per_unit(x, |a| f::unit_raw_moment(a, rate, 2))),
@@ -399,8 +444,8 @@ fn sum_draw(x: &[f64], p: f64) -> LawDraw {
 fn sum_claim(
     id: &'static str,
     formula: &'static str,
-    x: &'static [f64],
-    p: f64,
+    x: &[f64],
+    rate: Rate,
     samples: u64,
     moment: SumMoment,
 ) -> DropoutClaim {
@@ -421,6 +466,7 @@ fn sum_claim(
                 |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.variance()]),
             ),
         };
+    let (p, q) = (rate.p(), rate.q());
     let card = Card::new(id, FAMILY, formula, Shape::Scalar, samples);
     let skewness = match moment {
         SumMoment::Mean => sum_skewness(x, p),
@@ -434,13 +480,14 @@ fn sum_claim(
     };
     DropoutClaim {
         card,
-        x,
+        x: x.to_vec(),
         p,
         analytic,
         oracle: Some(oracle),
         draw_statistic,
         fast,
         law: Some(law),
+        mean_statistic: Statistic::masked_sum(x, q, matches!(moment, SumMoment::Variance)),
     }
 }
 
@@ -451,16 +498,21 @@ fn kept_count_indicator(mask: &[bool], out: &mut [f64]) {
     out[mask.iter().filter(|m| **m).count()] = 1.0;
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new(|| {
+/// The claims on two training passes over `x` at `rate`: the four raw
+/// moments and the variance of each unit, the mean and the variance of the
+/// sum `S`, in report order (10⁶ draws each).
+pub fn at(x: &[f64], rate: Rate) -> Vec<DropoutClaim> {
     vec![
-        raw_moment_claim("dropout.mean", "E[z_k] = x_k", 1),
-        raw_moment_claim("dropout.second_moment", "E[z_k^2] = x_k^2 / q", 2),
-        raw_moment_claim("dropout.third_moment", "E[z_k^3] = x_k^3 / q^2", 3),
-        raw_moment_claim("dropout.fourth_moment", "E[z_k^4] = x_k^4 / q^3", 4),
+        raw_moment_claim(ids::MEAN, "E[z_k] = x_k", 1, x, rate),
+        raw_moment_claim(ids::SECOND_MOMENT, "E[z_k^2] = x_k^2 / q", 2, x, rate),
+        raw_moment_claim(ids::THIRD_MOMENT, "E[z_k^3] = x_k^3 / q^2", 3, x, rate),
+        raw_moment_claim(ids::FOURTH_MOMENT, "E[z_k^4] = x_k^4 / q^3", 4, x, rate),
         unit_claim(
-            "dropout.variance",
+            ids::VARIANCE,
             "Var z_k = x_k^2 p / q",
-            unit_half_square_statistic(),
+            x,
+            rate,
+            unit_half_square_statistic(rate),
             |x, rate| Ok(per_unit(x, |a| f::unit_variance(a, rate))),
             unit_variance_oracle,
             |d, out| {
@@ -471,66 +523,101 @@ static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new
             fast::unit_pair_variances,
         ),
         sum_claim(
-            "dropout.sum_mean",
+            ids::SUM_MEAN,
             "E[S] = sum_k x_k",
-            &UNIT_X,
-            UNIT_P,
+            x,
+            rate,
             1_000_000,
             SumMoment::Mean,
         ),
         sum_claim(
-            "dropout.sum_variance",
+            ids::SUM_VARIANCE,
             "Var S = (p/q) sum_k x_k^2",
-            &UNIT_X,
-            UNIT_P,
+            x,
+            rate,
             1_000_000,
             SumMoment::Variance,
-        ),
-        sum_claim(
-            "dropout.worked_512_mean",
-            "d=512, x=1, p=0.5: E[S] = 512",
-            &WORKED_X,
-            WORKED_P,
-            200_000,
-            SumMoment::Mean,
-        ),
-        sum_claim(
-            "dropout.worked_512_variance",
-            "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
-            &WORKED_X,
-            WORKED_P,
-            200_000,
-            SumMoment::Variance,
-        ),
-        DropoutClaim {
-            card: Card::new(
-                "dropout.kept_count",
-                FAMILY,
-                "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
-                Shape::Vector,
-                1_000_000,
-            )
-            .with_statistic(Statistic::Indicator { trials: 1 }),
-            x: &COUNT_X,
-            p: COUNT_P,
-            analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
-            oracle: Some(|x, rate| {
-                enumerate_masks(x.len(), rate, x.len() + 1, kept_count_indicator)
-            }),
-            draw_statistic: |d, out| kept_count_indicator(d.mask, out),
-            fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
-            law: None,
-        },
-        unit_claim(
-            "dropout.original_scheme",
-            "original scheme: E_train[m_k x_k] = q x_k = eval output",
-            unit_statistic(),
-            |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
-            |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
-            |d, out| kept_units(d.x, d.mask, out),
-            fast::original_scheme_means,
         ),
     ]
+}
+
+/// The worked case of the seeds ([`WORKED_X`], [`WORKED_P`]): the sum's
+/// mean and variance, 2·10⁵ draws each.
+fn worked_512(rate: Rate) -> [DropoutClaim; 2] {
+    [
+        sum_claim(
+            ids::WORKED_512_MEAN,
+            "d=512, x=1, p=0.5: E[S] = 512",
+            &WORKED_X,
+            rate,
+            200_000,
+            SumMoment::Mean,
+        ),
+        sum_claim(
+            ids::WORKED_512_VARIANCE,
+            "d=512, x=1, p=0.5: Var S = 512 (sd 22.63 = 4.42 % of E[S])",
+            &WORKED_X,
+            rate,
+            200_000,
+            SumMoment::Variance,
+        ),
+    ]
+}
+
+/// The kept count of `d` units equal to one at `rate`: its law
+/// `Binomial(d, q)`, one indicator per count (10⁶ draws).
+pub fn kept_count_at(d: usize, rate: Rate) -> DropoutClaim {
+    let statistic = Statistic::Indicator { trials: 1 };
+    DropoutClaim {
+        card: Card::new(
+            ids::KEPT_COUNT,
+            FAMILY,
+            "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
+            Shape::Vector,
+            1_000_000,
+        )
+        .with_statistic(statistic),
+        x: vec![1.0; d],
+        p: rate.p(),
+        analytic: |x, rate| f::kept_count_pmf(x.len() as u64, rate),
+        oracle: Some(|x, rate| enumerate_masks(x.len(), rate, x.len() + 1, kept_count_indicator)),
+        draw_statistic: |d, out| kept_count_indicator(d.mask, out),
+        fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
+        law: None,
+        mean_statistic: statistic,
+    }
+}
+
+/// The original (non-inverted) scheme's training output `m_k x_k` at `x`
+/// and `rate`: its mean `q x_k`, the eval output (10⁶ draws).
+pub fn original_scheme_at(x: &[f64], rate: Rate) -> DropoutClaim {
+    unit_claim(
+        ids::ORIGINAL_SCHEME,
+        "original scheme: E_train[m_k x_k] = q x_k = eval output",
+        x,
+        rate,
+        unit_statistic(rate),
+        |x, rate| Ok(per_unit(x, |a| f::original_scheme_mean(a, rate))),
+        |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
+        |d, out| kept_units(d.x, d.mask, out),
+        fast::original_scheme_means,
+    )
+}
+
+/// The suite's rates are valid constants.
+fn suite_rate(p: f64) -> Rate {
+    Rate::new(p).expect("the suite's drop rates lie in [0, 1)")
+}
+
+/// The registry's claims: [`at`] the per-unit configuration, the worked
+/// case, [`kept_count_at`] and [`original_scheme_at`] their configurations.
+static CLAIMS: std::sync::LazyLock<Vec<DropoutClaim>> = std::sync::LazyLock::new(|| {
+    let unit = suite_rate(UNIT_P);
+    let mut claims = at(&UNIT_X, unit);
+    claims.extend(worked_512(suite_rate(WORKED_P)));
+    claims.push(kept_count_at(COUNT_X.len(), suite_rate(COUNT_P)));
+    claims.push(original_scheme_at(&UNIT_X, unit));
+    claims
 });
 
 /// The family's claims in report order (named and described in

@@ -33,6 +33,19 @@ pub const H: f64 = 1.0;
 /// The family name its claims carry.
 const FAMILY: &str = "semantics";
 
+/// The family's claim ids, for code that names one claim (the Python
+/// binding's rules and diagnosis, the mutant gallery): each is written
+/// once, here.
+pub mod ids {
+    pub const EVAL_IDENTITY: &str = "semantics.eval_identity";
+    pub const KEEP_FRACTION: &str = "semantics.keep_fraction";
+    pub const SURVIVORS_EXACT: &str = "semantics.survivors_exact";
+    pub const BACKWARD_MASK: &str = "semantics.backward_mask";
+    pub const BACKWARD_FINITE_DIFFERENCE: &str = "semantics.backward_finite_difference";
+    pub const P_ZERO_IDENTITY: &str = "semantics.p_zero_identity";
+    pub const RATE_RULE: &str = "semantics.rate_rule";
+}
+
 /// `X` followed by three standard-normal-ish values drawn from the stream.
 fn inputs(rng: &mut Stream) -> Vec<f64> {
     let mut x = X.to_vec();
@@ -220,7 +233,7 @@ fn rate_rule(s: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error
 /// a statistical claim, stands after the first).
 static RULES: [RuleClaim; 6] = [
     RuleClaim::new(
-        "semantics.eval_identity",
+        ids::EVAL_IDENTITY,
         FAMILY,
         "eval: [bits of z differing from x, generator draws] = [0, 0]",
         20_000,
@@ -228,24 +241,24 @@ static RULES: [RuleClaim; 6] = [
         eval_identity,
     ),
     RuleClaim::new(
-        "semantics.survivors_exact",
+        ids::SURVIVORS_EXACT,
         FAMILY,
-        "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit, dropped z_k = 0: 0 violations",
+        "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit in the input's dtype, dropped z_k = 0: 0 violations",
         20_000,
         1,
         survivors,
     )
     .describing(survivors_rounding),
     RuleClaim::new(
-        "semantics.backward_mask",
+        ids::BACKWARD_MASK,
         FAMILY,
-        "backward = g m / q with the forward's mask (2 roundings): 0 violations",
+        "backward = g m / q with the forward's mask (to the dtype's roundings): 0 violations",
         20_000,
         1,
         backward_mask,
     ),
     RuleClaim::new(
-        "semantics.backward_finite_difference",
+        ids::BACKWARD_FINITE_DIFFERENCE,
         FAMILY,
         "backward = central difference of the replayed masked forward: 0 violations",
         5_000,
@@ -253,7 +266,7 @@ static RULES: [RuleClaim; 6] = [
         finite_difference,
     ),
     RuleClaim::new(
-        "semantics.p_zero_identity",
+        ids::P_ZERO_IDENTITY,
         FAMILY,
         "p = 0: z = x, mask all kept, backward = g, bit for bit: 0 violations",
         20_000,
@@ -261,7 +274,7 @@ static RULES: [RuleClaim; 6] = [
         p_zero,
     ),
     RuleClaim::new(
-        "semantics.rate_rule",
+        ids::RATE_RULE,
         FAMILY,
         "p in {1, -0.1, 1.5, NaN, +inf, -inf}: every op returns InvalidRate (0 accepted)",
         64,
@@ -273,7 +286,7 @@ static RULES: [RuleClaim; 6] = [
 /// `semantics.keep_fraction`, the family's one statistical claim.
 static KEEP_FRACTION: FnClaim = FnClaim {
     card: Card::new(
-        "semantics.keep_fraction",
+        ids::KEEP_FRACTION,
         FAMILY,
         "d=64, p=0.3: #kept / d = q (binomial test)",
         Shape::Scalar,
@@ -288,6 +301,17 @@ static KEEP_FRACTION: FnClaim = FnClaim {
     fast: None,
     law: None,
 };
+
+/// The card of the family's claim `id` (what it states: id, formula text,
+/// shape, statistic), for a caller that runs the same statement its own
+/// way (the Python binding, on the user's layer).
+pub fn card(id: &str) -> Option<Card> {
+    RULES
+        .iter()
+        .map(|r| r.card)
+        .chain([KEEP_FRACTION.card])
+        .find(|c| c.id == id)
+}
 
 /// The family's claims in report order: the first rule, the keep fraction,
 /// then the other rules (named and described in [`super::families`]).

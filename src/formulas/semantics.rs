@@ -72,6 +72,31 @@ pub fn backward_bound(g: f64, rate: Rate) -> f64 {
     f64::EPSILON * g.abs() / rate.q()
 }
 
+/// [`backward_bound`] for a layer computing in a float format of machine
+/// epsilon `epsilon` whose smallest subnormal is `smallest_subnormal`:
+/// float64's own bound for float64's epsilon; for a narrower format
+/// (float32, float16, bfloat16, where the scale may be any of the rounded
+/// `fl(1/q)`, `fl(1/fl(q))`), the longest of those roundings,
+/// `fl(g · fl(1/fl(q)))`, step by step, with `u = epsilon/2`:
+///
+/// 1. `fl(q) = q(1 + δ₀)` and `fl(1/fl(q)) = (1/q)(1 + δ₀')(1 + δ₁)` with
+///    `1/(1 + δ₀) = 1 + δ₀'`, `|δ₀'| ≤ u/(1 − u)`; to first order, three
+///    factors `(1 + δ)` with `|δ| ≤ u` (the `u/(1−u)` excess is `u²`, inside
+///    the bound's `3u²` term below);
+/// 2. the product rounds once more: `fl(y) = y(1 + δ₂) + η`, where `η`,
+///    `|η| ≤ s/2` with `s` the smallest subnormal, is the absolute error of
+///    a result below the normal range (then `δ₂ = 0`);
+/// 3. so `|fl(g S) − g/q| ≤ (|g|/q)((1 + u)³ − 1) + s/2`, with
+///    `(1 + u)³ − 1 = 3u + 3u² + u³` (the `u²` terms matter in bfloat16,
+///    `u = 2⁻⁸`).
+pub fn backward_bound_in(g: f64, rate: Rate, epsilon: f64, smallest_subnormal: f64) -> f64 {
+    if epsilon == f64::EPSILON {
+        return backward_bound(g, rate);
+    }
+    let u = epsilon / 2.0;
+    g.abs() / rate.q() * ((1.0 + u).powi(3) - 1.0) + smallest_subnormal / 2.0
+}
+
 /// The two accepted roundings of a kept unit, `fl(x/q)` and
 /// `fl(x · fl(1/q))`.
 ///

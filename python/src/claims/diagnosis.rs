@@ -41,6 +41,8 @@
 //! place, backward mask). The causes are likely, not certain: they are the
 //! simplest bug consistent with the pattern.
 
+use dropmc::claims::dropout::ids as dropout_ids;
+use dropmc::claims::semantics::ids as semantics_ids;
 use dropmc::claims::{ClaimResult, Verdict};
 use dropmc::ops::Rate;
 
@@ -50,11 +52,11 @@ use crate::forward::Dtype;
 
 /// The per-unit moment claims.
 const PER_UNIT: [&str; 5] = [
-    "dropout.mean",
-    "dropout.second_moment",
-    "dropout.third_moment",
-    "dropout.fourth_moment",
-    "dropout.variance",
+    dropout_ids::MEAN,
+    dropout_ids::SECOND_MOMENT,
+    dropout_ids::THIRD_MOMENT,
+    dropout_ids::FOURTH_MOMENT,
+    dropout_ids::VARIANCE,
 ];
 
 /// The dtype and inputs of a run, for causes that depend on rounding.
@@ -162,10 +164,10 @@ fn passed_in(results: &[ClaimResult], id: &str) -> bool {
 /// (independent units; dependent ones only widen the count's spread, and
 /// their mean `d q` still holds).
 fn rate_mismatch(results: &[ClaimResult], rate: Rate) -> Option<String> {
-    if !(failed_in(results, "dropout.kept_count") && passed_in(results, "dropout.mean")) {
+    if !(failed_in(results, dropout_ids::KEPT_COUNT) && passed_in(results, dropout_ids::MEAN)) {
         return None;
     }
-    let count = results.iter().find(|r| r.id == "dropout.kept_count")?;
+    let count = results.iter().find(|r| r.id == dropout_ids::KEPT_COUNT)?;
     let d = count.estimate.len().checked_sub(1).filter(|&d| d > 0)? as f64;
     let mean_count: f64 = count
         .estimate
@@ -200,7 +202,7 @@ pub fn rule_causes(results: &[ClaimResult]) -> Vec<String> {
              F.dropout(x, inplace=True)): the caller's input is overwritten",
         ),
         (
-            "semantics.eval_identity",
+            semantics_ids::EVAL_IDENTITY,
             "the eval path is not the identity: it rescales or drops in eval mode",
         ),
         (
@@ -208,12 +210,12 @@ pub fn rule_causes(results: &[ClaimResult]) -> Vec<String> {
             "eval mode draws random numbers from the generator",
         ),
         (
-            "semantics.backward_mask",
+            semantics_ids::BACKWARD_MASK,
             "backward does not reuse the forward's mask (it draws a fresh one, or scales by \
              other than 1/q)",
         ),
         (
-            "semantics.p_zero_identity",
+            semantics_ids::P_ZERO_IDENTITY,
             "at p = 0 the layer is not the identity",
         ),
     ] {
@@ -249,7 +251,7 @@ pub fn likely_causes(
     // may share bits (cause 4), so a window holds fewer random bits than
     // the rule assumed and recurs for that reason as well.
     if failed("semantics.masks_never_repeat") {
-        let units_dependent = failed("dropout.kept_count") || failed("dropout.sum_variance");
+        let units_dependent = failed(dropout_ids::KEPT_COUNT) || failed(dropout_ids::SUM_VARIANCE);
         causes.push(if units_dependent {
             "the keep masks recur (runs of consecutive rows repeat earlier ones bit for bit) \
              while the kept count or the sum's variance fails: the generator has a short period, \
@@ -264,31 +266,35 @@ pub fn likely_causes(
     }
     let per_unit_fails = PER_UNIT.iter().any(|id| failed(id));
     let moments_fail = per_unit_fails
-        || failed("dropout.sum_mean")
-        || failed("dropout.sum_variance")
-        || failed("dropout.kept_count");
+        || failed(dropout_ids::SUM_MEAN)
+        || failed(dropout_ids::SUM_VARIANCE)
+        || failed(dropout_ids::KEPT_COUNT);
     if mismatch.is_some() {
         // The moments and the survivors fail with the rate: cause 0 says so.
-    } else if failed("semantics.survivors_exact") {
+    } else if failed(semantics_ids::SURVIVORS_EXACT) {
         causes.push(
             "the kept values are not x/q in the input's dtype: the survivors' scale is wrong \
              (x*q, x/p, or 1/q rounded in a lower precision); the moments fail with it"
                 .into(),
         );
-    } else if failed("dropout.variance") && worst_z("dropout.variance").is_some_and(|z| z < 0.0) {
+    } else if failed(dropout_ids::VARIANCE)
+        && worst_z(dropout_ids::VARIANCE).is_some_and(|z| z < 0.0)
+    {
         causes.push(
             "two training passes differ less than two independent masks do: masks are reused \
              (one mask for every row of a call, a generator re-seeded on each call, or a short \
              period); the other moments fail because their draws are not independent"
                 .into(),
         );
-    } else if per_unit_fails && failed("dropout.kept_count") {
+    } else if per_unit_fails && failed(dropout_ids::KEPT_COUNT) {
         causes.push(
             "the kept values are right but the keep probability is not q = 1 - p: the layer \
              drops at another rate, or its keep rule is inverted (kept when u < p)"
                 .into(),
         );
-    } else if !per_unit_fails && (failed("dropout.kept_count") || failed("dropout.sum_variance")) {
+    } else if !per_unit_fails
+        && (failed(dropout_ids::KEPT_COUNT) || failed(dropout_ids::SUM_VARIANCE))
+    {
         causes.push(
             "each unit is kept with probability q, but not independently of the others (a fixed \
              number dropped, neighbouring units sharing a random bit, or a mask shared along an \

@@ -25,6 +25,8 @@
 //! `dropmc report` verifies; here the question is the implementation.
 
 use dropmc::Error;
+use dropmc::claims::dropout::ids as dropout_ids;
+use dropmc::claims::semantics::ids as semantics_ids;
 use dropmc::claims::{Card, Claim, Shape};
 use dropmc::engine::Budget;
 use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, Rate, Subject, TrainPass};
@@ -260,19 +262,19 @@ pub fn family_of(id: &str) -> &str {
 /// Why each conformance claim not stated here is skipped.
 fn skip_reason(id: &str) -> String {
     let reason = match id {
-        "semantics.keep_fraction" => {
+        semantics_ids::KEEP_FRACTION => {
             "the kept count's Binomial(d, q) law at your p is dropout.kept_count"
         }
-        "semantics.backward_finite_difference" => {
+        semantics_ids::BACKWARD_FINITE_DIFFERENCE => {
             "replays the forward with the same random numbers: dropmc does not own your generator"
         }
-        "semantics.rate_rule" => {
+        semantics_ids::RATE_RULE => {
             "calls the forward at invalid rates: your forward has no p argument"
         }
-        "dropout.worked_512_mean" | "dropout.worked_512_variance" => {
+        dropout_ids::WORKED_512_MEAN | dropout_ids::WORKED_512_VARIANCE => {
             "the worked case d = 512, x = 1, p = 0.5: pass x=np.ones(512), samples=200_000 with a p = 0.5 forward (dropout.sum_mean, dropout.sum_variance)"
         }
-        "dropout.original_scheme" => {
+        dropout_ids::ORIGINAL_SCHEME => {
             "a statement about the original (non-inverted) scheme's mathematics"
         }
         _ => match family_of(id) {

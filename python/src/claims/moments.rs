@@ -19,17 +19,16 @@
 use std::sync::{Arc, Mutex};
 
 use dropmc::Error;
-use dropmc::claims::dropout::{Draw, PairSampler};
-use dropmc::claims::fn_claim::half_squared_difference;
-use dropmc::claims::{Card, Shape};
+use dropmc::claims::Card;
+use dropmc::claims::dropout::{self, Draw, DropoutClaim, PairSampler, ids};
 use dropmc::engine::{Budget, estimate};
 use dropmc::formulas::dropout as f;
 use dropmc::ops::{DropoutLayer, Rate};
-use dropmc::stats::{Estimate, Statistic, two_point_skewness};
+use dropmc::stats::{Estimate, Statistic};
 
 use super::composite::CompositeNull;
 use super::rules::{ONCE, accepted_survivors};
-use super::{COUNT_X, MOMENT_SAMPLES, PyClaim, Setup, family_of};
+use super::{COUNT_X, MOMENT_SAMPLES, PyClaim, Setup};
 use crate::forward::{Dtype, lock};
 
 /// The input whose moments a correct dropout's outputs follow, in the
@@ -75,14 +74,6 @@ pub(super) fn unit_scale(x: f64, rate: Rate, dtype: Dtype) -> f64 {
     let s = accepted_survivors(x, rate, dtype)[ONCE].abs();
     let exponent = (-s.log2().floor() as i32).min(MAX_SCALE_EXPONENT);
     2f64.powi(exponent)
-}
-
-/// A per-unit statistic `g(z_k)` with `g(0) = 0` takes two values, with
-/// probabilities `q` and `p` (the Rust suite's `unit_statistic`, at `p`).
-fn unit_statistic(rate: Rate) -> Statistic {
-    Statistic::Mean {
-        skewness: two_point_skewness(rate.q()),
-    }
 }
 
 /// Elements (rows times units, both passes) the moment pass asks of the
@@ -183,68 +174,54 @@ pub fn sum_mean_target(setup: &Setup) -> (Vec<f64>, Statistic) {
 }
 
 /// A moment claim: two training passes per draw through [`PairSampler`],
-/// the `index`-th statistic of `pass`.
-fn pair_claim<'a>(
-    id: &'static str,
-    formula: &'static str,
-    shape: Shape,
-    pass: Arc<SharedPass>,
-    index: usize,
-    statistic_kind: Statistic,
-    analytic: Vec<f64>,
-) -> PyClaim<'a> {
+/// the `index`-th statistic of `pass`, stated by the Rust claim `claim`
+/// (its card, its closed form at the effective input, its statistic as a
+/// mean: [`DropoutClaim::mean_statistic`]).
+fn pair_claim<'a>(claim: &DropoutClaim, pass: Arc<SharedPass>, index: usize) -> PyClaim<'a> {
+    let statistic = claim.mean_statistic;
     // The suite's budget for the input's width, raised to the test's
     // minimum where an extreme rate makes the statistic skewed enough to
     // need more (p or q below about 0.005), so no claim is inconclusive by
     // construction.
-    let samples = moment_budget(pass.x.len()).max(statistic_kind.min_samples());
+    let samples = moment_budget(pass.x.len()).max(statistic.min_samples());
     PyClaim {
-        card: Card::new(id, family_of(id), formula, shape, samples).with_statistic(statistic_kind),
-        analytic,
+        card: Card {
+            samples,
+            statistic,
+            ..claim.card
+        },
+        analytic: claim.analytic_values().unwrap_or_default(),
         note: None,
         estimate: Box::new(move |subject, budget| pass.estimates(subject.dropout, budget, index)),
     }
 }
 
-/// The claims of `specs` (id, formula, shape, statistic kind, analytic
-/// values, per-draw statistic) on input `x`, sharing one pass.
-type PairSpec = (
-    &'static str,
-    &'static str,
-    Shape,
-    Statistic,
-    Vec<f64>,
-    PairStatistic,
-);
-
-fn shared_claims<'a>(x: &[f64], rate: Rate, specs: Vec<PairSpec>) -> Vec<PyClaim<'a>> {
+/// The Rust claims `claims` (stated at the effective input) run on the
+/// layer's input `x`, sharing one pass.
+fn shared_claims<'a>(x: &[f64], rate: Rate, claims: &[DropoutClaim]) -> Vec<PyClaim<'a>> {
     let pass = Arc::new(SharedPass {
         x: x.to_vec(),
         p: rate.p(),
-        statistics: specs.iter().map(|s| (s.5, s.4.len())).collect(),
+        statistics: claims
+            .iter()
+            .map(|c| {
+                let dim = c.analytic_values().map_or(0, |v| v.len());
+                (c.draw_statistic, dim)
+            })
+            .collect(),
         done: Mutex::new(None),
     });
-    specs
-        .into_iter()
+    claims
+        .iter()
         .enumerate()
-        .map(|(index, (id, formula, shape, kind, analytic, _))| {
-            pair_claim(id, formula, shape, Arc::clone(&pass), index, kind, analytic)
-        })
+        .map(|(index, claim)| pair_claim(claim, Arc::clone(&pass), index))
         .collect()
 }
 
-fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
-    x.iter().map(|&a| g(a)).collect()
-}
-
-fn powers(z: &[f64], r: u32, out: &mut [f64]) {
-    for (o, v) in out.iter_mut().zip(z) {
-        *o = dropmc::formulas::ipow(*v, r);
-    }
-}
-
 /// The moment and kept-count claims (none at `p = 0`, where every moment
-/// is the input's and `semantics.p_zero_identity` judges the layer).
+/// is the input's and `semantics.p_zero_identity` judges the layer): the
+/// Rust suite's claims at the user's rate, their targets at the effective
+/// input ([`effective_input`]), the layer called on the input itself.
 pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
     let rate = setup.rate;
     if rate.p() == 0.0 {
@@ -268,87 +245,12 @@ pub(super) fn moment_claims<'a>(setup: &Setup) -> Vec<PyClaim<'a>> {
             scaled.join(", ")
         )
     });
-    let unit = unit_statistic(rate);
-    let moment = |id, formula, r: i32, statistic: PairStatistic| -> PairSpec {
-        (
-            id,
-            formula,
-            Shape::Vector,
-            unit,
-            per_unit(&a, |a| f::unit_raw_moment(a, rate, r)),
-            statistic,
-        )
-    };
-    let on_x: Vec<PairSpec> = vec![
-        moment("dropout.mean", "E[z_k] = x_k", 1, |d, out| {
-            out.copy_from_slice(d.z)
-        }),
-        moment(
-            "dropout.second_moment",
-            "E[z_k^2] = x_k^2 / q",
-            2,
-            |d, out| powers(d.z, 2, out),
-        ),
-        moment(
-            "dropout.third_moment",
-            "E[z_k^3] = x_k^3 / q^2",
-            3,
-            |d, out| powers(d.z, 3, out),
-        ),
-        moment(
-            "dropout.fourth_moment",
-            "E[z_k^4] = x_k^4 / q^3",
-            4,
-            |d, out| powers(d.z, 4, out),
-        ),
-        (
-            "dropout.variance",
-            "Var z_k = x_k^2 p / q",
-            Shape::Vector,
-            // (z_k − z'_k)²/2 is nonzero with probability 2pq.
-            Statistic::Mean {
-                skewness: two_point_skewness(2.0 * rate.p() * rate.q()),
-            },
-            per_unit(&a, |a| f::unit_variance(a, rate)),
-            |d, out| {
-                for ((o, a), b) in out.iter_mut().zip(d.z).zip(d.z_alt) {
-                    *o = half_squared_difference(*a, *b);
-                }
-            },
-        ),
-        (
-            "dropout.sum_mean",
-            "E[S] = sum_k x_k",
-            Shape::Scalar,
-            Statistic::masked_sum(&a, rate.q(), false),
-            vec![f::sum_mean(&a)],
-            |d, out| out[0] = d.z.iter().sum(),
-        ),
-        (
-            "dropout.sum_variance",
-            "Var S = (p/q) sum_k x_k^2",
-            Shape::Scalar,
-            Statistic::masked_sum(&a, rate.q(), true),
-            vec![f::sum_variance(&a, rate)],
-            |d, out| {
-                let (s, t): (f64, f64) = (d.z.iter().sum(), d.z_alt.iter().sum());
-                out[0] = half_squared_difference(s, t);
-            },
-        ),
-    ];
-    let kept: Vec<PairSpec> = vec![(
-        "dropout.kept_count",
-        "K = #kept ~ Binomial(d, q): P(K=k) = C(d,k) q^k p^(d-k)",
-        Shape::Vector,
-        Statistic::Indicator { trials: 1 },
-        f::kept_count_pmf(COUNT_X.len() as u64, rate).unwrap_or_default(),
-        |d, out| {
-            out.fill(0.0);
-            out[d.mask.iter().filter(|m| **m).count()] = 1.0;
-        },
-    )];
-    let mut claims = shared_claims(&x, rate, on_x);
-    claims.extend(shared_claims(&COUNT_X, rate, kept));
+    let mut claims = shared_claims(&x, rate, &dropout::at(&a, rate));
+    claims.extend(shared_claims(
+        &COUNT_X,
+        rate,
+        &[dropout::kept_count_at(COUNT_X.len(), rate)],
+    ));
     for claim in &mut claims {
         claim.note = note.clone();
     }
@@ -367,37 +269,37 @@ struct MomentTarget {
 
 const MOMENT_TARGETS: [MomentTarget; 7] = [
     MomentTarget {
-        id: "dropout.mean",
+        id: ids::MEAN,
         of_survivor: |s, r| r.q() * s,
         summed: false,
     },
     MomentTarget {
-        id: "dropout.second_moment",
+        id: ids::SECOND_MOMENT,
         of_survivor: |s, r| r.q() * s * s,
         summed: false,
     },
     MomentTarget {
-        id: "dropout.third_moment",
+        id: ids::THIRD_MOMENT,
         of_survivor: |s, r| r.q() * s * s * s,
         summed: false,
     },
     MomentTarget {
-        id: "dropout.fourth_moment",
+        id: ids::FOURTH_MOMENT,
         of_survivor: |s, r| r.q() * (s * s) * (s * s),
         summed: false,
     },
     MomentTarget {
-        id: "dropout.variance",
+        id: ids::VARIANCE,
         of_survivor: |s, r| r.p() * r.q() * s * s,
         summed: false,
     },
     MomentTarget {
-        id: "dropout.sum_mean",
+        id: ids::SUM_MEAN,
         of_survivor: |s, r| r.q() * s,
         summed: true,
     },
     MomentTarget {
-        id: "dropout.sum_variance",
+        id: ids::SUM_VARIANCE,
         of_survivor: |s, r| r.p() * r.q() * s * s,
         summed: true,
     },

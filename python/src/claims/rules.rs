@@ -4,8 +4,9 @@
 //! dtype.
 
 use dropmc::Error;
+use dropmc::claims::semantics::{self, ids as semantics_ids};
 use dropmc::engine::Budget;
-use dropmc::formulas::semantics::{backward_bound, kept_roundings};
+use dropmc::formulas::semantics::{backward_bound_in, kept_roundings};
 use dropmc::ops::Rate;
 
 use super::repeats::repeat_claim;
@@ -97,29 +98,20 @@ pub(super) fn accepted_survivors(x: f64, rate: Rate, dtype: Dtype) -> [f64; 4] {
     }
 }
 
-/// Bound on `|backward_k − g_k/q|` for a kept unit from rounding alone.
-///
-/// In float64 it is the Rust suite's [`backward_bound`]: two roundings of
-/// relative `u = ε/2`. A narrower dtype may scale by any of the survivor
-/// rule's roundings ([`accepted_survivors`]), the longest being
-/// `fl(g · fl(1/fl(q)))`, step by step:
-///
-/// 1. `fl(q) = q(1 + δ₀)` and `fl(1/fl(q)) = (1/q)(1 + δ₀')(1 + δ₁)` with
-///    `1/(1 + δ₀) = 1 + δ₀'`, `|δ₀'| ≤ u/(1 − u)`; to first order, three
-///    factors `(1 + δ)` with `|δ| ≤ u` (the `u/(1−u)` excess is `u²`, inside
-///    the bound's `3u²` term below);
-/// 2. the product rounds once more: `fl(y) = y(1 + δ₂) + η`, where `η`,
-///    `|η| ≤ s/2` with `s` the smallest subnormal, is the absolute error of
-///    a result below the normal range (then `δ₂ = 0`);
-/// 3. so `|fl(g S) − g/q| ≤ (|g|/q)((1 + u)³ − 1) + s/2`, with
-///    `(1 + u)³ − 1 = 3u + 3u² + u³` (the `u²` terms matter in bfloat16,
-///    `u = 2⁻⁸`).
+/// Bound on `|backward_k − g_k/q|` for a kept unit from rounding alone in
+/// `dtype`: the Rust suite's [`backward_bound_in`] (float64's
+/// [`dropmc::formulas::semantics::backward_bound`], or the longest of the
+/// survivor rule's roundings, [`accepted_survivors`], in a narrower dtype).
 fn backward_error_bound(g: f64, rate: Rate, dtype: Dtype) -> f64 {
-    if dtype == Dtype::F64 {
-        return backward_bound(g, rate);
-    }
-    let u = dtype.epsilon() / 2.0;
-    g.abs() / rate.q() * ((1.0 + u).powi(3) - 1.0) + dtype.smallest_subnormal() / 2.0
+    backward_bound_in(g, rate, dtype.epsilon(), dtype.smallest_subnormal())
+}
+
+/// The Rust suite's statement of its semantics rule `id` (an id of
+/// [`semantics_ids`]), which the rule here checks on the user's layer.
+fn suite_formula(id: &str) -> &'static str {
+    semantics::card(id).map_or("the Rust suite states no such semantics rule", |card| {
+        card.formula
+    })
 }
 
 fn same_bits(a: f64, b: f64) -> bool {
@@ -148,9 +140,7 @@ pub(crate) fn survivors_claim<'a>(
     rule_claim(
         id,
         match rounding {
-            SurvivorRounding::Any => {
-                "kept z_k = fl(x_k / q) or fl(x_k * fl(1/q)) bit for bit in the input's dtype, dropped z_k = 0: 0 violations"
-            }
+            SurvivorRounding::Any => suite_formula(semantics_ids::SURVIVORS_EXACT),
             SurvivorRounding::Once => {
                 "rounding=\"once\": kept z_k = x_k / q rounded once to the input's dtype, bit for bit, dropped z_k = 0: 0 violations"
             }
@@ -188,7 +178,7 @@ pub(crate) fn rule_claims<'a>(
     let mut skipped = Vec::new();
     let xe = x.clone();
     claims.push(rule_claim(
-        "semantics.eval_identity",
+        semantics_ids::EVAL_IDENTITY,
         "eval: bits of z differing from x = 0",
         None,
         move |budget| {
@@ -218,7 +208,7 @@ pub(crate) fn rule_claims<'a>(
         ));
     }
     claims.push(survivors_claim(
-        "semantics.survivors_exact",
+        semantics_ids::SURVIVORS_EXACT,
         forward,
         x.clone(),
         rate,
@@ -255,20 +245,20 @@ pub(crate) fn rule_claims<'a>(
         .collect();
     if !forward.has_backward() {
         skipped.push((
-            "semantics.backward_mask",
+            semantics_ids::BACKWARD_MASK,
             "no backward given: pass backward=lambda x, grad, training: ... (the gradient of \
              the most recent forward call) to check that it uses the forward's mask"
                 .to_string(),
         ));
     } else if rate.p() == 0.0 {
         skipped.push((
-            "semantics.backward_mask",
+            semantics_ids::BACKWARD_MASK,
             "p = 0: semantics.p_zero_identity checks backward = g bit for bit".to_string(),
         ));
     } else if !judged.is_empty() {
         claims.push(rule_claim(
-            "semantics.backward_mask",
-            "backward = g m / q with the forward's mask (to the dtype's roundings): 0 violations",
+            semantics_ids::BACKWARD_MASK,
+            suite_formula(semantics_ids::BACKWARD_MASK),
             None,
             move |budget| {
                 count_rows(budget, || {
@@ -292,7 +282,7 @@ pub(crate) fn rule_claims<'a>(
         let x0 = x.clone();
         let backward = forward.has_backward();
         claims.push(rule_claim(
-            "semantics.p_zero_identity",
+            semantics_ids::P_ZERO_IDENTITY,
             "p = 0: z = x (and backward = g when given), bit for bit: 0 violations",
             None,
             move |budget| {
@@ -308,7 +298,7 @@ pub(crate) fn rule_claims<'a>(
         ));
     } else {
         skipped.push((
-            "semantics.p_zero_identity",
+            semantics_ids::P_ZERO_IDENTITY,
             "runs at p = 0 only (your forward's rate is fixed): check a forward built \
              with p = 0 as check_dropout(forward0, 0.0)"
                 .to_string(),
