@@ -161,3 +161,35 @@ fn a_dropout_without_rescale_is_caught_by_the_buffer_claims() {
     let budget = Budget::new(4096, derive_seed(DEFAULT_SEED, "tests/batchnorm/mutant")).unwrap();
     assert!(check(claim, &subject, budget).rejected());
 }
+
+#[test]
+fn buffer_targets_at_a_configuration_by_hand() {
+    use dropmc::claims::batchnorm::{Config, Quantity, at};
+    // μ = 2, σ = 1, p = 1/2: v = (1 + 0.5·4)/0.5 = 6. One step of momentum
+    // 1/2 from (0, 1): E[rm] = 1, E[rv] = (1 + κ 6)/2 = 3.5 unbiased,
+    // (1 + 4.5)/2 = 2.75 biased (κ = 3/4); Var rm = 0.5·(1 − 0.25)/1.5 ·
+    // 6/4 = 0.375, so the fold is 0.5·3.5 − 0.5·(1 + 0.375) = 1.0625.
+    let config = |unbiased| Config {
+        mu: vec![2.0],
+        sigma: vec![1.0],
+        p: 0.5,
+        batch: 4,
+        steps: 1,
+        momentum: 0.5,
+        unbiased,
+        folded_eval: false,
+    };
+    let closed_form = |unbiased, quantity: Quantity| {
+        at(&config(unbiased))
+            .into_iter()
+            .find(|c| c.quantity == quantity)
+            .unwrap()
+            .closed_form()
+            .unwrap()
+    };
+    assert_eq!(closed_form(true, Quantity::RunningStats), vec![1.0, 3.5]);
+    assert_eq!(closed_form(false, Quantity::RunningStats), vec![1.0, 2.75]);
+    assert!((closed_form(true, Quantity::FoldBuffers)[0] - 1.0625).abs() <= 4.0 * f64::EPSILON);
+    // One buffer set (as trained): one ratio per channel.
+    assert_eq!(closed_form(true, Quantity::VarianceShift), vec![1.0]);
+}

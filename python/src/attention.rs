@@ -11,33 +11,34 @@
 //! row sum is `R = Σ_i b_i`, the output for scalar values `v` is
 //! `o = Σ_i b_i v_i`, computed here from the returned row.
 //!
-//! # The claims (derivations in [`dropmc::formulas::attention`])
+//! # The claims
+//!
+//! The moment claims are the Rust family's own, built at the user's row,
+//! values and rate by [`dropmc::claims::attention::at`] (ids, formula
+//! texts, closed forms and per-draw statistics; derivations in
+//! [`dropmc::formulas::attention`]); this file samples the user's dropout
+//! for them (one call per draw, two for the variances' pair forms
+//! `½(R − R')²`). Only the rule on every returned row exists here alone:
 //!
 //! ```text
-//! attention.entry_mean        E[b_i] = a_i
-//! attention.row_sum_mean      E[R] = Σ a_i
-//! attention.row_sum_variance  Var R = (p/q) Σ a_i²        ½(R − R')², two calls
-//! attention.output_mean       E[o] = Σ a_i v_i
-//! attention.output_variance   Var o = (p/q) Σ a_i² v_i²    ½(o − o')²
 //! attention.dropped_row       every b_i is 0 or a_i/q      a rule, every row
 //! ```
 //!
 //! Judged as [`crate::claims`] judges the elementwise claims: each is a
 //! [`dropmc::claims::Claim`] checked by [`dropmc::claims::check`] at the
 //! suite's level and minimum budgets (Student-t for the means, exact for
-//! the rule). `attention.row_sum_pmf` states the law of `R` at the seed's
-//! row only and is reported as skipped.
+//! the rule). The law of `R`
+//! ([`dropmc::claims::attention::seed_row_sum_pmf`]) is stated at the
+//! seed's row only and is reported as skipped.
 
 use dropmc::Error;
-use dropmc::claims::attention::{A as SEED_A, V as SEED_V};
-use dropmc::claims::fn_claim::half_squared_difference;
-use dropmc::claims::{Card, Shape};
+use dropmc::claims::attention::{
+    self as family, A as SEED_A, AttentionClaim, Quantity, V as SEED_V,
+};
 use dropmc::conformance::Options;
 use dropmc::engine::{derive_seed, estimate};
 use dropmc::eval::attn::{probability_row, renormalised_note};
-use dropmc::formulas::attention as f;
 use dropmc::ops::{Rate, Subject};
-use dropmc::stats::{Statistic, two_point_skewness};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -50,8 +51,9 @@ use crate::forward::{Dtype, PyForward};
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
 
-/// Draws of each moment claim (the Rust family's budget).
-pub const ATTENTION_SAMPLES: u64 = 400_000;
+/// The id of the rule only the binding states (every returned row is
+/// dropped right): no Rust claim has it.
+const DROPPED_ROW: &str = "attention.dropped_row";
 
 /// Relative slack of a kept entry `b_i` around `a_i / q`, in units of the
 /// dtype's `ε`, for a row of `T` keys whose smallest entry is `a_min`.
@@ -71,14 +73,7 @@ pub fn kept_tolerance(a: &[f64], dtype: Dtype) -> f64 {
     (a_min.ln().abs() + a.len() as f64 + 3.0) * dtype.epsilon()
 }
 
-/// What a draw statistic sees: the values and two independent calls' rows.
-pub struct RowDraw<'a> {
-    pub v: &'a [f64],
-    pub b: &'a [f64],
-    pub b_alt: &'a [f64],
-}
-
-/// The row and values one claim samples at, and the rate.
+/// The row and values the claims sample at, and the rate.
 #[derive(Clone)]
 struct Row {
     a: Vec<f64>,
@@ -86,117 +81,37 @@ struct Row {
     rate: Rate,
 }
 
-struct MomentClaim {
-    id: &'static str,
-    formula: &'static str,
-    shape: Shape,
-    statistic: Statistic,
-    analytic: Vec<f64>,
-    pairs: bool,
-    draw: fn(&RowDraw, &mut [f64]),
-}
-
-fn moment_claim<'a>(c: MomentClaim, row: Row) -> PyClaim<'a> {
-    let samples = ATTENTION_SAMPLES.max(c.statistic.min_samples());
-    let dim = c.analytic.len();
-    let (pairs, draw) = (c.pairs, c.draw);
-    PyClaim {
-        card: Card::new(c.id, "attention", c.formula, c.shape, samples).with_statistic(c.statistic),
-        analytic: c.analytic,
+/// The Rust `claim` on the Python dropout: one call per draw (two for a
+/// pair form), each draw's rows handed to the claim's own statistic. The
+/// test declares the pair-form statistic, which is what this sampler runs.
+fn moment_claim<'a>(claim: AttentionClaim) -> Result<PyClaim<'a>, Error> {
+    Ok(PyClaim {
+        card: claim.card_with(claim.statistic_on_pairs()),
+        analytic: claim.closed_form()?,
         note: None,
         estimate: Box::new(move |subject, budget| {
-            let v = &row.v;
-            let statistic = |d: &Draw, out: &mut [f64]| {
-                draw(
-                    &RowDraw {
-                        v,
-                        b: d.z,
-                        b_alt: d.z_alt,
-                    },
-                    out,
-                )
-            };
+            let statistic = |d: &Draw, out: &mut [f64]| claim.draw_statistic(d.z, d.z_alt, out);
             let sampler = PairSampler {
                 layer: subject.dropout,
-                x: &row.a,
-                p: row.rate.p(),
-                dim,
-                pairs,
+                x: &claim.a,
+                p: claim.p,
+                dim: claim.dim(),
+                pairs: claim.reads_pair(),
                 statistic: &statistic,
             };
             Ok(estimate(&sampler, budget)?.estimates())
         }),
-    }
-}
-
-fn row_sum(b: &[f64]) -> f64 {
-    b.iter().sum()
+    })
 }
 
 /// The moment claims at `row` (none at `p = 0`, where every row is `a`).
-fn moment_claims<'a>(row: &Row) -> Vec<PyClaim<'a>> {
-    let (a, v, rate) = (&row.a, &row.v, row.rate);
-    if rate.p() == 0.0 {
-        return Vec::new();
+fn moment_claims<'a>(row: &Row) -> Result<Vec<PyClaim<'a>>, Error> {
+    if row.rate.p() == 0.0 {
+        return Ok(Vec::new());
     }
-    // The output o = Σ_i b_i v_i is the inverted-dropout sum of a_i v_i.
-    let weighted: Vec<f64> = a.iter().zip(v).map(|(a, v)| a * v).collect();
-    let claims = [
-        MomentClaim {
-            id: "attention.entry_mean",
-            formula: "E[b_i] = a_i",
-            shape: Shape::Vector,
-            // b_i is a_i/q with probability q, else 0.
-            statistic: Statistic::Mean {
-                skewness: two_point_skewness(rate.q()),
-            },
-            analytic: f::entry_mean(a),
-            pairs: false,
-            draw: |d, out| out.copy_from_slice(d.b),
-        },
-        MomentClaim {
-            id: "attention.row_sum_mean",
-            formula: "E[R] = sum_i a_i",
-            shape: Shape::Scalar,
-            statistic: Statistic::masked_sum(a, rate.q(), false),
-            analytic: vec![f::row_sum_mean(a)],
-            pairs: false,
-            draw: |d, out| out[0] = row_sum(d.b),
-        },
-        MomentClaim {
-            id: "attention.row_sum_variance",
-            formula: "Var R = (p/q) sum_i a_i^2",
-            shape: Shape::Scalar,
-            statistic: Statistic::masked_sum(a, rate.q(), true),
-            analytic: vec![f::row_sum_variance(a, rate)],
-            pairs: true,
-            draw: |d, out| out[0] = half_squared_difference(row_sum(d.b), row_sum(d.b_alt)),
-        },
-        MomentClaim {
-            id: "attention.output_mean",
-            formula: "o = sum_i b_i v_i: E[o] = sum_i a_i v_i",
-            shape: Shape::Scalar,
-            statistic: Statistic::masked_sum(&weighted, rate.q(), false),
-            analytic: vec![f::output_mean(a, v)],
-            pairs: false,
-            draw: |d, out| out[0] = f::output_mean(d.b, d.v),
-        },
-        MomentClaim {
-            id: "attention.output_variance",
-            formula: "Var o = (p/q) sum_i a_i^2 v_i^2",
-            shape: Shape::Scalar,
-            statistic: Statistic::masked_sum(&weighted, rate.q(), true),
-            analytic: vec![f::output_variance(a, v, rate)],
-            pairs: true,
-            draw: |d, out| {
-                let (o, o_alt) = (f::output_mean(d.b, d.v), f::output_mean(d.b_alt, d.v));
-                out[0] = half_squared_difference(o, o_alt);
-            },
-        },
-    ];
-    claims
+    family::at(&row.a, &row.v, row.rate.p())
         .into_iter()
-        .map(|c| moment_claim(c, row.clone()))
+        .map(moment_claim)
         .collect()
 }
 
@@ -218,7 +133,7 @@ fn dropped_row_claim<'a>(forward: &'a PyForward, row: &Row) -> PyClaim<'a> {
     let (a, rate) = (row.a.clone(), row.rate);
     let tolerance = kept_tolerance(&a, forward.dtype());
     rule_claim(
-        "attention.dropped_row",
+        DROPPED_ROW,
         "every b_i is 0 or a_i/q (relative slack (|ln a_min| + T + 3) eps): entries off = 0",
         None,
         move |budget| {
@@ -229,19 +144,23 @@ fn dropped_row_claim<'a>(forward: &'a PyForward, row: &Row) -> PyClaim<'a> {
     )
 }
 
-/// Why the family's claims not stated here are skipped.
-const PMF_SKIP_REASON: &str = "the law of R at the seed's row a = (0.2, 0.3, 0.5) only: dropmc report checks it on the mathematics; attention.dropped_row judges each of your rows";
+/// Why the law of `R` is skipped.
+fn pmf_skip_reason() -> String {
+    format!(
+        "the law of R at the seed's row a = (0.2, 0.3, 0.5) only: dropmc report checks it on the mathematics; {DROPPED_ROW} judges each of your rows"
+    )
+}
 
 /// Runs the attention claims on the Python dropout.
 fn run(forward: &PyForward, row: &Row, options: &Options) -> Result<crate::Outcome, Error> {
     let layer = PyDropout::at_rate(forward, row.rate.p());
     let subject = Subject::with_dropout(&layer);
-    let mut claims = moment_claims(row);
+    let mut claims = moment_claims(row)?;
     claims.push(dropped_row_claim(forward, row));
     let results = crate::check_claims(&claims, &subject, options)?;
     Ok((
         results,
-        vec![("attention.row_sum_pmf", PMF_SKIP_REASON.to_string())],
+        vec![(family::seed_row_sum_pmf().card.id, pmf_skip_reason())],
     ))
 }
 
@@ -300,7 +219,9 @@ pub fn attention_causes(results: &[dropmc::claims::ClaimResult]) -> Vec<String> 
     let failed = |id: &str| failed_in(results, id);
     let low = |id: &str| failed_low(results, id);
     let mut causes = Vec::new();
-    if low("attention.row_sum_variance") || low("attention.output_variance") {
+    let (row_sum_variance, output_variance) =
+        (Quantity::RowSumVariance.id(), Quantity::OutputVariance.id());
+    if low(row_sum_variance) || low(output_variance) {
         causes.push(
             "the rows of one call are correlated: two rows differ less than two independent \
              masks make them (one mask shared across heads, across the batch, or reused); the \
@@ -308,7 +229,7 @@ pub fn attention_causes(results: &[dropmc::claims::ClaimResult]) -> Vec<String> 
                 .to_string(),
         );
     }
-    if failed("attention.dropped_row") {
+    if failed(DROPPED_ROW) {
         causes.push(
             "the kept entries are not a_i/q: the survivors' scale is wrong (1/p, x*q), or the \
              row is renormalised after dropping"
@@ -316,21 +237,19 @@ pub fn attention_causes(results: &[dropmc::claims::ClaimResult]) -> Vec<String> 
         );
     } else if causes.is_empty()
         && [
-            "attention.entry_mean",
-            "attention.row_sum_mean",
-            "attention.output_mean",
+            Quantity::EntryMean,
+            Quantity::RowSumMean,
+            Quantity::OutputMean,
         ]
         .iter()
-        .any(|id| failed(id))
+        .any(|q| failed(q.id()))
     {
         causes.push(
             "the kept entries are right but the keep probability is not q = 1 - p: the layer \
              drops at another rate, or its keep rule is inverted"
                 .to_string(),
         );
-    } else if causes.is_empty()
-        && (failed("attention.row_sum_variance") || failed("attention.output_variance"))
-    {
+    } else if causes.is_empty() && (failed(row_sum_variance) || failed(output_variance)) {
         causes.push(
             "the row's variance is above (p/q) sum a_i^2: the entries are not dropped \
              independently (several dropped together) or the rate differs"
@@ -360,12 +279,18 @@ mod tests {
             v: SEED_V.to_vec(),
             rate: Rate::new(0.5).unwrap(),
         };
-        let claims = moment_claims(&row);
-        let by_id = |id: &str| &claims.iter().find(|c| c.card.id == id).unwrap().analytic;
+        let claims = moment_claims(&row).unwrap();
+        let by = |q: Quantity| {
+            &claims
+                .iter()
+                .find(|c| c.card.id == q.id())
+                .unwrap()
+                .analytic
+        };
         let close = |x: f64, y: f64| (x - y).abs() <= 4.0 * f64::EPSILON;
-        assert!(close(by_id("attention.row_sum_variance")[0], 0.38));
-        assert!(close(by_id("attention.output_mean")[0], 1.1));
-        assert!(close(by_id("attention.output_variance")[0], 2.65));
+        assert!(close(by(Quantity::RowSumVariance)[0], 0.38));
+        assert!(close(by(Quantity::OutputMean)[0], 1.1));
+        assert!(close(by(Quantity::OutputVariance)[0], 2.65));
     }
 
     #[test]

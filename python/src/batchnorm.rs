@@ -17,41 +17,44 @@
 //!
 //! # The claims (derivations in [`dropmc::formulas::batchnorm`])
 //!
-//! With `v_k = (σ_k² + p μ_k²)/q` and the batch-variance convention
-//! `u_t`: unbiased (`E[u_t] = v_k`, PyTorch) or biased
-//! (`E[u_t] = (B − 1)/B · v_k`, burn, Flax's `use_fast_variance=False` is
-//! still biased) — call `E[u_t] = κ v_k`:
+//! The buffer and eval claims are the Rust family's own, built at the
+//! user's configuration by [`dropmc::claims::batchnorm::at`] (ids, formula
+//! texts, closed forms, declared statistics and each replicate's
+//! statistic, [`BnClaim::replicate_statistic`]); this file drives the
+//! user's BatchNorm for them. With `v_k = (σ_k² + p μ_k²)/q` and the
+//! batch-variance convention `u_t`: unbiased (`E[u_t] = v_k`, PyTorch) or
+//! biased (`E[u_t] = (B − 1)/B · v_k`, burn, Flax's
+//! `use_fast_variance=False` is still biased) — call `E[u_t] = κ v_k`:
 //!
 //! ```text
 //! batchnorm.running_stats  E[rm_t] = (1−m)^t·0 + (1−(1−m)^t) μ_k
 //!                          E[rv_t] = (1−m)^t·1 + (1−(1−m)^t) κ v_k
 //! batchnorm.fold_buffers   E[q rv_t − p rm_t²] = q E[rv_t] − p (E[rm_t]² + Var rm_t)
-//! batchnorm.eval_mean      E[y_k | buffers] = (μ_k − rm_k)/√(rv_k + ε)       (target 0 for the residual)
 //! batchnorm.variance_shift ½ (y_k − y'_k)² (rv_k + ε)/σ_k² has mean 1         (Δ = c² at E[rv])
 //! ```
 //!
-//! The buffer formulas are exact at every step (the EMA is linear and the
-//! batch statistics are unbiased for `μ_k` and `κ v_k`); `Var rm_t` is
-//! [`f::running_mean_variance`] (the batch mean's variance `v_k/B` does not
-//! depend on the variance convention). Given the buffers, eval BatchNorm is
-//! affine in `x`, so the eval claims are exact whatever the buffers are.
-//! The claims share one simulation of the replicates (see
-//! [`PyBatchNorm::simulated`]). Each claim's statistic is a mean over
-//! replicates, tested by
-//! [`dropmc::claims::check`] (Student-t) at the suite's level and minimum
-//! budgets.
+//! One claim exists here alone (the crate's eval op is not under test):
+//!
+//! ```text
+//! batchnorm.eval_mean      E[y_k | buffers] = (μ_k − rm_k)/√(rv_k + ε)       (target 0 for the residual)
+//! ```
+//!
+//! Given the buffers, eval BatchNorm is affine in `x`, so the eval claims
+//! are exact whatever the buffers are. The claims share one simulation of
+//! the replicates (see [`PyBatchNorm::simulated`]). Each claim's statistic
+//! is a mean over replicates, tested by [`dropmc::claims::check`]
+//! (Student-t) at the suite's level and minimum budgets.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dropmc::Error;
-use dropmc::claims::batchnorm::BufferTraining;
-use dropmc::claims::{Card, Shape};
+use dropmc::claims::batchnorm::{self as family, BnClaim, Config, Quantity, Replicate};
+use dropmc::claims::{Card, Claim, Shape};
 use dropmc::conformance::Options;
 use dropmc::engine::{Budget, MeanAccumulator, Stream, derive_seed, stream};
-use dropmc::formulas::batchnorm as f;
 use dropmc::ops::{InvertedDropout, Rate, Subject, TrainPass};
-use dropmc::stats::{DEFAULT_SKEWNESS as CHI_SQUARE_1_SKEWNESS, Statistic};
+use dropmc::stats::Statistic;
 use numpy::ndarray::{Array2, Array3};
 use numpy::{IntoPyArray, PyReadonlyArray1, PyReadonlyArray2, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -64,100 +67,23 @@ use crate::claims::PyClaim;
 use crate::forward::lock;
 use crate::to_py;
 
-/// Replicates per claim (the Rust family's budget, above the default mean
-/// test's minimum of 37 490).
-pub const BATCHNORM_SAMPLES: u64 = 40_000;
+/// The id of the claim only the binding states (the eval output's mean
+/// given the buffers): no Rust claim has it.
+const EVAL_MEAN: &str = "batchnorm.eval_mean";
 
 /// Elements of the `batches` array per Python call at most (8 MiB in
 /// float64): bounds a call's memory whatever `K`, `B` and `steps` are.
 const ELEMENTS_PER_CALL: usize = 1 << 20;
 
-/// The configuration the claims run at.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub mu: Vec<f64>,
-    pub sigma: Vec<f64>,
-    pub rate: Rate,
-    pub batch: usize,
-    pub steps: u32,
-    pub momentum: f64,
-    /// Whether the layer's running variance uses the unbiased batch
-    /// variance (PyTorch) or the biased one.
-    pub unbiased: bool,
-    pub eps: f64,
-}
-
-impl Config {
-    fn channels(&self) -> usize {
-        self.mu.len()
-    }
-
-    /// `E[u_t] / v_k`: 1 for the unbiased batch variance, `(B − 1)/B` for
-    /// the biased one.
-    fn convention(&self) -> f64 {
-        if self.unbiased {
-            1.0
-        } else {
-            (self.batch as f64 - 1.0) / self.batch as f64
-        }
-    }
-
-    /// `v_k = (σ_k² + p μ_k²)/q` per channel.
-    fn train_variances(&self) -> Vec<f64> {
-        self.mu
-            .iter()
-            .zip(&self.sigma)
-            .map(|(&m, &s)| f::train_variance(m, s * s, self.rate))
-            .collect()
-    }
-
-    /// `E[rm_t]` per channel, from PyTorch's initial 0.
-    fn expected_running_mean(&self) -> Vec<f64> {
-        self.mu
-            .iter()
-            .map(|&m| f::ema_expectation(self.steps, self.momentum, 0.0, m))
-            .collect()
-    }
-
-    /// `E[rv_t]` per channel, from PyTorch's initial 1.
-    fn expected_running_var(&self) -> Vec<f64> {
-        let kappa = self.convention();
-        self.train_variances()
-            .iter()
-            .map(|&v| f::ema_expectation(self.steps, self.momentum, 1.0, kappa * v))
-            .collect()
-    }
-
-    /// `E[q rv_t − p rm_t²] = q E[rv_t] − p (E[rm_t]² + Var rm_t)`.
-    fn expected_fold(&self) -> Vec<f64> {
-        let (p, q) = (self.rate.p(), self.rate.q());
-        let rm = self.expected_running_mean();
-        let rv = self.expected_running_var();
-        let v = self.train_variances();
-        (0..self.channels())
-            .map(|k| {
-                let var_rm = f::running_mean_variance(self.steps, self.momentum, v[k], self.batch);
-                q * rv[k] - p * (rm[k] * rm[k] + var_rm)
-            })
-            .collect()
-    }
-}
-
-/// One replicate's buffers and eval outputs, channel `k` at index `k`.
-pub struct Replicate<'a> {
-    pub running_mean: &'a [f64],
-    pub running_var: &'a [f64],
-    /// The eval outputs of the two clean examples.
-    pub y: [&'a [f64]; 2],
-}
-
-/// A replicate's statistics (the claim's components).
-type ReplicateStatistic = fn(&Config, &Replicate, &mut [f64]);
+/// A replicate's statistic (a claim's components).
+type ReplicateStatistic<'s> = &'s (dyn Fn(&Replicate, &mut [f64]) -> Result<(), Error> + Sync);
 
 /// The user's `batchnorm(batches, x)`, as the Python side wrapped it
 /// (output checked, float64).
 pub struct PyBatchNorm {
     callable: Py<PyAny>,
+    /// The layer's `ε`.
+    eps: f64,
     /// The stream of the run's replicates.
     seed: u64,
     cache: Mutex<Option<(u64, Arc<Vec<f64>>)>>,
@@ -281,8 +207,9 @@ impl PyBatchNorm {
                 running_mean: &row[..k],
                 running_var: &row[k..2 * k],
                 y: [&row[2 * k..3 * k], &row[3 * k..]],
+                eps: self.eps,
             };
-            statistic(config, &rep, &mut out);
+            statistic(&rep, &mut out)?;
             acc.push(&out);
         }
         Ok(acc)
@@ -320,11 +247,9 @@ fn draw_inputs(
     let (mut clean, mut mask) = (vec![0.0; c], vec![false; c]);
     for row in batches.chunks_exact_mut(c) {
         draw_clean(config, r, rng, &mut clean);
-        subject.dropout.forward_train(
-            TrainPass::new(&clean, row, &mut mask),
-            config.rate.p(),
-            rng,
-        )?;
+        subject
+            .dropout
+            .forward_train(TrainPass::new(&clean, row, &mut mask), config.p, rng)?;
     }
     let mut x = vec![0.0; 2 * c];
     for row in x.chunks_exact_mut(c) {
@@ -333,106 +258,81 @@ fn draw_inputs(
     Ok((batches, x))
 }
 
-fn bn_claim<'a>(
-    id: &'static str,
-    formula: &'static str,
+/// A claim on the replicates of `layer`: `statistic` of each, averaged.
+fn replicate_claim<'a>(
+    card: Card,
     analytic: Vec<f64>,
-    setup: (&'a PyBatchNorm, &'a Config),
-    skewness: Vec<f64>,
-    statistic: ReplicateStatistic,
+    setup: (&'a PyBatchNorm, Config),
+    statistic: impl Fn(&Replicate, &mut [f64]) -> Result<(), Error> + Sync + 'a,
 ) -> PyClaim<'a> {
     let (layer, config) = setup;
     let dim = analytic.len();
-    // The mean test declares the largest skewness of its components.
-    let declared = Statistic::Mean {
-        skewness: skewness.iter().fold(0.0_f64, |m, g| m.max(g.abs())),
-    };
-    let samples = BATCHNORM_SAMPLES.max(declared.min_samples());
     PyClaim {
-        card: Card::new(id, "batchnorm", formula, Shape::Vector, samples).with_statistic(declared),
+        card,
         analytic,
         note: None,
         estimate: Box::new(move |subject, budget| {
             Ok(layer
-                .replicates(subject, config, budget, dim, statistic)?
+                .replicates(subject, &config, budget, dim, &statistic)?
                 .estimates())
         }),
     }
 }
 
-/// The claims at `config` on `layer`.
-fn claims<'a>(layer: &'a PyBatchNorm, config: &'a Config) -> Vec<PyClaim<'a>> {
-    let k = config.channels();
-    let training = BufferTraining {
-        mu: &config.mu,
-        sigma: &config.sigma,
-        p: config.rate.p(),
-        batch: config.batch,
-        steps: config.steps,
-        momentum: config.momentum,
-        variance_scale: config.convention(),
-    };
-    let mut buffers = config.expected_running_mean();
-    buffers.extend(config.expected_running_var());
-    vec![
-        bn_claim(
-            "batchnorm.running_stats",
-            "E[rm_t], E[rv_t] = (1-m)^t (0, 1) + (1-(1-m)^t) (mu_k, kappa Var z_k), kappa = 1 unbiased, (B-1)/B biased",
-            buffers,
-            (layer, config),
-            training.running_stats_skewness(),
-            |_, r, out| {
-                let k = r.running_mean.len();
-                out[..k].copy_from_slice(r.running_mean);
-                out[k..].copy_from_slice(r.running_var);
-            },
-        ),
-        bn_claim(
-            "batchnorm.fold_buffers",
-            "E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
-            config.expected_fold(),
-            (layer, config),
-            training.fold_skewness(),
-            |c, r, out| {
-                let (p, q) = (c.rate.p(), c.rate.q());
-                for (j, o) in out.iter_mut().enumerate() {
-                    let rm = r.running_mean[j];
-                    *o = q * r.running_var[j] - p * rm * rm;
-                }
-            },
-        ),
-        bn_claim(
-            "batchnorm.eval_mean",
-            "eval, given the buffers: E[y_k - (mu_k - rm_k)/sqrt(rv_k + eps)] = 0",
-            vec![0.0; k],
-            (layer, config),
-            // Given the buffers, the mean of two eval outputs of clean
-            // normal inputs, centred: symmetric, skewness 0.
-            vec![0.0; k],
-            |c, r, out| {
-                for (j, o) in out.iter_mut().enumerate() {
-                    let scale = (r.running_var[j] + c.eps).sqrt();
-                    let expected = (c.mu[j] - r.running_mean[j]) / scale;
-                    *o = 0.5 * (r.y[0][j] + r.y[1][j]) - expected;
-                }
-            },
-        ),
-        bn_claim(
-            "batchnorm.variance_shift",
-            "eval, given the buffers: E[(y_k - y'_k)^2/2 (rv_k + eps)/sigma_k^2] = 1 (Delta = c^2 at E[rv])",
-            vec![1.0; k],
-            (layer, config),
-            // Given the buffers, (y − y′)²/2 (rv + ε)/σ² is exactly χ²₁.
-            vec![CHI_SQUARE_1_SKEWNESS; k],
-            |c, r, out| {
-                for (j, o) in out.iter_mut().enumerate() {
-                    let d = r.y[0][j] - r.y[1][j];
-                    let s2 = c.sigma[j] * c.sigma[j];
-                    *o = 0.5 * d * d * (r.running_var[j] + c.eps) / s2;
-                }
-            },
-        ),
-    ]
+/// The Rust `claim` on the user's replicates.
+fn rust_claim(claim: BnClaim, layer: &PyBatchNorm) -> Result<PyClaim<'_>, Error> {
+    let (card, analytic) = (claim.card(), claim.closed_form()?);
+    let config = claim.config.clone();
+    Ok(replicate_claim(
+        card,
+        analytic,
+        (layer, config),
+        move |rep, out| claim.replicate_statistic(&[*rep], out),
+    ))
+}
+
+/// `batchnorm.eval_mean`: given the buffers, the mean of two eval outputs
+/// of clean normal inputs, centred, is 0; it is symmetric, skewness 0.
+fn eval_mean_claim<'a>(layer: &'a PyBatchNorm, config: &Config) -> PyClaim<'a> {
+    let statistic = Statistic::Mean { skewness: 0.0 };
+    let card = Card::new(
+        EVAL_MEAN,
+        "batchnorm",
+        "eval, given the buffers: E[y_k - (mu_k - rm_k)/sqrt(rv_k + eps)] = 0",
+        Shape::Vector,
+        family::replicate_budget(statistic),
+    )
+    .with_statistic(statistic);
+    let mu = config.mu.clone();
+    replicate_claim(
+        card,
+        vec![0.0; config.channels()],
+        (layer, config.clone()),
+        move |r, out| {
+            for (j, o) in out.iter_mut().enumerate() {
+                let scale = (r.running_var[j] + r.eps).sqrt();
+                let expected = (mu[j] - r.running_mean[j]) / scale;
+                *o = 0.5 * (r.y[0][j] + r.y[1][j]) - expected;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// The claims at `config` on `layer`: the Rust family's claims on
+/// replicates, with the eval mean before the variance shift.
+fn claims<'a>(layer: &'a PyBatchNorm, config: &Config) -> Result<Vec<PyClaim<'a>>, Error> {
+    let mut claims = family::at(config)
+        .into_iter()
+        .filter(|c| c.quantity.reads_replicates())
+        .map(|c| rust_claim(c, layer))
+        .collect::<Result<Vec<_>, Error>>()?;
+    let before_variance_shift = claims
+        .iter()
+        .position(|c| c.card.id == Quantity::VarianceShift.id())
+        .unwrap_or(claims.len());
+    claims.insert(before_variance_shift, eval_mean_claim(layer, config));
+    Ok(claims)
 }
 
 /// The likely causes of the BatchNorm claims' failures, in words. The
@@ -443,10 +343,10 @@ fn claims<'a>(layer: &'a PyBatchNorm, config: &'a Config) -> Vec<PyClaim<'a>> {
 pub fn batchnorm_causes(results: &[dropmc::claims::ClaimResult], channels: usize) -> Vec<String> {
     let failed = |id: &str| crate::claims::failed_in(results, id);
     let mut causes = Vec::new();
-    if failed("batchnorm.running_stats") {
+    if failed(Quantity::RunningStats.id()) {
         let worst = results
             .iter()
-            .find(|r| r.id == "batchnorm.running_stats")
+            .find(|r| r.id == Quantity::RunningStats.id())
             .and_then(|r| r.worst());
         let buffer = match worst {
             Some(k) if k >= channels => "running variance",
@@ -458,21 +358,21 @@ pub fn batchnorm_causes(results: &[dropmc::claims::ClaimResult], channels: usize
              the start (0, 1)): a wrong momentum or variance convention, or buffers changed \
              otherwise (a drift, a missing update)"
         ));
-    } else if failed("batchnorm.fold_buffers") {
+    } else if failed(Quantity::FoldBuffers.id()) {
         causes.push(
             "the buffers' means hold but q rv - p rm^2 does not: the running mean's spread is \
              not the EMA's (the buffers are not updated from each batch's statistics)"
                 .into(),
         );
     }
-    if failed("batchnorm.eval_mean") {
+    if failed(EVAL_MEAN) {
         causes.push(
             "eval mode does not subtract the running mean (it uses the batch's mean, no mean, or \
              applies another shift than beta)"
                 .into(),
         );
     }
-    if failed("batchnorm.variance_shift") {
+    if failed(Quantity::VarianceShift.id()) {
         causes.push(
             "eval mode does not divide by sqrt(running_var + eps) (it uses the batch's variance, \
              another eps, or another gain than gamma)"
@@ -486,11 +386,11 @@ pub fn batchnorm_causes(results: &[dropmc::claims::ClaimResult], channels: usize
 fn skipped() -> Vec<(&'static str, String)> {
     vec![
         (
-            "batchnorm.train_input",
+            Quantity::TrainInput.id(),
             "the moments of the dropout's output: dropmc's own dropout feeds your BatchNorm here; check_dropout judges a dropout".into(),
         ),
         (
-            "batchnorm.li2018",
+            Quantity::Li2018.id(),
             "a statement about the mathematics (dropmc report checks it)".into(),
         ),
     ]
@@ -498,7 +398,7 @@ fn skipped() -> Vec<(&'static str, String)> {
 
 fn run(layer: &PyBatchNorm, config: &Config, options: &Options) -> Result<crate::Outcome, Error> {
     let subject = Subject::with_dropout(&InvertedDropout);
-    let run = claims(layer, config);
+    let run = claims(layer, config)?;
     let results = crate::check_claims(&run, &subject, options)?;
     Ok((results, skipped()))
 }
@@ -543,15 +443,16 @@ pub fn check_batchnorm(
     let config = Config {
         mu,
         sigma,
-        rate,
+        p: rate.p(),
         batch,
         steps,
         momentum,
         unbiased,
-        eps,
+        folded_eval: false,
     };
     let layer = PyBatchNorm {
         callable: batchnorm,
+        eps,
         seed: derive_seed(seed, "python/batchnorm replicates"),
         cache: Mutex::new(None),
         failure: Mutex::new(None),
@@ -585,7 +486,6 @@ pub fn check_batchnorm(
 /// The family's default configuration: (mu, sigma, batch, steps, momentum).
 #[pyfunction]
 pub fn batchnorm_defaults() -> (Vec<f64>, Vec<f64>, usize, u32, f64) {
-    use dropmc::claims::batchnorm as family;
     (
         family::MU.to_vec(),
         family::SIGMA.to_vec(),
@@ -593,35 +493,4 @@ pub fn batchnorm_defaults() -> (Vec<f64>, Vec<f64>, usize, u32, f64) {
         family::STEPS,
         family::MOMENTUM,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(unbiased: bool) -> Config {
-        Config {
-            mu: vec![2.0],
-            sigma: vec![1.0],
-            rate: Rate::new(0.5).unwrap(),
-            batch: 4,
-            steps: 1,
-            momentum: 0.5,
-            unbiased,
-            eps: 0.0,
-        }
-    }
-
-    #[test]
-    fn one_step_targets_by_hand() {
-        // v = (1 + 0.5·4)/0.5 = 6. One step of momentum 1/2 from (0, 1):
-        // E[rm] = 1, E[rv] = (1 + κ 6)/2 = 3.5 unbiased, (1 + 4.5)/2 = 2.75
-        // biased (κ = 3/4); Var rm = 0.5·(1 − 0.25)/1.5 · 6/4 = 0.375, so
-        // the fold is 0.5·3.5 − 0.5·(1 + 0.375) = 1.0625.
-        let (u, b) = (config(true), config(false));
-        assert_eq!(u.expected_running_mean(), vec![1.0]);
-        assert_eq!(u.expected_running_var(), vec![3.5]);
-        assert_eq!(b.expected_running_var(), vec![2.75]);
-        assert!((u.expected_fold()[0] - 1.0625).abs() <= 4.0 * f64::EPSILON);
-    }
 }

@@ -14,10 +14,16 @@
 //!
 //! # The claims, at the user's `p` (derivations in the formulas module)
 //!
+//! The shared-mask claims are the Rust family's own, built at the user's
+//! block and rate by [`dropmc::claims::mask_shape::at`] (ids, formula
+//! texts, closed forms and per-draw statistics); this file samples the
+//! user's layer for them (two calls per draw) and reorders each returned
+//! row to the block. One claim exists here alone:
+//!
 //! ```text
 //! mask_shape.mean              E[z_tk] = x_tk          (any mask shape)
-//! mask_shape.shared_variance   Var S_k = (p/q) (Σ_t x_tk)²
-//! mask_shape.shared_zero_column P(S_k's entries all 0) = p
+//! mask_shape.shared_variance   Var S_k = (p/q) (Σ_t x_tk)²       (Rust's)
+//! mask_shape.shared_zero_column P(S_k's entries all 0) = p        (Rust's)
 //!                              (for a group with some x_tk ≠ 0)
 //! ```
 //!
@@ -35,12 +41,11 @@
 
 use dropmc::Error;
 use dropmc::claims::ClaimResult;
-use dropmc::claims::fn_claim::half_squared_difference;
-use dropmc::claims::{Card, Shape};
+use dropmc::claims::mask_shape::{self as family, MaskShapeClaim, Quantity};
+use dropmc::claims::{Card, Claim, Shape};
 use dropmc::conformance::Options;
 use dropmc::engine::{derive_seed, estimate};
 use dropmc::formulas::dropout::unit_raw_moment;
-use dropmc::formulas::mask_shape as f;
 use dropmc::ops::{Rate, Subject};
 use dropmc::stats::Statistic;
 
@@ -58,8 +63,9 @@ use crate::small_calls;
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
 
-/// Draws of each mask-shape claim (the Rust family's budget).
-pub const MASK_SHAPE_SAMPLES: u64 = 200_000;
+/// The id of the claim only the binding states (the entries' mean under
+/// any mask shape): no Rust claim has it.
+const MEAN: &str = "mask_shape.mean";
 
 /// The entries of one input row grouped by the mask they share.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,121 +110,86 @@ impl Groups {
         }
         out
     }
-
-    /// Per group, the sum of `z` over its members.
-    fn sums(&self, z: &[f64], out: &mut [f64]) {
-        for (o, m) in out.iter_mut().zip(&self.members) {
-            *o = m.iter().map(|&i| z[i]).sum();
-        }
-    }
 }
 
-/// What a draw statistic sees: the groups and two independent passes.
-pub struct GroupDraw<'a> {
-    pub groups: &'a Groups,
-    pub x: &'a [f64],
-    pub z: &'a [f64],
-    pub z_alt: &'a [f64],
-}
-
+/// A claim on the Python layer at the row `x`: two independent passes per
+/// draw, `statistic` on each draw's rows (in the row's order).
 fn group_claim<'a>(
-    id: &'static str,
-    formula: &'static str,
-    statistic_kind: Statistic,
+    card: Card,
     analytic: Vec<f64>,
-    setup: (&'a Groups, Vec<f64>, Rate),
-    statistic: fn(&GroupDraw, &mut [f64]),
+    x: &[f64],
+    rate: Rate,
+    statistic: impl Fn(&Draw, &mut [f64]) + Sync + 'a,
 ) -> PyClaim<'a> {
-    let (groups, x, rate) = setup;
-    let dim = analytic.len();
-    let p = rate.p();
-    // Conclusive on the generic path's fallback too (a scaled count whose
-    // draws do not read back as two-valued is tested as a mean).
-    let samples = MASK_SHAPE_SAMPLES.max(statistic_kind.on_generic_path().min_samples());
+    let (x, p, dim) = (x.to_vec(), rate.p(), analytic.len());
     PyClaim {
-        card: Card::new(id, "mask_shape", formula, Shape::Vector, samples)
-            .with_statistic(statistic_kind),
+        card,
         analytic,
         note: None,
         estimate: Box::new(move |subject, budget| {
-            let x = &x;
-            let draw = |d: &Draw, out: &mut [f64]| {
-                statistic(
-                    &GroupDraw {
-                        groups,
-                        x,
-                        z: d.z,
-                        z_alt: d.z_alt,
-                    },
-                    out,
-                )
-            };
-            // Two independent passes per draw (the variance reads both).
             let sampler = PairSampler {
                 layer: subject.dropout,
-                x,
+                x: &x,
                 p,
                 dim,
                 pairs: true,
-                statistic: &draw,
+                statistic: &statistic,
             };
             Ok(estimate(&sampler, budget)?.estimates())
         }),
     }
 }
 
+/// The Rust shared-mask `claim` at the reordered row: each draw's rows
+/// reordered to its block and handed to its own statistic.
+fn shared_claim<'a>(
+    claim: MaskShapeClaim,
+    groups: &'a Groups,
+    x: &[f64],
+    rate: Rate,
+) -> Result<PyClaim<'a>, Error> {
+    let (card, analytic) = (claim.card(), claim.closed_form()?);
+    Ok(group_claim(card, analytic, x, rate, move |d, out| {
+        claim.draw_statistic(&groups.block(d.z), &groups.block(d.z_alt), out)
+    }))
+}
+
+/// `mask_shape.mean`: `E[z_tk] = x_tk` whatever the mask's shape; `z_tk`
+/// is `x_tk/q` or 0, a scaled count, tested exactly when the draws read
+/// back as two-valued.
+fn mean_claim<'a>(x: &[f64], rate: Rate) -> PyClaim<'a> {
+    let statistic = Statistic::ScaledCount { keep: rate.q() };
+    let card = Card::new(
+        MEAN,
+        "mask_shape",
+        "E[z_tk] = x_tk (any mask shape)",
+        Shape::Vector,
+        family::samples_for(statistic),
+    )
+    .with_statistic(statistic);
+    let analytic = x.iter().map(|&a| unit_raw_moment(a, rate, 1)).collect();
+    group_claim(card, analytic, x, rate, |d, out| out.copy_from_slice(d.z))
+}
+
 /// The mask-shape claims at `rate` on the row `x` grouped by `groups`
-/// (none at `p = 0`). Every group must hold a non-zero entry, so an
-/// all-zero group means a dropped mask.
-pub fn mask_shape_claims<'a>(groups: &'a Groups, x: &[f64], rate: Rate) -> Vec<PyClaim<'a>> {
+/// (none at `p = 0`): the entries' mean, then the Rust family's shared-mask
+/// claims at the reordered block. Every group must hold a non-zero entry,
+/// so an all-zero group means a dropped mask.
+pub fn mask_shape_claims<'a>(
+    groups: &'a Groups,
+    x: &[f64],
+    rate: Rate,
+) -> Result<Vec<PyClaim<'a>>, Error> {
     if rate.p() == 0.0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let block = groups.block(x);
-    let g = groups.members.len();
-    let t = groups.positions();
-    vec![
-        group_claim(
-            "mask_shape.mean",
-            "E[z_tk] = x_tk (any mask shape)",
-            // z_tk is x_tk/q or 0: a scaled count, tested exactly when the
-            // draws read back as two-valued.
-            Statistic::ScaledCount { keep: rate.q() },
-            x.iter().map(|&a| unit_raw_moment(a, rate, 1)).collect(),
-            (groups, x.to_vec(), rate),
-            |d, out| out.copy_from_slice(d.z),
-        ),
-        group_claim(
-            "mask_shape.shared_variance",
-            "shared over the given axes: Var S_k = (p/q) (sum_t x_tk)^2",
-            // (S_k − S'_k)²/2 is nonzero with probability 2pq.
-            Statistic::unit_pair_form(rate.p()),
-            f::shared_variance(&block, g, rate),
-            (groups, x.to_vec(), rate),
-            |d, out| {
-                let n = out.len();
-                let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
-                d.groups.sums(d.z, &mut a);
-                d.groups.sums(d.z_alt, &mut b);
-                for ((o, s), s_alt) in out.iter_mut().zip(&a).zip(&b) {
-                    *o = half_squared_difference(*s, *s_alt);
-                }
-            },
-        ),
-        group_claim(
-            "mask_shape.shared_zero_column",
-            "shared over the given axes: P(group k all zero) = p",
-            Statistic::Indicator { trials: 1 },
-            f::zero_column_probability(t, g, true, rate),
-            (groups, x.to_vec(), rate),
-            |d, out| {
-                for (o, m) in out.iter_mut().zip(&d.groups.members) {
-                    let all_zero = m.iter().all(|&i| d.z[i] == 0.0 || d.x[i] == 0.0);
-                    *o = if all_zero { 1.0 } else { 0.0 };
-                }
-            },
-        ),
-    ]
+    let shared = family::at(&groups.block(x), groups.positions(), rate.p())
+        .into_iter()
+        .filter(|c| c.quantity.shared())
+        .map(|c| shared_claim(c, groups, x, rate));
+    std::iter::once(Ok(mean_claim(x, rate)))
+        .chain(shared)
+        .collect()
 }
 
 /// Why each elementwise conformance claim is not run on a shared mask.
@@ -248,7 +219,7 @@ pub fn run(setup: &Setup, groups: &Groups, options: &Options) -> Result<crate::O
     }
     let layer = PyDropout::at_rate(setup.forward, setup.rate.p());
     let subject = Subject::with_dropout(&layer);
-    let mut run = mask_shape_claims(groups, x, setup.rate);
+    let mut run = mask_shape_claims(groups, x, setup.rate)?;
     let (rules, mut skipped) = rule_claims(setup);
     for rule in rules {
         if rule.card.id == "semantics.masks_never_repeat" {
@@ -361,22 +332,23 @@ pub fn mask_shape_causes(results: &[ClaimResult]) -> Vec<String> {
     let failed = |id: &str| failed_in(results, id);
     let low = |id: &str| failed_low(results, id);
     let mut causes = crate::claims::rule_causes(results);
-    if low("mask_shape.shared_zero_column") || low("mask_shape.shared_variance") {
+    let (zero_column, variance) = (
+        Quantity::SharedZeroColumn.id(),
+        Quantity::SharedVariance.id(),
+    );
+    if low(zero_column) || low(variance) {
         causes.push(
             "the entries of a mask group are not dropped together: the mask is not shared over \
              the axes given (an elementwise mask, or one shared over other axes); check shared_axes"
                 .into(),
         );
-    } else if failed("mask_shape.mean") && failed("semantics.survivors_exact") {
+    } else if failed(MEAN) && failed("semantics.survivors_exact") {
         causes.push(
             "the kept values are not x/q: the survivors' scale is wrong (x*q, x/p), or the layer \
              runs at another rate than the p declared"
                 .into(),
         );
-    } else if failed("mask_shape.mean")
-        || failed("mask_shape.shared_zero_column")
-        || failed("mask_shape.shared_variance")
-    {
+    } else if failed(MEAN) || failed(zero_column) || failed(variance) {
         causes.push(
             "the kept values are right but a group is kept with another probability than \
              q = 1 - p: the layer drops at another rate, or its keep rule is inverted"
@@ -411,16 +383,16 @@ mod tests {
         // Var S = (1+2)², (3+4)²; P(all zero) = 0.5.
         let g = Groups::from_ids(&[0, 0, 1, 1]).unwrap();
         let rate = Rate::new(0.5).unwrap();
-        let claims = mask_shape_claims(&g, &[1.0, 2.0, 3.0, 4.0], rate);
+        let claims = mask_shape_claims(&g, &[1.0, 2.0, 3.0, 4.0], rate).unwrap();
         let by_id = |id: &str| claims.iter().find(|c| c.card.id == id).unwrap();
         assert_eq!(
-            by_id("mask_shape.shared_variance").analytic,
+            by_id(Quantity::SharedVariance.id()).analytic,
             vec![9.0, 49.0]
         );
         assert_eq!(
-            by_id("mask_shape.shared_zero_column").analytic,
+            by_id(Quantity::SharedZeroColumn.id()).analytic,
             vec![0.5, 0.5]
         );
-        assert_eq!(by_id("mask_shape.mean").analytic, vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(by_id(MEAN).analytic, vec![1.0, 2.0, 3.0, 4.0]);
     }
 }

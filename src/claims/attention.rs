@@ -1,28 +1,34 @@
-//! The attention family: dropout on one row of attention probabilities, at
-//! the seed's case `a = (0.2, 0.3, 0.5)`, `p = 0.5`. Derivations:
-//! [`crate::formulas::attention`]. Every claim has an oracle that
-//! enumerates the 8 masks.
+//! The attention family: dropout on one row of attention probabilities `a`
+//! with values `v` at a rate `p`, built from that input by [`at`] (the
+//! registry's list is [`at`] the seed's case `a = (0.2, 0.3, 0.5)`,
+//! `v = (1, −2, 3)`, `p = 0.5`, plus the law of the row sum there,
+//! [`seed_row_sum_pmf`]). Derivations: [`crate::formulas::attention`].
+//! Every claim has an oracle that enumerates the `2^T` masks.
 //!
 //! On an implementation under test each draw runs the subject's
-//! [`forward_attention`] twice, independently (`b`, `b'`), for the variance
-//! statistics `(R − R')²/2`. On the mathematics every claim uses the
-//! bit-mask estimators of [`crate::fast::attention_row`] (one mask per
-//! sample; variances as sample variances, [`crate::fast::PowerSums`]).
-//! Each claim's mean test declares the skewness of the estimator it runs,
-//! from its statistic's exact law.
+//! [`forward_attention`] once, or twice independently (`b`, `b'`) for the
+//! variance statistics `(R − R')²/2` ([`AttentionClaim::reads_pair`]). On
+//! the mathematics every claim uses the bit-mask estimators of
+//! [`crate::fast::attention_row`] (one mask per sample; variances as sample
+//! variances, [`crate::fast::PowerSums`]). Each claim's mean test declares
+//! the skewness of the estimator it runs, from its statistic's exact law.
+//!
+//! The Python binding states the same claims at the user's row, values and
+//! rate: it samples the user's dropout and hands each draw's rows to
+//! [`AttentionClaim::draw_statistic`].
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
-use super::fn_claim::{FnClaim, half_squared_difference, indicator, sample_means};
-use super::{Card, Draw, Estimator, Law, Shape};
+use super::fn_claim::{FnClaim, half_squared_difference, indicator, pass_means, sample_means};
+use super::{Card, Draw, Estimator, FastPath, Law, Shape};
 use super::{Claim, listed};
-use crate::engine::Stream;
+use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
 use crate::ops::{Rate, Subject, TrainPass};
-use crate::stats::{CentralMoments, Statistic, two_point_skewness};
+use crate::stats::{CentralMoments, Estimate, Statistic, two_point_skewness};
 
 /// The seed's attention row.
 pub const A: [f64; 3] = [0.2, 0.3, 0.5];
@@ -30,27 +36,316 @@ pub const A: [f64; 3] = [0.2, 0.3, 0.5];
 pub const V: [f64; 3] = [1.0, -2.0, 3.0];
 /// The seed's drop rate.
 pub const P: f64 = 0.5;
+/// Draws of each claim at the default budget (more where its statistic's
+/// minimum budget is higher, [`Statistic::min_samples`]).
+pub const SAMPLES: u64 = 400_000;
 
-fn rate() -> Result<Rate, Error> {
-    Rate::new(P)
+/// What one attention claim states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    /// `E[b_i] = a_i`, per key.
+    EntryMean,
+    /// `E[R] = Σ a_i`.
+    RowSumMean,
+    /// `Var R = (p/q) Σ a_i²`.
+    RowSumVariance,
+    /// `E[o] = Σ a_i v_i`.
+    OutputMean,
+    /// `Var o = (p/q) Σ a_i² v_i²`.
+    OutputVariance,
 }
 
-/// `b_i` takes two values, `a_i / q` with probability `q` and 0: its
-/// skewness is [`two_point_skewness`]`(q)` (0 at the seed's `p = 1/2`).
-fn entry_statistic() -> Statistic {
-    Statistic::Mean {
-        skewness: two_point_skewness(1.0 - P),
+impl Quantity {
+    /// Every quantity, in report order.
+    pub const ALL: [Quantity; 5] = [
+        Quantity::EntryMean,
+        Quantity::RowSumMean,
+        Quantity::RowSumVariance,
+        Quantity::OutputMean,
+        Quantity::OutputVariance,
+    ];
+
+    /// The claim's id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Quantity::EntryMean => "attention.entry_mean",
+            Quantity::RowSumMean => "attention.row_sum_mean",
+            Quantity::RowSumVariance => "attention.row_sum_variance",
+            Quantity::OutputMean => "attention.output_mean",
+            Quantity::OutputVariance => "attention.output_variance",
+        }
+    }
+
+    /// The statement, true at every row `a`, values `v` and rate `p`.
+    pub fn formula(self) -> &'static str {
+        match self {
+            Quantity::EntryMean => "E[b_i] = a_i",
+            Quantity::RowSumMean => "E[R] = sum_i a_i",
+            Quantity::RowSumVariance => "Var R = (p/q) sum_i a_i^2",
+            Quantity::OutputMean => "o = sum_i b_i v_i: E[o] = sum_i a_i v_i",
+            Quantity::OutputVariance => "Var o = (p/q) sum_i a_i^2 v_i^2",
+        }
+    }
+
+    /// The scalar of a row a claim on sums averages, and which moment of it:
+    /// `None` for the entries themselves.
+    fn row_scalar(self) -> Option<(RowScalar, Moment)> {
+        match self {
+            Quantity::EntryMean => None,
+            Quantity::RowSumMean => Some((RowScalar::Sum, Moment::Mean)),
+            Quantity::RowSumVariance => Some((RowScalar::Sum, Moment::Variance)),
+            Quantity::OutputMean => Some((RowScalar::Output, Moment::Mean)),
+            Quantity::OutputVariance => Some((RowScalar::Output, Moment::Variance)),
+        }
     }
 }
 
-/// Row sum, output, and the row itself of one pass.
-fn pass(s: &Subject, rng: &mut Stream) -> Result<([f64; 3], f64, f64), Error> {
-    let (mut b, mut m) = ([0.0; 3], [false; 3]);
-    s.dropout
-        .forward_attention(TrainPass::new(&A, &mut b, &mut m), P, rng)?;
-    let r = b.iter().sum();
-    let o = f::output_mean(&b, &V);
-    Ok((b, r, o))
+/// The scalar of a row the claims on sums average: the row sum `R` or
+/// the output `o`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowScalar {
+    Sum,
+    Output,
+}
+
+/// What a claim on `R` or `o` estimates: its mean, or its variance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Moment {
+    Mean,
+    Variance,
+}
+
+/// One attention claim at a row `a`, values `v` and rate `p` (it owns
+/// them): its closed form, its per-draw statistic on one or two dropped
+/// rows, its oracle over the `2^T` masks and its fast estimator.
+#[derive(Debug, Clone)]
+pub struct AttentionClaim {
+    /// What it states.
+    pub quantity: Quantity,
+    /// The row of attention probabilities.
+    pub a: Vec<f64>,
+    /// The values the row averages.
+    pub v: Vec<f64>,
+    /// The drop rate (validated when the claim is computed).
+    pub p: f64,
+}
+
+/// The family's claims at the row `a`, values `v` (one per key) and rate
+/// `p`, in report order.
+pub fn at(a: &[f64], v: &[f64], p: f64) -> Vec<AttentionClaim> {
+    Quantity::ALL
+        .into_iter()
+        .map(|quantity| AttentionClaim {
+            quantity,
+            a: a.to_vec(),
+            v: v.to_vec(),
+            p,
+        })
+        .collect()
+}
+
+impl AttentionClaim {
+    fn rate(&self) -> Result<Rate, Error> {
+        Rate::new(self.p)
+    }
+
+    /// The terms whose inverted-dropout sum the claim's scalar is: `a_i`
+    /// for `R`, `a_i v_i` for `o`.
+    fn terms(&self, scalar: RowScalar) -> Vec<f64> {
+        match scalar {
+            RowScalar::Sum => self.a.clone(),
+            RowScalar::Output => self.a.iter().zip(&self.v).map(|(a, v)| a * v).collect(),
+        }
+    }
+
+    /// The statistic of a sampler that draws the pair form `(R − R')²/2`
+    /// for a variance (an implementation's path: two passes per draw),
+    /// from the scalar's exact law ([`CentralMoments::of_dropped_sum`]);
+    /// `b_i` takes two values, `a_i / q` with probability `q` and 0, so the
+    /// entries' skewness is [`two_point_skewness`]`(q)`.
+    pub fn statistic_on_pairs(&self) -> Statistic {
+        self.statistic_with(CentralMoments::pair_form_skewness)
+    }
+
+    /// The statistic the card declares: for a variance the larger skewness
+    /// of the single-draw sample variance's (the fast path) and the pair
+    /// form's (an implementation's two passes),
+    /// [`CentralMoments::variance_skewness_on_either_path`]; for a mean as
+    /// [`AttentionClaim::statistic_on_pairs`].
+    pub fn statistic(&self) -> Statistic {
+        self.statistic_with(CentralMoments::variance_skewness_on_either_path)
+    }
+
+    fn statistic_with(&self, variance_skewness: fn(&CentralMoments) -> f64) -> Statistic {
+        let q = 1.0 - self.p;
+        let skewness = match self.quantity.row_scalar() {
+            None => two_point_skewness(q),
+            Some((scalar, moment)) => {
+                let moments = CentralMoments::of_dropped_sum(&self.terms(scalar), q);
+                match moment {
+                    Moment::Mean => moments.skewness().abs(),
+                    Moment::Variance => variance_skewness(&moments).abs(),
+                }
+            }
+        };
+        Statistic::Mean { skewness }
+    }
+
+    /// The card for a sampler whose draws have `statistic`: the budget is
+    /// [`SAMPLES`], or the statistic's minimum if higher.
+    pub fn card_with(&self, statistic: Statistic) -> Card {
+        let shape = match self.quantity {
+            Quantity::EntryMean => Shape::Vector,
+            _ => Shape::Scalar,
+        };
+        let samples = SAMPLES.max(statistic.min_samples());
+        Card::new(
+            self.quantity.id(),
+            "attention",
+            self.quantity.formula(),
+            shape,
+            samples,
+        )
+        .with_statistic(statistic)
+    }
+
+    /// The closed form at the claim's input.
+    pub fn closed_form(&self) -> Result<Vec<f64>, Error> {
+        let (a, v) = (&self.a, &self.v);
+        Ok(match self.quantity {
+            Quantity::EntryMean => f::entry_mean(a),
+            Quantity::RowSumMean => vec![f::row_sum_mean(a)],
+            Quantity::RowSumVariance => vec![f::row_sum_variance(a, self.rate()?)],
+            Quantity::OutputMean => vec![f::output_mean(a, v)],
+            Quantity::OutputVariance => vec![f::output_variance(a, v, self.rate()?)],
+        })
+    }
+
+    /// Components of the closed form and of the per-draw statistic.
+    pub fn dim(&self) -> usize {
+        match self.quantity {
+            Quantity::EntryMean => self.a.len(),
+            _ => 1,
+        }
+    }
+
+    /// Whether the per-draw statistic reads a second, independent row (the
+    /// variances' pair form).
+    pub fn reads_pair(&self) -> bool {
+        matches!(self.quantity.row_scalar(), Some((_, Moment::Variance)))
+    }
+
+    /// The scalar `R` or `o` of one dropped row `b`.
+    fn scalar(&self, scalar: RowScalar, b: &[f64]) -> f64 {
+        match scalar {
+            RowScalar::Sum => b.iter().sum(),
+            RowScalar::Output => f::output_mean(b, &self.v),
+        }
+    }
+
+    /// The per-draw statistic on the dropped row `b` (and `b_alt`, an
+    /// independent second row, read only when [`AttentionClaim::reads_pair`]):
+    /// the row itself, `R`, `o`, or their pair forms `(R − R')²/2`.
+    pub fn draw_statistic(&self, b: &[f64], b_alt: &[f64], out: &mut [f64]) {
+        match self.quantity.row_scalar() {
+            None => out.copy_from_slice(b),
+            Some((scalar, Moment::Mean)) => out[0] = self.scalar(scalar, b),
+            Some((scalar, Moment::Variance)) => {
+                out[0] = half_squared_difference(self.scalar(scalar, b), self.scalar(scalar, b_alt))
+            }
+        }
+    }
+
+    /// One pass of the subject's attention dropout on the row.
+    fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error> {
+        let n = self.a.len();
+        let (mut b, mut m) = (vec![0.0; n], vec![false; n]);
+        s.dropout
+            .forward_attention(TrainPass::new(&self.a, &mut b, &mut m), self.p, rng)?;
+        Ok(b)
+    }
+}
+
+impl Claim for AttentionClaim {
+    fn card(&self) -> Card {
+        self.card_with(self.statistic())
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        self.closed_form()
+    }
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        let rate = self.rate()?;
+        let q = rate.q();
+        let dim = self.dim();
+        let raw_dim = if self.reads_pair() { 2 } else { dim };
+        let raw = enumerate_masks(self.a.len(), rate, raw_dim, |mask, out| {
+            let b = masked_row(&self.a, mask, q);
+            match self.quantity.row_scalar() {
+                None => out.copy_from_slice(&b),
+                Some((scalar, Moment::Mean)) => out[0] = self.scalar(scalar, &b),
+                Some((scalar, Moment::Variance)) => {
+                    let r = self.scalar(scalar, &b);
+                    out[0] = r;
+                    out[1] = r * r;
+                }
+            }
+        })?;
+        Ok(Some(if self.reads_pair() {
+            raw.variances()
+        } else {
+            raw
+        }))
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        pass_means(
+            subject,
+            budget,
+            self.dim(),
+            self.reads_pair(),
+            |s, rng| self.pass(s, rng),
+            |z, z_alt, out| self.draw_statistic(z, z_alt, out),
+        )
+    }
+    fn fast_path(&self) -> Option<FastPath> {
+        Some(FastPath::Masks)
+    }
+    /// Each entry `b_i` is two-point (`a_i / q` with probability `q`); `R`
+    /// and `o` are the masked sums of `a_i` and of `a_i v_i`, reduced to
+    /// their mean or their variance.
+    fn law(&self) -> Law {
+        match self.quantity.row_scalar() {
+            None => Law::repeated(
+                Draw::TwoPoint { keep: 1.0 - self.p },
+                self.a.len(),
+                Estimator::Mean,
+            ),
+            Some((scalar, moment)) => Law::repeated(
+                Draw::MaskedSum {
+                    weights: self.terms(scalar),
+                    p: self.p,
+                },
+                1,
+                match moment {
+                    Moment::Mean => Estimator::Mean,
+                    Moment::Variance => Estimator::Variance,
+                },
+            ),
+        }
+    }
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        let (a, v, p) = (&self.a, &self.v, self.p);
+        Some(match self.quantity {
+            Quantity::EntryMean => fast::row(a, v, p, budget).map(|r| r.entry_mean),
+            quantity => fast::row_sums(a, v, p, budget).map(|r| {
+                vec![match quantity {
+                    Quantity::RowSumMean => r.row_sum_mean,
+                    Quantity::RowSumVariance => r.row_sum_variance,
+                    Quantity::OutputMean => r.output_mean,
+                    _ => r.output_variance,
+                }]
+            }),
+        })
+    }
 }
 
 /// Index of the seed support value `r` equals, up to the rounding of three
@@ -62,226 +357,68 @@ pub fn support_index(r: f64) -> Option<usize> {
 }
 
 /// The dropped-out row of one mask: `b_i = m_i a_i / q`.
-fn masked_row(mask: &[bool], q: f64) -> [f64; 3] {
-    let mut b = [0.0; 3];
-    for ((b, a), &m) in b.iter_mut().zip(&A).zip(mask) {
-        *b = if m { a / q } else { 0.0 };
+fn masked_row(a: &[f64], mask: &[bool], q: f64) -> Vec<f64> {
+    a.iter()
+        .zip(mask)
+        .map(|(a, &m)| if m { a / q } else { 0.0 })
+        .collect()
+}
+
+/// One pass of the subject's attention dropout on the seed's row: its row
+/// sum.
+fn seed_row_sum(s: &Subject, rng: &mut Stream) -> Result<f64, Error> {
+    let (mut b, mut m) = ([0.0; 3], [false; 3]);
+    s.dropout
+        .forward_attention(TrainPass::new(&A, &mut b, &mut m), P, rng)?;
+    Ok(b.iter().sum())
+}
+
+/// `attention.row_sum_pmf`: the law of `R` at the seed's row only (its
+/// support is the seed's seven subset sums).
+pub fn seed_row_sum_pmf() -> FnClaim {
+    FnClaim {
+        card: Card::new(
+            "attention.row_sum_pmf",
+            "attention",
+            "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
+            Shape::Vector,
+            SAMPLES,
+        )
+        .with_statistic(Statistic::Indicator { trials: 1 }),
+        analytic: || Ok(f::seed_row_sum_pmf()),
+        oracle: Some(|| {
+            let q = Rate::new(P)?.q();
+            enumerate_masks(A.len(), Rate::new(P)?, 7, |mask, out| {
+                out.fill(0.0);
+                if let Some(i) = support_index(masked_row(&A, mask, q).iter().sum()) {
+                    out[i] = 1.0;
+                }
+            })
+        }),
+        estimate: |s, b| {
+            sample_means(s, b, 7, |s, rng, out| {
+                let r = seed_row_sum(s, rng)?;
+                for (i, o) in out.iter_mut().enumerate() {
+                    *o = indicator(support_index(r) == Some(i));
+                }
+                Ok(())
+            })
+        },
+        fast: Some(|b| fast::row_sum_distribution(&A, P, f::SEED_ROW_SUMS.len(), support_index, b)),
+        law: None,
     }
-    b
 }
 
-/// `E[g(b)]` over the 8 masks.
-fn oracle(dim: usize, g: fn(&[f64], &mut [f64])) -> Result<Oracle, Error> {
-    let q = rate()?.q();
-    enumerate_masks(A.len(), rate()?, dim, |mask, out| {
-        g(&masked_row(mask, q), out)
-    })
-}
-
-/// The scalar of a row the claims on sums average: the row sum `R` or
-/// the output `o`.
-#[derive(Clone, Copy)]
-enum RowScalar {
-    Sum,
-    Output,
-}
-
-/// What a claim on `R` or `o` estimates: its mean, or its variance.
-#[derive(Clone, Copy)]
-enum Moment {
-    Mean,
-    Variance,
-}
-
-/// The law a claim on `R` or `o` declares: the scalar is the masked sum
-/// `Σ m_i c_i / q` of `c_i = a_i` (the row sum) or `c_i = a_i v_i` (the
-/// output), reduced to its mean or its variance.
-fn row_scalar_law(scalar: RowScalar, estimator: Estimator) -> Law {
-    let weights = match scalar {
-        RowScalar::Sum => A.to_vec(),
-        RowScalar::Output => A.iter().zip(&V).map(|(a, v)| a * v).collect(),
-    };
-    Law::repeated(Draw::MaskedSum { weights, p: P }, 1, estimator)
-}
-
-/// The statistic a claim on `R` or `o` declares, from the scalar's exact
-/// law: both are inverted-dropout sums, of `a_i` and of `a_i v_i`
-/// ([`CentralMoments::of_dropped_sum`]). Its skewness for the mean (a plain
-/// mean on both paths); for the variance the larger of the single-draw
-/// sample variance's (the fast path) and the pair form's (an
-/// implementation's two passes),
-/// [`CentralMoments::variance_skewness_on_either_path`].
-fn row_scalar_statistic(scalar: RowScalar, moment: Moment) -> Statistic {
-    let terms: Vec<f64> = match scalar {
-        RowScalar::Sum => A.to_vec(),
-        RowScalar::Output => A.iter().zip(&V).map(|(a, v)| a * v).collect(),
-    };
-    let moments = CentralMoments::of_dropped_sum(&terms, 1.0 - P);
-    let skewness = match moment {
-        Moment::Mean => moments.skewness().abs(),
-        Moment::Variance => moments.variance_skewness_on_either_path(),
-    };
-    Statistic::Mean { skewness }
-}
-
-// A data table: the row sum R and the output o are both scalar functions of
-// b with a mean and a variance claim each, so their entries share a shape
-// (the fields are `fn` pointers, which cannot take that function as a value).
-static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
-    vec![
-        FnClaim {
-            card: Card::new(
-                "attention.entry_mean",
-                "attention",
-                "a=(0.2,0.3,0.5), p=0.5: E[b_i] = a_i",
-                Shape::Vector,
-                400_000,
-            )
-            .with_statistic(entry_statistic()),
-            analytic: || Ok(f::entry_mean(&A)),
-            oracle: Some(|| oracle(3, |b, out| out.copy_from_slice(b))),
-            estimate: |s, b| {
-                sample_means(s, b, 3, |s, rng, out| {
-                    out.copy_from_slice(&pass(s, rng)?.0);
-                    Ok(())
-                })
-            },
-            fast: Some(|b| Ok(fast::row(&A, &V, P, b)?.entry_mean)),
-            law: Some(|| Law::repeated(Draw::TwoPoint { keep: 1.0 - P }, A.len(), Estimator::Mean)),
-        },
-        FnClaim {
-            card: Card::new(
-                "attention.row_sum_mean",
-                "attention",
-                "E[R] = sum_i a_i = 1",
-                Shape::Scalar,
-                400_000,
-            )
-            .with_statistic(row_scalar_statistic(RowScalar::Sum, Moment::Mean)),
-            analytic: || Ok(vec![f::row_sum_mean(&A)]),
-            oracle: Some(|| oracle(1, |b, out| out[0] = b.iter().sum())),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = pass(s, rng)?.1;
-                    Ok(())
-                })
-            },
-            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_mean])),
-            law: Some(|| row_scalar_law(RowScalar::Sum, Estimator::Mean)),
-        },
-        FnClaim {
-            card: Card::new(
-                "attention.row_sum_variance",
-                "attention",
-                "Var R = (p/q) sum_i a_i^2 = 0.38",
-                Shape::Scalar,
-                400_000,
-            )
-            .with_statistic(row_scalar_statistic(RowScalar::Sum, Moment::Variance)),
-            analytic: || Ok(vec![f::row_sum_variance(&A, rate()?)]),
-            oracle: Some(|| {
-                Ok(oracle(2, |b, out| {
-                    let r: f64 = b.iter().sum();
-                    out[0] = r;
-                    out[1] = r * r;
-                })?
-                .variances())
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    let (r1, r2) = (pass(s, rng)?.1, pass(s, rng)?.1);
-                    out[0] = half_squared_difference(r1, r2);
-                    Ok(())
-                })
-            },
-            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.row_sum_variance])),
-            law: Some(|| row_scalar_law(RowScalar::Sum, Estimator::Variance)),
-        },
-        FnClaim {
-            card: Card::new(
-                "attention.row_sum_pmf",
-                "attention",
-                "P(R = 0, .4, .6, 1, 1.4, 1.6, 2) = (1,1,1,2,1,1,1)/8; P(R=1) = 1/4",
-                Shape::Vector,
-                400_000,
-            )
-            .with_statistic(Statistic::Indicator { trials: 1 }),
-            analytic: || Ok(f::seed_row_sum_pmf()),
-            oracle: Some(|| {
-                oracle(7, |b, out| {
-                    out.fill(0.0);
-                    if let Some(i) = support_index(b.iter().sum()) {
-                        out[i] = 1.0;
-                    }
-                })
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 7, |s, rng, out| {
-                    let r = pass(s, rng)?.1;
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = indicator(support_index(r) == Some(i));
-                    }
-                    Ok(())
-                })
-            },
-            fast: Some(|b| {
-                fast::row_sum_distribution(&A, P, f::SEED_ROW_SUMS.len(), support_index, b)
-            }),
-            law: None,
-        },
-        FnClaim {
-            card: Card::new(
-                "attention.output_mean",
-                "attention",
-                "v=(1,-2,3): E[o] = sum_i a_i v_i",
-                Shape::Scalar,
-                400_000,
-            )
-            .with_statistic(row_scalar_statistic(RowScalar::Output, Moment::Mean)),
-            analytic: || Ok(vec![f::output_mean(&A, &V)]),
-            oracle: Some(|| oracle(1, |b, out| out[0] = f::output_mean(b, &V))),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    out[0] = pass(s, rng)?.2;
-                    Ok(())
-                })
-            },
-            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.output_mean])),
-            law: Some(|| row_scalar_law(RowScalar::Output, Estimator::Mean)),
-        },
-        FnClaim {
-            card: Card::new(
-                "attention.output_variance",
-                "attention",
-                "Var o = (p/q) sum_i a_i^2 v_i^2",
-                Shape::Scalar,
-                400_000,
-            )
-            .with_statistic(row_scalar_statistic(RowScalar::Output, Moment::Variance)),
-            analytic: || Ok(vec![f::output_variance(&A, &V, rate()?)]),
-            oracle: Some(|| {
-                Ok(oracle(2, |b, out| {
-                    let o = f::output_mean(b, &V);
-                    out[0] = o;
-                    out[1] = o * o;
-                })?
-                .variances())
-            }),
-            estimate: |s, b| {
-                sample_means(s, b, 1, |s, rng, out| {
-                    let (o1, o2) = (pass(s, rng)?.2, pass(s, rng)?.2);
-                    out[0] = half_squared_difference(o1, o2);
-                    Ok(())
-                })
-            },
-            fast: Some(|b| Ok(vec![fast::row_sums(&A, &V, P, b)?.output_variance])),
-            law: Some(|| row_scalar_law(RowScalar::Output, Estimator::Variance)),
-        },
-    ]
-});
+static AT_SEED: std::sync::LazyLock<Vec<AttentionClaim>> =
+    std::sync::LazyLock::new(|| at(&A, &V, P));
+static SEED_PMF: std::sync::LazyLock<FnClaim> = std::sync::LazyLock::new(seed_row_sum_pmf);
 
 /// The family's claims in report order (named and described in
-/// [`super::families`]).
+/// [`super::families`]): [`at`] the seed's case, the law of `R` after the
+/// row sum's variance.
 pub fn claims() -> Vec<&'static dyn Claim> {
-    listed(&CLAIMS)
+    let mut claims = listed(&AT_SEED);
+    let after_row_sum_variance = 3;
+    claims.insert(after_row_sum_variance, &*SEED_PMF);
+    claims
 }

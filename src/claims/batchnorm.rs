@@ -1,6 +1,14 @@
 //! The BatchNorm family: the training input's moments, the running buffers
 //! after a finite number of batches, the fold, the variance shift `Δ = c²`
-//! and Li et al. (2018)'s case. Derivations: [`crate::formulas::batchnorm`].
+//! and Li et al. (2018)'s case, built from a configuration by [`at`] (the
+//! registry's list is [`at`] [`Config::family`]). Derivations:
+//! [`crate::formulas::batchnorm`].
+//!
+//! The buffer and eval claims state what one *replicate* shows — a fresh
+//! BatchNorm trained on `steps` batches of dropped-out examples, then run
+//! in eval mode on two clean examples ([`Replicate`]) — so the Python
+//! binding runs them on the user's BatchNorm: it hands each replicate of
+//! the user's layer to [`BnClaim::replicate_statistic`].
 //!
 //! Every estimator runs the crate's [`BatchNorm`] op and the subject's
 //! dropout layer on Gaussian channels `x_k ~ N(μ_k, σ_k²)` (the formulas do
@@ -23,7 +31,7 @@
 use nalgebra::DMatrix;
 use rand_distr::{Distribution, StandardNormal};
 
-use super::fn_claim::{DrawFn, half_squared_difference, sample_means};
+use super::fn_claim::{half_squared_difference, sample_means};
 use super::listed;
 use super::{Card, Claim, Draw, Estimator, Law, Shape};
 use crate::engine::{Budget, Stream};
@@ -80,84 +88,18 @@ fn draw_dropped(
 pub fn refresh_buffers(
     subject: &Subject,
     rng: &mut Stream,
-    mu: &[f64],
-    sigma: &[f64],
-    p: f64,
-    batch: usize,
-    steps: u32,
+    config: &Config,
 ) -> Result<BatchNorm, Error> {
-    let k = mu.len();
-    let mut bn = BatchNorm::new(k)?.with_momentum(MOMENTUM)?;
-    let mut data = DMatrix::zeros(k, batch);
-    for _ in 0..steps {
+    let k = config.mu.len();
+    let mut bn = BatchNorm::new(k)?.with_momentum(config.momentum)?;
+    let mut data = DMatrix::zeros(k, config.batch);
+    for _ in 0..config.steps {
         for col in data.as_mut_slice().chunks_exact_mut(k) {
-            draw_dropped(subject, rng, mu, sigma, p, col)?;
+            draw_dropped(subject, rng, &config.mu, &config.sigma, config.p, col)?;
         }
         bn.forward_train(&data)?;
     }
     Ok(bn)
-}
-
-/// A claim of this family.
-pub struct BnClaim {
-    pub id: &'static str,
-    pub formula: &'static str,
-    pub samples: u64,
-    pub analytic: fn() -> Result<Vec<f64>, Error>,
-    pub draw: DrawFn,
-    /// Turns the raw means into the claimed quantities (identity for most).
-    pub post: Option<fn(Vec<Estimate>) -> Vec<Estimate>>,
-    /// Raw statistics per draw (before `post`).
-    pub raw_dim: usize,
-    /// Per claimed component, the skewness of the statistic its estimate
-    /// averages, from the exact moments ([`crate::stats::CentralMoments`],
-    /// [`BatchCumulants`]); the claim's mean test declares the largest.
-    pub skewness: fn() -> Vec<f64>,
-    /// Per claimed component, the law of that statistic ([`Claim::law`]),
-    /// from which `tests/test_sizes.rs` derives the skewness again by
-    /// Gaussian quadratic forms rather than k-statistic cumulants.
-    pub law: fn() -> Law,
-}
-
-impl Claim for BnClaim {
-    /// Every claim of this family is per channel (or per component of its
-    /// post-processed vector) and tests a mean, with the largest skewness
-    /// of its components.
-    fn card(&self) -> Card {
-        let card = Card::new(
-            self.id,
-            "batchnorm",
-            self.formula,
-            Shape::Vector,
-            self.samples,
-        );
-        card.with_statistic(Statistic::Mean {
-            skewness: (self.skewness)()
-                .into_iter()
-                .fold(0.0_f64, |m, g| m.max(g.abs())),
-        })
-    }
-    fn analytic(&self) -> Result<Vec<f64>, Error> {
-        (self.analytic)()
-    }
-    fn law(&self) -> Law {
-        (self.law)()
-    }
-    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        let raw = sample_means(subject, budget, self.raw_dim, self.draw)?;
-        Ok(match self.post {
-            Some(post) => post(raw),
-            None => raw,
-        })
-    }
-}
-
-fn rate() -> Result<Rate, Error> {
-    Rate::new(P)
-}
-
-fn per_channel(g: impl Fn(f64, f64) -> Result<f64, Error>) -> Result<Vec<f64>, Error> {
-    MU.iter().zip(&SIGMA).map(|(&m, &s)| g(m, s)).collect()
 }
 
 fn eval_one(bn: &BatchNorm, x: &[f64]) -> Result<Vec<f64>, Error> {
@@ -190,13 +132,14 @@ fn dropped_channel(mu: f64, sigma: f64, p: f64) -> CentralMoments {
 
 /// `batchnorm.train_input`: per channel the skewness of `z_k` (the mean
 /// components), then of `(z_k − z′_k)²/2` (the variance components). At
-/// channel 0 (`μ = 0`, `σ = 1`, `p = 0.3`) the pair form's is 3.44, above
-/// the default 2√2.
-fn train_input_skewness() -> Vec<f64> {
-    let channels: Vec<_> = MU
+/// the family's channel 0 (`μ = 0`, `σ = 1`, `p = 0.3`) the pair form's is
+/// 3.44, above the default 2√2.
+fn train_input_skewness(config: &Config) -> Vec<f64> {
+    let channels: Vec<_> = config
+        .mu
         .iter()
-        .zip(&SIGMA)
-        .map(|(&m, &s)| dropped_channel(m, s, P))
+        .zip(&config.sigma)
+        .map(|(&m, &s)| dropped_channel(m, s, config.p))
         .collect();
     let means = channels.iter().map(|c| c.skewness());
     means
@@ -293,68 +236,556 @@ impl BufferTraining<'_> {
     }
 }
 
-/// The family's channels, `(μ_k, σ_k)`.
-fn channels() -> impl Iterator<Item = (f64, f64)> {
-    MU.into_iter().zip(SIGMA)
+/// The configuration the claims are stated at: channels `N(μ_k, σ_k²)`
+/// dropped at `p`, batches of `batch`, `steps` train-mode updates at
+/// `momentum` (PyTorch's convention) from PyTorch's initial buffers
+/// `(0, 1)`, the running variance fed the unbiased (PyTorch) or biased
+/// batch variance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub mu: Vec<f64>,
+    pub sigma: Vec<f64>,
+    pub p: f64,
+    pub batch: usize,
+    pub steps: u32,
+    pub momentum: f64,
+    /// Whether the running variance takes the unbiased batch variance.
+    pub unbiased: bool,
+    /// Whether the eval claim also runs the buffers folded
+    /// ([`BatchNorm::fold_dropout`]): dropmc folds its own BatchNorm; a
+    /// user's layer is run with the buffers it trained.
+    pub folded_eval: bool,
 }
 
-/// `batchnorm.train_input`'s law: per channel `z_k = m x_k / q` (the mean
-/// components), then `(z_k − z′_k)²/2` (the variance components).
-fn train_input_law() -> Law {
-    let means = channels().map(|(mu, sigma)| Draw::DroppedNormal { mu, sigma, p: P });
-    let pairs = channels().map(|(mu, sigma)| Draw::DroppedNormalPair { mu, sigma, p: P });
-    Law::Draws {
-        components: means.chain(pairs).collect(),
-        estimator: Estimator::Mean,
+impl Config {
+    /// The family's configuration ([`MU`], [`SIGMA`], [`P`], [`BATCH`],
+    /// [`STEPS`], [`MOMENTUM`]; the crate's BatchNorm keeps PyTorch's
+    /// unbiased running variance, and is also run folded).
+    pub fn family() -> Config {
+        Config {
+            mu: MU.to_vec(),
+            sigma: SIGMA.to_vec(),
+            p: P,
+            batch: BATCH,
+            steps: STEPS,
+            momentum: MOMENTUM,
+            unbiased: true,
+            folded_eval: true,
+        }
+    }
+
+    /// Channels `K`.
+    pub fn channels(&self) -> usize {
+        self.mu.len()
+    }
+
+    fn rate(&self) -> Result<Rate, Error> {
+        Rate::new(self.p)
+    }
+
+    /// `κ = E[u_t] / v_k`: 1 for the unbiased batch variance, `(B − 1)/B`
+    /// for the biased one.
+    pub fn convention(&self) -> f64 {
+        if self.unbiased {
+            1.0
+        } else {
+            (self.batch as f64 - 1.0) / self.batch as f64
+        }
+    }
+
+    /// `v_k = (σ_k² + p μ_k²)/q` per channel.
+    pub fn train_variances(&self) -> Result<Vec<f64>, Error> {
+        let rate = self.rate()?;
+        Ok(self
+            .mu
+            .iter()
+            .zip(&self.sigma)
+            .map(|(&m, &s)| f::train_variance(m, s * s, rate))
+            .collect())
+    }
+
+    /// `E[rm_t]` per channel, from PyTorch's initial 0.
+    pub fn expected_running_mean(&self) -> Vec<f64> {
+        self.mu
+            .iter()
+            .map(|&m| f::ema_expectation(self.steps, self.momentum, 0.0, m))
+            .collect()
+    }
+
+    /// `E[rv_t]` per channel, from PyTorch's initial 1.
+    pub fn expected_running_var(&self) -> Result<Vec<f64>, Error> {
+        let kappa = self.convention();
+        Ok(self
+            .train_variances()?
+            .iter()
+            .map(|&v| f::ema_expectation(self.steps, self.momentum, 1.0, kappa * v))
+            .collect())
+    }
+
+    /// `E[q rv_t − p rm_t²] = q E[rv_t] − p (E[rm_t]² + Var rm_t)` per
+    /// channel (`Var rm_t` does not depend on the variance convention).
+    pub fn expected_fold(&self) -> Result<Vec<f64>, Error> {
+        let rate = self.rate()?;
+        let (p, q) = (rate.p(), rate.q());
+        let rm = self.expected_running_mean();
+        let rv = self.expected_running_var()?;
+        let v = self.train_variances()?;
+        Ok((0..self.channels())
+            .map(|k| {
+                let var_rm = f::running_mean_variance(self.steps, self.momentum, v[k], self.batch);
+                q * rv[k] - p * (rm[k] * rm[k] + var_rm)
+            })
+            .collect())
+    }
+
+    /// The buffers' training, for the skewness of their statistics.
+    fn training(&self) -> BufferTraining<'_> {
+        BufferTraining {
+            mu: &self.mu,
+            sigma: &self.sigma,
+            p: self.p,
+            batch: self.batch,
+            steps: self.steps,
+            momentum: self.momentum,
+            variance_scale: self.convention(),
+        }
+    }
+
+    /// Buffer sets the eval claim runs: the trained one, and the folded one
+    /// when [`Config::folded_eval`].
+    fn buffer_sets(&self) -> usize {
+        if self.folded_eval { 2 } else { 1 }
     }
 }
 
-/// The moving average of `α k₁ + β k₂` per batch of channel `(μ, σ)` in
-/// the family's buffer training.
-fn buffer(mu: f64, sigma: f64, mean_weight: f64, variance_weight: f64) -> Draw {
-    Draw::BatchAverage {
-        mu,
-        sigma,
-        p: P,
-        batch: BATCH,
-        momentum: MOMENTUM,
-        steps: STEPS,
-        mean_weight,
-        variance_weight,
+/// One replicate: a BatchNorm's buffers after training on dropped-out
+/// batches, channel `k` at index `k`, and its eval outputs on two clean
+/// examples `x, x'` (empty where a claim reads the buffers only).
+#[derive(Debug, Clone, Copy)]
+pub struct Replicate<'a> {
+    pub running_mean: &'a [f64],
+    pub running_var: &'a [f64],
+    /// The eval outputs of the two clean examples.
+    pub y: [&'a [f64]; 2],
+    /// The layer's `ε`.
+    pub eps: f64,
+}
+
+impl<'a> Replicate<'a> {
+    /// The buffers of `bn` (no eval outputs).
+    fn buffers_of(bn: &'a BatchNorm) -> Replicate<'a> {
+        Replicate {
+            running_mean: bn.running_mean(),
+            running_var: bn.running_var(),
+            y: [&[], &[]],
+            eps: bn.eps(),
+        }
     }
 }
 
-/// `batchnorm.running_stats`' law: per channel `rm_t` (the batch means'
-/// moving average), then `rv_t` (the unbiased batch variances').
-fn running_stats_law() -> Law {
-    let means = channels().map(|(mu, sigma)| buffer(mu, sigma, 1.0, 0.0));
-    let variances = channels().map(|(mu, sigma)| buffer(mu, sigma, 0.0, 1.0));
-    Law::Draws {
-        components: means.chain(variances).collect(),
-        estimator: Estimator::Mean,
+/// What one BatchNorm claim states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    /// `E[z_k] = μ_k`, `Var z_k = (σ_k² + p μ_k²)/q`.
+    TrainInput,
+    /// The running buffers' expectations after `t` batches.
+    RunningStats,
+    /// The folded variance's expectation.
+    FoldBuffers,
+    /// Given the buffers, the eval output's variance ratio is 1.
+    VarianceShift,
+    /// Li et al. (2018)'s case at `x ~ N(0, 1)`, whatever the configuration.
+    Li2018,
+}
+
+impl Quantity {
+    /// Every quantity, in report order.
+    pub const ALL: [Quantity; 5] = [
+        Quantity::TrainInput,
+        Quantity::RunningStats,
+        Quantity::FoldBuffers,
+        Quantity::VarianceShift,
+        Quantity::Li2018,
+    ];
+
+    /// The claim's id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Quantity::TrainInput => "batchnorm.train_input",
+            Quantity::RunningStats => "batchnorm.running_stats",
+            Quantity::FoldBuffers => "batchnorm.fold_buffers",
+            Quantity::VarianceShift => "batchnorm.variance_shift",
+            Quantity::Li2018 => "batchnorm.li2018",
+        }
+    }
+
+    /// The statement, true at every configuration.
+    pub fn formula(self) -> &'static str {
+        match self {
+            Quantity::TrainInput => "E[z_k] = mu_k; Var z_k = (sigma_k^2 + p mu_k^2)/q",
+            Quantity::RunningStats => {
+                "E[rm_t], E[rv_t] = (1-m)^t (0, 1) + (1-(1-m)^t) (mu_k, kappa Var z_k), kappa = 1 unbiased, (B-1)/B biased"
+            }
+            Quantity::FoldBuffers => "E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
+            Quantity::VarianceShift => {
+                "eval, given the buffers: E[(y_k - y'_k)^2/2 (rv_k + eps)/sigma_k^2] = 1 (Delta = c^2 at E[rv])"
+            }
+            Quantity::Li2018 => {
+                "Li 2018, x~N(0,1): Var_train = 1/q, Var_eval = 1, Delta = q (q = .5, .9)"
+            }
+        }
+    }
+
+    /// Draws at the default budget, before the statistic's minimum: the
+    /// replicate claims ([`REPLICATES`]) are far above the minimum budget
+    /// their declared skewness gives; the single-example ones are cheap.
+    fn base_samples(self) -> u64 {
+        match self {
+            Quantity::TrainInput | Quantity::Li2018 => 1_000_000,
+            Quantity::RunningStats | Quantity::FoldBuffers | Quantity::VarianceShift => REPLICATES,
+        }
+    }
+
+    /// Whether its statistic is one of a [`Replicate`]'s.
+    pub fn reads_replicates(self) -> bool {
+        matches!(
+            self,
+            Quantity::RunningStats | Quantity::FoldBuffers | Quantity::VarianceShift
+        )
     }
 }
 
-/// `batchnorm.fold_buffers`' law: per channel `q rv_t − p rm_t²`
-/// linearized at `a = E rm_t`, the moving average of `q k₂ − 2 p a k₁`
-/// (leading order, as [`BufferTraining::fold_skewness`]).
-fn fold_buffers_law() -> Law {
-    let components = channels()
-        .map(|(mu, sigma)| {
-            let a = f::ema_expectation(STEPS, MOMENTUM, 0.0, mu);
-            buffer(mu, sigma, -2.0 * P * a, 1.0 - P)
+/// Replicates of each claim on trained buffers at the default budget (at
+/// least the mean test's minimum of 37 490 at the skewness 2√2).
+pub const REPLICATES: u64 = 40_000;
+
+/// The budget of a replicate claim declaring `statistic`: [`REPLICATES`],
+/// or the statistic's minimum if higher.
+pub fn replicate_budget(statistic: Statistic) -> u64 {
+    REPLICATES.max(statistic.min_samples())
+}
+
+/// One BatchNorm claim at a configuration (it owns it).
+#[derive(Debug, Clone)]
+pub struct BnClaim {
+    /// What it states.
+    pub quantity: Quantity,
+    /// The configuration it is stated at.
+    pub config: Config,
+}
+
+/// The family's claims at `config`, in report order.
+pub fn at(config: &Config) -> Vec<BnClaim> {
+    Quantity::ALL
+        .into_iter()
+        .map(|quantity| BnClaim {
+            quantity,
+            config: config.clone(),
         })
-        .collect();
-    Law::Draws {
-        components,
-        estimator: Estimator::Mean,
+        .collect()
+}
+
+impl BnClaim {
+    /// Per claimed component, the skewness of the statistic its estimate
+    /// averages, from the exact moments ([`crate::stats::CentralMoments`],
+    /// [`BatchCumulants`]).
+    pub fn skewness(&self) -> Vec<f64> {
+        let c = &self.config;
+        match self.quantity {
+            Quantity::TrainInput => train_input_skewness(c),
+            Quantity::RunningStats => c.training().running_stats_skewness(),
+            Quantity::FoldBuffers => c.training().fold_skewness(),
+            // Given the buffers, ½ (x − x′)²/σ_k² exactly: χ²₁ (see
+            // `variance_ratio`), skewness 2√2 for every component.
+            Quantity::VarianceShift => vec![DEFAULT_SKEWNESS; c.buffer_sets() * c.channels()],
+            Quantity::Li2018 => li2018_skewness(),
+        }
+    }
+
+    /// The statistic its test declares: every claim of this family tests a
+    /// mean, with the largest skewness of its components.
+    pub fn statistic(&self) -> Statistic {
+        Statistic::Mean {
+            skewness: self
+                .skewness()
+                .into_iter()
+                .fold(0.0_f64, |m, g| m.max(g.abs())),
+        }
+    }
+
+    /// The closed form at the configuration.
+    pub fn closed_form(&self) -> Result<Vec<f64>, Error> {
+        let c = &self.config;
+        Ok(match self.quantity {
+            Quantity::TrainInput => {
+                let mut v = c.mu.clone();
+                v.extend(c.train_variances()?);
+                v
+            }
+            Quantity::RunningStats => {
+                let mut v = c.expected_running_mean();
+                v.extend(c.expected_running_var()?);
+                v
+            }
+            Quantity::FoldBuffers => c.expected_fold()?,
+            Quantity::VarianceShift => vec![1.0; c.buffer_sets() * c.channels()],
+            Quantity::Li2018 => vec![2.0, 1.0, 0.5, 1.0 / 0.9, 0.9],
+        })
+    }
+
+    /// The statistic of one replicate's buffer sets (`sets[0]` as trained,
+    /// `sets[1]` folded where [`Config::folded_eval`]): the buffers
+    /// `(rm, rv)` ([`Quantity::RunningStats`]), the fold `q rv − p rm²`
+    /// ([`Quantity::FoldBuffers`]), or per set the variance ratio
+    /// ([`Quantity::VarianceShift`]). The other claims do not read
+    /// replicates and leave `out` as it is.
+    pub fn replicate_statistic(&self, sets: &[Replicate], out: &mut [f64]) -> Result<(), Error> {
+        let k = self.config.channels();
+        let trained = &sets[0];
+        match self.quantity {
+            Quantity::RunningStats => {
+                out[..k].copy_from_slice(trained.running_mean);
+                out[k..].copy_from_slice(trained.running_var);
+            }
+            Quantity::FoldBuffers => {
+                let rate = self.config.rate()?;
+                for ((o, &rm), &rv) in out
+                    .iter_mut()
+                    .zip(trained.running_mean)
+                    .zip(trained.running_var)
+                {
+                    *o = f::sigma2_from_buffers(rm, rv, rate);
+                }
+            }
+            Quantity::VarianceShift => {
+                for (set, out) in sets.iter().zip(out.chunks_exact_mut(k)) {
+                    variance_ratio(set, &self.config.sigma, out);
+                }
+            }
+            Quantity::TrainInput | Quantity::Li2018 => {}
+        }
+        Ok(())
+    }
+
+    /// The card, with the budget of its quantity (or its statistic's
+    /// minimum, if higher).
+    fn card_of(&self) -> Card {
+        let statistic = self.statistic();
+        let samples = self.quantity.base_samples().max(statistic.min_samples());
+        Card::new(
+            self.quantity.id(),
+            "batchnorm",
+            self.quantity.formula(),
+            Shape::Vector,
+            samples,
+        )
+        .with_statistic(statistic)
+    }
+
+    /// One draw of the statistic on the crate's BatchNorm and the subject's
+    /// dropout.
+    fn draw(&self, subject: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+        let c = &self.config;
+        match self.quantity {
+            Quantity::TrainInput => train_input_draw(subject, rng, c, out),
+            Quantity::RunningStats | Quantity::FoldBuffers => {
+                let bn = refresh_buffers(subject, rng, c)?;
+                self.replicate_statistic(&[Replicate::buffers_of(&bn)], out)
+            }
+            Quantity::VarianceShift => self.variance_shift_draw(subject, rng, out),
+            Quantity::Li2018 => li2018_draw(subject, rng, out),
+        }
+    }
+
+    /// Buffers trained through the subject's own dropout, as in
+    /// `batchnorm.running_stats`, folded too where the configuration says
+    /// so; then the eval-mode op of each on two clean examples.
+    fn variance_shift_draw(
+        &self,
+        subject: &Subject,
+        rng: &mut Stream,
+        out: &mut [f64],
+    ) -> Result<(), Error> {
+        let c = &self.config;
+        let k = c.channels();
+        let mut layers = vec![refresh_buffers(subject, rng, c)?];
+        if c.folded_eval {
+            let mut folded = layers[0].clone();
+            folded.fold_dropout(c.p)?;
+            layers.push(folded);
+        }
+        let (mut x, mut x_alt) = (vec![0.0; k], vec![0.0; k]);
+        draw_clean(rng, &c.mu, &c.sigma, &mut x);
+        draw_clean(rng, &c.mu, &c.sigma, &mut x_alt);
+        let outputs = layers
+            .iter()
+            .map(|layer| Ok([eval_one(layer, &x)?, eval_one(layer, &x_alt)?]))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let sets: Vec<Replicate> = layers
+            .iter()
+            .zip(&outputs)
+            .map(|(layer, [y, y_alt])| Replicate {
+                y: [y.as_slice(), y_alt.as_slice()],
+                ..Replicate::buffers_of(layer)
+            })
+            .collect();
+        self.replicate_statistic(&sets, out)
+    }
+
+    /// Raw statistics per draw (before [`li2018_ratios`]).
+    fn raw_dim(&self) -> usize {
+        let k = self.config.channels();
+        match self.quantity {
+            Quantity::TrainInput | Quantity::RunningStats => 2 * k,
+            Quantity::FoldBuffers => k,
+            Quantity::VarianceShift => self.config.buffer_sets() * k,
+            Quantity::Li2018 => 3,
+        }
     }
 }
 
-/// `batchnorm.variance_shift`'s law: every component a clean pair form
-/// `(x − x′)²/2`, `σ²` times a `χ²₁`.
-fn variance_shift_law() -> Law {
-    Law::repeated(Draw::NormalPair, 2 * MU.len(), Estimator::Mean)
+/// Per channel, given the buffers: eval BN is affine,
+/// `y_k = (x_k − rm_k) / √(rv_k + ε)`, so `½ (y_k − y'_k)² (rv_k + ε)/σ_k²`
+/// has mean 1 exactly, whatever the buffers (trained or folded). At the
+/// stationary `rv = (σ² + p μ²)/q` the unscaled variance is the shift
+/// `Δ = c²` of [`f::c_squared`].
+fn variance_ratio(set: &Replicate, sigma: &[f64], out: &mut [f64]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        let d = set.y[0][j] - set.y[1][j];
+        let scale = (set.running_var[j] + set.eps) / (sigma[j] * sigma[j]);
+        *o = 0.5 * d * d * scale;
+    }
+}
+
+/// `batchnorm.train_input`: two dropped-out examples, the first's channels
+/// then their pair forms.
+fn train_input_draw(
+    subject: &Subject,
+    rng: &mut Stream,
+    c: &Config,
+    out: &mut [f64],
+) -> Result<(), Error> {
+    let k = c.channels();
+    let (mut z, mut z_alt) = (vec![0.0; k], vec![0.0; k]);
+    draw_dropped(subject, rng, &c.mu, &c.sigma, c.p, &mut z)?;
+    draw_dropped(subject, rng, &c.mu, &c.sigma, c.p, &mut z_alt)?;
+    for j in 0..k {
+        out[j] = z[j];
+        out[k + j] = 0.5 * (z[j] - z_alt[j]) * (z[j] - z_alt[j]);
+    }
+    Ok(())
+}
+
+/// `batchnorm.li2018`: the pair forms at `p = 0.5`, of the clean input and
+/// at `p = 0.1`, on `N(0, 1)`.
+fn li2018_draw(subject: &Subject, rng: &mut Stream, out: &mut [f64]) -> Result<(), Error> {
+    let mut v = [[0.0]; 6];
+    for (i, p) in [0.5, 0.5, 0.1, 0.1].into_iter().enumerate() {
+        draw_dropped(subject, rng, &[0.0], &[1.0], p, &mut v[i])?;
+    }
+    draw_clean(rng, &[0.0], &[1.0], &mut v[4]);
+    draw_clean(rng, &[0.0], &[1.0], &mut v[5]);
+    out[0] = half_squared_difference(v[0][0], v[1][0]);
+    out[1] = half_squared_difference(v[4][0], v[5][0]);
+    out[2] = half_squared_difference(v[2][0], v[3][0]);
+    Ok(())
+}
+
+/// `Δ` = eval variance / train variance; numerator and denominator come
+/// from disjoint random numbers, so each ratio's error is the independent
+/// one.
+fn li2018_ratios(raw: Vec<Estimate>) -> Vec<Estimate> {
+    vec![
+        raw[0],
+        raw[1],
+        independent_ratio(raw[1], raw[0]),
+        raw[2],
+        independent_ratio(raw[1], raw[2]),
+    ]
+}
+
+/// The laws the claims declare ([`Claim::law`]), per claimed component, from
+/// which `tests/test_sizes.rs` derives each skewness again by Gaussian
+/// quadratic forms rather than the k-statistic cumulants the claims use.
+impl Config {
+    /// The channels, `(μ_k, σ_k)`.
+    fn channel_pairs(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.mu.iter().copied().zip(self.sigma.iter().copied())
+    }
+
+    /// `batchnorm.train_input`'s law: per channel `z_k = m x_k / q` (the
+    /// mean components), then `(z_k − z′_k)²/2` (the variance components).
+    fn train_input_law(&self) -> Law {
+        let p = self.p;
+        let means = self
+            .channel_pairs()
+            .map(|(mu, sigma)| Draw::DroppedNormal { mu, sigma, p });
+        let pairs = self
+            .channel_pairs()
+            .map(|(mu, sigma)| Draw::DroppedNormalPair { mu, sigma, p });
+        Law::Draws {
+            components: means.chain(pairs).collect(),
+            estimator: Estimator::Mean,
+        }
+    }
+
+    /// The moving average of `α k₁ + β κ k₂` per batch of channel `(μ, σ)`
+    /// in the buffer training (`κ`: [`Config::convention`]).
+    fn buffer(&self, mu: f64, sigma: f64, mean_weight: f64, variance_weight: f64) -> Draw {
+        Draw::BatchAverage {
+            mu,
+            sigma,
+            p: self.p,
+            batch: self.batch,
+            momentum: self.momentum,
+            steps: self.steps,
+            mean_weight,
+            variance_weight: variance_weight * self.convention(),
+        }
+    }
+
+    /// `batchnorm.running_stats`' law: per channel `rm_t` (the batch
+    /// means' moving average), then `rv_t` (the batch variances').
+    fn running_stats_law(&self) -> Law {
+        let means = self
+            .channel_pairs()
+            .map(|(mu, sigma)| self.buffer(mu, sigma, 1.0, 0.0));
+        let variances = self
+            .channel_pairs()
+            .map(|(mu, sigma)| self.buffer(mu, sigma, 0.0, 1.0));
+        Law::Draws {
+            components: means.chain(variances).collect(),
+            estimator: Estimator::Mean,
+        }
+    }
+
+    /// `batchnorm.fold_buffers`' law: per channel `q rv_t − p rm_t²`
+    /// linearized at `a = E rm_t`, the moving average of `q κ k₂ − 2 p a k₁`
+    /// (leading order, as [`BufferTraining::fold_skewness`]).
+    fn fold_buffers_law(&self) -> Law {
+        let p = self.p;
+        let components = self
+            .channel_pairs()
+            .map(|(mu, sigma)| {
+                let a = f::ema_expectation(self.steps, self.momentum, 0.0, mu);
+                self.buffer(mu, sigma, -2.0 * p * a, 1.0 - p)
+            })
+            .collect();
+        Law::Draws {
+            components,
+            estimator: Estimator::Mean,
+        }
+    }
+
+    /// `batchnorm.variance_shift`'s law: every component a clean pair form
+    /// `(x − x′)²/2`, `σ²` times a `χ²₁`.
+    fn variance_shift_law(&self) -> Law {
+        Law::repeated(
+            Draw::NormalPair,
+            self.buffer_sets() * self.channels(),
+            Estimator::Mean,
+        )
+    }
 }
 
 /// `batchnorm.li2018`'s law: the pair forms at `p = 0.5`, of the clean
@@ -381,186 +812,47 @@ fn li2018_law() -> Law {
     }
 }
 
-/// The family's own buffer training (PyTorch's unbiased running variance).
-fn family_training() -> BufferTraining<'static> {
-    BufferTraining {
-        mu: &MU,
-        sigma: &SIGMA,
-        p: P,
-        batch: BATCH,
-        steps: STEPS,
-        momentum: MOMENTUM,
-        variance_scale: 1.0,
+impl Claim for BnClaim {
+    /// Every claim of this family is per channel (or per component of its
+    /// post-processed vector) and tests a mean, with the largest skewness
+    /// of its components.
+    fn card(&self) -> Card {
+        self.card_of()
+    }
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        self.closed_form()
+    }
+    fn law(&self) -> Law {
+        let c = &self.config;
+        match self.quantity {
+            Quantity::TrainInput => c.train_input_law(),
+            Quantity::RunningStats => c.running_stats_law(),
+            Quantity::FoldBuffers => c.fold_buffers_law(),
+            Quantity::VarianceShift => c.variance_shift_law(),
+            Quantity::Li2018 => li2018_law(),
+        }
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        if self.quantity.reads_replicates() && !self.config.unbiased {
+            return Err(Error::InvalidOption {
+                what: "the crate's BatchNorm keeps the unbiased running variance".into(),
+            });
+        }
+        let raw = sample_means(subject, budget, self.raw_dim(), |s, rng, out| {
+            self.draw(s, rng, out)
+        })?;
+        Ok(match self.quantity {
+            Quantity::Li2018 => li2018_ratios(raw),
+            _ => raw,
+        })
     }
 }
 
-static CLAIMS: std::sync::LazyLock<Vec<BnClaim>> = std::sync::LazyLock::new(|| {
-    let k = MU.len();
-    vec![
-        BnClaim {
-            id: "batchnorm.train_input",
-            formula: "E[z_k] = mu_k; Var z_k = (sigma_k^2 + p mu_k^2)/q",
-            samples: 1_000_000,
-            analytic: || {
-                let r = rate()?;
-                let mut v = MU.to_vec();
-                v.extend(per_channel(|m, s| Ok(f::train_variance(m, s * s, r)))?);
-                Ok(v)
-            },
-            draw: |subject, rng, out| {
-                let k = MU.len();
-                let (mut z, mut z_alt) = (vec![0.0; k], vec![0.0; k]);
-                draw_dropped(subject, rng, &MU, &SIGMA, P, &mut z)?;
-                draw_dropped(subject, rng, &MU, &SIGMA, P, &mut z_alt)?;
-                for j in 0..k {
-                    out[j] = z[j];
-                    out[k + j] = 0.5 * (z[j] - z_alt[j]) * (z[j] - z_alt[j]);
-                }
-                Ok(())
-            },
-            post: None,
-            raw_dim: 2 * k,
-            skewness: train_input_skewness,
-            law: train_input_law,
-        },
-        BnClaim {
-            id: "batchnorm.running_stats",
-            formula: "E[rm_t], E[rv_t] = (1-m)^t (0, 1) + (1-(1-m)^t) (mu_k, Var z_k)",
-            // Far above the minimum budget its declared skewness gives.
-            samples: 40_000,
-            analytic: || {
-                let r = rate()?;
-                let mut v = per_channel(|m, _| Ok(f::ema_expectation(STEPS, MOMENTUM, 0.0, m)))?;
-                v.extend(per_channel(|m, s| {
-                    Ok(f::ema_expectation(
-                        STEPS,
-                        MOMENTUM,
-                        1.0,
-                        f::train_variance(m, s * s, r),
-                    ))
-                })?);
-                Ok(v)
-            },
-            draw: |subject, rng, out| {
-                let bn = refresh_buffers(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
-                let k = MU.len();
-                out[..k].copy_from_slice(bn.running_mean());
-                out[k..].copy_from_slice(bn.running_var());
-                Ok(())
-            },
-            post: None,
-            raw_dim: 2 * k,
-            skewness: || family_training().running_stats_skewness(),
-            law: running_stats_law,
-        },
-        BnClaim {
-            id: "batchnorm.fold_buffers",
-            formula: "E[q rv_t - p rm_t^2] = q E[rv_t] - p (E[rm_t]^2 + Var rm_t)",
-            // Far above the minimum budget its declared skewness gives.
-            samples: 40_000,
-            analytic: || {
-                let r = rate()?;
-                per_channel(|m, s| {
-                    Ok(f::expected_folded_var(
-                        STEPS,
-                        MOMENTUM,
-                        m,
-                        s * s,
-                        r,
-                        BATCH,
-                        (0.0, 1.0),
-                    ))
-                })
-            },
-            draw: |subject, rng, out| {
-                let mut bn = refresh_buffers(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
-                bn.fold_dropout(P)?;
-                out.copy_from_slice(bn.running_var());
-                Ok(())
-            },
-            post: None,
-            raw_dim: k,
-            skewness: || family_training().fold_skewness(),
-            law: fold_buffers_law,
-        },
-        BnClaim {
-            id: "batchnorm.variance_shift",
-            formula: "eval, buffers trained after dropout: Var[BN(x)_k|rv] (rv_k+eps)/sigma_k^2 = 1; folded 1",
-            // At least the mean test's minimum budget (37 490); the
-            // statistic is exactly chi-square(1), skewness 2√2 (declared).
-            samples: 40_000,
-            analytic: || Ok(vec![1.0; 2 * MU.len()]),
-            draw: |subject, rng, out| {
-                // Buffers trained through the subject's own dropout, as in
-                // `batchnorm.running_stats`; then the eval-mode op on two
-                // clean examples. Given the buffers, eval BN is affine,
-                // y_k = (x_k − rm_k) / √(rv_k + ε), so ½ (y_k − y'_k)² has
-                // mean σ_k² / (rv_k + ε) exactly, whatever the buffers: the
-                // ratio below has mean 1 for the unfolded and the folded
-                // buffers alike. At the stationary rv = (σ² + p μ²)/q it is
-                // the shift Δ = c² of `formulas::batchnorm::c_squared`.
-                let k = MU.len();
-                let bn = refresh_buffers(subject, rng, &MU, &SIGMA, P, BATCH, STEPS)?;
-                let mut folded = bn.clone();
-                folded.fold_dropout(P)?;
-                let (mut x, mut x_alt) = (vec![0.0; k], vec![0.0; k]);
-                draw_clean(rng, &MU, &SIGMA, &mut x);
-                draw_clean(rng, &MU, &SIGMA, &mut x_alt);
-                for (offset, layer) in [(0, &bn), (k, &folded)] {
-                    let (y, y_alt) = (eval_one(layer, &x)?, eval_one(layer, &x_alt)?);
-                    for j in 0..k {
-                        let d = y[j] - y_alt[j];
-                        let scale = (layer.running_var()[j] + layer.eps()) / (SIGMA[j] * SIGMA[j]);
-                        out[offset + j] = 0.5 * d * d * scale;
-                    }
-                }
-                Ok(())
-            },
-            post: None,
-            raw_dim: 2 * k,
-            // Given the buffers, ½ (x − x′)²/σ_k² exactly: χ²₁ (comment in
-            // `draw`), skewness 2√2 for every component.
-            skewness: || vec![DEFAULT_SKEWNESS; 2 * MU.len()],
-            law: variance_shift_law,
-        },
-        BnClaim {
-            id: "batchnorm.li2018",
-            formula: "Li 2018, x~N(0,1): Var_train = 1/q, Var_eval = 1, Delta = q (q = .5, .9)",
-            samples: 1_000_000,
-            analytic: || Ok(vec![2.0, 1.0, 0.5, 1.0 / 0.9, 0.9]),
-            draw: |subject, rng, out| {
-                let mut v = [[0.0]; 6];
-                for (i, p) in [0.5, 0.5, 0.1, 0.1].into_iter().enumerate() {
-                    draw_dropped(subject, rng, &[0.0], &[1.0], p, &mut v[i])?;
-                }
-                draw_clean(rng, &[0.0], &[1.0], &mut v[4]);
-                draw_clean(rng, &[0.0], &[1.0], &mut v[5]);
-                out[0] = half_squared_difference(v[0][0], v[1][0]);
-                out[1] = half_squared_difference(v[4][0], v[5][0]);
-                out[2] = half_squared_difference(v[2][0], v[3][0]);
-                Ok(())
-            },
-            // Δ = eval variance / train variance; numerator and denominator
-            // come from disjoint random numbers, so each ratio's error is
-            // the independent one.
-            post: Some(|raw| {
-                vec![
-                    raw[0],
-                    raw[1],
-                    independent_ratio(raw[1], raw[0]),
-                    raw[2],
-                    independent_ratio(raw[1], raw[2]),
-                ]
-            }),
-            raw_dim: 3,
-            skewness: li2018_skewness,
-            law: li2018_law,
-        },
-    ]
-});
+static AT_FAMILY: std::sync::LazyLock<Vec<BnClaim>> =
+    std::sync::LazyLock::new(|| at(&Config::family()));
 
 /// The family's claims in report order (named and described in
-/// [`super::families`]).
+/// [`super::families`]): [`at`] the family's configuration.
 pub fn claims() -> Vec<&'static dyn Claim> {
-    listed(&CLAIMS)
+    listed(&AT_FAMILY)
 }

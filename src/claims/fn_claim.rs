@@ -171,6 +171,26 @@ pub fn sample_means(
     Ok(estimate(&sampler, budget)?.estimates())
 }
 
+/// Means of `dim` per-draw statistics of one pass (`pass`) per draw, or of
+/// two independent passes when `pairs` (a pair form; the second is empty
+/// otherwise): the sampler of the claims whose statistic is a function of
+/// the dropped rows (attention, mask shape).
+pub fn pass_means(
+    subject: &Subject,
+    budget: Budget,
+    dim: usize,
+    pairs: bool,
+    pass: impl Fn(&Subject, &mut Stream) -> Result<Vec<f64>, Error> + Sync,
+    statistic: impl Fn(&[f64], &[f64], &mut [f64]) + Sync,
+) -> Result<Vec<Estimate>, Error> {
+    sample_means(subject, budget, dim, |s, rng, out| {
+        let z = pass(s, rng)?;
+        let z_alt = if pairs { pass(s, rng)? } else { Vec::new() };
+        statistic(&z, &z_alt, out);
+        Ok(())
+    })
+}
+
 /// Total violations of `dim` rules over all draws, each as an estimate with
 /// standard error 0 (see the module doc).
 pub fn violation_counts(

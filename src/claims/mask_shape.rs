@@ -1,22 +1,28 @@
 //! The mask-shape family: independent versus shared-over-positions masks on
-//! a `4 × 3` block. Derivations: [`crate::formulas::mask_shape`]. Oracles
-//! enumerate all masks (2^12 independent, 2^3 shared). On the mathematics
-//! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]:
-//! one mask per sample, the independent variance as a sample variance (its
-//! test declares that estimator's skewness from the exact law), the shared
-//! variance as the pair form of one unit carrying the feature's total (a
-//! scaled count, tested exactly).
+//! a row-major `T × d` block `x` at a rate `p`, built from that input by
+//! [`at`] (the registry's list is [`at`] the seed's `4 × 3` block [`X`],
+//! `p = 0.3`). Derivations: [`crate::formulas::mask_shape`]. Oracles
+//! enumerate all masks (`2^{Td}` independent, `2^d` shared). On the
+//! mathematics every claim uses the bit-mask estimators of
+//! [`crate::fast::mask_shape`]: one mask per sample, the independent
+//! variance as a sample variance (its test declares that estimator's
+//! skewness from the exact law), the shared variance as the pair form of
+//! one unit carrying the feature's total (a scaled count, tested exactly).
+//!
+//! The Python binding states the shared claims at the user's input and
+//! mask groups: it reorders each sampled row to the block and hands it to
+//! [`MaskShapeClaim::draw_statistic`].
 
-use super::fn_claim::{FnClaim, half_squared_difference, indicator, sample_means};
-use super::{Card, Draw, Estimator, Law, Shape};
+use super::fn_claim::{half_squared_difference, indicator, pass_means};
+use super::{Card, Draw, Estimator, FastPath, Law, Shape};
 use super::{Claim, listed};
-use crate::engine::{Stream, stream};
+use crate::engine::{Budget, Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
 use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
 use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
-use crate::stats::{CentralMoments, Statistic};
+use crate::stats::{CentralMoments, Estimate, Statistic};
 
 /// Positions `T`.
 pub const T: usize = 4;
@@ -31,132 +37,340 @@ pub const X: [f64; 12] = [
 ];
 /// Drop rate.
 pub const P: f64 = 0.3;
+/// Draws of each claim at the default budget (more where its statistic's
+/// minimum budget on the generic path is higher).
+pub const SAMPLES: u64 = 200_000;
 
 fn rate() -> Result<Rate, Error> {
     Rate::new(P)
 }
 
-fn pass(s: &Subject, shape: MaskShape, rng: &mut Stream) -> Result<[f64; 12], Error> {
-    let (mut z, mut m) = ([0.0; 12], [false; 12]);
-    s.dropout.forward_positions(
-        BlockPass::new(TrainPass::new(&X, &mut z, &mut m), T, shape),
-        P,
-        rng,
-    )?;
-    Ok(z)
+/// The budget of a claim of this family declaring `statistic`: [`SAMPLES`],
+/// or the statistic's minimum on the generic path if higher (conclusive on
+/// the fallback of a scaled count whose draws do not read back as
+/// two-valued).
+pub fn samples_for(statistic: Statistic) -> u64 {
+    SAMPLES.max(statistic.on_generic_path().min_samples())
 }
 
-fn column_sums(z: &[f64]) -> [f64; D] {
-    let mut s = [0.0; D];
+/// What one mask-shape claim states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    /// `Var S_k = (p/q) Σ_t x_tk²` under independent masks.
+    IndependentVariance,
+    /// `Var S_k = (p/q) (Σ_t x_tk)²` under masks shared over positions.
+    SharedVariance,
+    /// `P(column k all zero) = p^T` under independent masks.
+    IndependentZeroColumn,
+    /// `P(column k all zero) = p` under masks shared over positions.
+    SharedZeroColumn,
+}
+
+impl Quantity {
+    /// Every quantity, in report order.
+    pub const ALL: [Quantity; 4] = [
+        Quantity::IndependentVariance,
+        Quantity::SharedVariance,
+        Quantity::IndependentZeroColumn,
+        Quantity::SharedZeroColumn,
+    ];
+
+    /// The claim's id.
+    pub fn id(self) -> &'static str {
+        match self {
+            Quantity::IndependentVariance => "mask_shape.independent_variance",
+            Quantity::SharedVariance => "mask_shape.shared_variance",
+            Quantity::IndependentZeroColumn => "mask_shape.independent_zero_column",
+            Quantity::SharedZeroColumn => "mask_shape.shared_zero_column",
+        }
+    }
+
+    /// The statement, true at every block and rate.
+    pub fn formula(self) -> &'static str {
+        match self {
+            Quantity::IndependentVariance => "independent: Var S_k = (p/q) sum_t x_tk^2",
+            Quantity::SharedVariance => "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
+            Quantity::IndependentZeroColumn => "independent: P(column k all zero) = p^T",
+            Quantity::SharedZeroColumn => "shared: P(column k all zero) = p",
+        }
+    }
+
+    /// Whether the mask it states is shared over positions.
+    pub fn shared(self) -> bool {
+        matches!(self, Quantity::SharedVariance | Quantity::SharedZeroColumn)
+    }
+
+    fn mask_shape(self) -> MaskShape {
+        if self.shared() {
+            MaskShape::SharedOverPositions
+        } else {
+            MaskShape::Independent
+        }
+    }
+
+    fn is_variance(self) -> bool {
+        matches!(
+            self,
+            Quantity::IndependentVariance | Quantity::SharedVariance
+        )
+    }
+}
+
+/// One mask-shape claim at a row-major `T × d` block `x` and rate `p` (it
+/// owns them): its closed form, its per-draw statistic on one or two
+/// dropped blocks, its oracle over all masks and its fast estimator.
+#[derive(Debug, Clone)]
+pub struct MaskShapeClaim {
+    /// What it states.
+    pub quantity: Quantity,
+    /// The block, row-major: entry `(t, k)` at `t·d + k`.
+    pub x: Vec<f64>,
+    /// Positions `T` (the block's rows).
+    pub positions: usize,
+    /// The drop rate (validated when the claim is computed).
+    pub p: f64,
+}
+
+/// The family's claims on the row-major block `x` of `positions` rows at
+/// rate `p`, in report order.
+pub fn at(x: &[f64], positions: usize, p: f64) -> Vec<MaskShapeClaim> {
+    Quantity::ALL
+        .into_iter()
+        .map(|quantity| MaskShapeClaim {
+            quantity,
+            x: x.to_vec(),
+            positions,
+            p,
+        })
+        .collect()
+}
+
+impl MaskShapeClaim {
+    fn rate(&self) -> Result<Rate, Error> {
+        Rate::new(self.p)
+    }
+
+    /// Features `d` (the block's columns).
+    pub fn features(&self) -> usize {
+        self.x.len() / self.positions.max(1)
+    }
+
+    /// The statistic its test declares. The independent variance: each
+    /// column sum is the inverted-dropout sum of its `T` entries
+    /// ([`CentralMoments::of_dropped_sum`]), and the fast path runs its
+    /// single-draw sample variance, an implementation the pair form of two
+    /// passes; the larger skewness of the two over the columns
+    /// ([`CentralMoments::variance_skewness_on_either_path`]). The shared
+    /// variance: `S_k` is one unit carrying the feature's total, so its
+    /// pair form is a scaled count, on both paths. The zero columns: an
+    /// indicator.
+    pub fn statistic(&self) -> Statistic {
+        let d = self.features();
+        match self.quantity {
+            Quantity::IndependentVariance => {
+                let skewness = (0..d)
+                    .map(|k| {
+                        let column: Vec<f64> = self.x.iter().skip(k).step_by(d).copied().collect();
+                        CentralMoments::of_dropped_sum(&column, 1.0 - self.p)
+                            .variance_skewness_on_either_path()
+                    })
+                    .fold(0.0, f64::max);
+                Statistic::Mean { skewness }
+            }
+            Quantity::SharedVariance => Statistic::unit_pair_form(self.p),
+            Quantity::IndependentZeroColumn | Quantity::SharedZeroColumn => {
+                Statistic::Indicator { trials: 1 }
+            }
+        }
+    }
+
+    /// The card, with the budget [`samples_for`] its statistic.
+    pub fn card_with(&self, statistic: Statistic) -> Card {
+        Card::new(
+            self.quantity.id(),
+            "mask_shape",
+            self.quantity.formula(),
+            Shape::Vector,
+            samples_for(statistic),
+        )
+        .with_statistic(statistic)
+    }
+
+    /// The closed form at the claim's input, one component per feature.
+    pub fn closed_form(&self) -> Result<Vec<f64>, Error> {
+        let (rate, d) = (self.rate()?, self.features());
+        Ok(match self.quantity {
+            Quantity::IndependentVariance => f::independent_variance(&self.x, d, rate),
+            Quantity::SharedVariance => f::shared_variance(&self.x, d, rate),
+            Quantity::IndependentZeroColumn | Quantity::SharedZeroColumn => {
+                f::zero_column_probability(self.positions, d, self.quantity.shared(), rate)
+            }
+        })
+    }
+
+    /// Whether the per-draw statistic reads a second, independent block
+    /// (the variances' pair form).
+    pub fn reads_pair(&self) -> bool {
+        self.quantity.is_variance()
+    }
+
+    /// The per-draw statistic on the dropped block `z` (and `z_alt`, an
+    /// independent second block, read only by the variances): per feature
+    /// `(S_k − S'_k)²/2`, or whether column `k` is all zero (an entry
+    /// whose `x` is 0 counts as zero whatever its mask).
+    pub fn draw_statistic(&self, z: &[f64], z_alt: &[f64], out: &mut [f64]) {
+        let d = self.features();
+        if self.reads_pair() {
+            let (a, b) = (column_sums(z, d), column_sums(z_alt, d));
+            for ((o, a), b) in out.iter_mut().zip(a).zip(b) {
+                *o = half_squared_difference(a, b);
+            }
+        } else {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = indicator(
+                    z.iter()
+                        .zip(&self.x)
+                        .skip(k)
+                        .step_by(d)
+                        .all(|(&z, &x)| z == 0.0 || x == 0.0),
+                );
+            }
+        }
+    }
+
+    /// One pass of the subject's dropout on the block, with the claim's
+    /// mask shape.
+    fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error> {
+        let n = self.x.len();
+        let (mut z, mut m) = (vec![0.0; n], vec![false; n]);
+        s.dropout.forward_positions(
+            BlockPass::new(
+                TrainPass::new(&self.x, &mut z, &mut m),
+                self.positions,
+                self.quantity.mask_shape(),
+            ),
+            self.p,
+            rng,
+        )?;
+        Ok(z)
+    }
+
+    /// The mask bits of its shape: one per entry (independent), one per
+    /// feature broadcast to every row (shared).
+    fn mask_bits(&self) -> usize {
+        if self.quantity.shared() {
+            self.features()
+        } else {
+            self.x.len()
+        }
+    }
+}
+
+/// The `d` column sums of a row-major block.
+fn column_sums(z: &[f64], d: usize) -> Vec<f64> {
+    let mut s = vec![0.0; d];
     for (i, v) in z.iter().enumerate() {
-        s[i % D] += v;
+        s[i % d] += v;
     }
     s
 }
 
-fn variance_draw(
-    s: &Subject,
-    shape: MaskShape,
-    rng: &mut Stream,
-    out: &mut [f64],
-) -> Result<(), Error> {
-    let (a, b) = (
-        column_sums(&pass(s, shape, rng)?),
-        column_sums(&pass(s, shape, rng)?),
-    );
-    for k in 0..D {
-        out[k] = half_squared_difference(a[k], b[k]);
+impl Claim for MaskShapeClaim {
+    fn card(&self) -> Card {
+        self.card_with(self.statistic())
     }
-    Ok(())
-}
-
-fn zero_column_draw(
-    s: &Subject,
-    shape: MaskShape,
-    rng: &mut Stream,
-    out: &mut [f64],
-) -> Result<(), Error> {
-    let z = pass(s, shape, rng)?;
-    for (k, o) in out.iter_mut().enumerate() {
-        *o = indicator(z.iter().skip(k).step_by(D).all(|v| *v == 0.0));
+    fn analytic(&self) -> Result<Vec<f64>, Error> {
+        self.closed_form()
     }
-    Ok(())
-}
-
-/// The mask bits of a shape: one per entry (independent), one per feature
-/// broadcast to every row (shared).
-fn mask_bits(shared: bool) -> usize {
-    if shared { D } else { T * D }
-}
-
-/// The column sums `S_k = Σ_t m_tk x_tk / q` of one mask.
-fn masked_column_sums(mask: &[bool], shared: bool, q: f64) -> [f64; D] {
-    let mut s = [0.0; D];
-    for (i, x) in X.iter().enumerate() {
-        let m = if shared { mask[i % D] } else { mask[i] };
-        if m {
-            s[i % D] += x / q;
+    /// Var S_k by enumeration (the independent case over all `T·d` masks,
+    /// the shared case over `d` feature masks broadcast to every row), or
+    /// the all-zero indicators over the same masks.
+    fn oracle(&self) -> Result<Option<Oracle>, Error> {
+        let (rate, d, shared) = (self.rate()?, self.features(), self.quantity.shared());
+        let q = rate.q();
+        let bit = |mask: &[bool], i: usize| if shared { mask[i % d] } else { mask[i] };
+        if self.reads_pair() {
+            let raw = enumerate_masks(self.mask_bits(), rate, 2 * d, |mask, out| {
+                let mut s = vec![0.0; d];
+                for (i, x) in self.x.iter().enumerate() {
+                    if bit(mask, i) {
+                        s[i % d] += x / q;
+                    }
+                }
+                for k in 0..d {
+                    out[k] = s[k];
+                    out[d + k] = s[k] * s[k];
+                }
+            })?;
+            return Ok(Some(raw.variances()));
+        }
+        let positions = self.positions;
+        Ok(Some(enumerate_masks(
+            self.mask_bits(),
+            rate,
+            d,
+            |mask, out| {
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = indicator((0..positions).all(|t| !bit(mask, t * d + k)));
+                }
+            },
+        )?))
+    }
+    fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        pass_means(
+            subject,
+            budget,
+            self.features(),
+            self.reads_pair(),
+            |s, rng| self.pass(s, rng),
+            |z, z_alt, out| self.draw_statistic(z, z_alt, out),
+        )
+    }
+    fn fast_path(&self) -> Option<FastPath> {
+        match self.quantity {
+            Quantity::IndependentVariance | Quantity::SharedVariance if self.features() != D => None,
+            _ => Some(FastPath::Masks),
         }
     }
-    s
-}
-
-/// Var S_k by enumeration: the independent case over all `T·d` masks, the
-/// shared case over `d` feature masks broadcast to every row.
-fn variance_oracle(shared: bool) -> Result<Oracle, Error> {
-    let q = rate()?.q();
-    let raw = enumerate_masks(mask_bits(shared), rate()?, 2 * D, |mask, out| {
-        let s = masked_column_sums(mask, shared, q);
-        for k in 0..D {
-            out[k] = s[k];
-            out[D + k] = s[k] * s[k];
+    /// The independent variance: column `k`'s sum `S_k = Σ_t m_tk x_tk / q`
+    /// is a masked sum over its `T` independent bits, reduced to its
+    /// variance. The shared variance's pair form is a scaled count and the
+    /// zero columns are indicators: their statistics fix their laws.
+    fn law(&self) -> Law {
+        match self.quantity {
+            Quantity::IndependentVariance => {
+                let d = self.features();
+                let components = (0..d)
+                    .map(|k| Draw::MaskedSum {
+                        weights: self.x.iter().skip(k).step_by(d).copied().collect(),
+                        p: self.p,
+                    })
+                    .collect();
+                Law::Draws {
+                    components,
+                    estimator: Estimator::Variance,
+                }
+            }
+            _ => Law::implied_by(self.statistic()),
         }
-    })?;
-    Ok(raw.variances())
-}
-
-/// The statistic `mask_shape.independent_variance` declares: each column
-/// sum is the inverted-dropout sum of its `T` entries
-/// ([`CentralMoments::of_dropped_sum`]), and the fast path runs its
-/// single-draw sample variance, an implementation the pair form of two
-/// passes; the larger skewness of the two over the three columns
-/// ([`CentralMoments::variance_skewness_on_either_path`]).
-fn independent_variance_statistic() -> Statistic {
-    let skewness = (0..D)
-        .map(|k| {
-            let column: Vec<f64> = X.iter().skip(k).step_by(D).copied().collect();
-            CentralMoments::of_dropped_sum(&column, 1.0 - P).variance_skewness_on_either_path()
-        })
-        .fold(0.0, f64::max);
-    Statistic::Mean { skewness }
-}
-
-/// The law `mask_shape.independent_variance` declares: column `k`'s sum
-/// `S_k = Σ_t m_tk x_tk / q` is a masked sum over its `T` independent bits,
-/// reduced to its variance.
-fn independent_variance_law() -> Law {
-    let components = (0..D)
-        .map(|k| Draw::MaskedSum {
-            weights: X.iter().skip(k).step_by(D).copied().collect(),
-            p: P,
-        })
-        .collect();
-    Law::Draws {
-        components,
-        estimator: Estimator::Variance,
     }
-}
-
-fn zero_column_oracle(shared: bool) -> Result<Oracle, Error> {
-    enumerate_masks(mask_bits(shared), rate()?, D, |mask, out| {
-        for (k, o) in out.iter_mut().enumerate() {
-            *o = indicator(if shared {
-                !mask[k]
-            } else {
-                (0..T).all(|t| !mask[t * D + k])
-            });
+    /// The bit-mask estimators; the variances' are compiled for the seed's
+    /// width `d = 3` and are not offered at another.
+    fn fast_estimate(&self, budget: Budget) -> Option<Result<Vec<Estimate>, Error>> {
+        let (x, t, p, d) = (&self.x, self.positions, self.p, self.features());
+        match self.quantity {
+            Quantity::IndependentVariance if d == D => {
+                Some(fast::column_sum_variances::<D>(x, t, false, p, budget))
+            }
+            Quantity::SharedVariance if d == D => {
+                Some(fast::shared_column_pair_variances::<D>(x, t, p, budget))
+            }
+            Quantity::IndependentVariance | Quantity::SharedVariance => None,
+            Quantity::IndependentZeroColumn | Quantity::SharedZeroColumn => Some(
+                fast::zero_column_probabilities(t, d, self.quantity.shared(), p, budget),
+            ),
         }
-    })
+    }
 }
 
 /// The shape a layer actually uses when asked for `requested`, judged from
@@ -196,94 +410,11 @@ pub fn default_shape_draws() -> (u64, f64) {
     (draws, miss)
 }
 
-// A data table: two quantities (column variance, all-zero column) under two
-// mask shapes, so the entries of one quantity share a shape and differ in
-// the mask shape they name.
-static CLAIMS: std::sync::LazyLock<Vec<FnClaim>> = std::sync::LazyLock::new(|| {
-    vec![
-        FnClaim {
-            card: Card::new(
-                "mask_shape.independent_variance",
-                "mask_shape",
-                "T=4, d=3, independent: Var S_k = (p/q) sum_t x_tk^2",
-                Shape::Vector,
-                200_000,
-            )
-            .with_statistic(independent_variance_statistic()),
-            analytic: || Ok(f::independent_variance(&X, D, rate()?)),
-            oracle: Some(|| variance_oracle(false)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    variance_draw(s, MaskShape::Independent, rng, out)
-                })
-            },
-            fast: Some(|b| fast::column_sum_variances::<D>(&X, T, false, P, b)),
-            law: Some(independent_variance_law),
-        },
-        FnClaim {
-            card: Card::new(
-                "mask_shape.shared_variance",
-                "mask_shape",
-                "shared over positions: Var S_k = (p/q) (sum_t x_tk)^2",
-                Shape::Vector,
-                200_000,
-            )
-            // S_k is one unit carrying the feature's total: its pair form is
-            // a scaled count, on both paths.
-            .with_statistic(Statistic::unit_pair_form(P)),
-            analytic: || Ok(f::shared_variance(&X, D, rate()?)),
-            oracle: Some(|| variance_oracle(true)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    variance_draw(s, MaskShape::SharedOverPositions, rng, out)
-                })
-            },
-            fast: Some(|b| fast::shared_column_pair_variances::<D>(&X, T, P, b)),
-            law: None,
-        },
-        FnClaim {
-            card: Card::new(
-                "mask_shape.independent_zero_column",
-                "mask_shape",
-                "independent: P(column k all zero) = p^T",
-                Shape::Vector,
-                200_000,
-            )
-            .with_statistic(Statistic::Indicator { trials: 1 }),
-            analytic: || Ok(f::zero_column_probability(T, D, false, rate()?)),
-            oracle: Some(|| zero_column_oracle(false)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    zero_column_draw(s, MaskShape::Independent, rng, out)
-                })
-            },
-            fast: Some(|b| fast::zero_column_probabilities(T, D, false, P, b)),
-            law: None,
-        },
-        FnClaim {
-            card: Card::new(
-                "mask_shape.shared_zero_column",
-                "mask_shape",
-                "shared: P(column k all zero) = p",
-                Shape::Vector,
-                200_000,
-            )
-            .with_statistic(Statistic::Indicator { trials: 1 }),
-            analytic: || Ok(f::zero_column_probability(T, D, true, rate()?)),
-            oracle: Some(|| zero_column_oracle(true)),
-            estimate: |s, b| {
-                sample_means(s, b, D, |s, rng, out| {
-                    zero_column_draw(s, MaskShape::SharedOverPositions, rng, out)
-                })
-            },
-            fast: Some(|b| fast::zero_column_probabilities(T, D, true, P, b)),
-            law: None,
-        },
-    ]
-});
+static AT_SEED: std::sync::LazyLock<Vec<MaskShapeClaim>> =
+    std::sync::LazyLock::new(|| at(&X, T, P));
 
 /// The family's claims in report order (named and described in
-/// [`super::families`]).
+/// [`super::families`]): [`at`] the seed's block and rate.
 pub fn claims() -> Vec<&'static dyn Claim> {
-    listed(&CLAIMS)
+    listed(&AT_SEED)
 }
