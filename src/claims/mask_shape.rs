@@ -328,7 +328,9 @@ impl Claim for MaskShapeClaim {
     }
     fn fast_path(&self) -> Option<FastPath> {
         match self.quantity {
-            Quantity::IndependentVariance | Quantity::SharedVariance if self.features() != D => None,
+            Quantity::IndependentVariance | Quantity::SharedVariance if self.features() != D => {
+                None
+            }
             _ => Some(FastPath::Masks),
         }
     }
