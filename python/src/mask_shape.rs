@@ -342,7 +342,7 @@ pub fn mask_shape_causes(results: &[ClaimResult]) -> Vec<String> {
              the axes given (an elementwise mask, or one shared over other axes); check shared_axes"
                 .into(),
         );
-    } else if failed(MEAN) && failed("semantics.survivors_exact") {
+    } else if failed(MEAN) && failed(dropmc::claims::semantics::ids::SURVIVORS_EXACT) {
         causes.push(
             "the kept values are not x/q: the survivors' scale is wrong (x*q, x/p), or the layer \
              runs at another rate than the p declared"
