@@ -14,8 +14,10 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dropmc::engine::{Budget, CHUNK, stream};
-use dropmc::fast::bench::{EPS, Workload, workload_attention, workload_x};
-use dropmc::fast::{FastAttention, FastNorm, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on};
+use dropmc::ops::fast::bench::{EPS, Workload, workload_attention, workload_x};
+use dropmc::ops::fast::{
+    FastAttention, FastNorm, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on,
+};
 
 /// One W1 block: 64 masks of 512 units, as 512 words.
 fn mask_bits(c: &mut Criterion) {

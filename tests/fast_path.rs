@@ -10,7 +10,7 @@ mod common;
 
 use dropmc::engine::{Budget, CHUNK};
 use dropmc::exact::enumerate_masks;
-use dropmc::fast::{
+use dropmc::ops::fast::{
     BernoulliBits, FastAttention, FastCompound, FastNorm, FastSite, Isa, MaskBits, NormEstimates,
     ReferenceAttention, ReferenceNorm, SiteNorm, Xoshiro8, run_chunks_with_progress,
 };
@@ -259,9 +259,9 @@ impl SiteKernels {
     fn sum_bits(&self, budget: Budget, isa: Isa) -> Vec<u64> {
         let mut bits = Vec::new();
         for sums in [
-            dropmc::fast::run_chunks_on(&self.bypass, budget, isa),
-            dropmc::fast::run_chunks_on(&self.terms, budget, isa),
-            dropmc::fast::run_chunks_on(&self.compound, budget, isa),
+            dropmc::ops::fast::run_chunks_on(&self.bypass, budget, isa),
+            dropmc::ops::fast::run_chunks_on(&self.terms, budget, isa),
+            dropmc::ops::fast::run_chunks_on(&self.compound, budget, isa),
         ] {
             bits.extend(sums.unwrap().iter().map(|s| s.to_bits()));
         }
@@ -357,14 +357,14 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     let attention = FastAttention::new(&a, &v, 0.1).unwrap();
     let sites = site_kernels(130);
     let run = |isa: Isa| {
-        let mut bits: Vec<u64> = dropmc::fast::run_chunks_on(&norm, budget, isa)
+        let mut bits: Vec<u64> = dropmc::ops::fast::run_chunks_on(&norm, budget, isa)
             .unwrap()
             .iter()
             .map(|s| s.to_bits())
             .collect();
-        let wide = dropmc::fast::run_chunks_on(&wide, budget, isa).unwrap();
+        let wide = dropmc::ops::fast::run_chunks_on(&wide, budget, isa).unwrap();
         bits.extend(wide.iter().map(|s| s.to_bits()));
-        let attention = dropmc::fast::run_chunks_on(&attention, budget, isa).unwrap();
+        let attention = dropmc::ops::fast::run_chunks_on(&attention, budget, isa).unwrap();
         bits.extend(attention.iter().map(|s| s.to_bits()));
         bits.extend(sites.sum_bits(budget, isa));
         bits
@@ -405,7 +405,7 @@ fn progress_reports_each_block_and_changes_no_bit() {
         seen.borrow_mut().push(done)
     })
     .unwrap();
-    let without = dropmc::fast::run_chunks_on(&norm, budget, Isa::best()).unwrap();
+    let without = dropmc::ops::fast::run_chunks_on(&norm, budget, Isa::best()).unwrap();
     let bits = |v: &[f64]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&with), bits(&without));
     let seen = seen.into_inner();

@@ -21,12 +21,12 @@
 //!
 //! The other tests make no statistical assertion.
 
+use dropmc::Error;
 use dropmc::claims::registry;
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
-use dropmc::error::Error;
 use dropmc::eval::norm::{self, CompoundParams};
 use dropmc::eval::{EvalOutput, LayerNormParams};
-use dropmc::fast::{FastSite, SiteNorm};
+use dropmc::ops::fast::{FastSite, SiteNorm};
 use dropmc::ops::{InvertedDropout, LayerNorm, RmsNorm, Site, Subject};
 use dropmc::stats::Estimate;
 

@@ -676,7 +676,7 @@ fn the_claims_declare_the_skewness_derived_here_independently() {
         let Statistic::Mean { skewness } = claim.statistic() else {
             panic!("{id}: {:?}", claim.statistic());
         };
-        let tol = 2.0 * dropmc::tolerance::bound(1e5, derived.max(1.0));
+        let tol = 2.0 * dropmc::stats::tolerance::bound(1e5, derived.max(1.0));
         assert!(
             (skewness - derived).abs() <= tol,
             "{id}: declares {skewness}, derived {derived}"
@@ -727,7 +727,7 @@ fn the_per_unit_variance_runs_the_pair_form_it_declares() {
         // The mean is within γ_{16n} of c J / n (tolerance.rs,
         // TWO_POINT_ROUNDINGS_PER_DRAW), so the count within n γ_{16n} of J.
         let n = budget.samples as f64;
-        let slack = n * dropmc::tolerance::two_point_accumulation(n);
+        let slack = n * dropmc::stats::tolerance::two_point_accumulation(n);
         assert!((count - count.round()).abs() <= slack, "x = {x}: {count}");
         let _ = f::unit_variance(x, rate);
     }

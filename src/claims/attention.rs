@@ -6,8 +6,8 @@
 //! On an implementation under test each draw runs the subject's
 //! [`forward_attention`] twice, independently (`b`, `b'`), for the variance
 //! statistics `(R − R')²/2`. On the mathematics every claim uses the
-//! bit-mask estimators of [`crate::fast::attention_row`] (one mask per
-//! sample; variances as sample variances, [`crate::fast::PowerSums`]).
+//! bit-mask estimators of [`crate::ops::fast::attention_row`] (one mask per
+//! sample; variances as sample variances, [`crate::ops::fast::PowerSums`]).
 //! Each claim's mean test declares the skewness of the estimator it runs,
 //! from its statistic's exact law.
 //!
@@ -19,8 +19,8 @@ use super::{Claim, listed};
 use crate::engine::Stream;
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
-use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
+use crate::ops::fast::attention_row as fast;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::stats::{CentralMoments, Statistic, two_point_skewness};
 

@@ -1,7 +1,7 @@
 //! The mask-shape family: independent versus shared-over-positions masks on
 //! a `4 × 3` block. Derivations: [`crate::formulas::mask_shape`]. Oracles
 //! enumerate all masks (2^12 independent, 2^3 shared). On the mathematics
-//! every claim uses the bit-mask estimators of [`crate::fast::mask_shape`]:
+//! every claim uses the bit-mask estimators of [`crate::ops::fast::mask_shape`]:
 //! one mask per sample, the independent variance as a sample variance (its
 //! test declares that estimator's skewness from the exact law), the shared
 //! variance as the pair form of one unit carrying the feature's total (a
@@ -13,8 +13,8 @@ use super::{Claim, listed};
 use crate::engine::{Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
-use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
+use crate::ops::fast::mask_shape as fast;
 use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
 use crate::stats::{CentralMoments, Statistic};
 

@@ -12,7 +12,7 @@
 use super::norm_config::{Config, Stat};
 use crate::engine::Budget;
 use crate::error::Error;
-use crate::fast::{FastCompound, FastSite, SiteNorm};
+use crate::ops::fast::{FastCompound, FastSite, SiteNorm};
 use crate::stats::Estimate;
 
 /// The fast estimate of `stat` on `config`, or `None` where the fast path

@@ -32,12 +32,8 @@ pub enum SeriesStyle {
 }
 
 impl SeriesStyle {
-    /// A solid line without markers.
-    pub const LINE: SeriesStyle = SeriesStyle::Line(Dash::Solid, None);
     /// A dashed line without markers (a prediction or a reference value).
     pub const DASHED: SeriesStyle = SeriesStyle::Line(Dash::Dashed, None);
-    /// Circles with error bars.
-    pub const POINTS: SeriesStyle = SeriesStyle::Points(Marker::Circle);
 }
 
 /// One named series.

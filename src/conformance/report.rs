@@ -82,8 +82,8 @@ pub fn select(registry: &Registry, options: &Options) -> Result<Vec<&'static dyn
 ///
 /// ```
 /// use dropmc::ops::Subject;
-/// use dropmc::registry::Registry;
-/// use dropmc::report::{self, Options};
+/// use dropmc::Registry;
+/// use dropmc::conformance::report::{self, Options};
 ///
 /// let options = Options { family: Some("dropout".into()), samples: Some(20_000), ..Options::default() };
 /// let report = report::run(&Registry::default(), &Subject::reference(), &options).unwrap();

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::{INTERVAL_LEVEL, PowerRow, PowerRun, SeedRate};
-use crate::report;
+use crate::conformance::report;
 use crate::table::{Table, wrap_text};
 
 /// The power table: the reference's false-alarm row, then every candidate,

@@ -115,7 +115,7 @@ use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::ops::{LayerNorm, RmsNorm, Site};
 use crate::stats::Estimate;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// The norm after the site.
 #[derive(Debug, Clone, Copy)]
