@@ -14,9 +14,9 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dropmc::engine::{Budget, CHUNK, stream};
-use dropmc::fast::attention_row::row_sums_kernel;
-use dropmc::fast::bench::{EPS, Workload, workload_attention, workload_x};
-use dropmc::fast::{FastSite, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on};
+use dropmc::ops::fast::attention_row::row_sums_kernel;
+use dropmc::ops::fast::bench::{EPS, Workload, workload_attention, workload_x};
+use dropmc::ops::fast::{FastSite, Isa, MaskBits, SubsetTables, Xoshiro8, run_chunks_on};
 use dropmc::ops::{AnyNorm, LayerNorm, Site};
 
 /// One W1 block: 64 masks of 512 units, as 512 words.

@@ -11,11 +11,11 @@
 use std::time::Instant;
 
 use dropmc::engine::Budget;
-use dropmc::fast::bench::{cpu_seconds, workload_x};
-use dropmc::fast::{FastSite, Isa, run_chunks_with_progress};
+use dropmc::ops::fast::bench::{cpu_seconds, workload_x};
+use dropmc::ops::fast::{FastSite, Isa, run_chunks_with_progress};
 use dropmc::ops::{AnyNorm, LayerNorm, Site};
 
-fn main() -> Result<(), dropmc::error::Error> {
+fn main() -> Result<(), dropmc::Error> {
     let mut args = std::env::args().skip(1);
     let d: usize = args.next().map_or(100_000, |a| a.parse().expect("D"));
     let masks: u64 = args.next().map_or(1_000_000, |a| a.parse().expect("MASKS"));

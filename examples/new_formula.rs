@@ -35,16 +35,12 @@
 
 use std::process::ExitCode;
 
-use dropmc::Error;
-use dropmc::claims::{Card, Claim, SamplerKind, Shape};
-use dropmc::engine::{Budget, Sampler, Stream, estimate};
-use dropmc::eval::{EvalOutput, EvalQuantity, EvalResult, Values, monte_carlo};
-use dropmc::exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
-use dropmc::input::{read_list, read_number};
-use dropmc::ops::{Rate, Subject, TrainPass};
-use dropmc::registry::{Family, Registry};
-use dropmc::report::{self, Options};
-use dropmc::stats::Estimate;
+use dropmc::conformance::report::{self, Options};
+use dropmc::{
+    Budget, Card, Claim, Error, Estimate, EvalOutput, EvalQuantity, EvalResult, Family,
+    MAX_ENUMERATION_D, Oracle, Rate, Registry, Sampler, SamplerKind, Shape, Stream, Subject,
+    TrainPass, Values, enumerate_masks, estimate, monte_carlo, read_list, read_number,
+};
 
 /// The claim's configuration.
 const X: [f64; 4] = [0.5, -1.0, 2.0, 1.5];

@@ -27,12 +27,13 @@
 //!    family's formulas on your input beside the exact value and a Monte
 //!    Carlo estimate ([`eval`]).
 //! 6. **Your layer.** Implement [`ops::DropoutLayer`] and run
-//!    [`conformance`]; the [`mutants`] show what the claims catch.
+//!    [`conformance`]; the [`conformance::mutants`] show what the claims
+//!    catch.
 //! 7. **A new formula.** `examples/new_formula.rs` adds one end to end.
 //!
 //! ## How to read a claim
 //!
-//! A [`claims::Claim`] is one statement: a closed form
+//! A [`Claim`] is one statement: a closed form
 //! ([`formulas`]), an exact oracle ([`exact`]) where one exists, and a Monte
 //! Carlo estimator run by the [`engine`]. [`claims::check`] compares them
 //! with the statistics of [`stats`]: every component is a two-sided z-test at
@@ -43,41 +44,60 @@
 //!
 //! ## Map
 //!
+//! The public modules are the extension API; everything else is internal.
+//!
 //! * [`engine`] — seeded portable streams, the parallel deterministic loop;
-//! * [`stats`] — accumulators, z-tests, the false-alarm budget;
+//! * [`stats`] — accumulators, z-tests, the false-alarm budget, and
+//!   [`stats::tolerance`] (every rounding bound counted in roundings);
 //! * [`ops`] — the layers under test and the conformance trait
 //!   [`ops::DropoutLayer`]; LayerNorm, RMSNorm and dropout sites
-//!   `y = h + Σ dropout(v_j)`;
+//!   `y = h + Σ dropout(v_j)`; their SIMD kernels ([`ops::fast`]) and the
+//!   framework adapters ([`ops::adapters`], behind `candle` / `burn`);
 //! * [`formulas`] — closed forms and derivations, one family per file;
 //! * [`exact`] — enumeration oracles;
-//! * [`claims`] — claims and the registry;
-//! * [`conformance`] — run the claims against any dropout layer;
-//! * [`mutants`] — known-wrong layers and the kill matrix;
-//! * [`report`], [`eval`], [`cli`], [`table`] — what users see;
-//! * [`stack`] — the deep-stack BatchNorm experiment;
-//! * [`verify`] — calibration and power of the suite itself across seeds.
+//! * [`claims`] — the claims, one file per family; the open registry
+//!   ([`Registry`], [`Family`]) is re-exported at the crate root;
+//! * [`eval`] — the formulas on your numbers, and the deep-stack BatchNorm
+//!   experiment ([`eval::stack`]);
+//! * [`audit`] — the per-token audit of captured sites;
+//! * [`conformance`] — run the claims against any dropout layer: the
+//!   report ([`conformance::report`]), the known-wrong layers and the kill
+//!   matrix ([`conformance::mutants`]), calibration and power of the suite
+//!   across seeds ([`conformance::verify`]);
+//! * `cli` — the `dropmc` command line, its tables, plots and progress
+//!   (the `cli` cargo feature, on by default; the Python binding builds
+//!   without it).
+//!
+//! The types an external family needs are re-exported here: a claim
+//! ([`Claim`], [`Card`], [`Kind`], [`Shape`]), what it samples ([`Subject`],
+//! [`DropoutLayer`], [`Rate`], [`Budget`], [`Sampler`], [`estimate`],
+//! [`Oracle`], [`Statistic`], [`Estimate`]), where it goes ([`Family`],
+//! [`Registry`], [`Figure`]) and what can go wrong ([`Error`]).
 
-pub mod adapters;
+mod error;
+mod plot;
+mod registry;
+mod table;
+
 pub mod audit;
 pub mod claims;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod conformance;
 pub mod engine;
-pub mod error;
 pub mod eval;
 pub mod exact;
-pub mod fast;
 pub mod formulas;
-pub mod input;
-pub mod mutants;
 pub mod ops;
-pub mod plot;
-pub mod registry;
-pub mod report;
-pub mod stack;
 pub mod stats;
-pub mod table;
-pub mod tolerance;
-pub mod verify;
 
-pub use error::Error;
+pub use claims::{Card, Claim, ClaimResult, Kind, SamplerKind, Shape, Verdict, check};
+pub use engine::{Budget, Sampler, Stream, estimate};
+pub use error::{Error, check_finite_vec, check_len};
+pub use eval::input::{read_list, read_number};
+pub use eval::{EvalOutput, EvalQuantity, EvalResult, Values, monte_carlo};
+pub use exact::{MAX_ENUMERATION_D, Oracle, enumerate_masks};
+pub use ops::{DropoutLayer, Rate, Subject, TrainPass};
+pub use plot::Figure;
+pub use registry::{Family, Registry};
+pub use stats::{Estimate, Statistic};

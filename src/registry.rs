@@ -19,7 +19,7 @@
 //! an edit inside `src/`. `examples/new_formula.rs` does this end to end.
 //!
 //! ```
-//! use dropmc::registry::Registry;
+//! use dropmc::Registry;
 //!
 //! let registry = Registry::default();
 //! let layernorm = registry.family("layernorm").unwrap();
@@ -43,8 +43,8 @@ use crate::plot::{self, Figure};
 /// use dropmc::claims::{Card, Shape};
 /// use dropmc::claims::fn_claim::{FnClaim, sample_means};
 /// use dropmc::ops::{Subject, TrainPass};
-/// use dropmc::registry::{Family, Registry};
-/// use dropmc::report::{self, Options};
+/// use dropmc::{Family, Registry};
+/// use dropmc::conformance::report::{self, Options};
 ///
 /// const X: [f64; 3] = [1.0, -2.0, 0.5];
 /// static MEAN: FnClaim = FnClaim {

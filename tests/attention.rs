@@ -11,7 +11,7 @@ use proptest::prelude::*;
 /// exact value. Distinct row sums of the cases here differ by at least 0.01,
 /// far beyond that, so the grouping is unambiguous.
 fn same_row_sum(a: f64, b: f64) -> bool {
-    (a - b).abs() <= 2.0 * dropmc::tolerance::bound(16.0, 20.0)
+    (a - b).abs() <= 2.0 * dropmc::stats::tolerance::bound(16.0, 20.0)
 }
 
 /// `(E[R], Var R)` and the row-sum distribution over all masks of `a`.

@@ -4,7 +4,7 @@ mod common;
 
 use common::{assert_mc_within, assert_same_len, dropmc, numbers};
 
-use dropmc::tolerance;
+use dropmc::stats::tolerance;
 use serde_json::Value;
 
 /// Roundings between the hand-written values and the crate's formula or its

@@ -13,16 +13,16 @@
 
 mod common;
 
+use dropmc::Error;
 use dropmc::claims::{Card, Claim, registry};
+use dropmc::conformance::verify::Replication;
+use dropmc::conformance::verify::calibrate::{
+    Calibration, CalibrationOptions, calibrate, calibrate_claims, table,
+};
 use dropmc::engine::Budget;
-use dropmc::error::Error;
 use dropmc::exact::Oracle;
 use dropmc::ops::Subject;
 use dropmc::stats::{Estimate, assertion_alpha};
-use dropmc::verify::Replication;
-use dropmc::verify::calibrate::{
-    Calibration, CalibrationOptions, calibrate, calibrate_claims, table,
-};
 
 /// Seeds of the reference check: at least the 11 seeds at which a KS test
 /// at the level 10⁻¹⁰ can flag at all (`dropmc::stats::min_sample_for`),
@@ -309,7 +309,7 @@ fn deterministic_rules_are_explained_not_ks_tested() {
         flag_alpha: 0.01,
     };
     let c = calibrate(
-        &dropmc::registry::Registry::default(),
+        &dropmc::Registry::default(),
         &Subject::reference(),
         &options,
         |_, _| {},

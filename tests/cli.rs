@@ -4,7 +4,7 @@ mod common;
 
 use common::{assert_mc_within, assert_rejected, assert_same_len, dropmc, numbers};
 
-use dropmc::tolerance;
+use dropmc::stats::tolerance;
 use serde_json::Value;
 
 /// Draws of `eval` when `--samples` is not given.

@@ -4,8 +4,8 @@ mod common;
 
 use dropmc::claims::dropout::{PairSampler, UNIT_P, UNIT_X};
 use dropmc::engine::{Budget, CHUNK, estimate};
-use dropmc::fast::Isa;
 use dropmc::ops::Subject;
+use dropmc::ops::fast::Isa;
 
 fn run_on(threads: usize, budget: Budget) -> (Vec<u64>, Vec<u64>) {
     let pool = rayon::ThreadPoolBuilder::new()

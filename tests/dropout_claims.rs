@@ -8,9 +8,9 @@
 mod common;
 
 use dropmc::claims::{Verdict, check};
+use dropmc::conformance::report::{Options, run};
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::ops::Subject;
-use dropmc::report::{Options, run};
 
 /// Seeds other than the default under which the family must also pass.
 pub const OTHER_SEEDS: [u64; 2] = [2, 3];
@@ -26,7 +26,7 @@ fn every_dropout_claim_passes_under_other_seeds() {
             family: Some("dropout".into()),
         };
         let report = run(
-            &dropmc::registry::Registry::default(),
+            &dropmc::Registry::default(),
             &Subject::reference(),
             &options,
         )
@@ -61,7 +61,7 @@ fn every_exact_oracle_agrees_with_its_closed_form() {
 fn a_wrong_scale_fails_the_moment_claims() {
     // A deliberate failure: no false-alarm budget is spent (the assertion is
     // that the test rejects, which is power, not size).
-    let divides_by_p = dropmc::mutants::gallery()
+    let divides_by_p = dropmc::conformance::mutants::gallery()
         .into_iter()
         .find(|m| m.id == "divide_by_p")
         .expect("in the gallery");

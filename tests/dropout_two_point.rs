@@ -56,7 +56,7 @@ fn the_per_unit_variance_runs_the_pair_form_it_declares() {
         // The mean is within γ_{16n} of c J / n (tolerance.rs,
         // TWO_POINT_ROUNDINGS_PER_DRAW), so the count within n γ_{16n} of J.
         let n = budget.samples as f64;
-        let slack = n * dropmc::tolerance::two_point_accumulation(n);
+        let slack = n * dropmc::stats::tolerance::two_point_accumulation(n);
         assert!((count - count.round()).abs() <= slack, "x = {x}: {count}");
         let _ = f::unit_variance(x, rate);
     }

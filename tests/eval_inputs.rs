@@ -61,7 +61,7 @@ fn observing_progress_changes_nothing() {
     let plain = dropmc::eval::norm::ln(&x, 0.2, LayerNormParams::plain(1e-5), budget).unwrap();
     let last = Arc::new(AtomicU64::new(0));
     let seen = Arc::clone(&last);
-    let observed = dropmc::fast::observe_progress(
+    let observed = dropmc::ops::fast::observe_progress(
         Box::new(move |done, total| {
             assert!(done <= total);
             seen.store(done, Ordering::Relaxed);

@@ -12,8 +12,8 @@ mod common;
 use dropmc::claims::norm::{Config, SiteSampler, Stat};
 use dropmc::engine::{Budget, CHUNK, estimate};
 use dropmc::exact::enumerate_masks;
-use dropmc::fast::attention_row::{row_sums, row_sums_kernel};
-use dropmc::fast::{
+use dropmc::ops::fast::attention_row::{row_sums, row_sums_kernel};
+use dropmc::ops::fast::{
     BernoulliBits, FastCompound, FastSite, Isa, MaskBits, SiteEstimates, Xoshiro8,
     run_chunks_with_progress,
 };
@@ -273,9 +273,9 @@ impl SiteKernels {
     fn sum_bits(&self, budget: Budget, isa: Isa) -> Vec<u64> {
         let mut bits = Vec::new();
         for sums in [
-            dropmc::fast::run_chunks_on(&self.bypass, budget, isa),
-            dropmc::fast::run_chunks_on(&self.terms, budget, isa),
-            dropmc::fast::run_chunks_on(&self.compound, budget, isa),
+            dropmc::ops::fast::run_chunks_on(&self.bypass, budget, isa),
+            dropmc::ops::fast::run_chunks_on(&self.terms, budget, isa),
+            dropmc::ops::fast::run_chunks_on(&self.compound, budget, isa),
         ] {
             bits.extend(sums.unwrap().iter().map(|s| s.to_bits()));
         }
@@ -364,14 +364,14 @@ fn fast_path_is_bit_identical_on_every_instruction_set() {
     let attention = row_sums_kernel(&a, &v, 0.1).unwrap();
     let sites = site_kernels(130);
     let run = |isa: Isa| {
-        let mut bits: Vec<u64> = dropmc::fast::run_chunks_on(&norm, budget, isa)
+        let mut bits: Vec<u64> = dropmc::ops::fast::run_chunks_on(&norm, budget, isa)
             .unwrap()
             .iter()
             .map(|s| s.to_bits())
             .collect();
-        let wide = dropmc::fast::run_chunks_on(&wide, budget, isa).unwrap();
+        let wide = dropmc::ops::fast::run_chunks_on(&wide, budget, isa).unwrap();
         bits.extend(wide.iter().map(|s| s.to_bits()));
-        let attention = dropmc::fast::run_chunks_on(&attention, budget, isa).unwrap();
+        let attention = dropmc::ops::fast::run_chunks_on(&attention, budget, isa).unwrap();
         bits.extend(attention.iter().map(|s| s.to_bits()));
         bits.extend(sites.sum_bits(budget, isa));
         bits
@@ -412,7 +412,7 @@ fn progress_reports_each_block_and_changes_no_bit() {
         seen.borrow_mut().push(done)
     })
     .unwrap();
-    let without = dropmc::fast::run_chunks_on(&norm, budget, Isa::best()).unwrap();
+    let without = dropmc::ops::fast::run_chunks_on(&norm, budget, Isa::best()).unwrap();
     let bits = |v: &[f64]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&with), bits(&without));
     let seen = seen.into_inner();

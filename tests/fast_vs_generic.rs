@@ -22,12 +22,12 @@
 //!
 //! The other tests make no statistical assertion.
 
+use dropmc::Error;
 use dropmc::claims::{FastPath, registry};
 use dropmc::engine::{Budget, Sampler, Stream, estimate};
-use dropmc::error::Error;
 use dropmc::eval::norm::{self, CompoundParams};
 use dropmc::eval::{EvalOutput, LayerNormParams};
-use dropmc::fast::FastSite;
+use dropmc::ops::fast::FastSite;
 use dropmc::ops::{AnyNorm, InvertedDropout, LayerNorm, RmsNorm, Site, Subject};
 use dropmc::stats::Estimate;
 

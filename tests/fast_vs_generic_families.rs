@@ -23,7 +23,7 @@
 
 use dropmc::claims::{Claim, FastPath, registry};
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
-use dropmc::fast::{attention_row, dropout};
+use dropmc::ops::fast::{attention_row, dropout};
 use dropmc::ops::{DropoutLayer, InvertedDropout, Subject, TrainPass};
 use dropmc::stats::Estimate;
 
@@ -218,7 +218,7 @@ fn eval_attn_agrees_with_a_per_element_sampler() {
 }
 
 /// The standard error the fast path reports for a variance
-/// ([`dropmc::fast::PowerSums::variance`]) is the spread of the estimate:
+/// ([`dropmc::ops::fast::PowerSums::variance`]) is the spread of the estimate:
 /// over `R` independent replicates of `n` masks, the sample variance of the
 /// `R` estimates of `Var S` against the mean reported `SE²`. Each estimate
 /// is a mean of `n = 5000` terms, so nearly normal, and the sample variance
@@ -263,9 +263,12 @@ fn bad_input_to_the_family_kernels_is_a_typed_error() {
     assert!(attention_row::row(&[0.5, 0.5], &[1.0], 0.1, b).is_err());
     assert!(attention_row::row_sums(&[0.5, f64::INFINITY], &[1.0, 1.0], 0.1, b).is_err());
     assert!(
-        dropmc::fast::mask_shape::column_sum_variances::<3>(&[1.0; 11], 4, false, 0.3, b).is_err()
+        dropmc::ops::fast::mask_shape::column_sum_variances::<3>(&[1.0; 11], 4, false, 0.3, b)
+            .is_err()
     );
-    assert!(dropmc::fast::mask_shape::zero_column_probabilities(30, 3, false, 0.3, b).is_err());
-    assert!(dropmc::fast::ensemble::log_sum_exp_gap_kernel(&[1e3], 0.3).is_err());
-    assert!(dropmc::fast::ensemble::relu_gap_kernel(&[1.0, 2.0], &[1.0], 0.0, 0.3).is_err());
+    assert!(
+        dropmc::ops::fast::mask_shape::zero_column_probabilities(30, 3, false, 0.3, b).is_err()
+    );
+    assert!(dropmc::ops::fast::ensemble::log_sum_exp_gap_kernel(&[1e3], 0.3).is_err());
+    assert!(dropmc::ops::fast::ensemble::relu_gap_kernel(&[1.0, 2.0], &[1.0], 0.0, 0.3).is_err());
 }

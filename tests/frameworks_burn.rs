@@ -24,14 +24,14 @@ mod common;
 
 use burn::module::Module;
 use burn::nn::DropoutConfig;
-use dropmc::adapters::burn::{
+use dropmc::Error;
+use dropmc::claims::registry;
+use dropmc::conformance::report::{Options, run};
+use dropmc::ops::adapters::burn::{
     BurnBatchNorm, BurnDropout, accepts_rate, autodiff_device, layer_norm, plain_device, read,
     tensor,
 };
-use dropmc::claims::registry;
-use dropmc::error::Error;
 use dropmc::ops::{BackwardPass, DropoutLayer, EvalPass, InvertedDropout, Subject, TrainPass};
-use dropmc::report::{Options, run};
 use dropmc::stats::assertion_alpha;
 use rand::SeedableRng;
 
@@ -59,7 +59,7 @@ fn the_file_stays_within_its_budget() {
     // of the suite's rate (each side two roundings).
     let share = dropmc::stats::FAMILY_ALPHA * BURN_ASSERTION_BUDGET as f64
         / dropmc::stats::SUITE_ASSERTION_BUDGET as f64;
-    assert!(n as f64 * assertion_alpha() <= share + dropmc::tolerance::bound(4.0, share));
+    assert!(n as f64 * assertion_alpha() <= share + dropmc::stats::tolerance::bound(4.0, share));
 }
 
 #[test]
@@ -70,7 +70,7 @@ fn dropout_family_passes_against_burn() {
         family: Some("dropout".into()),
     };
     let report = run(
-        &dropmc::registry::Registry::default(),
+        &dropmc::Registry::default(),
         &Subject::with_dropout(&BurnDropout),
         &options,
     )

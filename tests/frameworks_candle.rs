@@ -24,13 +24,13 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use dropmc::adapters::candle::{CandleDropout, Norm, accepts_rate, normalize, survivor_scale};
+use dropmc::Error;
 use dropmc::claims::registry;
-use dropmc::error::Error;
+use dropmc::conformance::report::{Options, run};
+use dropmc::ops::adapters::candle::{CandleDropout, Norm, accepts_rate, normalize, survivor_scale};
 use dropmc::ops::{
     BackwardPass, DropoutLayer, EvalPass, InvertedDropout, Rate, Subject, TrainPass,
 };
-use dropmc::report::{Options, run};
 use dropmc::stats::assertion_alpha;
 use rand::SeedableRng;
 
@@ -58,7 +58,7 @@ fn the_file_stays_within_its_budget() {
     // of the suite's rate (each side two roundings).
     let share = dropmc::stats::FAMILY_ALPHA * CANDLE_ASSERTION_BUDGET as f64
         / dropmc::stats::SUITE_ASSERTION_BUDGET as f64;
-    assert!(n as f64 * assertion_alpha() <= share + dropmc::tolerance::bound(4.0, share));
+    assert!(n as f64 * assertion_alpha() <= share + dropmc::stats::tolerance::bound(4.0, share));
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn dropout_family_passes_against_candle() {
         family: Some("dropout".into()),
     };
     let report = run(
-        &dropmc::registry::Registry::default(),
+        &dropmc::Registry::default(),
         &Subject::with_dropout(&CandleDropout),
         &options,
     )

@@ -40,11 +40,11 @@
 //! rounding bound.
 #![cfg(any(feature = "candle", feature = "burn"))]
 
-use dropmc::adapters::rounding::{Precision, condition, norm_bound};
+use dropmc::Error;
 use dropmc::engine::{Budget, Sampler, Stream, derive_seed, estimate};
-use dropmc::error::Error;
 use dropmc::exact::{Oracle, Pipeline, site_expectation, site_pipeline};
 use dropmc::formulas::{bypass, layernorm, rmsnorm};
+use dropmc::ops::adapters::rounding::{Precision, condition, norm_bound};
 use dropmc::ops::{InvertedDropout, LayerNorm, Normalization, RmsNorm, Site};
 use dropmc::stats::{Estimate, assertion_alpha, critical_z, rejection_probability, z_test};
 
@@ -64,7 +64,7 @@ fn the_file_stays_within_its_budget() {
         / dropmc::stats::SUITE_ASSERTION_BUDGET as f64;
     assert!(
         FRAMEWORK_NORM_ASSERTION_BUDGET as f64 * assertion_alpha()
-            <= share + dropmc::tolerance::bound(4.0, share)
+            <= share + dropmc::stats::tolerance::bound(4.0, share)
     );
 }
 
@@ -368,7 +368,7 @@ fn check_sampled(layer: Layer) {
 #[cfg(feature = "candle")]
 mod candle {
     use super::*;
-    use dropmc::adapters::candle::{Norm, normalize};
+    use dropmc::ops::adapters::candle::{Norm, normalize};
 
     pub const FUSED_LN: Layer = Layer {
         name: "candle LayerNorm (fused, f32)",
@@ -417,11 +417,11 @@ mod candle {
 #[cfg(feature = "burn")]
 mod burn {
     use super::*;
-    use dropmc::adapters::burn::{BurnBatchNorm, layer_norm};
     use dropmc::claims::batchnorm::{BATCH, MOMENTUM, MU, SIGMA};
     use dropmc::engine::{keep, stream};
     use dropmc::formulas::batchnorm::{ema_expectation, train_variance};
     use dropmc::ops::Rate;
+    use dropmc::ops::adapters::burn::{BurnBatchNorm, layer_norm};
     use dropmc::stats::MeanAccumulator;
     use rand_distr::{Distribution, StandardNormal};
 

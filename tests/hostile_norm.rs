@@ -5,8 +5,8 @@
 //! tests/hostile.rs.) Sample counts are kept tiny (0..6): the properties are
 //! about validation and arithmetic, not about the estimates.
 
+use dropmc::Error;
 use dropmc::engine::Budget;
-use dropmc::error::Error;
 use dropmc::eval::{self, EvalOutput};
 use dropmc::formulas::{batchnorm as fbn, bypass as fb, layernorm as fl, rmsnorm as fr};
 use dropmc::ops::{BatchNorm, LayerNorm, Rate, RmsNorm, Site};
@@ -341,11 +341,11 @@ proptest! {
         width in 0usize..3, depth in 0usize..3, batch in 0usize..3, refresh_batches in 0u32..2,
         eval_examples in 0usize..3, input_mean in hostile_f64(), eps in hostile_f64(), p in hostile_p()
     ) {
-        let cfg = dropmc::stack::StackConfig {
+        let cfg = dropmc::eval::stack::StackConfig {
             width, depth, batch, refresh_batches, eval_examples, input_mean, eps,
         };
         let subject = dropmc::ops::Subject::reference();
-        if let Ok(table) = dropmc::stack::run(cfg, &[p], &subject, Budget { samples: 2, seed: 1 }) {
+        if let Ok(table) = dropmc::eval::stack::run(cfg, &[p], &subject, Budget { samples: 2, seed: 1 }) {
             prop_assert!(width > 0 && depth > 0);
             let shown = format!("{table:?}");
             prop_assert!(!shown.contains("NaN"), "{}", shown);

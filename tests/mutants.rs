@@ -8,16 +8,16 @@
 mod common;
 
 use dropmc::claims::{Verdict, check, registry};
+use dropmc::conformance::mutants::{InfiniteZ, gallery, kill_matrix, rejection_power};
 use dropmc::conformance::{self, Options};
 use dropmc::engine::DEFAULT_SEED;
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::mutants::{InfiniteZ, gallery, kill_matrix, rejection_power};
 use dropmc::ops::{InvertedDropout, MaskShape, Subject};
 use dropmc::stats::critical_z;
 use statrs::distribution::{ContinuousCDF, Normal};
 
 /// The kill test's cap on draws per claim: 1/10 of the kill matrix's default
-/// ([`dropmc::mutants::KILL_SAMPLES`]). The least certain kill at this cap is
+/// ([`dropmc::conformance::mutants::KILL_SAMPLES`]). The least certain kill at this cap is
 /// `rate_off_2pct` by `semantics.keep_fraction` (λ ≈ 11, miss ≈ 4e-6), and
 /// that mutant is also killed with certainty by the deterministic
 /// `semantics.p_zero_identity` (no dropped unit among 2000 · 11 at a 2 %

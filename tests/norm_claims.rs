@@ -8,13 +8,13 @@
 //! is spent. The Monte Carlo side of these claims runs in
 //! `tests/report_snapshot.rs`.
 
+use dropmc::Error;
 use dropmc::claims::norm::{NormClaim, mean_abs_gap};
 use dropmc::claims::order::{GapCurve, SWEEP_D};
 use dropmc::claims::{Kind, Verdict, check, compound, layernorm, rmsnorm};
+use dropmc::conformance::mutants::{Deviant, Deviation, Keep, Scale};
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::error::Error;
 use dropmc::exact::Oracle;
-use dropmc::mutants::{Deviant, Deviation, Keep, Scale};
 use dropmc::ops::{LayerNorm, Rate, RmsNorm, Subject};
 
 /// The first-order claims among the normalization claims.
@@ -141,8 +141,8 @@ fn leading_order_gaps_fall_like_one_over_d() {
                 .map(|(r, g)| r / g)
                 .fold(0.0, f64::max)
             / span;
-        let remainder_share =
-            dropmc::tolerance::ORDER_REMAINDER_FACTOR * (c.b / c.a).abs() / c.d[c.fit_from] as f64;
+        let remainder_share = dropmc::stats::tolerance::ORDER_REMAINDER_FACTOR * (c.b / c.a).abs()
+            / c.d[c.fit_from] as f64;
         assert!(
             rounding_share < remainder_share,
             "{}: rounding share {rounding_share:e} vs remainder {remainder_share:e}",

@@ -32,7 +32,7 @@ const ENUMERATION_ROUNDINGS: f64 = 2.0 * (16_384.0 + 8.0 * 14.0 + 64.0);
 /// size; moments and least-squares factors of these are of the same order),
 /// so `Σ w |f| ≤ 6 + |value|` is charged as `8 (1 + |value|)`.
 fn enumeration_agreement(value: f64) -> f64 {
-    dropmc::tolerance::bound(ENUMERATION_ROUNDINGS, 8.0 * (1.0 + value.abs()))
+    dropmc::stats::tolerance::bound(ENUMERATION_ROUNDINGS, 8.0 * (1.0 + value.abs()))
 }
 
 /// Roundings between a closed form written out here and the crate's (each
@@ -248,7 +248,10 @@ fn cases(input: &Input, seed: u64) -> Vec<(EvalOutput, Vec<Vec<f64>>)> {
         let got = r.formula.as_slice()[0];
         assert!(
             (got - want).abs()
-                <= dropmc::tolerance::bound(CLOSED_FORM_ROUNDINGS, (want.abs() + mu * mu + s2) / q),
+                <= dropmc::stats::tolerance::bound(
+                    CLOSED_FORM_ROUNDINGS,
+                    (want.abs() + mu * mu + s2) / q
+                ),
             "{}: {got} vs {want}",
             r.name
         );
@@ -256,7 +259,7 @@ fn cases(input: &Input, seed: u64) -> Vec<(EvalOutput, Vec<Vec<f64>>)> {
     let r2 = x.iter().map(|a| a * a).sum::<f64>() / d as f64 / q;
     assert!(
         (rms.results[0].formula.as_slice()[0] - r2).abs()
-            <= dropmc::tolerance::bound(CLOSED_FORM_ROUNDINGS, r2)
+            <= dropmc::stats::tolerance::bound(CLOSED_FORM_ROUNDINGS, r2)
     );
     vec![
         (ln, ln_exact),

@@ -19,12 +19,12 @@
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use dropmc::Error;
 use dropmc::claims::norm::{Config, NormClaim, Stat};
 use dropmc::claims::{Claim, ClaimResult, Kind, Verdict};
+use dropmc::conformance::report::{self, Report};
 use dropmc::engine::DEFAULT_SEED;
-use dropmc::error::Error;
 use dropmc::ops::Subject;
-use dropmc::report::{self, Report};
 
 /// The leading-order claims, first order then second order.
 static LEADING: LazyLock<Vec<&'static NormClaim>> = LazyLock::new(|| {

@@ -17,9 +17,9 @@
 //! way has a conservative power bounded by its seed count (0.05 from one
 //! seed), which the test checks instead of 0.999.
 
-use dropmc::registry::Registry;
-use dropmc::verify::Replication;
-use dropmc::verify::power::{PowerOptions, mutant_candidates, power, table};
+use dropmc::Registry;
+use dropmc::conformance::verify::Replication;
+use dropmc::conformance::verify::power::{PowerOptions, mutant_candidates, power, table};
 
 #[test]
 fn every_non_equivalent_mutant_is_caught_with_power_at_least_0_999() {
@@ -34,7 +34,11 @@ fn every_non_equivalent_mutant_is_caught_with_power_at_least_0_999() {
     let candidates = mutant_candidates();
     let run = power(&Registry::default(), &candidates, &options, |_, _| {}).unwrap();
     let shown = table(&run);
-    assert_eq!(run.rows.len(), dropmc::mutants::gallery().len(), "{shown}");
+    assert_eq!(
+        run.rows.len(),
+        dropmc::conformance::mutants::gallery().len(),
+        "{shown}"
+    );
     for row in run.rows.iter().filter(|r| !r.equivalent) {
         assert!(row.from_effect >= 0.999, "{}: {shown}", row.subject);
         assert_eq!(row.detections, 1, "{}: {shown}", row.subject);

@@ -2,7 +2,7 @@
 //! (CI runs on a fresh clone, so a path that exists there is tracked by git),
 //! and every page the README links to exists.
 //!
-//! A code span names a path from the repository's root (`src/fast/site.rs`);
+//! A code span names a path from the repository's root (`src/ops/fast/site.rs`);
 //! a Markdown link is resolved from the folder of the page it is in, as a
 //! Markdown viewer resolves it (`[x](figures/a.svg)` in `docs/python.md` is
 //! `docs/figures/a.svg`).

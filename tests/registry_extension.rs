@@ -9,9 +9,9 @@ mod common;
 #[allow(dead_code)] // the example's `main` is not called here
 mod example;
 
+use dropmc::conformance::report::{self, Options};
 use dropmc::conformance::{self, Options as ConformanceOptions};
 use dropmc::ops::Subject;
-use dropmc::report::{self, Options};
 use dropmc::stats::{Estimate, per_draw_dof};
 
 const ID: &str = "example.pair_product";
@@ -49,14 +49,14 @@ fn the_outside_family_is_listed_and_run_by_the_conformance_kit() {
     let chosen = conformance::claims_in(&registry, &ConformanceOptions::default());
     assert!(chosen.iter().any(|c| c.id() == ID));
     // The crate's default registry does not know it.
-    assert!(dropmc::registry::Registry::default().claim(ID).is_err());
+    assert!(dropmc::Registry::default().claim(ID).is_err());
 }
 
 #[test]
 fn the_outside_claim_catches_a_layer_without_the_inverted_scale() {
     // The gallery's `multiply_by_q` scales survivors by q instead of 1/q,
     // so E[z_j z_k] = q⁴ x_j x_k, not x_j x_k.
-    let wrong = dropmc::verify::subject("multiply_by_q").expect("a gallery mutant");
+    let wrong = dropmc::conformance::verify::subject("multiply_by_q").expect("a gallery mutant");
     let registry = example::registry();
     let options = ConformanceOptions {
         families: Some(&["example"]),
@@ -101,9 +101,5 @@ fn the_outside_eval_quantity_runs_with_the_cli_flags() {
         Err(dropmc::Error::InvalidRate { .. })
     ));
     // The crate's own registry has no such quantity.
-    assert!(
-        dropmc::registry::Registry::default()
-            .quantity("pairs")
-            .is_err()
-    );
+    assert!(dropmc::Registry::default().quantity("pairs").is_err());
 }

@@ -3,9 +3,9 @@
 
 mod common;
 
+use dropmc::Registry;
+use dropmc::conformance::report::{Options, run, table};
 use dropmc::ops::Subject;
-use dropmc::registry::Registry;
-use dropmc::report::{Options, run, table};
 
 #[test]
 fn default_report_passes_and_matches_snapshot() {

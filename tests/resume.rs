@@ -9,16 +9,16 @@
 
 mod common;
 
-use dropmc::registry::Registry;
+use dropmc::Registry;
 use std::path::PathBuf;
 
 use common::{assert_rejected, dropmc};
+use dropmc::Error;
 use dropmc::claims::Claim;
-use dropmc::error::Error;
+use dropmc::conformance::verify::Replication;
+use dropmc::conformance::verify::calibrate::{CalibrationOptions, calibrate_claims};
+use dropmc::conformance::verify::journal::Mode;
 use dropmc::ops::Subject;
-use dropmc::verify::Replication;
-use dropmc::verify::calibrate::{CalibrationOptions, calibrate_claims};
-use dropmc::verify::journal::Mode;
 
 fn temp(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("dropmc-resume-{}-{name}", std::process::id()))
@@ -215,7 +215,7 @@ fn calibrate_flags_the_claims_a_mutant_breaks() {
 
 #[test]
 fn a_resumed_power_run_ends_with_the_same_bits() {
-    use dropmc::verify::power::{PowerOptions, mutant_candidates, power, power_with};
+    use dropmc::conformance::verify::power::{PowerOptions, mutant_candidates, power, power_with};
     let candidates: Vec<_> = mutant_candidates().into_iter().take(2).collect();
     let options = PowerOptions {
         replication: Replication {

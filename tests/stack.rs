@@ -1,7 +1,7 @@
 //! The deep-stack experiment asserts each of the dropout-before-BatchNorm note's claims about dropout
 //! before BatchNorm, with the suite's statistics.
 //!
-//! One run of [`dropmc::stack::run`] (64 random networks at p = 0, 0.1 and
+//! One run of [`dropmc::eval::stack::run`] (64 random networks at p = 0, 0.1 and
 //! 0.5, the same networks at every rate) backs all the statistical
 //! assertions below; each is a one- or two-sided Student-t test (63 degrees
 //! of freedom) at the suite's per-assertion level, on a paired contrast
@@ -15,8 +15,8 @@ use std::sync::LazyLock;
 
 use dropmc::engine::DEFAULT_SEED;
 use dropmc::engine::{Budget, derive_seed, stream};
+use dropmc::eval::stack::{LayerRow, RateTable, StackConfig, StackTable, run, run_replicate};
 use dropmc::ops::Subject;
-use dropmc::stack::{LayerRow, RateTable, StackConfig, StackTable, run, run_replicate};
 use dropmc::stats::Estimate;
 
 const RATES: [f64; 2] = [0.1, 0.5];

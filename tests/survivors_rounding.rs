@@ -6,8 +6,8 @@
 //! Deterministic: a rule checked on every draw, no statistical assertion.
 
 use dropmc::claims::{Verdict, check, registry};
+use dropmc::conformance::mutants::{Deviant, Deviation, Keep, Scale};
 use dropmc::engine::{Budget, derive_seed};
-use dropmc::mutants::{Deviant, Deviation, Keep, Scale};
 use dropmc::ops::{DropoutLayer, InvertedDropout, Subject};
 
 /// The reference with kept units scaled by `survivor` instead of `x / q`.

@@ -550,7 +550,7 @@ fn the_claims_declare_the_skewness_derived_here_independently() {
         let Statistic::Mean { skewness } = claim.statistic() else {
             panic!("{id}: declares draws for {:?}", claim.statistic());
         };
-        let tol = 2.0 * dropmc::tolerance::bound(1e5, derived.max(1.0));
+        let tol = 2.0 * dropmc::stats::tolerance::bound(1e5, derived.max(1.0));
         assert!(
             (skewness.abs() - derived).abs() <= tol,
             "{id}: declares {skewness}, derived {derived}"

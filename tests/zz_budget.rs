@@ -26,7 +26,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dropmc::registry::Registry;
+use dropmc::Registry;
 use dropmc::stats::{FAMILY_ALPHA, SUITE_ASSERTION_BUDGET, assertion_alpha, critical_z};
 use serde_json::Value;
 

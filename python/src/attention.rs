@@ -182,8 +182,8 @@ pub fn check_attention(
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let rate = Rate::new(p).map_err(to_py)?;
     let dtype = crate::dtype(dtype_name)?;
-    dropmc::error::check_finite_vec("a", &a).map_err(to_py)?;
-    dropmc::error::check_len("values", &v, a.len()).map_err(to_py)?;
+    dropmc::check_finite_vec("a", &a).map_err(to_py)?;
+    dropmc::check_len("values", &v, a.len()).map_err(to_py)?;
     let (a, renormalised) = probability_row(&a).map_err(to_py)?;
     let row = Row {
         a: a.iter().map(|&x| dtype.round(x)).collect(),

@@ -424,8 +424,8 @@ pub fn check_batchnorm(
     seed: u64,
 ) -> PyResult<(String, Vec<Py<PyDict>>)> {
     let rate = Rate::new(p).map_err(to_py)?;
-    dropmc::error::check_finite_vec("mu", &mu).map_err(to_py)?;
-    dropmc::error::check_len("sigma", &sigma, mu.len()).map_err(to_py)?;
+    dropmc::check_finite_vec("mu", &mu).map_err(to_py)?;
+    dropmc::check_len("sigma", &sigma, mu.len()).map_err(to_py)?;
     if mu.is_empty() || sigma.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
         return Err(PyValueError::new_err(
             "mu must be non-empty and every sigma finite and > 0",

@@ -58,7 +58,7 @@ pub fn eval_json(py: Python<'_>, quantity: String, args: Vec<String>) -> PyResul
 /// CLI's own clap command ([`dropmc::eval::EvalQuantity::run_args`]), so the
 /// output is the one `dropmc eval <quantity> --json` prints.
 fn run_args(quantity: &str, args: &[String]) -> Result<EvalOutput, Error> {
-    dropmc::registry::Registry::default()
+    dropmc::Registry::default()
         .quantity(quantity)?
         .run_args(args)
 }
@@ -69,7 +69,7 @@ fn run_args(quantity: &str, args: &[String]) -> Result<EvalOutput, Error> {
 /// name a missing or unknown argument in its own terms.
 #[pyfunction]
 pub fn eval_arguments(quantity: String) -> PyResult<Vec<(String, bool, bool)>> {
-    let registry = dropmc::registry::Registry::default();
+    let registry = dropmc::Registry::default();
     let command = registry.quantity(&quantity).map_err(to_py)?.command();
     Ok(command
         .get_arguments()

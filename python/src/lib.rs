@@ -37,10 +37,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use dropmc::Error;
 use dropmc::claims::{ClaimResult, check};
+use dropmc::conformance::report::{Report, to_json};
 use dropmc::conformance::{Options, samples_for};
 use dropmc::engine::{Budget, derive_seed};
 use dropmc::ops::{Rate, Subject};
-use dropmc::report::{Report, to_json};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;

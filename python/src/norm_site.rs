@@ -387,7 +387,7 @@ pub fn check_norm_site(
         "gamma": spec.gamma,
         "beta": spec.beta,
         "likely_causes": norm_site_causes(&result),
-        "claims": dropmc::report::to_json(&dropmc::report::Report {
+        "claims": dropmc::conformance::report::to_json(&dropmc::conformance::report::Report {
             seed,
             subject: "python".into(),
             results: vec![result.clone()],

@@ -47,7 +47,7 @@
 //! # The sampled check
 //!
 //! Where it is cheap the fast attention-row sampler
-//! ([`crate::fast::attention_row::row_sums`]) estimates, per query and head
+//! ([`crate::ops::fast::attention_row::row_sums`]) estimates, per query and head
 //! and for a few output coordinates `k ∈ K` (evenly spaced), `Var R` and the
 //! variance of the head's contribution `Σ_s b_s w_{h,s,k}` from the masks
 //! themselves; over the heads the contributions' variances add (independent
@@ -60,8 +60,8 @@ use serde::Serialize;
 
 use crate::engine::{Budget, derive_seed};
 use crate::error::{Error, check_finite_vec, check_len};
-use crate::fast::attention_row::row_sums;
 use crate::ops::Rate;
+use crate::ops::fast::attention_row::row_sums;
 use crate::stats::critical_z;
 
 /// Mask draws per query, head and sampled coordinate of the sampled check
@@ -443,7 +443,7 @@ pub fn audit_attention_sites(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tolerance;
+    use crate::stats::tolerance;
 
     /// Two heads of width 2, three keys, two queries, three outputs: small
     /// enough to enumerate the `2^(H·S)` masks of each query.

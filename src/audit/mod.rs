@@ -17,6 +17,7 @@
 
 pub mod attention;
 pub mod gap;
+#[cfg(feature = "cli")]
 pub mod npz;
 pub mod report;
 pub mod token;

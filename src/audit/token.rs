@@ -39,9 +39,9 @@
 use crate::engine::Budget;
 use crate::error::Error;
 use crate::exact::site_expectation;
-use crate::fast::{FastCompound, FastSite};
 use crate::formulas::second_order::{self as so, NoisyUnits};
 use crate::formulas::{bypass, compound, layernorm};
+use crate::ops::fast::{FastCompound, FastSite};
 use crate::ops::{AnyNorm, LayerNorm, Rate, Site};
 
 /// The largest width whose truth is enumerated exactly (`2^d` masks).

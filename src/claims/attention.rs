@@ -9,8 +9,8 @@
 //! [`forward_attention`] once, or twice independently (`b`, `b'`) for the
 //! variance statistics `(R − R')²/2` ([`AttentionClaim::reads_pair`]). On
 //! the mathematics every claim uses the bit-mask estimators of
-//! [`crate::fast::attention_row`] (one mask per sample; variances as sample
-//! variances, [`crate::fast::PowerSums`]). Each claim's mean test declares
+//! [`crate::ops::fast::attention_row`] (one mask per sample; variances as sample
+//! variances, [`crate::ops::fast::PowerSums`]). Each claim's mean test declares
 //! the skewness of the estimator it runs, from its statistic's exact law.
 //!
 //! The Python binding states the same claims at the user's row, values and
@@ -25,8 +25,8 @@ use super::{Claim, listed};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
-use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
+use crate::ops::fast::attention_row as fast;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::stats::{CentralMoments, Estimate, Statistic, two_point_skewness};
 

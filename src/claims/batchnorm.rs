@@ -17,7 +17,7 @@
 //!
 //! # Why this family has no fast estimator
 //!
-//! The fast path ([`crate::fast`]) serves quantities that are functions of
+//! The fast path ([`crate::ops::fast`]) serves quantities that are functions of
 //! masked sums of a *fixed* vector: it tabulates `Σ_k m_k c_k` once and then
 //! pays one look-up per 8 units per mask. Here the input is a fresh Gaussian
 //! example on every draw, so there is no fixed column to tabulate: every

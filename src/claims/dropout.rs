@@ -16,11 +16,11 @@ use super::{Card, Claim, FastPath, Shape};
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
-use crate::fast::dropout as fast;
 use crate::formulas::dropout as f;
+use crate::ops::fast::dropout as fast;
 use crate::ops::{DropoutLayer, Rate, Subject, TrainPass};
+use crate::stats::tolerance;
 use crate::stats::{CentralMoments, Estimate, Statistic};
-use crate::tolerance;
 
 /// The per-unit configuration: mixed signs, a zero unit (whose output must
 /// be exactly zero) and a large one.
@@ -90,12 +90,12 @@ pub struct DropoutClaim {
     /// Writes the per-sample statistic (as many values as `analytic`).
     pub draw_statistic: fn(&Draw, &mut [f64]),
     /// The fast estimator: every claim of this family has one, from the
-    /// bit-mask kernels of [`crate::fast::dropout`] (per-unit moments from
+    /// bit-mask kernels of [`crate::ops::fast::dropout`] (per-unit moments from
     /// keep counts, the sum from one masked sum per mask, `K` from a
     /// histogram). The per-unit variance is the pair form of [`PairSampler`]
     /// (from discordance counts of mask pairs); the sum's variances are
     /// sample variances of single draws (standard error:
-    /// [`crate::fast::PowerSums`]).
+    /// [`crate::ops::fast::PowerSums`]).
     pub fast: FastFn,
     /// The law of the per-draw statistic at `(x, p)` ([`Claim::law`]);
     /// `None`: the one the statistic fixes (the per-unit scaled counts and
@@ -420,7 +420,7 @@ fn sum_skewness(x: &[f64], p: f64) -> f64 {
 
 /// The effective skewness the variance claims on `S` declare: on the fast
 /// path their estimator is the single-draw sample variance of `S` with the
-/// fourth-moment standard error ([`crate::fast::PowerSums::variance`]), whose
+/// fourth-moment standard error ([`crate::ops::fast::PowerSums::variance`]), whose
 /// Cramér rule reads `(E W³ − 3 μ₃²)/τ³`, `W = (S − μ)² − μ₂`
 /// ([`CentralMoments::sample_variance_skewness`]; 2√2 for a normal `S`).
 /// The generic path runs the pair form `(S − S′)²/2`, a plain mean; the

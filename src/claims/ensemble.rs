@@ -6,7 +6,7 @@
 //! convex `f` the claimed gap is the finite sum over the 64 masks (Jensen
 //! guarantees it is ≥ 0, and computing it refuses a negative value), and
 //! the report shows the measured gap beside it. On the mathematics the
-//! gaps come from [`crate::fast::ensemble`]: each `f` here is a function of
+//! gaps come from [`crate::ops::fast::ensemble`]: each `f` here is a function of
 //! one masked sum, so a mask costs one table look-up.
 
 use super::fn_claim::{FastFn, sample_means};
@@ -15,8 +15,8 @@ use super::{Card, Claim, Shape};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerated_gap, gap_moments};
-use crate::fast::ensemble as fast;
 use crate::formulas::ensemble as f;
+use crate::ops::fast::ensemble as fast;
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
 use std::sync::OnceLock;
@@ -82,7 +82,7 @@ pub struct GapClaim {
     pub card: Card,
     pub g: fn(&[f64]) -> f64,
     pub curvature: Curvature,
-    /// The bit-mask estimator of [`crate::fast::ensemble`].
+    /// The bit-mask estimator of [`crate::ops::fast::ensemble`].
     pub fast: FastFn,
     /// The skewness its mean test declares, computed once
     /// ([`GapClaim::declared_skewness`]).

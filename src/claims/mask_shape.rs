@@ -4,7 +4,7 @@
 //! `p = 0.3`). Derivations: [`crate::formulas::mask_shape`]. Oracles
 //! enumerate all masks (`2^{Td}` independent, `2^d` shared). On the
 //! mathematics every claim uses the bit-mask estimators of
-//! [`crate::fast::mask_shape`]: one mask per sample, the independent
+//! [`crate::ops::fast::mask_shape`]: one mask per sample, the independent
 //! variance as a sample variance (its test declares that estimator's
 //! skewness from the exact law), the shared variance as the pair form of
 //! one unit carrying the feature's total (a scaled count, tested exactly).
@@ -19,8 +19,8 @@ use super::{Claim, listed};
 use crate::engine::{Budget, Stream, stream};
 use crate::error::Error;
 use crate::exact::{Oracle, enumerate_masks};
-use crate::fast::mask_shape as fast;
 use crate::formulas::mask_shape as f;
+use crate::ops::fast::mask_shape as fast;
 use crate::ops::{BlockPass, DropoutLayer, MaskShape, Rate, Subject, TrainPass};
 use crate::stats::{CentralMoments, Estimate, Statistic};
 

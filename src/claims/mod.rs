@@ -226,7 +226,7 @@ pub trait Claim: Sync {
     /// Monte Carlo estimate(s) of the same quantity on `subject`, calling
     /// the subject's own layers for every draw (the generic path).
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error>;
-    /// The same estimate from the fast sampler ([`crate::fast`]), for a
+    /// The same estimate from the fast sampler ([`crate::ops::fast`]), for a
     /// claim about the mathematics whose quantity has a bit-mask form; `None`
     /// when it has none. [`check`] uses it when the subject is the
     /// mathematics ([`Subject::reference`]), and the generic

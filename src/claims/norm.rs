@@ -19,8 +19,8 @@ use crate::exact::{
     Oracle, grouped_pipeline, site_expectation, site_pipeline, variance_from_moments,
 };
 use crate::ops::{DropoutLayer, Site, Subject};
+use crate::stats::tolerance;
 use crate::stats::{DEFAULT_SKEWNESS, Estimate, Statistic};
-use crate::tolerance;
 use std::sync::OnceLock;
 
 /// A named alternative estimate of a leading-order claim (the uncorrected

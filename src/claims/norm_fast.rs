@@ -12,8 +12,8 @@
 use super::norm_config::{Config, Stat};
 use crate::engine::Budget;
 use crate::error::Error;
-use crate::fast::{FastCompound, FastSite};
 use crate::ops::AnyNorm;
+use crate::ops::fast::{FastCompound, FastSite};
 use crate::stats::Estimate;
 
 /// The fast estimate of `stat` on `config`, or `None` where the fast path

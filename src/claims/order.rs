@@ -14,7 +14,7 @@
 //! corrects.
 //!
 //! This module is a leaf: it reads nothing of the crate but the numbers it is
-//! given (and the tolerances of [`crate::tolerance`]), so the claims may use
+//! given (and the tolerances of [`crate::stats::tolerance`]), so the claims may use
 //! it without an edge back to the verifier's outputs.
 //!
 //! [`NormClaim::gap_curve`]: crate::claims::norm::NormClaim::gap_curve
@@ -26,7 +26,7 @@ pub const FIT_FROM: usize = 5;
 
 use serde::Serialize;
 
-use crate::tolerance::{ORDER_REMAINDER_FACTOR, ORDER_SLOPE_RESOLUTION};
+use crate::stats::tolerance::{ORDER_REMAINDER_FACTOR, ORDER_SLOPE_RESOLUTION};
 
 /// A leading-order claim's gap to the exact (grouped) oracle as `d` grows.
 // Same shape as `ClaimResult`'s fields and `VariantResult` (series, then

@@ -45,7 +45,7 @@ impl Verdict {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SamplerKind {
-    /// Bit masks and subset-sum tables ([`crate::fast`]), on the mathematics.
+    /// Bit masks and subset-sum tables ([`crate::ops::fast`]), on the mathematics.
     Fast,
     /// One draw at a time through the subject's own layer.
     Generic,

@@ -10,7 +10,7 @@ use crate::audit::{
     DEFAULT_ATTENTION_SAMPLES, DEFAULT_SAMPLES, audit_attention_sites, audit_sites, npz, report,
 };
 use crate::error::Error;
-use crate::input::parse_count;
+use crate::eval::input::parse_count;
 
 /// Options of `audit`.
 #[derive(Debug, Args)]

@@ -1,11 +1,11 @@
 //! `dropmc bench` on the command line: its options, the progress bar and
 //! the printed table or JSON. The workloads and the timing are
-//! [`crate::fast::bench`].
+//! [`crate::ops::fast::bench`].
 
 use std::process::ExitCode;
 
 use crate::error::Error;
-use crate::fast::bench::{BenchRow, Workload, run_bench};
+use crate::ops::fast::bench::{BenchRow, Workload, run_bench};
 
 /// A workload as typed on the command line (`W1`, or `w1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,9 +59,9 @@ pub fn run_cli(args: &BenchArgs) -> Result<ExitCode, Error> {
         Some(w) => vec![w.into()],
         None => Workload::ALL.to_vec(),
     };
-    crate::input::at_least_two("--masks", "masks", args.masks)?;
+    crate::eval::input::at_least_two("--masks", "masks", args.masks)?;
     let reference = match args.reference_masks {
-        Some(n) => crate::input::at_least_two("--reference-masks", "masks", n)?,
+        Some(n) => crate::eval::input::at_least_two("--reference-masks", "masks", n)?,
         None => (args.masks / 10).max(2),
     };
     let repeat = args.repeat as usize;

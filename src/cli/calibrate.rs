@@ -7,11 +7,11 @@ use clap::Args;
 
 use super::emit::{emit, passed};
 use super::progress;
+use crate::conformance::report::{self, Options};
+use crate::conformance::verify::Replication;
 use crate::error::Error;
-use crate::input::parse_count;
+use crate::eval::input::parse_count;
 use crate::registry::Registry;
-use crate::report::{self, Options};
-use crate::verify::Replication;
 
 /// Options of `calibrate`.
 #[derive(Debug, Args)]
@@ -29,7 +29,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub family: Option<String>,
     /// The implementation: `reference` or a mutant of the gallery (`dropmc mutants`).
-    #[arg(long, default_value = crate::verify::REFERENCE_SUBJECT)]
+    #[arg(long, default_value = crate::conformance::verify::REFERENCE_SUBJECT)]
     pub subject: String,
     #[command(flatten)]
     pub journal: JournalArgs,
@@ -40,8 +40,10 @@ pub struct CalibrateArgs {
 
 /// Runs `calibrate`.
 pub fn run(registry: &Registry, args: CalibrateArgs) -> Result<ExitCode, Error> {
-    use crate::verify::calibrate::{CalibrationOptions, KS_FAMILY_ALPHA, calibrate_claims, table};
-    let subject = crate::verify::subject(&args.subject)?;
+    use crate::conformance::verify::calibrate::{
+        CalibrationOptions, KS_FAMILY_ALPHA, calibrate_claims, table,
+    };
+    let subject = crate::conformance::verify::subject(&args.subject)?;
     let journal = args.journal.mode()?;
     let claims = report::select(
         registry,
@@ -83,7 +85,7 @@ pub struct JournalArgs {
 
 impl JournalArgs {
     /// The journal mode the flags ask for (`None`: no journal).
-    pub fn mode(self) -> Result<Option<crate::verify::journal::Mode>, Error> {
-        crate::verify::journal::Mode::from_args(self.out, self.resume)
+    pub fn mode(self) -> Result<Option<crate::conformance::verify::journal::Mode>, Error> {
+        crate::conformance::verify::journal::Mode::from_args(self.out, self.resume)
     }
 }

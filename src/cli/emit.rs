@@ -34,7 +34,7 @@ pub(crate) fn passed(ok: bool) -> ExitCode {
 /// The exit code of a report: 1 when a claim failed, else
 /// [`INCONCLUSIVE`] (with one line on stderr naming the budget that would
 /// decide them) when some claim ran below its minimum budget, else 0.
-pub(crate) fn verdict(report: &crate::report::Report) -> ExitCode {
+pub(crate) fn verdict(report: &crate::conformance::report::Report) -> ExitCode {
     if !report.passed() {
         return ExitCode::from(1);
     }

@@ -35,7 +35,7 @@ pub fn run(registry: &Registry, matches: &clap::ArgMatches) -> Result<ExitCode, 
     // the outputs, the pairs for a variance, ...).
     let bar = progress::bar(1, "draws", json);
     let shown = bar.clone();
-    let output = crate::fast::observe_progress(
+    let output = crate::ops::fast::observe_progress(
         Box::new(move |done, total| {
             shown.set_length(total);
             shown.set_position(done);

@@ -107,7 +107,7 @@ pub fn command(registry: &Registry) -> clap::Command {
 /// argument is the program name, as in `std::env::args_os`).
 ///
 /// ```
-/// use dropmc::registry::Registry;
+/// use dropmc::Registry;
 ///
 /// let code = dropmc::cli::main_with_registry(&Registry::default(), ["dropmc", "list", "--json"]);
 /// assert_eq!(code, std::process::ExitCode::SUCCESS);

@@ -10,7 +10,7 @@ use super::progress;
 use crate::engine::Budget;
 use crate::engine::DEFAULT_SEED;
 use crate::error::Error;
-use crate::input::parse_count;
+use crate::eval::input::parse_count;
 
 /// Options of `mutants`.
 #[derive(Debug, Args)]
@@ -22,7 +22,7 @@ pub struct MutantsArgs {
     #[arg(long, default_value_t = DEFAULT_SEED, value_parser = parse_count)]
     pub seed: u64,
     /// Cap on the draws per claim (each claim runs min(its default, this)).
-    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES, value_parser = parse_count)]
+    #[arg(long, default_value_t = crate::conformance::mutants::KILL_SAMPLES, value_parser = parse_count)]
     pub samples: u64,
 }
 
@@ -35,17 +35,19 @@ pub fn run(args: &MutantsArgs) -> Result<ExitCode, Error> {
         families: None,
     };
     let bar = progress::bar(
-        crate::mutants::gallery().len() as u64 + 1,
+        crate::conformance::mutants::gallery().len() as u64 + 1,
         "reference and mutants",
         args.json,
     );
-    let matrix = crate::mutants::kill_matrix_with_progress(&options, |done, _| {
+    let matrix = crate::conformance::mutants::kill_matrix_with_progress(&options, |done, _| {
         bar.set_position(done as u64)
     });
     bar.finish_and_clear();
     let matrix = matrix?;
-    emit(args.json, &crate::mutants::to_json(&matrix), || {
-        crate::mutants::table(&matrix, crate::table::output_width())
-    });
+    emit(
+        args.json,
+        &crate::conformance::mutants::to_json(&matrix),
+        || crate::conformance::mutants::table(&matrix, crate::table::output_width()),
+    );
     Ok(passed(matrix.rows.iter().all(|r| r.as_expected())))
 }

@@ -8,12 +8,12 @@ use clap::Args;
 use super::calibrate::JournalArgs;
 use super::emit::emit;
 use super::progress;
+use crate::conformance::report::{self, Options};
+use crate::conformance::verify::Replication;
 use crate::error::Error;
-use crate::input::parse_count;
+use crate::eval::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
-use crate::report::{self, Options};
-use crate::verify::Replication;
 
 /// Options of `power`.
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ pub struct PowerArgs {
     pub first_seed: u64,
     /// Cap on the draws per claim (each claim runs min(its default, this));
     /// the power at the default budget is extrapolated from the effect sizes.
-    #[arg(long, default_value_t = crate::mutants::KILL_SAMPLES, value_parser = parse_count)]
+    #[arg(long, default_value_t = crate::conformance::mutants::KILL_SAMPLES, value_parser = parse_count)]
     pub samples: u64,
     /// Run every claim at its full default budget (slow; ignores --samples).
     #[arg(long)]
@@ -43,7 +43,7 @@ pub struct PowerArgs {
 
 /// Runs `power`.
 pub fn run(registry: &Registry, args: PowerArgs) -> Result<ExitCode, Error> {
-    use crate::verify::{perturb, power};
+    use crate::conformance::verify::{perturb, power};
     let options = power::PowerOptions {
         replication: Replication {
             seeds: args.seeds,

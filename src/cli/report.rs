@@ -6,11 +6,11 @@ use clap::Args;
 
 use super::emit::{emit, verdict};
 use super::progress;
+use crate::conformance::report::{self, Options};
 use crate::error::Error;
-use crate::input::parse_count;
+use crate::eval::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
-use crate::report::{self, Options};
 
 /// Options of `report`.
 #[derive(Debug, Args, Default)]

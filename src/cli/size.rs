@@ -7,12 +7,12 @@ use clap::Args;
 
 use super::emit::{emit, passed};
 use super::progress;
+use crate::conformance::verify::Replication;
+use crate::conformance::verify::size::DEFAULT_BUDGETS;
 use crate::error::Error;
-use crate::input::parse_count;
+use crate::eval::input::parse_count;
 use crate::ops::Subject;
 use crate::registry::Registry;
-use crate::verify::Replication;
-use crate::verify::size::DEFAULT_BUDGETS;
 
 /// `--budgets`' default: [`DEFAULT_BUDGETS`] as the command line writes it.
 fn default_budgets() -> &'static str {
@@ -43,7 +43,7 @@ pub struct SizeArgs {
 
 /// Runs `size`.
 pub fn run(registry: &Registry, args: SizeArgs) -> Result<ExitCode, Error> {
-    use crate::verify::size::{SizeOptions, measure, table};
+    use crate::conformance::verify::size::{SizeOptions, measure, table};
     let budgets = args
         .budgets
         .split(',')

@@ -10,7 +10,7 @@ use super::progress;
 use crate::engine::Budget;
 use crate::engine::DEFAULT_SEED;
 use crate::error::Error;
-use crate::input::{parse_count, read_number};
+use crate::eval::input::{parse_count, read_number};
 use crate::ops::Subject;
 
 /// Options of `stack`.
@@ -39,21 +39,25 @@ pub fn run(args: StackArgs) -> Result<ExitCode, Error> {
         Some(p) => vec![read_number("--p", p)?],
         None => vec![0.1, 0.3, 0.5],
     };
-    let config = crate::stack::StackConfig {
+    let config = crate::eval::stack::StackConfig {
         depth: args.depth,
         ..Default::default()
     };
-    let replicates = crate::input::at_least_two("--replicates", "replicates", args.replicates)?;
+    let replicates =
+        crate::eval::input::at_least_two("--replicates", "replicates", args.replicates)?;
     let budget = Budget::new(replicates, args.seed)?;
     let bar = progress::bar(budget.samples, "replicates", args.json);
-    let table =
-        crate::stack::run_with_progress(config, &rates, &Subject::reference(), budget, &|n| {
-            bar.inc(n)
-        });
+    let table = crate::eval::stack::run_with_progress(
+        config,
+        &rates,
+        &Subject::reference(),
+        budget,
+        &|n| bar.inc(n),
+    );
     bar.finish_and_clear();
     let table = table?;
     emit(args.json, &table, || {
-        crate::stack::table(&table, crate::table::output_width())
+        crate::eval::stack::table(&table, crate::table::output_width())
     });
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,7 @@
 //! [`Error::Interrupted`] once it says yes.
 //!
 //! The check is per thread, like the progress observer of
-//! [`crate::fast::observe_progress`]: it is asked on the thread that
+//! [`crate::ops::fast::observe_progress`]: it is asked on the thread that
 //! installed it (between blocks, and before every chunk that thread runs
 //! itself, which is every chunk on the bindings' one-thread pool) and never
 //! on another thread, so it may take a lock that thread holds (the GIL).

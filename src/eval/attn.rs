@@ -10,13 +10,13 @@ use super::{EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec, check_len};
+use crate::eval::input::read_list;
 use crate::exact::{MAX_ENUMERATION_D, enumerate_masks};
-use crate::fast::attention_row as fast;
 use crate::formulas::attention as f;
-use crate::input::read_list;
 use crate::ops::Rate;
+use crate::ops::fast::attention_row as fast;
 use crate::stats::Estimate;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// How far `Σ a` may sit from 1 for a row of `d` probabilities that a
 /// float32 softmax produced.
@@ -71,7 +71,7 @@ pub fn renormalised_note(off: f64) -> String {
 ///
 /// Every closed form is exact; `exact` enumerates every mask when
 /// `d <= 22` (above, it is the closed form itself). The
-/// estimates come from the fast sampler ([`crate::fast::attention_row::row`]:
+/// estimates come from the fast sampler ([`crate::ops::fast::attention_row::row`]:
 /// one mask per sample, the variances as sample variances).
 pub fn attn(
     a: &[f64],

@@ -29,8 +29,8 @@ use super::{ChannelStatus, ChannelVerdict, EvalOutput, EvalResult, Values, monte
 use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::{Error, check_len};
+use crate::eval::input::{read_list, read_number};
 use crate::formulas::batchnorm as f;
-use crate::input::{read_list, read_number};
 use crate::ops::{Rate, Subject, TrainPass};
 use crate::stats::Estimate;
 

@@ -19,10 +19,10 @@ use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};
+use crate::eval::input::read_list;
 use crate::formulas::bypass as fb;
 use crate::formulas::layernorm::shrink_towards_beta;
 use crate::formulas::second_order::NoisyUnits;
-use crate::input::read_list;
 use crate::ops::{AnyNorm, Site};
 
 /// The one-line help of `eval bypass`.

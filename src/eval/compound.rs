@@ -11,8 +11,8 @@ use super::site::{Plan, finish, measure, weights};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};
+use crate::eval::input::read_list;
 use crate::formulas::{compound as fc, layernorm as fl};
-use crate::input::read_list;
 use crate::ops::{LayerNorm, Rate, Site};
 
 /// The one-line help of `eval compound`.

@@ -24,10 +24,10 @@ use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::{EvalOutput, EvalResult, Values};
 use crate::engine::Budget;
 use crate::error::Error;
+use crate::eval::input::{read_eps, read_list};
 use crate::formulas::dropout::sum_variance;
 use crate::formulas::layernorm as fl;
 use crate::formulas::second_order::NoisyUnits;
-use crate::input::{read_eps, read_list};
 use crate::ops::{AnyNorm, LayerNorm, Rate, Site};
 
 /// The one-line help of `eval ln`.

@@ -24,7 +24,7 @@
 //!   by enumeration at most [`norm::EXACT_LIMIT`] mask bits, else `null`.
 //! * `mc`, `stderr` are the Monte Carlo estimate and its standard error, and
 //!   `sampler` which sampler made it (`"fast"`: the bit-mask kernels of
-//!   [`crate::fast`]; `"generic"`: one draw at a time through the reference
+//!   [`crate::ops::fast`]; `"generic"`: one draw at a time through the reference
 //!   layer). With `--samples 0` all three are `null`: closed forms and exact
 //!   values only.
 //! * `eps` (normalization quantities only) is the ε in force.
@@ -41,6 +41,7 @@ pub mod attn;
 pub mod bn;
 pub mod bypass;
 pub mod compound;
+pub(crate) mod input;
 pub mod ln;
 pub mod moments;
 pub mod norm;
@@ -49,6 +50,7 @@ pub mod range;
 pub mod rms;
 pub mod second_order;
 mod site;
+pub mod stack;
 mod table;
 
 pub use ln::LayerNormParams;

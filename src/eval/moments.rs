@@ -8,14 +8,14 @@ use super::{EvalOutput, EvalResult, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
 use crate::engine::Budget;
 use crate::error::{Error, check_finite_vec};
+use crate::eval::input::read_list;
 use crate::exact::{MAX_ENUMERATION_D, sum_oracle, unit_expectation};
 use crate::formulas::dropout as f;
-use crate::input::read_list;
 use crate::ops::Rate;
 use crate::stats::Estimate;
 
 /// Evaluates the dropout moments of `x` at rate `p`, on the fast sampler
-/// ([`crate::fast::dropout::moments`]: keep counts and one masked sum per
+/// ([`crate::ops::fast::dropout::moments`]: keep counts and one masked sum per
 /// mask; the variances are sample variances of single masks).
 ///
 /// Every closed form is exact. `exact` is the two-point expectation per
@@ -31,7 +31,7 @@ pub fn moments(x: &[f64], p: f64, budget: Budget) -> Result<EvalOutput, Error> {
     let s = power_of_two_scale(x);
     let scaled: Vec<f64> = x.iter().map(|v| v / s).collect();
     let fast = mc
-        .map(|b| crate::fast::dropout::moments(&scaled, p, b))
+        .map(|b| crate::ops::fast::dropout::moments(&scaled, p, b))
         .transpose()?;
     let back = |e: &[Estimate], order: i32| -> Vec<Estimate> {
         e.iter().map(|e| e.scaled(s.powi(order))).collect()

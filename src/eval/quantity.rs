@@ -129,7 +129,7 @@ pub struct RateArg {
 impl RateArg {
     /// The rate given (checked against `0 <= p < 1` where it is used).
     pub fn value(&self) -> Result<f64, Error> {
-        crate::input::read_number("--p", &self.p)
+        crate::eval::input::read_number("--p", &self.p)
     }
 }
 
@@ -148,7 +148,10 @@ impl DroppedVectorArgs {
     /// The vector and the rate given (read in that order, so the first bad
     /// flag is the one an error names).
     pub fn values(&self) -> Result<(Vec<f64>, f64), Error> {
-        Ok((crate::input::read_list("--x", &self.x)?, self.p.value()?))
+        Ok((
+            crate::eval::input::read_list("--x", &self.x)?,
+            self.p.value()?,
+        ))
     }
 }
 
@@ -157,10 +160,10 @@ impl DroppedVectorArgs {
 #[derive(Debug, Clone, Args)]
 pub struct SamplingArgs {
     /// Monte Carlo draws (0: closed forms and exact values only).
-    #[arg(long, default_value_t = 1_000_000, value_parser = crate::input::parse_count, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = crate::eval::input::parse_count, allow_hyphen_values = true)]
     pub samples: u64,
     /// Seed of the random streams.
-    #[arg(long, default_value_t = DEFAULT_SEED, value_parser = crate::input::parse_count)]
+    #[arg(long, default_value_t = DEFAULT_SEED, value_parser = crate::eval::input::parse_count)]
     pub seed: u64,
 }
 

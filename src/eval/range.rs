@@ -33,11 +33,11 @@
 //! difference of the two distances must exceed the estimate's noise,
 //! `z_crit ‖SE‖` at the suite's level ([`crate::stats::critical_z`]); against
 //! an exact value, the enumeration's own rounding bound and that of the
-//! distances ([`crate::tolerance::distance_order_slack`]).
+//! distances ([`crate::stats::tolerance::distance_order_slack`]).
 
 use super::{EvalOutput, EvalResult, FormulaKind, Values};
 use crate::exact::CLOSED_FORM_ROUNDINGS;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// The largest relative spread `sqrt(p/(q d))` of the kept count at which
 /// a leading-order value is shown without a warning (module docs, 1).

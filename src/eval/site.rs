@@ -37,9 +37,9 @@ use crate::claims::norm::SiteBuffers;
 use crate::engine::{Budget, Sampler, Stream, estimate};
 use crate::error::Error;
 use crate::exact::{MAX_ENUMERATION_D, Oracle, site_expectation, variance_from_moments};
-use crate::fast::{FastCompound, FastSite, SiteEstimates};
 use crate::formulas::mean_and_variance;
 use crate::formulas::second_order::NoisyUnits;
+use crate::ops::fast::{FastCompound, FastSite, SiteEstimates};
 use crate::ops::{AnyNorm, LayerNorm, RmsNorm, Site, Subject};
 use crate::stats::Estimate;
 

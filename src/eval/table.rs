@@ -17,7 +17,7 @@ use crate::table::{format_estimate, format_value};
 const NO_MONTE_CARLO: &str = "—";
 const NO_EXACT: &str = "-";
 
-/// Renders an output fitted to [`crate::table::output_width`].
+/// Renders an output fitted to the terminal width (`table::output_width`).
 pub fn table(output: &EvalOutput) -> String {
     table_fitted(output, crate::table::output_width())
 }

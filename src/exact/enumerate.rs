@@ -11,7 +11,7 @@
 
 use crate::error::Error;
 use crate::ops::Rate;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// Roundings a registered closed form may make, relative to its value.
 ///

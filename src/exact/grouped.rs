@@ -41,7 +41,7 @@
 
 use crate::error::Error;
 use crate::ops::Rate;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 use super::Oracle;
 

@@ -104,7 +104,7 @@ mod tests {
         // Central sixth powers of |S − μ| ≤ 7.25 (Σ|c|) over 32 masks, and
         // the cumulant sums of as many terms: 10³ roundings of 7.25⁶ on
         // either side.
-        let tol = 2.0 * crate::tolerance::bound(1e3, 7.25f64.powi(6));
+        let tol = 2.0 * crate::stats::tolerance::bound(1e3, 7.25f64.powi(6));
         for (closed, enumerated) in pairs {
             assert!((closed - enumerated).abs() <= tol, "{pairs:?}");
         }
@@ -125,7 +125,7 @@ mod tests {
         for (h, w) in have.iter().zip(want) {
             // Two terms of at most c⁶ ≈ 540 each, a few roundings apiece.
             assert!(
-                (h - w).abs() <= crate::tolerance::bound(16.0, 540.0),
+                (h - w).abs() <= crate::stats::tolerance::bound(16.0, 540.0),
                 "{have:?} {want:?}"
             );
         }

@@ -7,10 +7,10 @@
 //! `ε = 0` the all-dropped mask (probability `p^d`) contributes `p^d β_k`
 //! rather than an undefined `0/0`.
 
-use crate::adapters::rounding::{Precision, norm_bound};
 use crate::error::Error;
+use crate::ops::adapters::rounding::{Precision, norm_bound};
 use crate::ops::{LayerNorm, Normalization, RmsNorm, Site};
-use crate::tolerance;
+use crate::stats::tolerance;
 
 use super::enumerate::enumerate_mask_bits;
 use super::grouped::enumerate_counts;

@@ -112,7 +112,7 @@
 //! [`fold_running_var`], which must fold a whole layer, refuses it. Deeper BatchNorms see
 //! inputs whose whole distribution (not only the mask) differs between train
 //! and eval, so the fold is exact for the first one only; the deep-stack
-//! experiment ([`crate::stack`]) measures how much it leaves at depth.
+//! experiment ([`crate::eval::stack`]) measures how much it leaves at depth.
 //!
 //! # Assumptions
 //!

@@ -21,7 +21,7 @@ pub mod semantics;
 /// `x^n` by `n` multiplications from the left, `((1·x)·x)·…`: a fixed
 /// sequence of IEEE 754 roundings (each correctly rounded), so the same bits
 /// on every platform and ISA level, with relative error at most `γ_n`
-/// ([`crate::tolerance::gamma`]). `f64::powi` is documented as having
+/// ([`crate::stats::tolerance::gamma`]). `f64::powi` is documented as having
 /// unspecified precision (it may lower to a libm call or a different
 /// multiplication order), so results under the determinism contract
 /// ([`crate::engine`]) use this instead.

@@ -174,7 +174,7 @@ pub fn scale_kept_gradients(
 ///   Bernoulli(q) draws made by the engine, and the question is whether a
 ///   formula is right. A claim with a fast estimator
 ///   ([`crate::claims::Claim::fast_estimate`]) uses it — bit masks and
-///   subset-sum tables, [`crate::fast`] — since every extra mask buys power;
+///   subset-sum tables, [`crate::ops::fast`] — since every extra mask buys power;
 ///   a claim about an implementation's own behaviour (eval mode, backward,
 ///   the bits of a survivor) runs the reference layer [`InvertedDropout`];
 /// * **an implementation under test** ([`Subject::with_dropout`]): the

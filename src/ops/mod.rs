@@ -5,9 +5,11 @@
 //! libraries' layers implement it, and the claims run against any of them
 //! through a [`Subject`].
 
+pub mod adapters;
 mod batchnorm;
 mod buffers;
 mod dropout;
+pub mod fast;
 mod norm;
 mod norm_choice;
 mod pass;

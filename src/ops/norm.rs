@@ -232,14 +232,14 @@ mod tests {
         ln.forward(&[1.0, 2.0, 3.0], &mut out).unwrap();
         // Mean, variance, a square root and a quotient of three values: ten
         // roundings of magnitudes at most 3, and the reference's last digit.
-        let slack = crate::tolerance::bound(10.0, 3.0) + 1e-15;
+        let slack = crate::stats::tolerance::bound(10.0, 3.0) + 1e-15;
         assert!((out[0] + 1.224744871391589).abs() <= slack);
         assert_eq!(out[1], 0.0);
         let rms = RmsNorm::new(vec![1.0; 2], 0.0).unwrap();
         let mut out = [0.0; 2];
         // z = (3, 4): R² = 12.5, RMS = (3, 4)/sqrt(12.5).
         rms.forward(&[3.0, 4.0], &mut out).unwrap();
-        assert!((out[1] - 4.0 / 12.5f64.sqrt()).abs() <= crate::tolerance::bound(10.0, 4.0));
+        assert!((out[1] - 4.0 / 12.5f64.sqrt()).abs() <= crate::stats::tolerance::bound(10.0, 4.0));
     }
 
     #[test]

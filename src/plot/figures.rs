@@ -1,7 +1,7 @@
 //! The figures `dropmc plot` writes, each computed from the crate's own
 //! formulas, oracles and samplers.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::Figure;
 use super::chart::chart;
@@ -44,11 +44,12 @@ pub const ATTENTION_ROW_SUM: Figure = Figure {
 
 /// Writes every figure of `figures` into `dir` (created if missing),
 /// calling `progress(done, total)` after each.
+#[cfg(feature = "cli")]
 pub fn write_all_with_progress(
     figures: &[Figure],
     dir: &Path,
     mut progress: impl FnMut(usize, usize),
-) -> Result<Vec<PathBuf>, Error> {
+) -> Result<Vec<std::path::PathBuf>, Error> {
     let mut written = Vec::with_capacity(figures.len());
     for (i, figure) in figures.iter().enumerate() {
         written.push(write_figure(figure, dir)?);
@@ -59,7 +60,8 @@ pub fn write_all_with_progress(
 
 /// Writes `figure` into `dir` (created if missing); a figure is looked up
 /// by its file name with [`crate::registry::Registry::figure`].
-pub fn write_figure(figure: &Figure, dir: &Path) -> Result<PathBuf, Error> {
+#[cfg(feature = "cli")]
+fn write_figure(figure: &Figure, dir: &Path) -> Result<std::path::PathBuf, Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Io {
         path: dir.display().to_string(),
         message: format!("cannot create the directory: {e}"),
@@ -237,7 +239,7 @@ fn layernorm_c(path: &Path) -> Result<(), Error> {
 /// The deep stack: eval/train variance ratio per layer for several `p`,
 /// with the fold applied and without (32 random networks, ± 2 SE).
 fn deep_stack(path: &Path) -> Result<(), Error> {
-    use crate::stack::{StackConfig, run};
+    use crate::eval::stack::{StackConfig, run};
     let rates = [0.1, 0.3, 0.5];
     let table = run(
         StackConfig::default(),
@@ -354,7 +356,7 @@ fn attention_row_sum(path: &Path) -> Result<(), Error> {
         "Attention row sum after dropout: a = (0.2, 0.3, 0.5), p = 0.5",
         &[Panel::new(
             Axis::linear("row sum R = sum_i m_i a_i / q"),
-            Axis::linear("probability").from_zero(),
+            Axis::linear("probability").starting_at_zero(),
             series,
         )],
     )

@@ -32,12 +32,8 @@ pub enum SeriesStyle {
 }
 
 impl SeriesStyle {
-    /// A solid line without markers.
-    pub const LINE: SeriesStyle = SeriesStyle::Line(Dash::Solid, None);
     /// A dashed line without markers (a prediction or a reference value).
     pub const DASHED: SeriesStyle = SeriesStyle::Line(Dash::Dashed, None);
-    /// Circles with error bars.
-    pub const POINTS: SeriesStyle = SeriesStyle::Points(Marker::Circle);
 }
 
 /// One named series.
@@ -123,7 +119,7 @@ impl Axis {
     }
 
     /// The same axis with 0 inside its range.
-    pub fn from_zero(mut self) -> Self {
+    pub fn starting_at_zero(mut self) -> Self {
         self.from_zero = true;
         self
     }

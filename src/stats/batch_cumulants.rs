@@ -177,7 +177,7 @@ mod tests {
                 // Both sides are sums of at most 81 terms of at most
                 // 3⁶ = 729 each, every term a few roundings: 10⁴ roundings
                 // of 729 bounds either side's error.
-                let tol = 2.0 * crate::tolerance::bound(1e4, 729.0);
+                let tol = 2.0 * crate::stats::tolerance::bound(1e4, 729.0);
                 assert!((f - e).abs() <= tol, "n = {n}: {formula:?} vs {exact:?}");
             }
         }

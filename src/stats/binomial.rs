@@ -45,7 +45,7 @@ use statrs::function::gamma::ln_gamma;
 
 use super::family::{assertion_alpha, critical_z, power_z};
 use super::ztest::ZTest;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// An observed count with its null distribution.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -109,7 +109,7 @@ pub fn binomial_test(count: u64, trials: u64, p0: f64) -> BinomialTest {
 /// applies): so its cdf is within the largest atom `max_k P(X = k)` of the
 /// uniform one, where the p-value above is stochastically larger than
 /// uniform by up to that atom. It is what a uniformity test of the
-/// discrete test's p-values reads ([`crate::verify::calibrate`]). Not a test: the
+/// discrete test's p-values reads ([`crate::conformance::verify::calibrate`]). Not a test: the
 /// verdict uses [`binomial_test`], whose size is at most α.
 pub fn binomial_mid_p(count: u64, trials: u64, p0: f64) -> f64 {
     let own = if count <= trials && p0 > 0.0 && p0 < 1.0 {
@@ -191,7 +191,7 @@ pub fn proportion_test(p_hat: f64, trials: u64, p0: f64) -> ZTest {
 #[cfg(test)]
 pub(crate) fn tail_rounding(n: u64) -> f64 {
     let exponent = 8.0 * 3.0 * ln_gamma(n as f64 + 1.0).max(1.0) * f64::EPSILON;
-    exponent + crate::tolerance::gamma(n as f64)
+    exponent + crate::stats::tolerance::gamma(n as f64)
 }
 
 #[cfg(test)]

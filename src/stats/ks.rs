@@ -11,7 +11,7 @@
 //! The asymptotic series with Stephens' small-sample correction is accurate
 //! to a few per cent in `p` for `n ≥ 5`, which is ample for flagging.
 
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// KS statistic `D` and its p-value.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]

@@ -11,6 +11,7 @@ mod family;
 mod ks;
 mod skewness;
 mod statistic;
+pub mod tolerance;
 mod ztest;
 
 pub use accumulator::{CovarianceAccumulator, Estimate, MeanAccumulator, per_draw_dof};

@@ -23,7 +23,7 @@
 //!   and `γ_Y` follows from those three raw moments
 //!   ([`CentralMoments::pair_form_skewness`]).
 //! * **The single-draw sample variance** `s²` with the fourth-moment
-//!   standard error `√((m₄ − m₂²)/n)` (what [`crate::fast::PowerSums`]
+//!   standard error `√((m₄ − m₂²)/n)` (what [`crate::ops::fast::PowerSums`]
 //!   computes). Its t-ratio `T` is a smooth function of means, and the
 //!   Cramér exponent of a studentized statistic is `κ₃(T) x³ / 6` to
 //!   leading order, `κ₃(T)` the third cumulant of `T` (for Student-t on a

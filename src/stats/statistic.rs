@@ -77,7 +77,7 @@ use super::accumulator::Estimate;
 use super::binomial::{proportion_mid_p, proportion_test};
 use super::family::critical_z;
 use super::ztest::{ZTest, exact_agreement, z_test};
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// Largest real size of a mean test at or above its minimum budget, as a
 /// multiple of the nominal per-assertion level (step 1 of the module docs).
@@ -353,7 +353,10 @@ mod tests {
         assert_eq!(two_point_skewness(0.5), 0.0);
         // 1 − 2r, r(1 − r), a root and a quotient on each side: 2 γ_6 of 0.87.
         let want = 0.4 / 0.21f64.sqrt();
-        assert!((two_point_skewness(0.3) - want).abs() <= 2.0 * crate::tolerance::bound(6.0, want));
+        assert!(
+            (two_point_skewness(0.3) - want).abs()
+                <= 2.0 * crate::stats::tolerance::bound(6.0, want)
+        );
         assert!(two_point_skewness(0.01) > 9.0);
     }
 

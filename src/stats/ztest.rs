@@ -41,7 +41,7 @@ use statrs::function::beta::beta_reg;
 
 use super::accumulator::Estimate;
 use super::family::{assertion_alpha, critical_z, power_z};
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// Degrees of freedom above which Student-t is replaced by the normal (see
 /// the module docs for the error this makes).

@@ -4,7 +4,9 @@
 //! bit-identity tests).
 
 use dropmc::engine::Budget;
-use dropmc::fast::{ChunkKernel, Isa, attention_row, dropout, ensemble, mask_shape, run_chunks_on};
+use dropmc::ops::fast::{
+    ChunkKernel, Isa, attention_row, dropout, ensemble, mask_shape, run_chunks_on,
+};
 
 fn bits<K: ChunkKernel>(
     name: &'static str,

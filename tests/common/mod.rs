@@ -191,10 +191,10 @@ pub fn assert_pass(result: &ClaimResult) {
 /// Runs the `dropmc` binary with `args`: exit code, stdout, stderr.
 /// Whether two computations of one closed form agree to rounding: each is
 /// within `roundings` roundings of terms whose absolute values sum to
-/// `magnitude` (Higham's `γ_n Σ |t_i|`, [`dropmc::tolerance::bound`]), so
+/// `magnitude` (Higham's `γ_n Σ |t_i|`, [`dropmc::stats::tolerance::bound`]), so
 /// they differ by at most twice that. The caller states the count.
 pub fn agree_to_rounding(a: f64, b: f64, roundings: f64, magnitude: f64) -> bool {
-    (a - b).abs() <= 2.0 * dropmc::tolerance::bound(roundings, magnitude)
+    (a - b).abs() <= 2.0 * dropmc::stats::tolerance::bound(roundings, magnitude)
 }
 
 pub fn dropmc(args: &[&str]) -> (i32, String, String) {

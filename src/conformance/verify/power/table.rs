@@ -3,11 +3,11 @@
 use serde::Serialize;
 
 use super::{INTERVAL_LEVEL, PowerRow, PowerRun, SeedRate};
-use crate::report;
+use crate::conformance::report;
 use crate::table::{Table, wrap_text};
 
 /// The power table: the reference's false-alarm row, then every candidate,
-/// fitted to [`crate::table::output_width`] (the list of killing claims
+/// fitted to the terminal width, `table::output_width` (the list of killing claims
 /// wraps).
 pub fn table(run: &PowerRun) -> String {
     table_fitted(run, crate::table::output_width())
@@ -212,7 +212,7 @@ pub fn detectable_effects(report: &report::Report) -> Vec<DetectableEffect> {
         .collect()
 }
 
-/// The detectable-effect table, fitted to [`crate::table::output_width`].
+/// The detectable-effect table, fitted to the terminal width (`table::output_width`).
 pub fn effects_table(effects: &[DetectableEffect]) -> String {
     let mut t = Table::new(["claim", "samples", "[k]", "MDE", "MDE/|x|"]);
     for e in effects {

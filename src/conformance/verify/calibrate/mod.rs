@@ -123,13 +123,13 @@ pub use table::table;
 use serde::{Deserialize, Serialize};
 
 use crate::claims::{Claim, Verdict};
+use crate::conformance::report::{self, Options};
+use crate::conformance::verify::Replication;
+use crate::conformance::verify::journal::{self, Journal};
 use crate::error::Error;
 use crate::ops::Subject;
 use crate::registry::Registry;
-use crate::report::{self, Options};
 use crate::stats::KsTest;
-use crate::verify::Replication;
-use crate::verify::journal::{self, Journal};
 
 /// Default probability that a calibrated claim set has any test flagged.
 pub const KS_FAMILY_ALPHA: f64 = 0.01;

@@ -115,7 +115,7 @@ use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::ops::{AnyNorm, Site};
 use crate::stats::Estimate;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// Per draw Σ M', Σ M'², Σ V, Σ V², Σ R², Σ (R²)²; per pair Σ t, Σ t²;
 /// Σ n_b² over blocks; the count of ill-conditioned masks.

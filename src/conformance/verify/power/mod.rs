@@ -42,22 +42,22 @@
 //!
 //! # What runs
 //!
-//! The candidates are every mutant of the gallery ([`crate::mutants`]) and
-//! the graded perturbations ([`crate::verify::perturb`]); the claims are the
+//! The candidates are every mutant of the gallery ([`crate::conformance::mutants`]) and
+//! the graded perturbations ([`crate::conformance::verify::perturb`]); the claims are the
 //! conformance set (the registry's families that exercise a dropout layer
 //! alone: dropout, semantics, attention, mask shape, ensemble), since several mutants (eval, backward,
 //! attention, mask shape) are visible only to families other than
 //! `dropout`. The reference runs first under the same seeds: its row is the
 //! observed false-alarm rate, and a claim it fails is left out (at a capped
 //! budget a rare component such as `P(K = 0) = p^8` can fail on a correct
-//! layer). `dropmc power` caps each claim at [`crate::mutants::KILL_SAMPLES`]
+//! layer). `dropmc power` caps each claim at [`crate::conformance::mutants::KILL_SAMPLES`]
 //! draws by default and extrapolates to the default budget conservatively
 //! (see [`PowerRow::at_default_budget`]); `--full` runs the default budget.
 //!
 //! # Journal and resume
 //!
 //! [`power_with`] can append every finished (subject, seed) run to a JSON
-//! Lines journal ([`crate::verify::journal`]) as one [`RunRecord`] (per
+//! Lines journal ([`crate::conformance::verify::journal`]) as one [`RunRecord`] (per
 //! claim: failed, errored, draws, each component's z), reference first,
 //! then the candidates in order. Every row is computed from these records
 //! alone, in the same order, so a run resumed with
@@ -74,13 +74,13 @@ use statrs::distribution::DiscreteCDF;
 
 use crate::claims::{Claim, check};
 use crate::conformance;
+use crate::conformance::verify::Replication;
+use crate::conformance::verify::journal::{self, Journal};
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
 use crate::registry::Registry;
 use crate::stats::critical_z;
-use crate::verify::Replication;
-use crate::verify::journal::{self, Journal};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -111,9 +111,9 @@ impl<'a> Candidate<'a> {
     }
 }
 
-/// Every mutant of the gallery ([`crate::mutants::gallery`]) as a candidate.
+/// Every mutant of the gallery ([`crate::conformance::mutants::gallery`]) as a candidate.
 pub fn mutant_candidates() -> Vec<Candidate<'static>> {
-    crate::mutants::gallery()
+    crate::conformance::mutants::gallery()
         .into_iter()
         .map(|m| Candidate {
             name: m.id.to_string(),

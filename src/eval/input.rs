@@ -97,6 +97,7 @@ fn file_tokens(contents: &str) -> Vec<&str> {
 
 /// `n` when it is at least 2 (a standard error needs two draws), else an
 /// error naming `flag` and what it counts (`--replicates`, "replicates").
+#[cfg(feature = "cli")]
 pub fn at_least_two(flag: &str, what: &str, n: u64) -> Result<u64, Error> {
     if n < 2 {
         return Err(Error::InvalidOption {

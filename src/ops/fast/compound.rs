@@ -60,7 +60,7 @@ use crate::engine::{Budget, Stream};
 use crate::error::{Error, check_all_finite, check_finite_vec, check_len};
 use crate::ops::{LayerNorm, Rate};
 use crate::stats::Estimate;
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// Σ t1, Σ t1² (LN1's factor, per draw); Σ t2, Σ t2², Σ n t2 (LN2's factor,
 /// per block); Σ n_b²; the count of ill-conditioned masks.

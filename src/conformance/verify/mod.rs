@@ -44,14 +44,14 @@ impl Replication {
 pub const REFERENCE_SUBJECT: &str = "reference";
 
 /// The subject `name` names: [`REFERENCE_SUBJECT`] (the crate's inverted
-/// dropout) or the id of a mutant of the gallery ([`crate::mutants::gallery`],
+/// dropout) or the id of a mutant of the gallery ([`crate::conformance::mutants::gallery`],
 /// as `dropmc mutants` lists them). Any other name is
 /// [`Error::UnknownSubject`], listing the known names.
 pub fn subject(name: &str) -> Result<Subject<'static>, Error> {
     if name == REFERENCE_SUBJECT {
         return Ok(Subject::reference());
     }
-    let gallery = crate::mutants::gallery();
+    let gallery = crate::conformance::mutants::gallery();
     match gallery.iter().find(|m| m.id == name) {
         Some(m) => Ok(Subject::with_dropout(m.layer)),
         None => Err(Error::UnknownSubject {

@@ -82,8 +82,8 @@ pub fn select(registry: &Registry, options: &Options) -> Result<Vec<&'static dyn
 ///
 /// ```
 /// use dropmc::ops::Subject;
-/// use dropmc::registry::Registry;
-/// use dropmc::report::{self, Options};
+/// use dropmc::Registry;
+/// use dropmc::conformance::report::{self, Options};
 ///
 /// let options = Options { family: Some("dropout".into()), samples: Some(20_000), ..Options::default() };
 /// let report = report::run(&Registry::default(), &Subject::reference(), &options).unwrap();
@@ -131,7 +131,7 @@ pub fn run_claims(
 }
 
 /// The report as a table at the default width
-/// ([`crate::table::DEFAULT_WIDTH`], 120 columns), with the statistical fine
+/// (`table::DEFAULT_WIDTH`, 120 columns), with the statistical fine
 /// print: what the snapshot locks and piped output shows.
 pub fn table(report: &Report) -> String {
     table_fitted(report, Some(crate::table::DEFAULT_WIDTH))

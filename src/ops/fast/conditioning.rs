@@ -3,7 +3,7 @@
 //! ill-conditioned, and the a-priori bound `κ` on the rounding of its `V`.
 //! The derivation is in [`super::site`] ("Why the shift").
 
-use crate::tolerance;
+use crate::stats::tolerance;
 
 /// Relative rounding allowed in `V + ε` and in a channel's term: `2^-26`.
 pub(crate) const RESOLUTION: f64 = 1.0 / (1u64 << 26) as f64;

@@ -173,7 +173,7 @@ pub const ORDER_SLOPE_RESOLUTION: f64 = 0.25;
 
 /// Largest a-priori rounding bias of an estimate, as a share of its
 /// standard error, that a test may ignore (the fast kernels fall back to the
-/// per-element path above it: [`crate::fast::FastSite`]'s bound `κ` on the
+/// per-element path above it: [`crate::ops::fast::FastSite`]'s bound `κ` on the
 /// rounding of a mask's `V`).
 ///
 /// # Derivation

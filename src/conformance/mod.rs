@@ -46,6 +46,10 @@
 //! ([`crate::stats::critical_z`]); a deterministic rule (bit-exact output,
 //! zero generator draws) fails on a single violation.
 
+pub mod mutants;
+pub mod report;
+pub mod verify;
+
 use serde::Serialize;
 
 use crate::claims::{Claim, ClaimResult, Verdict, check};

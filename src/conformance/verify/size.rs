@@ -12,12 +12,12 @@
 use serde::Serialize;
 
 use crate::claims::Verdict;
+use crate::conformance::report::{self, Options};
+use crate::conformance::verify::Replication;
 use crate::error::Error;
 use crate::ops::Subject;
 use crate::registry::Registry;
-use crate::report::{self, Options};
 use crate::stats::FAMILY_ALPHA;
-use crate::verify::Replication;
 
 /// The budgets measured by default.
 pub const DEFAULT_BUDGETS: [u64; 5] = [500, 1_000, 2_000, 5_000, 20_000];
@@ -128,11 +128,11 @@ pub fn measure(
     })
 }
 
-/// The measurement as a table, fitted to [`crate::table::output_width`].
+/// The measurement as a table, fitted to the terminal width (`table::output_width`).
 pub fn table(run: &SizeRun) -> String {
     let width = crate::table::output_width();
     let mut out = String::new();
-    crate::verify::power::push_wrapped(
+    crate::conformance::verify::power::push_wrapped(
         &mut out,
         &format!(
             "measured size of the report on the {} (stated: at most {:.0e} false alarms per run; \
