@@ -285,8 +285,8 @@ fn effective_skewness(draw: &Draw, estimator: Estimator) -> Result<f64, String> 
 fn undeclared(claim: &dyn Claim) -> String {
     format!(
         "{}: tests a mean but declares no law of its draws; add `fn law(&self) -> Law` \
-         (Claim::law, src/claims/law.rs) to its claim type in src/claims/{}.rs (for an FnClaim, \
-         its `law` field), returning Law::Draws {{ components, estimator }} or Law::NoLaw {{ why }}",
+         (Claim::law, src/claims/law.rs) to its claim type in family `{}`'s claim file under \
+         src/claims/ (for an FnClaim, its `law` field), returning Law::Draws {{ components, estimator }} or Law::NoLaw {{ why }}",
         claim.id(),
         claim.family()
     )
@@ -463,7 +463,11 @@ fn a_claim_testing_a_mean_without_a_law_fails_with_what_to_add() {
         law: None,
     };
     let message = rows_of(&LAWLESS).err().expect("no law, no size");
-    for what in ["mine.mean", "fn law(&self) -> Law", "src/claims/mine.rs"] {
+    for what in [
+        "mine.mean",
+        "fn law(&self) -> Law",
+        "family `mine`'s claim file",
+    ] {
         assert!(message.contains(what), "{message}");
     }
 }
