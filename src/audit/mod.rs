@@ -12,15 +12,15 @@
 //! tokens in parallel (one derived seed per token, so the bits do not depend
 //! on the thread count) and [`gap::Gap`] summarises each estimate's distance
 //! to the truth.
-//! [`attention`] audits the attention-dropout sites (dropout on a softmax
+//! `attention` audits the attention-dropout sites (dropout on a softmax
 //! row) with the attention family's quantities.
 
-pub mod attention;
-pub mod gap;
+pub(crate) mod attention;
+pub(crate) mod gap;
 #[cfg(feature = "cli")]
 pub mod npz;
 pub mod report;
-pub mod token;
+pub(crate) mod token;
 
 use rayon::prelude::*;
 use serde::Serialize;

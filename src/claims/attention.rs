@@ -10,7 +10,7 @@
 //! variance statistics `(R − R')²/2` ([`AttentionClaim::reads_pair`]). On
 //! the mathematics every claim uses the bit-mask estimators of
 //! [`crate::ops::fast::attention_row`] (one mask per sample; variances as sample
-//! variances, [`crate::ops::fast::PowerSums`]). Each claim's mean test declares
+//! variances, `crate::ops::fast::PowerSums`). Each claim's mean test declares
 //! the skewness of the estimator it runs, from its statistic's exact law.
 //!
 //! The Python binding states the same claims at the user's row, values and

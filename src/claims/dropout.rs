@@ -95,7 +95,7 @@ pub struct DropoutClaim {
     /// histogram). The per-unit variance is the pair form of [`PairSampler`]
     /// (from discordance counts of mask pairs); the sum's variances are
     /// sample variances of single draws (standard error:
-    /// [`crate::ops::fast::PowerSums`]).
+    /// `crate::ops::fast::PowerSums`).
     pub fast: FastFn,
     /// The law of the per-draw statistic at `(x, p)` ([`Claim::law`]);
     /// `None`: the one the statistic fixes (the per-unit scaled counts and

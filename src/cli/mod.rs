@@ -16,19 +16,19 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub mod audit;
-pub mod bench;
-pub mod calibrate;
+pub(crate) mod audit;
+pub(crate) mod bench;
+pub(crate) mod calibrate;
 mod emit;
-pub mod eval;
+pub(crate) mod eval;
 pub mod list;
-pub mod mutants;
-pub mod plot;
-pub mod power;
+pub(crate) mod mutants;
+pub(crate) mod plot;
+pub(crate) mod power;
 pub(crate) mod progress;
-pub mod report;
-pub mod size;
-pub mod stack;
+pub(crate) mod report;
+pub(crate) mod size;
+pub(crate) mod stack;
 
 use crate::error::Error;
 use crate::registry::Registry;

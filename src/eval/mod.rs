@@ -33,22 +33,22 @@
 //! `E[LN(z)]`, `E[RMSNorm(z)]` and `E[LN(y)]` carry two more fields (absent
 //! elsewhere): `second_order`, the next-order estimate (error `O(1/d²)`), and
 //! `masks_to_resolve_first_order`, the sample-size guide (see
-//! [`second_order`]). A corrected quantity carries `uncorrected`, the value
+//! `second_order`). A corrected quantity carries `uncorrected`, the value
 //! the correction replaces, and a result outside its formula's useful range
 //! a `warning` (see [`range`]).
 
 pub mod attn;
 pub mod bn;
-pub mod bypass;
-pub mod compound;
+pub(crate) mod bypass;
+pub(crate) mod compound;
 pub(crate) mod input;
-pub mod ln;
+pub(crate) mod ln;
 pub mod moments;
 pub mod norm;
-pub mod quantity;
+pub(crate) mod quantity;
 pub mod range;
-pub mod rms;
-pub mod second_order;
+pub(crate) mod rms;
+pub(crate) mod second_order;
 mod site;
 pub mod stack;
 mod table;
@@ -169,7 +169,7 @@ pub struct EvalResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub second_order: Option<Values>,
     /// The sample-size guide: masks needed before Monte Carlo tells the
-    /// first-order `formula` from the truth (see [`second_order`]).
+    /// first-order `formula` from the truth (see `second_order`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub masks_to_resolve_first_order: Option<f64>,
     /// Why this result should be read with care (an input adjusted before

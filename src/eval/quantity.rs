@@ -7,7 +7,8 @@
 //! same flags and get the same [`EvalOutput`] (so the same JSON).
 //!
 //! ```
-//! let ln = dropmc::eval::ln::quantity();
+//! let registry = dropmc::Registry::default();
+//! let ln = registry.quantity("ln").unwrap();
 //! let args = ["--x", "1,2,4,-1", "--p", "0.3", "--samples", "0"].map(String::from);
 //! let out = ln.run_args(&args).unwrap();
 //! assert_eq!(out.quantity, "ln");

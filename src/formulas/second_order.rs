@@ -106,7 +106,7 @@
 //! * `tests/second_order.rs`: smaller than the first-order residual at every
 //!   `d` tested (by a factor 2–4 at `d = 16`, about 1000 at `d = 4096`), on
 //!   the grouped oracle and on full enumeration (`d ≤ 20`).
-//! * [`crate::eval::second_order`]: the `second_order` field of `dropmc eval`
+//! * `crate::eval::second_order`: the `second_order` field of `dropmc eval`
 //!   and the sample-size guide [`crate::stats::masks_to_resolve`], which uses the per-draw
 //!   spreads [`layer_norm_draw_sd`] and [`rms_norm_draw_sd`].
 

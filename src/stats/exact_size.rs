@@ -64,7 +64,7 @@ pub fn two_point_mean_t_size(n: u64, r: f64) -> f64 {
 
 /// The size of Student-t (`n − 1` degrees of freedom) on the sample
 /// variance `s²` of a two-point statistic `{0, 1}`, with the standard error
-/// `√((m₄ − m₂² (n − 3)/(n − 1)) / n)` of [`crate::ops::fast::PowerSums`]:
+/// `√((m₄ − m₂² (n − 3)/(n − 1)) / n)` of `crate::ops::fast::PowerSums`:
 /// with `f = K/n`, `m₂ = f (1 − f)`, `m₄ = f (1 − f) (1 − 3 f (1 − f))`,
 /// against the target `r (1 − r)`. No spread (`K ∈ {0, n}`) is rejected.
 pub fn two_point_variance_t_size(n: u64, r: f64) -> f64 {

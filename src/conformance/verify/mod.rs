@@ -3,9 +3,11 @@
 
 pub mod calibrate;
 pub mod journal;
-pub mod perturb;
+#[cfg(feature = "cli")]
+pub(crate) mod perturb;
 pub mod power;
-pub mod size;
+#[cfg(feature = "cli")]
+pub(crate) mod size;
 
 use std::ops::Range;
 

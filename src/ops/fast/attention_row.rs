@@ -3,7 +3,7 @@
 //! with their variances, and the distribution of `R`.
 //!
 //! This module serves every statistic of the row (and `dropmc bench`'s W3)
-//! through the shared [`MaskKernel`], which packs short rows several to a
+//! through the shared `MaskKernel`, which packs short rows several to a
 //! generated word.
 //!
 //! ```text

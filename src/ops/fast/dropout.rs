@@ -12,13 +12,13 @@
 //! `E[z_kʳ]` is the mean of `t = m_k (x_k/q)ʳ`, the original scheme's
 //! `E[m_k x_k]` the mean of `t = m_k x_k`, `Var z_k` the sample variance of
 //! `t = m_k x_k/q`: each is the plain estimator of the generic path, computed
-//! from the counts `K_k` alone ([`PowerSums::of_scaled_indicator`]).
+//! from the counts `K_k` alone (`PowerSums::of_scaled_indicator`).
 //!
 //! # The sum and the kept count
 //!
 //! `S = Σ_k m_k (x_k/q)` is one masked sum (a table look-up per 8 units);
 //! its power sums, shifted by `Σ_k x_k`, give `E[S]` and `Var S`
-//! ([`PowerSums`]). `K = Σ_k m_k · 1` is the masked sum of ones (exact: an
+//! (`PowerSums`). `K = Σ_k m_k · 1` is the masked sum of ones (exact: an
 //! integer below 2⁵³), and `P(K = k)` is the mean of the indicator
 //! `1{K = k}`, an indicator mean exactly as on the generic path.
 
@@ -106,7 +106,7 @@ pub fn unit_raw_moments(x: &[f64], p: f64, r: i32, budget: Budget) -> Result<Vec
 /// independent masks, `(z_k − z′_k)²/2` is `x_k²/(2q²)` when exactly one
 /// keeps unit `k` (probability `2pq`) and 0 otherwise, so its mean over `n`
 /// pairs comes from the discordance counts alone
-/// ([`UnitDiscordances`], [`PowerSums::of_scaled_indicator`]).
+/// (`UnitDiscordances`, `PowerSums::of_scaled_indicator`).
 pub fn unit_pair_variances(x: &[f64], p: f64, budget: Budget) -> Result<Vec<Estimate>, Error> {
     check_finite_vec("x", x)?;
     let q = Rate::new(p)?.q();

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! The per-mask gap `t = f(z) − f(x)` (with `f(x)` from the formulas module)
-//! goes into power sums ([`PowerSums`]); its mean is the estimate. The LSE
+//! goes into power sums (`PowerSums`); its mean is the estimate. The LSE
 //! form needs `e^{x_k/q}` finite (`x_k/q < 709`): a larger input is an error,
 //! not an infinity.
 

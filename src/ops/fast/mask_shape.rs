@@ -9,7 +9,7 @@
 //!
 //! Either way `S_k` is a masked sum of a fixed column (zero off feature
 //! `k`), so the `d` column sums are `d` masked sums of one mask, and `Var S_k`
-//! comes from their power sums, shifted by `Σ_t x_tk` ([`PowerSums`]).
+//! comes from their power sums, shifted by `Σ_t x_tk` (`PowerSums`).
 //! Column `k` is all zero exactly when its units are all dropped: the
 //! independent group `{t·d + k : t < T}`, or the shared unit `k`; `P(all
 //! zero)` is the mean of that indicator.

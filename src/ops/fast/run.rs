@@ -41,7 +41,7 @@ pub fn run_chunks<K: ChunkKernel>(kernel: &K, budget: Budget) -> Result<Vec<f64>
     run_chunks_on(kernel, budget, Isa::best())
 }
 
-/// [`run_chunks`] with the kernel compiled for `isa` (an `isa` the CPU lacks
+/// `run_chunks` with the kernel compiled for `isa` (an `isa` the CPU lacks
 /// falls back to [`Isa::Portable`]). Every level makes the same integer and
 /// `f64` operations in the same order (Rust never contracts `a·b + c` into
 /// a fused multiply-add), so every level gives the same bits; the levels
@@ -71,7 +71,7 @@ thread_local! {
 }
 
 /// Runs `body` with `observer(done, total)` called after each parallel block
-/// of every kernel run `body` makes on this thread ([`run_chunks`]): `done`
+/// of every kernel run `body` makes on this thread (`run_chunks`): `done`
 /// draws of `total` in the current run. A caller that does not own the
 /// kernels' calls — the command line around `eval`, which runs several
 /// kernels — can show progress without threading a callback through every
@@ -93,7 +93,7 @@ pub const BLOCK_BYTES: usize = 32 << 20;
 ///
 /// A block runs `BLOCK` chunks, or fewer when the kernel is wide: at most
 /// `BLOCK_BYTES / (8 · width)`, but at least two per rayon thread
-/// ([`block_len`]), so that
+/// (`block_len`), so that
 /// a run at d = 10^5 with per-channel sums (width ≈ 3·10^5) holds a few tens
 /// of megabytes of chunk results rather than `BLOCK · 8 · width` = 154 MB.
 /// The block length changes only how many chunks run in parallel between

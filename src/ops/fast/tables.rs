@@ -48,7 +48,7 @@ pub const GROUP: usize = 4;
 #[repr(C, align(64))]
 struct Entries([f64; 16]);
 
-/// Subset-sum tables for `W` columns over groups of [`GROUP`] units.
+/// Subset-sum tables for `W` columns over groups of `GROUP` units.
 #[derive(Debug, Clone)]
 pub struct SubsetTables<const W: usize> {
     units: usize,

@@ -43,7 +43,7 @@
 //! # What runs
 //!
 //! The candidates are every mutant of the gallery ([`crate::conformance::mutants`]) and
-//! the graded perturbations ([`crate::conformance::verify::perturb`]); the claims are the
+//! the graded perturbations (`verify::perturb`, with the `cli` feature); the claims are the
 //! conformance set (the registry's families that exercise a dropout layer
 //! alone: dropout, semantics, attention, mask shape, ensemble), since several mutants (eval, backward,
 //! attention, mask shape) are visible only to families other than
@@ -66,6 +66,7 @@
 
 mod table;
 
+#[cfg(feature = "cli")]
 pub(crate) use table::push_wrapped;
 pub use table::{DetectableEffect, detectable_effects, effects_table, table, table_fitted};
 
