@@ -378,7 +378,13 @@ fn equal_units_sum_oracle(x: &[f64], a: f64, rate: Rate, variance: bool) -> Resu
         m2 += w * s * s;
         mag += w * s * s;
     }
-    let rounding = (pmf.len() as f64 + 8.0) * f64::EPSILON * mag.max(m1.abs());
+    // Each weight carries its own relative error; the sums over the
+    // `d + 1` terms add the enumeration's count.
+    let roundings =
+        tolerance::enumeration_roundings(pmf.len() as f64, tolerance::EQUAL_UNITS_TERM_ROUNDINGS);
+    let relative = tolerance::binomial_pmf_relative_error(x.len() as u64, rate.q())
+        + tolerance::gamma_upper(roundings);
+    let rounding = relative * mag.max(m1.abs());
     let raw = Oracle {
         values: vec![m1, m2],
         rounding: vec![rounding, rounding],
