@@ -186,12 +186,14 @@ pub fn proportion_test(p_hat: f64, trials: u64, p0: f64) -> ZTest {
 
 /// The rounding of a tail of `Binomial(n, ·)` summed from [`ln_pmf`]: each
 /// term is `exp` of three `ln Γ(≤ n + 1)` and two products, so its relative
-/// error is that exponent's absolute error, a few ulps (8 taken) of
-/// `3 ln Γ(n + 1)`; then at most `n` additions of terms summing to ≤ 1.
+/// error is that exponent's absolute error,
+/// [`tolerance::LN_PMF_ROUNDINGS`] ulps of `3 ln Γ(n + 1)`; then at most `n`
+/// additions of terms summing to ≤ 1.
 #[cfg(test)]
 pub(crate) fn tail_rounding(n: u64) -> f64 {
-    let exponent = 8.0 * 3.0 * ln_gamma(n as f64 + 1.0).max(1.0) * f64::EPSILON;
-    exponent + crate::stats::tolerance::gamma(n as f64)
+    let exponent =
+        tolerance::LN_PMF_ROUNDINGS * 3.0 * ln_gamma(n as f64 + 1.0).max(1.0) * f64::EPSILON;
+    exponent + tolerance::gamma(n as f64)
 }
 
 #[cfg(test)]

@@ -74,9 +74,9 @@ pub fn enumeration_roundings(masks: f64, factors: f64) -> f64 {
 /// 1. The three `lnΓ` terms are each at most `lnΓ(n+1)`; the two logarithm
 ///    terms together at most `n |ln min(p, q)|`.
 /// 2. Each term is within a few ulps of its value and the four additions
-///    round once each: 8 roundings (the count `binomial::tail_rounding`
-///    charges) on the absolute sum `A = 3 lnΓ(n+1) + n |ln min(p, q)|`,
-///    an absolute error of at most `8 ε A` in the exponent.
+///    round once each: [`LN_PMF_ROUNDINGS`] on the absolute sum
+///    `A = 3 lnΓ(n+1) + n |ln min(p, q)|`, an absolute error of at most
+///    `8 ε A` in the exponent.
 /// 3. `exp(y + δ) = exp(y)(1 + δ + O(δ²))`: an absolute error `δ` of the
 ///    exponent is a relative error `δ` of the probability, plus `exp`'s own
 ///    rounding (one more `ε`).
@@ -84,8 +84,15 @@ pub fn binomial_pmf_relative_error(n: u64, q: f64) -> f64 {
     let n_f = n as f64;
     let ln_gamma_n = statrs::function::gamma::ln_gamma(n_f + 1.0).max(1.0);
     let log_terms = n_f * q.min(1.0 - q).ln().abs();
-    gamma_upper(8.0) * (3.0 * ln_gamma_n + log_terms) + gamma_upper(1.0)
+    gamma_upper(LN_PMF_ROUNDINGS) * (3.0 * ln_gamma_n + log_terms) + gamma_upper(1.0)
 }
+
+/// Roundings charged to the exponent of a binomial probability computed as
+/// `exp` of its logarithm (three `lnΓ` values and two logarithm terms, each a
+/// few ulps from its value, and the four additions joining them): 8, on the
+/// exponent's absolute sum ([`binomial_pmf_relative_error`], and the tail
+/// slack of `stats::binomial`'s tests).
+pub const LN_PMF_ROUNDINGS: f64 = 8.0;
 
 /// Roundings of one term `w · s` (and `w · s · s`) of the equal-units sum
 /// oracle, `s = k a / q`: the product and the division forming `s`, then
