@@ -17,6 +17,7 @@ mod rate;
 pub mod rmsnorm;
 pub mod second_order;
 pub mod semantics;
+pub mod shared_mask;
 
 /// `x^n` by `n` multiplications from the left, `((1·x)·x)·…`: a fixed
 /// sequence of IEEE 754 roundings (each correctly rounded), so the same bits
