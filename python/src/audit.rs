@@ -22,8 +22,43 @@ type Truth = (Vec<f64>, Vec<f64>);
 /// One site from its dict: `name`, `form` ("plain"/"bypass"/"compound"),
 /// `p`, `d`, `v` and `h` (flat float64 arrays, `tokens × d`), `norm`
 /// ("layer"/"rms"), `gamma`, `beta`, `eps`; a compound site also LN2's
-/// `gamma2`, `beta2`, `eps2`.
+/// `gamma2`, `beta2`, `eps2`. Optional: `mask_groups` (one int per
+/// channel: channels with the same id share a mask bit; `None` or absent:
+/// elementwise) and `eval_output` (flat float64, `tokens × d`: the model's
+/// own eval output, which replaces `norm(h + v)` as the eval column).
 fn capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
+    let site_capture = norm_capture(site)?;
+    let optional = |key: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
+        Ok(site.get_item(key)?.filter(|value| !value.is_none()))
+    };
+    let site_capture = match optional("mask_groups")? {
+        Some(ids) => {
+            let ids: Vec<i64> = ids.extract().map_err(|_| {
+                PyValueError::new_err("mask_groups must be a sequence of ints, one per channel")
+            })?;
+            if ids.iter().any(|id| *id < 0) {
+                return Err(PyValueError::new_err(
+                    "mask_groups must hold non-negative ints",
+                ));
+            }
+            let ids: Vec<usize> = ids.iter().map(|id| *id as usize).collect();
+            site_capture.with_mask_groups(&ids).map_err(to_py)?
+        }
+        None => site_capture,
+    };
+    match optional("eval_output")? {
+        Some(values) => {
+            let a: PyReadonlyArray1<f64> = values.extract()?;
+            site_capture
+                .with_eval_output(a.as_array().iter().copied().collect())
+                .map_err(to_py)
+        }
+        None => Ok(site_capture),
+    }
+}
+
+/// The site's norm capture (module docs of [`capture`]'s keys).
+fn norm_capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
     let get = |key: &str| -> PyResult<Bound<'_, PyAny>> {
         site.get_item(key)?
             .ok_or_else(|| PyValueError::new_err(format!("site dict lacks the key {key:?}")))

@@ -16,21 +16,25 @@
 //! row) with the attention family's quantities.
 
 pub(crate) mod attention;
+mod capture;
 pub(crate) mod gap;
 #[cfg(feature = "cli")]
 pub mod npz;
 pub mod report;
+pub(crate) mod shared;
 pub(crate) mod token;
 
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::engine::{Budget, derive_seed};
-use crate::error::{Error, check_len};
-use crate::ops::{AnyNorm, LayerNorm, Rate, RmsNorm};
+use crate::error::Error;
+use crate::formulas::shared_mask::MaskGroups;
+use crate::ops::Rate;
 pub use attention::{
     AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_SAMPLES, audit_attention_sites,
 };
+pub use capture::{Form, SiteCapture};
 pub use gap::Gap;
 pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 
@@ -40,176 +44,6 @@ pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values}
 /// every site's uncorrected gap of the 6-layer d = 512 encoder of
 /// docs/audit.md.
 pub const DEFAULT_SAMPLES: u64 = 1 << 17;
-
-/// How the dropout reaches the norm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Form {
-    /// `norm(dropout(v))`.
-    Plain,
-    /// `norm(h + dropout(v))`.
-    Bypass,
-    /// `LN2(LN1(dropout(v)))`: LN1's output feeds LN2 directly.
-    Compound,
-}
-
-impl Form {
-    pub fn name(self) -> &'static str {
-        match self {
-            Form::Plain => "plain",
-            Form::Bypass => "bypass",
-            Form::Compound => "compound",
-        }
-    }
-}
-
-/// One site's capture: `tokens` rows of width `d`, row-major.
-#[derive(Debug, Clone)]
-pub struct SiteCapture {
-    /// The site's name (the dropout's and the norm's module names).
-    pub name: String,
-    pub form: Form,
-    pub p: f64,
-    pub d: usize,
-    /// `v`, `tokens × d`.
-    pub v: Vec<f64>,
-    /// `h`, `tokens × d` (ignored, and may be empty, for a plain site).
-    pub h: Vec<f64>,
-    /// The norm the dropout reaches (LN1 of a compound site).
-    pub norm: AnyNorm,
-    /// LN2 of a compound site (`None` otherwise).
-    pub norm2: Option<LayerNorm>,
-}
-
-impl SiteCapture {
-    /// A plain or bypass capture from its parts; `layer` says LayerNorm
-    /// (with `beta`) or RMSNorm. A compound capture is a plain LayerNorm one
-    /// turned by [`SiteCapture::into_compound`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        name: String,
-        form: Form,
-        p: f64,
-        d: usize,
-        v: Vec<f64>,
-        h: Vec<f64>,
-        layer: bool,
-        gamma: Vec<f64>,
-        beta: Vec<f64>,
-        eps: f64,
-    ) -> Result<Self, Error> {
-        Rate::new(p)?;
-        if d == 0 || v.is_empty() || !v.len().is_multiple_of(d) {
-            return Err(Error::InvalidOption {
-                what: format!(
-                    "site {name}: v holds {} values, not a whole number of rows of width {d}",
-                    v.len()
-                ),
-            });
-        }
-        let h = match form {
-            Form::Plain => vec![0.0; v.len()],
-            Form::Bypass => {
-                check_len("h", &h, v.len())?;
-                h
-            }
-            Form::Compound => {
-                return Err(Error::InvalidOption {
-                    what: format!(
-                        "site {name}: a compound capture is a plain one with a second \
-                         LayerNorm (SiteCapture::into_compound)"
-                    ),
-                });
-            }
-        };
-        let norm = if layer {
-            AnyNorm::Layer(LayerNorm::new(gamma, beta, eps)?)
-        } else {
-            AnyNorm::Rms(RmsNorm::new(gamma, eps)?)
-        };
-        let width = norm.dim();
-        if width != d {
-            return Err(Error::InvalidOption {
-                what: format!("site {name}: the norm has width {width}, the activations {d}"),
-            });
-        }
-        Ok(SiteCapture {
-            name,
-            form,
-            p,
-            d,
-            v,
-            h,
-            norm,
-            norm2: None,
-        })
-    }
-
-    /// This plain LayerNorm site, its norm (LN1) feeding the LayerNorm
-    /// `(gamma2, beta2, eps2)` (LN2) directly: the compound site
-    /// `LN2(LN1(dropout(v)))`.
-    pub fn into_compound(
-        self,
-        gamma2: Vec<f64>,
-        beta2: Vec<f64>,
-        eps2: f64,
-    ) -> Result<SiteCapture, Error> {
-        if self.form != Form::Plain || !matches!(self.norm, AnyNorm::Layer(_)) {
-            return Err(Error::InvalidOption {
-                what: format!(
-                    "site {}: only a plain LayerNorm site (dropout → LN1) can feed a second \
-                     LayerNorm as a compound site",
-                    self.name
-                ),
-            });
-        }
-        let ln2 = LayerNorm::new(gamma2, beta2, eps2)?;
-        if ln2.dim() != self.d {
-            return Err(Error::InvalidOption {
-                what: format!(
-                    "site {}: LN2 has width {}, the activations {}",
-                    self.name,
-                    ln2.dim(),
-                    self.d
-                ),
-            });
-        }
-        Ok(SiteCapture {
-            form: Form::Compound,
-            norm2: Some(ln2),
-            ..self
-        })
-    }
-
-    pub fn tokens(&self) -> usize {
-        self.v.len() / self.d
-    }
-
-    pub fn norm_name(&self) -> &'static str {
-        match (&self.norm, &self.norm2) {
-            (AnyNorm::Layer(_), Some(_)) => "LN→LN",
-            (norm, _) => norm.kind().name(),
-        }
-    }
-
-    /// Token `t`'s values (`budget` for a sampled truth).
-    fn token(&self, t: usize, rate: Rate, budget: Budget) -> Result<TokenValues, Error> {
-        let rows = t * self.d..(t + 1) * self.d;
-        match (&self.norm, &self.norm2) {
-            (AnyNorm::Layer(ln1), Some(ln2)) => {
-                compound_token_values(&self.v[rows], rate, ln1, ln2, budget)
-            }
-            _ => token_values(
-                &self.h[rows.clone()],
-                &self.v[rows],
-                rate,
-                &self.norm,
-                self.form == Form::Bypass,
-                budget,
-            ),
-        }
-    }
-}
 
 /// The audit of one site.
 #[derive(Debug, Clone, Serialize)]
@@ -234,6 +68,18 @@ pub struct SiteAudit {
     /// ignores LN1's noise): what the first order improves on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub c1_only: Option<Gap>,
+    /// A token-level mask's exact two-point expectation (what a correction
+    /// applies there; its gap is rounding alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub two_point: Option<Gap>,
+    /// How the mask is shared over the channels (absent: elementwise).
+    /// Tokens that share a draw are correlated in one training forward;
+    /// each token's truth here is its own expectation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mask: Option<String>,
+    /// Whether the eval column is the model's own output (a corrected
+    /// model's) rather than `norm(h + v)` recomputed from the capture.
+    pub eval_from_model: bool,
     /// `uncorrected / first_order`: the factor the correction removes (a
     /// lower bound, from the first order's upper bound, when that gap is
     /// not resolved).
@@ -278,6 +124,7 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
     let first_order = Gap::over(&values, |t| &t.first);
     let second_order = Gap::over_optional(&values, |t| t.second.as_deref());
     let c1_only = Gap::over_optional(&values, |t| t.c1_only.as_deref());
+    let two_point = Gap::over_optional(&values, |t| t.two_point.as_deref());
     let rho2 = values.iter().map(|t| t.rho2).sum::<f64>() / values.len() as f64;
     let resolution = (values
         .iter()
@@ -292,7 +139,7 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
         p: capture.p,
         d,
         tokens: values.len(),
-        exact: d <= EXACT_AUDIT_D,
+        exact: capture.mask_groups.as_ref().map_or(d, MaskGroups::count) <= EXACT_AUDIT_D,
         samples,
         factor: uncorrected.rms
             / if first_order.resolved {
@@ -305,6 +152,9 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
         first_order,
         second_order,
         c1_only,
+        two_point,
+        mask: capture.mask_sharing(),
+        eval_from_model: capture.eval_output.is_some(),
         rho2,
         resolution,
         warnings: Vec::new(),
@@ -448,6 +298,55 @@ mod tests {
                 .into_compound(vec![1.0; 16], vec![0.0; 16], 0.0)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_token_mask_site_is_exact_and_its_two_point_form_leaves_rounding_alone() {
+        let c = capture(64, 5).with_mask_groups(&[3; 64]).unwrap();
+        let a = audit_site(&c, 4096, 4).unwrap();
+        // One group: two masks, enumerated whatever d.
+        assert!(a.exact && a.truth_se.iter().all(|s| *s == 0.0));
+        let two_point = a.two_point.unwrap();
+        // Both the enumeration and the two-point form evaluate the norm at
+        // the same two inputs and weight them by q and p: they differ by the
+        // rounding of two norm evaluations and a weighted sum.
+        use crate::stats::tolerance::{AFFINE_ROUNDINGS, bound, norm_statistic_roundings};
+        let largest = a.truth.iter().fold(0.0f64, |m, t| m.max(t.abs()));
+        let rounding = bound(
+            2.0 * (norm_statistic_roundings(64) + AFFINE_ROUNDINGS) + 4.0,
+            largest,
+        );
+        assert!(two_point.rms <= rounding, "{} > {rounding}", two_point.rms);
+        let table = report::table(&[a]);
+        assert!(table.contains("gap 2-point") && table.contains("mask: s: shared, token"));
+        // The elementwise truth of the same activations differs: the mask's
+        // structure changes the expectation.
+        let elementwise = audit_site(&capture(64, 5), 4096, 4).unwrap();
+        let shared = audit_site(&c, 4096, 4).unwrap();
+        let differ = elementwise
+            .truth
+            .iter()
+            .zip(&elementwise.truth_se)
+            .zip(&shared.truth)
+            .any(|((e, s), t)| (e - t).abs() > crate::stats::critical_z() * s);
+        assert!(differ);
+    }
+
+    #[test]
+    fn the_model_eval_output_replaces_the_recomputed_one() {
+        let c = capture(12, 3);
+        let plain = audit_site(&c, 4096, 1).unwrap();
+        // Handing back the truth itself as the model's eval output: its gap is 0.
+        let from_model = audit_site(
+            &c.clone().with_eval_output(plain.truth.clone()).unwrap(),
+            4096,
+            1,
+        )
+        .unwrap();
+        assert!(from_model.eval_from_model && from_model.uncorrected.rms == 0.0);
+        assert!(plain.uncorrected.rms > 0.0);
+        assert!(capture(12, 3).with_eval_output(vec![f64::NAN; 36]).is_err());
+        assert!(capture(12, 3).with_mask_groups(&[0; 11]).is_err());
     }
 
     #[test]

@@ -250,6 +250,18 @@ impl Archive {
         }
     }
 
+    /// An optional 1-D int64 member (`None` when the archive lacks it).
+    fn optional_ints(&mut self, name: &str) -> Result<Option<Vec<i64>>, Error> {
+        if self.zip.index_for_name(&format!("{name}.npy")).is_none() {
+            return Ok(None);
+        }
+        let a = self.array(name)?;
+        match a.values {
+            Values::Int(v) if a.shape.len() == 1 => Ok(Some(v)),
+            _ => Err(self.error(name, "is not a 1-D integer array")),
+        }
+    }
+
     fn scalar(&mut self, name: &str) -> Result<f64, Error> {
         let (_, v) = self.float_array(name, 0)?;
         Ok(v[0])
@@ -369,7 +381,17 @@ fn norm_sites(archive: &mut Archive, count: i64) -> Result<Vec<SiteCapture>, Err
             let (_, gamma) = archive.float_array(&key("gamma"), 1)?;
             let (_, beta) = archive.float_array(&key("beta"), 1)?;
             if form != Form::Compound {
-                return SiteCapture::new(name, form, p, shape[1], v, h, layer, gamma, beta, eps);
+                let site =
+                    SiteCapture::new(name, form, p, shape[1], v, h, layer, gamma, beta, eps)?;
+                // Optional: the groups of channels sharing one mask bit.
+                return match archive.optional_ints(&key("mask_groups"))? {
+                    Some(ids) if ids.iter().any(|id| *id < 0) => {
+                        Err(archive.error(&key("mask_groups"), "holds a negative group id"))
+                    }
+                    Some(ids) => site
+                        .with_mask_groups(&ids.iter().map(|id| *id as usize).collect::<Vec<_>>()),
+                    None => Ok(site),
+                };
             }
             let plain = SiteCapture::new(
                 name,

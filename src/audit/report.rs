@@ -26,12 +26,16 @@ fn optional_gap_cell(g: &Option<Gap>) -> String {
 /// `LN2(ĉ1)`; `—` on the other sites) follows `gap 1st`.
 pub fn table(sites: &[SiteAudit]) -> String {
     let with_c1 = sites.iter().any(|s| s.c1_only.is_some());
+    let with_two_point = sites.iter().any(|s| s.two_point.is_some());
     let mut header = vec![
         "site", "form", "norm", "p", "d", "tokens", "truth", "gap eval", "gap 1st", "gap 2nd",
         "factor",
     ];
     if with_c1 {
         header.insert(9, "gap c1-only");
+    }
+    if with_two_point {
+        header.insert(header.len() - 1, "gap 2-point");
     }
     let rows: Vec<Vec<String>> = sites
         .iter()
@@ -60,11 +64,28 @@ pub fn table(sites: &[SiteAudit]) -> String {
             if with_c1 {
                 row.insert(9, optional_gap_cell(&s.c1_only));
             }
+            if with_two_point {
+                row.insert(row.len() - 1, optional_gap_cell(&s.two_point));
+            }
             row
         })
         .collect();
     let mut out = columns(&header, rows);
     for s in sites {
+        if let Some(mask) = &s.mask {
+            out.push_str(&format!(
+                "mask: {}: shared, {mask}: the truth enumerates or draws one bit per group; \
+                 tokens sharing a draw are correlated in one training forward, each token's \
+                 truth is its own expectation\n",
+                s.name
+            ));
+        }
+        if s.eval_from_model {
+            out.push_str(&format!(
+                "eval: {}: the model's own output (a corrected model), not norm(h + v)\n",
+                s.name
+            ));
+        }
         for w in &s.warnings {
             out.push_str(&format!("warning: {}: {w}\n", s.name));
         }
@@ -73,6 +94,12 @@ pub fn table(sites: &[SiteAudit]) -> String {
         "gaps: RMS over units and tokens of (estimate − E[norm]), noise-corrected; \
          factor = gap eval / gap 1st\n",
     );
+    if with_two_point {
+        out.push_str(
+            "token-level mask: gap 1st is the grouped first order (c from the grouped E[V]), \
+             gap 2-point the exact q·norm(h + v/q) + p·norm(h), rounding alone\n",
+        );
+    }
     if with_c1 {
         out.push_str(
             "compound (LN2(LN1(dropout(v)))): gap 1st is the c1 + c2 estimate, gap c1-only \

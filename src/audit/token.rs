@@ -62,6 +62,9 @@ pub struct TokenValues {
     pub second: Option<Vec<f64>>,
     /// A compound site's c1-only estimate `LN2(ĉ1)`.
     pub c1_only: Option<Vec<f64>>,
+    /// A token-level mask's exact two-point expectation
+    /// (`super::shared`).
+    pub two_point: Option<Vec<f64>>,
     /// `ρ² = v̄²/σ²` of the token (`σ²` the spread of `x`); a compound
     /// site's is LN2's `ρ²` of [`compound::Compound`].
     pub rho2: f64,
@@ -116,6 +119,7 @@ pub fn token_values(
         first,
         second: Some(second),
         c1_only: None,
+        two_point: None,
         rho2,
     })
 }
@@ -159,6 +163,7 @@ pub fn compound_token_values(
         first,
         second: None,
         c1_only: Some(c1_only),
+        two_point: None,
         rho2: parts.rho2,
     })
 }

@@ -90,7 +90,9 @@ impl MaskGroups {
     /// order of first appearance, so any distinct labels will do).
     pub fn new(ids: &[usize]) -> Result<Self, Error> {
         if ids.is_empty() {
-            return Err(Error::Empty { what: "mask groups" });
+            return Err(Error::Empty {
+                what: "mask groups",
+            });
         }
         let mut seen: Vec<usize> = Vec::new();
         let of_channel = ids
@@ -177,7 +179,10 @@ pub fn variance_noise(v: &[f64], groups: &MaskGroups, rate: Rate) -> Result<f64,
     let d = v.len() as f64;
     let mean_square = v.iter().map(|a| a * a).sum::<f64>() / d;
     let noise = rate.odds() * (mean_square - groups.sum_of_squared_group_sums(v) / (d * d));
-    representable_value("the added variance (p/q)(mean v² − Σ S_g²/d²)", noise.max(0.0))
+    representable_value(
+        "the added variance (p/q)(mean v² − Σ S_g²/d²)",
+        noise.max(0.0),
+    )
 }
 
 /// `E[V] = V(x) + (p/q)(mean_k v_k² − Σ_g S_g²/d²)` (exact; module docs).
@@ -237,7 +242,10 @@ pub fn layer_norm_first_order(
     let c = ((s2 + eps) / (s2 + variance_noise(v, groups, rate)? + eps)).sqrt();
     representable(
         "the grouped first-order LayerNorm estimate",
-        ln_x.iter().zip(beta).map(|(l, b)| b + c * (l - b)).collect(),
+        ln_x.iter()
+            .zip(beta)
+            .map(|(l, b)| b + c * (l - b))
+            .collect(),
     )
 }
 
@@ -271,7 +279,10 @@ mod tests {
             let groups = MaskGroups::new(&ids).unwrap();
             let closed = variance_mean(&H, &V, &groups, rate).unwrap();
             let exact = variance_by_enumeration(&groups, rate);
-            assert!(exact.agrees_with(&[closed]), "{ids:?}: {closed} vs {exact:?}");
+            assert!(
+                exact.agrees_with(&[closed]),
+                "{ids:?}: {closed} vs {exact:?}"
+            );
         }
     }
 
@@ -283,7 +294,10 @@ mod tests {
         let elementwise = variance_noise(&V, &MaskGroups::elementwise(6).unwrap(), rate).unwrap();
         // Both sides are sums of d squares and a few products: the
         // statistic's rounding count at d bounds either's error.
-        let slack = tolerance::bound(tolerance::norm_statistic_roundings(V.len()), rate.odds() * v2);
+        let slack = tolerance::bound(
+            tolerance::norm_statistic_roundings(V.len()),
+            rate.odds() * v2,
+        );
         assert!((elementwise - rate.odds() * v2 * (1.0 - 1.0 / d)).abs() <= slack);
         let token = variance_noise(&V, &MaskGroups::token(6).unwrap(), rate).unwrap();
         let (_, spread) = mean_and_variance(&V);
@@ -296,6 +310,14 @@ mod tests {
         let g = MaskGroups::new(&[9, 4, 9]).unwrap();
         assert_eq!((g.count(), g.of(0), g.of(1), g.of(2)), (2, 0, 1, 0));
         assert!(MaskGroups::new(&[]).is_err());
-        assert!(variance_mean(&H, &V[..5], &MaskGroups::token(6).unwrap(), Rate::new(0.1).unwrap()).is_err());
+        assert!(
+            variance_mean(
+                &H,
+                &V[..5],
+                &MaskGroups::token(6).unwrap(),
+                Rate::new(0.1).unwrap()
+            )
+            .is_err()
+        );
     }
 }
