@@ -216,7 +216,7 @@ def _stop(ops: Tuple[str, ...]) -> str:
             continue
         if base not in identity:
             return op
-    return "a second add (h is not one term)" if adds > 1 else "an op that mixes the normalized axis"
+    return "a later residual add (the layers between read this dropout: entangled)" if adds > 1 else "an op that mixes the normalized axis"
 
 
 def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, str]) -> List[Site]:
