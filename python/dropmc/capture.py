@@ -71,26 +71,30 @@ def _finite(site: str, what: str, t: torch.Tensor) -> None:
 def token_mask_for(site_norm_module: str, kwargs: dict, token_mask=None):
     """The padding mask of a site's sequence: ``token_mask`` when given (a
     tensor, or a dict from module-name prefix to tensor, the longest
-    matching prefix winning), else the forward's ``decoder_attention_mask``
-    for a module under a ``decoder`` and its ``attention_mask`` for the
-    rest. Never chosen by shape: a mask whose shape is not the site's
+    matching prefix winning), else, when the forward has ``decoder_*``
+    inputs (an encoder-decoder), its ``decoder_attention_mask`` for a
+    module under a ``decoder`` (none: every decoder token is real), and its
+    ``attention_mask`` for the rest. Never chosen by shape: a mask whose shape is not the site's
     tokens' is refused by :func:`_token_keep`."""
     if isinstance(token_mask, torch.Tensor):
         return token_mask
     if isinstance(token_mask, dict):
         best = max((k for k in token_mask if site_norm_module.startswith(k)), key=len, default=None)
         return token_mask[best] if best is not None else None
-    parts = site_norm_module.split(".")
-    if any(p.startswith("decoder") for p in parts):
+    encoder_decoder = any(k.startswith("decoder_") for k in kwargs)
+    if encoder_decoder and any(p.startswith("decoder") for p in site_norm_module.split(".")):
         return kwargs.get("decoder_attention_mask")
     return kwargs.get("attention_mask")
 
 
 def _token_keep(site: str, mask, v: torch.Tensor, tape, explicit: bool) -> Optional[_np.ndarray]:
     """Which of the norm input's tokens are real: the mask (one entry per
-    token of the dropout's input) carried along the site's tape."""
+    token of the dropout's input, or of its ``(batch · length, d)``
+    flattening) carried along the site's tape."""
     if not isinstance(mask, torch.Tensor):
         return None
+    if v.dim() == 2 and mask.dim() == 2 and v.shape[0] == mask.numel():
+        mask = mask.reshape(-1)  # tokens flattened to (batch · length, d) before the dropout (OPT)
     if tuple(mask.shape) != tuple(v.shape[:-1]):
         if explicit:
             raise ValueError(f"site {site!r}: token_mask of shape {tuple(mask.shape)}, but the site's "
