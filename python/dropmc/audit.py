@@ -104,6 +104,12 @@ def _unknown_site(t, found, modules) -> str:
 
 
 def _select_sites(found, sites, modules):
+    """The norm sites ``sites`` (tuples only) names, validated as
+    :func:`_select` does (correct.py's entry)."""
+    return _select(found, [t for t in sites if not isinstance(t, str)], modules)[0]
+
+
+def _select(found, sites, modules):
     """``(norm sites, attention calls)`` that ``sites`` names: tuples
     ``(dropout, norm)`` or ``(dropout, ln1, ln2)`` by call name, and
     attention calls as strings; each validated against the forward (a name
@@ -177,7 +183,7 @@ def capture(model, inputs=None, *, sites: Optional[Sequence] = None, norms=None,
 
     args, kw = call_inputs(inputs, kwargs)
     found = discover(model, *args, norms=norms, **kw)
-    chosen = found.sites if sites is None else _select_sites(found, sites, dict(model.named_modules()))[0]
+    chosen = found.sites if sites is None else _select_sites(found, sites, dict(model.named_modules()))
     return capture_traced(model, args, kw, found, _split(chosen)[0], [], token_mask=token_mask)[0]
 
 
@@ -222,7 +228,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     if sites is None:
         chosen, calls = found.sites, [a.call for a in found.attention]
     else:
-        chosen, calls = _select_sites(found, sites, modules)
+        chosen, calls = _select(found, sites, modules)
     clean, other, no_engine = _split(chosen)
     picked = [a for a in found.attention if a.call in calls and attention]
     other += [{"name": a.call, "form": "attention", "p": 0.0, "reason": "no dropout at this rate (p = 0)"}

@@ -309,6 +309,8 @@ def discover(model: nn.Module, *args, norms: Optional[Dict[str, NormSpec]] = Non
     found = Discovery()
     specs: Dict[str, NormSpec] = {}
     for name, x in trace.first_input.items():
+        if x.numel() == 0:
+            raise ValueError(f"the input of norm {name!r} is empty (an empty batch: no token to audit)")
         if name in norms:
             specs[name] = norms[name]
             continue

@@ -1,0 +1,61 @@
+"""Issue 40 items 6 and 8 (Python side): padded tokens are left out by the
+mask of each site's own sequence (encoder vs decoder, never by shape
+coincidence), and bad activations are named: NaN/inf in a captured tensor
+and an empty batch are ValueErrors naming the site and the tensor."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn as nn  # noqa: E402
+
+import dropmc.audit as A  # noqa: E402
+
+
+def _mlp():
+    torch.manual_seed(2)
+    return nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Dropout(0.3), nn.LayerNorm(12))
+
+
+@pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (float("inf"), "inf")])
+def test_a_non_finite_activation_is_named(bad, word):
+    x = torch.randn(5, 6)
+    x[2, 1] = bad
+    with pytest.raises(ValueError, match=rf"site '2->3': the captured dropout input of '2' holds {word}"):
+        A.audit_torch(_mlp(), x, samples=1024)
+
+
+def test_an_empty_batch_is_named():
+    with pytest.raises(ValueError, match=r"norm '3' is empty \(an empty batch"):
+        A.audit_torch(_mlp(), torch.randn(0, 6), samples=1024)
+
+
+def test_encoder_and_decoder_sites_use_their_own_padding_mask():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    c = transformers.BartConfig(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+                                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                vocab_size=100, max_position_embeddings=64, dropout=0.1,
+                                attention_dropout=0.0, activation_dropout=0.0)
+    c._attn_implementation = "eager"
+    model = transformers.BartModel(c)
+    g = torch.Generator().manual_seed(1)
+    ids, dec = torch.randint(4, 90, (2, 8), generator=g), torch.randint(4, 90, (2, 8), generator=g)
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0  # 3 padded encoder tokens; the decoder (same length) has none
+    audit = A.audit_torch(model, {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec},
+                          samples=1024)
+    tokens = {s["name"]: s["tokens"] for s in audit.sites}
+    enc = [n for n in tokens if n.split("->")[1].startswith("encoder.")]
+    dec_sites = [n for n in tokens if n.split("->")[1].startswith("decoder.")]
+    assert enc and dec_sites
+    assert all(tokens[n] == 13 for n in enc) and all(tokens[n] == 16 for n in dec_sites), tokens
+    # an explicit mask per module prefix overrides: the decoder's last token padded too
+    dmask = torch.ones(2, 8, dtype=torch.long)
+    dmask[:, 7] = 0
+    audit = A.audit_torch(model, {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": dec},
+                          samples=1024, token_mask={"encoder": mask, "decoder": dmask})
+    tokens = {s["name"]: s["tokens"] for s in audit.sites}
+    assert all(tokens[n] == 13 for n in enc) and all(tokens[n] == 14 for n in dec_sites), tokens
+    with pytest.raises(ValueError, match="token_mask of shape"):
+        A.audit_torch(model, {"input_ids": ids, "decoder_input_ids": dec}, samples=1024,
+                      token_mask=torch.ones(3, 3))
