@@ -157,16 +157,18 @@ def _split(chosen):
         if s.mask is not None:
             row["mask"] = s.mask.kind
         if s.form == "entangled":
-            other.append(dict(row, reason=s.reason))
+            other.append(dict(row, reason=s.reason, kind="entangled"))
         elif s.p == 0:
-            other.append(dict(row, p=0.0, reason="no dropout at this rate (p = 0)"))
+            other.append(dict(row, p=0.0, reason="no dropout at this rate (p = 0)", kind="p = 0"))
         elif s.mask is not None and not s.mask.scaled_by_inverse_q():
-            other.append(dict(row, reason=f"the mask keeps entries at {s.mask.scale:g}, not 1/q"))
+            other.append(dict(row, kind="mask not scaled by 1/q", reason=(
+                f"the mask keeps entries at {s.mask.scale:g}, not 1/q (drop-path divides its input by q "
+                "instead: v would be read as x/q)")))
         elif s.mask is not None and s.mask.kind != "elementwise" and not ENGINE_READS_MASK_GROUPS:
             why = (f"{s.mask.text}; the exact token-level truth needs the engine's mask_groups "
                    "(not in this build)")
             no_engine[s.dropout] = why
-            other.append(dict(row, reason=why))
+            other.append(dict(row, reason=why, kind="token-level mask"))
         else:
             clean.append(s)
     return clean, other, no_engine
