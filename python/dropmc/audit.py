@@ -26,7 +26,7 @@ with the reason. ``attention=False`` skips them.
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 from . import _dropmc
 from .audit_io import load, load_attention, save_captures

@@ -230,7 +230,7 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
     for call, name, origin, _, _ in calls:
         if origin[0] == "norm" and origin[1] in norms and trace.uses.get(origin[1], 0) == 1 and not origin[2]:
             first = origin[1]
-            if isinstance(modules[norm_module[first]], nn.LayerNorm) and isinstance(modules[name], nn.LayerNorm):
+            if all(isinstance(modules[n], nn.LayerNorm) for n in (norm_module[first], name)):
                 compound_first[first] = call
     for call, name, origin, _, _ in calls:
         for d, form, _, other in site_terms(origin):

@@ -92,3 +92,34 @@ def test_warnings_collapse_per_kind():
     out = collapse_warnings(table, ["x:dropout->n", "y->m"])
     assert out.count("few kept units") == 1 and "warning (2 sites, first x:dropout->n): few kept units" in out
     assert "warning: y->m: other" in out
+
+
+def test_swin_windows_and_rolls_are_identity_per_token():
+    # Swin (pre-LN, shifted windows): a block's attention output goes through
+    # the window reverse (views, permute) and the reverse roll before the
+    # residual add into layernorm_after; the MLP's into the next block's
+    # layernorm_before, or through the patch merging's cat (listed) or into
+    # the final layernorm. drop_path_rate = 0 (drop-path is a mask product).
+    import transformers as T
+
+    torch.manual_seed(0)
+    c = T.SwinConfig(image_size=16, patch_size=2, embed_dim=24, depths=[2, 2], num_heads=[2, 2], window_size=2,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, drop_path_rate=0.0)
+    c._attn_implementation = "eager"
+    model = T.SwinModel(c)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    found = discover(model, pixel_values=x)
+    b = "encoder.layers.{}.blocks.{}."
+    want = {("embeddings.dropout", b.format(0, 0) + "layernorm_before"): "plain",
+            ("embeddings.dropout", b.format(0, 0) + "layernorm_after"): "entangled"}
+    for i in range(2):
+        for j in range(2):
+            want[(b.format(i, j) + "dropout", b.format(i, j) + "layernorm_after")] = "bypass"
+        want[(b.format(i, 0) + "dropout#1", b.format(i, 1) + "layernorm_before")] = "bypass"
+    want[(b.format(1, 1) + "dropout#1", "layernorm")] = "bypass"
+    assert {(s.dropout, s.norm): s.form for s in found.sites} == want
+    audit = A.audit_torch(model, {"pixel_values": x}, samples=1024, attention_samples=256)
+    assert len(audit.sites) == 8 and audit.coverage["reasons"] == {"through cat": 1}  # the entangled row
+    assert sum(o["form"] == "entangled" for o in audit.other_sites) == 1  # is a site of an audited call
+    (cat,) = [o for o in audit.other_sites if o["form"] == "call"]
+    assert cat["name"] == b.format(0, 1) + "dropout#1" and "downsample.norm" in cat["reason"]
