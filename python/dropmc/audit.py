@@ -247,6 +247,9 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                            attention_samples=attention_samples)
     rows, counts = coverage(found, [s.dropout for s in clean], other, sites is not None,
                             [c["name"] for c in attention_caps], unreadable, attention, no_engine)
+    for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order
+        if site.mask is not None:
+            row.update(mask=site.mask.kind, mask_sharing=site.mask.text)
     audit.other_sites = other + rows
     audit.coverage = counts
     audit.tokens = tokens

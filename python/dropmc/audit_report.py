@@ -64,6 +64,10 @@ class Audit:
         out = []
         if self.coverage is not None:
             out.append(summary_line(self.coverage))
+        masked = [s for s in self.sites if s.get("mask")]
+        if masked:
+            out.append(f"{len(masked)} sites are mask products (mask shared along an axis: the tokens "
+                       f"along it are correlated), e.g. {masked[0]['name']}: {masked[0]['mask_sharing']}")
         decisions = [d for d in self.draws if d[2] != "a mask"]
         if decisions:
             out.append(f"discovery held {len(decisions)} random draws at their likely side (stochastic depth: "

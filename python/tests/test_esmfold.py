@@ -62,6 +62,9 @@ def test_every_esmfold_path_is_found_and_accounted(esmfold):
     assert all("correlated" in s.mask.text for s in masked)
     audit = A.audit_torch(esmfold, kw, samples=1024, attention_samples=256)
     assert len(audit.sites) == 42  # every path with numbers
+    rows = [s for s in audit.sites if s.get("mask")]
+    assert len(rows) == 16 and all(s["mask"] == "elementwise" and "correlated" in s["mask_sharing"] for s in rows)
+    assert "16 sites are mask products" in str(audit)
     assert {s["name"] for s in audit.sites} == {f"{d}->{n}" for d, n in truth}
     assert audit.coverage == {"calls": 42, "audited": 41, "listed": 1,
                               "reasons": {"through a linear layer": 1}}

@@ -155,3 +155,23 @@ def test_token_level_sites_are_listed_until_the_engine_reads_mask_groups():
     assert set(listed) == {"blocks.0:rand_mask->blocks.0.norm_b", "blocks.1:rand_mask->blocks.1.norm_b"}
     assert all("one draw per token" in o["reason"] and "mask_groups" in o["reason"] for o in listed.values())
     assert audit.coverage["reasons"] == {"token-level mask": 2}
+
+
+@pytest.mark.skipif(not A.ENGINE_READS_MASK_GROUPS, reason="needs the engine's mask_groups (branch i40b)")
+def test_token_level_rand_mask_truth_matches_the_models_monte_carlo():
+    # blocks.0.norm_b's input depends on one mask only: block 0's first,
+    # token-level one (one draw per row of z, shared over the other residue
+    # axis and the channels). Per token E = q·norm(h + v/q) + p·norm(h).
+    model = _Pairformer().double()
+    z = _z()
+    audit = A.audit_torch(model, z, sites=[("blocks.0:rand_mask", "blocks.0.norm_b")], samples=16384, seed=4)
+    (site,) = audit.sites
+    assert site["mask"] == "token"
+    truth, se = audit.truth(0)
+    runs = _monte_carlo(model, z, "blocks.0.norm_b", RUNS)
+    a = np.random.default_rng(7).standard_normal(C)
+    s = runs @ a
+    mc, mc_se = s.mean(0), s.std(0, ddof=1) / math.sqrt(RUNS)
+    zz = (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
+    alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
+    assert np.abs(zz).max() < NormalDist().inv_cdf(1 - alpha / (2 * zz.size)), np.abs(zz).max()
