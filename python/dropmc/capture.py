@@ -117,7 +117,8 @@ def _term(trace: Trace, site: Site):
                      "train-mode one did): the model calls it only in training")
 
 
-def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask) -> Tuple[dict, int, int]:
+def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask,
+                  corrected: bool = False) -> Tuple[dict, int, int]:
     rec = trace.recorded
     v, z = rec.get(("input", site.dropout)), rec.get(("input", site.norm))
     if v is None:
@@ -151,6 +152,9 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
         "norm": spec.kind, "gamma": _np.ascontiguousarray(spec.gamma, dtype=_np.float64),
         "beta": _np.ascontiguousarray(spec.beta, dtype=_np.float64), "eps": float(spec.eps),
     }
+    if corrected:  # issue 41: the norm's recorded output is what a corrected model outputs
+        out = _f64(rec[("output", site.as_tuple()[-1])]).reshape(-1, d)
+        capture.update(eval_output=_np.ascontiguousarray(out[keep] if keep is not None else out), corrected=True)
     groups = mask_groups(site.mask, d)
     if groups is not None:
         capture["mask_groups"] = groups
@@ -267,8 +271,10 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
     training = any(s.mask is not None and s.mask.source == "rand mask" for s in sites)
     run_neutral(model, trace, args, kwargs, training=training, norm_modules=norm_modules)
     captures, tokens = [], {"audited": 0, "total": 0}
+    corrected = getattr(model, "_dropmc_correction", None)  # issue 41: dropmc.correct's record
     for s in sites:
-        c, n, total = _norm_capture(s, found, trace, kwargs, token_mask)
+        fixed = corrected is not None and s.as_tuple() in corrected.sites
+        c, n, total = _norm_capture(s, found, trace, kwargs, token_mask, fixed)
         captures.append(c)
         tokens = {"audited": max(tokens["audited"], n), "total": max(tokens["total"], total)}
     attention_caps, unreadable = [], {}
