@@ -59,3 +59,41 @@ def test_encoder_and_decoder_sites_use_their_own_padding_mask():
     with pytest.raises(ValueError, match="token_mask of shape"):
         A.audit_torch(model, {"input_ids": ids, "decoder_input_ids": dec}, samples=1024,
                       token_mask=torch.ones(3, 3))
+
+
+def test_a_named_pair_that_is_not_a_site_says_which_op_stops_it():
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 12), nn.Dropout(0.2), nn.Linear(12, 12), nn.LayerNorm(12))
+    with pytest.raises(ValueError, match=r"1 reaches 3 through linear:2 \(linear:2\)") as e:
+        A.audit_torch(model, torch.randn(4, 6), sites=[("1", "3")])
+    assert len(str(e.value)) < 600
+    audit = A.audit_torch(model, torch.randn(4, 6), samples=1024)
+    assert audit.coverage == {"calls": 1, "audited": 0, "listed": 1, "reasons": {"through a linear layer": 1}}
+    assert str(audit).startswith("1 dropout calls: 0 audited, 1 listed (through a linear layer: 1)")
+    (row,) = audit.other_sites
+    assert row["reason"] == "through linear:2 (see the linear-path family) to 3"
+    (path,) = audit.discovery.paths
+    assert (path.dropout, path.norm, path.ops, path.site) == ("1", "3", ("linear:2",), "")
+
+
+class _EinsumAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8)
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        w = torch.nn.functional.dropout(torch.softmax(q @ k.transpose(-1, -2), -1), 0.1, self.training)
+        return self.norm(x + self.drop(torch.einsum("bls,bsd->bld", w, v)))
+
+
+def test_an_unreadable_attention_call_is_listed_and_the_audit_returns():
+    audit = A.audit_torch(_EinsumAttention(), torch.randn(2, 5, 8), samples=1024)
+    assert [s["name"] for s in audit.sites] == ["drop->norm"] and audit.attention_sites == []
+    (row,) = [o for o in audit.other_sites if o["form"] == "attention"]
+    assert row["name"] == "dropout"  # a functional call at the top level
+    assert row["reason"] == "attention weights not readable: its output met the values through einsum (not read)"
+    assert audit.coverage["reasons"] == {"attention weights not readable": 1}
