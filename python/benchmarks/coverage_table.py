@@ -88,7 +88,8 @@ def model(arch):
         c = T.WhisperConfig(d_model=D, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
                             decoder_attention_heads=HEADS, encoder_ffn_dim=2 * D, decoder_ffn_dim=2 * D, num_mel_bins=8,
                             max_source_positions=8, max_target_positions=16, vocab_size=100, dropout=P,
-                            attention_dropout=P, activation_dropout=P)
+                            attention_dropout=P, activation_dropout=P, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2, decoder_start_token_id=1)
         cls = T.WhisperModel
         text = {"input_features": torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1)),
                 "decoder_input_ids": text["input_ids"]}
@@ -197,7 +198,11 @@ def main():
           "missed | after reasons | after s |")
     print("|---|---|---|---|---|---|---|")
     for arch in args or ARCHS:
-        m, kw = model(arch)
+        try:
+            m, kw = model(arch)
+        except Exception as e:  # a config this transformers does not take
+            print(f"| {arch} | not built: {type(e).__name__}: {str(e)[:60]} | | | | | |", flush=True)
+            continue
         found = discover(m, **kw)
         calls = set(found.dropouts) | {a.call for a in found.attention}
         b, a = before(arch, main_dir), row(arch)

@@ -138,7 +138,7 @@ def _select(found, sites, modules):
                 site = type(site)(site.dropout, site.norm, "plain", site.p)
         if site is None:
             raise ValueError(f"site {t!r}: {_unknown_site(t, found, modules)}. The forward's "
-                             f"{found.summary()}. Its sites: {found.sites_line()}")
+                             f"{found.summary(limit=6)}. Its sites: {found.sites_line(limit=6)}")
         chosen.append(site)
     return chosen, calls
 

@@ -146,10 +146,12 @@ class Discovery:
         att = {a.call for a in self.attention}
         return [c for c in self.dropouts if c not in att]
 
-    def sites_line(self) -> str:
-        """The ``sites=[...]`` argument naming every clean site."""
+    def sites_line(self, limit: Optional[int] = None) -> str:
+        """The ``sites=[...]`` argument naming every clean site (the first
+        ``limit`` of them and their count when given: for messages)."""
         clean = [s.as_tuple() for s in self.sites if s.form != "entangled"]
-        return "sites=[" + ", ".join(repr(t) for t in clean) + "]"
+        more = f", … ({len(clean) - limit} more)" if limit is not None and len(clean) > limit else ""
+        return "sites=[" + ", ".join(repr(t) for t in clean[:limit]) + more + "]"
 
     def summary(self, limit: int = 12) -> str:
         """The dropout and norm calls seen (for messages; at most ``limit``
