@@ -11,7 +11,12 @@ axis (length ``d``) the norm normalizes:
 * ``m`` has size 1 on the last axis: one draw per token, shared by all
   its channels (``mask = "token"``, ``mask_groups`` all zeros): per token
   ``E[norm(h + m v)] = q·norm(h + v/q) + p·norm(h)`` exactly, and the
-  elementwise forms are wrong for it.
+  elementwise forms are wrong for it;
+* the product's trailing axes joined into the normalized one right after
+  it (``(…, heads, head_dim) → (…, d)``) with ``m`` shared along some of
+  them: the channels sharing one draw form a group (``mask = "groups"``,
+  ``mask_groups`` the group id of each channel: for a mask of size 1 on
+  ``head_dim``, the head index).
 
 In both cases the axes of ``x`` other than the last where ``m`` has size 1
 share one draw: the tokens along them are correlated (the gap's standard
@@ -43,13 +48,15 @@ class MaskInfo:
     source: str
     scale: float
     p: float = 0.0
+    groups: Optional[Tuple[int, ...]] = None
 
     @property
     def text(self) -> str:
         """One line: how the mask is shared, and that tokens sharing it are
         correlated."""
-        what = ("one draw per token, shared by its normalized channels" if self.kind == "token"
-                else "each normalized channel its own draw")
+        what = {"token": "one draw per token, shared by its normalized channels",
+                "groups": f"{len(set(self.groups or ()))} draws per token, each shared by a group of channels "
+                          "(heads joined after the mask)"}.get(self.kind, "each normalized channel its own draw")
         out = f"{self.source} {self.mask_shape} on {self.value_shape}: {what}"
         if self.shared:
             out += (f"; shared along axes {list(self.shared)}: the tokens along them share one draw "
@@ -66,10 +73,22 @@ def mask_info(source: dict, d: int) -> MaskInfo:
     trace's record) read against a norm over ``d`` channels."""
     out = source["out_shape"] or source["value_shape"]
     m = (1,) * (len(out) - len(source["mask_shape"])) + tuple(source["mask_shape"])
-    shared = tuple(i for i in range(len(out) - 1) if m[i] == 1 and out[i] > 1)
-    kind = "token" if m[-1] == 1 and d > 1 else "elementwise"
+    k = len(source.get("merged", ())) or 1  # trailing axes joined into the normalized one
+    shared = tuple(i for i in range(len(out) - k) if m[i] == 1 and out[i] > 1)
+    drawn = [m[i] > 1 or out[i] == 1 for i in range(len(out) - k, len(out))]
+    groups = None
+    if all(drawn):
+        kind = "elementwise"
+    elif not any(m[i] > 1 for i in range(len(out) - k, len(out))) and d > 1:
+        kind = "token"
+    else:  # channel (i1, …, ik) draws with the mask's index on the axes it is not shared along
+        idx = _np.indices(out[len(out) - k:]).reshape(k, -1)
+        keep = [j for j in range(k) if drawn[j]]
+        groups = _np.ravel_multi_index(tuple(idx[keep]), tuple(out[len(out) - k + j] for j in keep))
+        kind = "groups"
     return MaskInfo(kind, shared, tuple(source["mask_shape"]), tuple(out), source["kind"],
-                    float(source["scale"]), float(source.get("p", 0.0)))
+                    float(source["scale"]), float(source.get("p", 0.0)),
+                    None if groups is None else tuple(int(g) for g in groups))
 
 
 def mask_groups(info: Optional[MaskInfo], d: int) -> Optional[_np.ndarray]:
@@ -78,4 +97,6 @@ def mask_groups(info: Optional[MaskInfo], d: int) -> Optional[_np.ndarray]:
     token-level one."""
     if info is None or info.kind == "elementwise":
         return None
+    if info.kind == "groups":
+        return _np.asarray(info.groups, dtype=_np.int64)
     return _np.zeros(d, dtype=_np.int64)

@@ -214,7 +214,26 @@ class Trace:
         step, _ = step_of(name, func, args, kwargs, first)
         if step is not None and o0[0] != "other":
             return (o0[0], o0[1], o0[2] + (step,)), out
+        merged = self.merge_step(name, func, args, kwargs, first, o0)
+        if merged is not None:
+            return merged, out
         return _OTHER, out
+
+    def merge_step(self, name, func, args, kwargs, out, o0) -> Optional[tuple]:
+        """A mask product's own ``(…, a1, …, ak) → (…, a1·…·ak)`` reshape
+        right after the product (heads joined back into channels): the
+        identity per token with the channels regrouped, which the mask's
+        groups record (:func:`dropmc.masks.mask_info`)."""
+        if o0[0] != "dropout" or o0[2] or o0[1] not in self.sources or name not in ("view", "reshape", "flatten"):
+            return None
+        x = args[0]
+        if not isinstance(out, torch.Tensor) or out.dim() >= x.dim() or out.numel() != x.numel():
+            return None
+        k = x.dim() - out.dim() + 1
+        if tuple(out.shape[:-1]) != tuple(x.shape[:-k]):
+            return None
+        self.sources[o0[1]]["merged"] = tuple(x.shape[-k:])
+        return (o0[0], o0[1], ((func, tuple(args), dict(kwargs), 0),))
 
     # -- dropout calls and mask products
     def on_dropout(self, func, args, kwargs):

@@ -175,3 +175,33 @@ def test_token_level_rand_mask_truth_matches_the_models_monte_carlo():
     zz = (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
     alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
     assert np.abs(zz).max() < NormalDist().inv_cdf(1 - alpha / (2 * zz.size)), np.abs(zz).max()
+
+
+class _HeadMask(nn.Module):
+    """``norm(x + (mask · f(x)).reshape(…, d))`` with one draw per head:
+    the mask ``(…, heads, 1)`` is shared by the head's channels."""
+
+    def __init__(self, heads=4, dh=6):
+        super().__init__()
+        torch.manual_seed(6)
+        self.heads, self.dh = heads, dh
+        self.lin = nn.Linear(heads * dh, heads * dh)
+        self.norm = nn.LayerNorm(heads * dh)
+
+    def forward(self, x):
+        f = self.lin(x).reshape(*x.shape[:-1], self.heads, self.dh)
+        if self.training:
+            f = f * ((torch.rand(*f.shape[:-1], 1) >= P) / (1 - P))
+        return self.norm(x + f.reshape(*x.shape))
+
+
+def test_a_mask_shared_by_each_heads_channels_gives_channel_groups():
+    model = _HeadMask().double()
+    x = torch.randn(2, 5, 24, dtype=torch.float64)
+    found = discover(model, x)
+    (site,) = found.sites
+    assert (site.dropout, site.norm, site.form, site.mask.kind) == ("rand_mask", "norm", "bypass", "groups")
+    assert "4 draws per token" in site.mask.text
+    (cap,) = capture_traced(model, (x,), {}, found, found.sites, [])[0]
+    assert cap["mask_groups"].tolist() == [h for h in range(4) for _ in range(6)]
+    assert cap["form"] == "bypass" and cap["d"] == 24
