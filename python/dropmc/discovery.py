@@ -218,7 +218,9 @@ def _stop(ops: Tuple[str, ...]) -> str:
             continue
         if base not in identity:
             return op
-    return "a later residual add (the layers between read this dropout: entangled)" if adds > 1 else "an op that mixes the normalized axis"
+    if adds > 1:
+        return "a later residual add (the layers between read this dropout: entangled)"
+    return "an op that mixes the normalized axis"
 
 
 def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, str]) -> List[Site]:
