@@ -211,6 +211,9 @@ class Trace:
                     return self.on_mask_product(om, m, x, first), out
         if o0[0] in ("rand", "keepmask", "dropmask") or o1[0] in ("rand", "keepmask", "dropmask"):
             return self.on_draw_op(name, args, o0, o1, out)
+        c = _scalar(args[1]) if len(args) > 1 else None
+        if c and isinstance(args[0], torch.Tensor) and (name in _MUL or name in _DIV):
+            return ("scaled", c if name in _MUL else 1.0 / c, ()), out  # drop-path's input.div(q)
         step, _ = step_of(name, func, args, kwargs, first)
         if step is not None and o0[0] != "other":
             return (o0[0], o0[1], o0[2] + (step,)), out
@@ -271,6 +274,15 @@ class Trace:
             scale = 1.0 / (1.0 - p) if p < 1 else float("inf")
         else:
             draw, p, scale = om[1]
+            ox = self.origin(x)
+            if ox[0] == "scaled" and out is not None:  # x = y · f: the mask keeps y at scale · f
+                scale *= ox[1]
+                self.quiet = True
+                try:
+                    with torch.no_grad():
+                        out.div_(ox[1])  # neutral: the product is y, its eval value
+                finally:
+                    self.quiet = False
             call = self.next_call(self.functional_base("rand_mask"))
             self.dropout_p[call] = p
             self.dropout_origin[call] = _OTHER

@@ -205,3 +205,37 @@ def test_a_mask_shared_by_each_heads_channels_gives_channel_groups():
     (cap,) = capture_traced(model, (x,), {}, found, found.sites, [])[0]
     assert cap["mask_groups"].tolist() == [h for h in range(4) for _ in range(6)]
     assert cap["form"] == "bypass" and cap["d"] == 24
+
+
+class _DropPath(nn.Module):
+    """A pre-LN block with Hugging Face's drop-path: ``x.div(q) ·
+    floor(q + rand(batch, 1, 1))``, one draw per sample."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.norm_a, self.lin, self.norm_b = nn.LayerNorm(C), nn.Linear(C, C), nn.LayerNorm(C)
+
+    def forward(self, x):
+        y = self.lin(self.norm_a(x))
+        if self.training:
+            keep = 1 - P
+            mask = keep + torch.rand((x.shape[0], 1, 1), dtype=x.dtype)
+            mask.floor_()
+            y = y.div(keep) * mask
+        return self.norm_b(x + y)
+
+
+def test_drop_path_is_a_token_level_mask_product_of_the_undivided_input():
+    model = _DropPath().double()
+    x = torch.randn(3, 4, C, dtype=torch.float64)
+    found = discover(model, x)
+    (site,) = found.sites
+    assert (site.dropout, site.norm, site.form, site.p) == ("rand_mask", "norm_b", "bypass", pytest.approx(P))
+    assert site.mask.kind == "token" and site.mask.shared == (1,) and site.mask.scaled_by_inverse_q()
+    assert [w for _, _, w in found.draws] == ["a mask"]  # held at keep
+    (cap,) = capture_traced(model, (x,), {}, found, found.sites, [])[0]
+    with torch.no_grad():  # v is the block's branch itself, not divided by q
+        v = model.lin(model.norm_a(x)).reshape(-1, C).numpy()
+    assert np.allclose(cap["v"].reshape(-1, C), v, rtol=1e-12, atol=1e-12)
+    assert np.allclose(cap["h"].reshape(-1, C), x.reshape(-1, C).numpy(), rtol=1e-12, atol=1e-12)
