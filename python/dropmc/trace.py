@@ -387,8 +387,13 @@ class Trace:
         self.sdpa_p[call] = p
         ins = tensors((args, kwargs))
         deps = frozenset().union(*(self.deps(t) for t in ins))
-        a["dropout_p"] = 0.0  # neutral
-        out = func(**a)
+        args, kwargs = list(args), dict(kwargs)
+        if len(args) > 4:  # neutral: no attention mask drawn
+            args[4] = 0.0
+        else:
+            kwargs["dropout_p"] = 0.0
+        a["dropout_p"] = 0.0
+        out = func(*args, **kwargs)
         if call in self.keep:
             self.recorded[("sdpa", call)] = dict(a, output=self.copy(out))
         self.tag(out, deps | ({call} if p > 0 else set()), self._paths(ins, "sdpa"), _OTHER)
