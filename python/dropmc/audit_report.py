@@ -55,7 +55,7 @@ class Audit:
     def _other_table(self) -> str:
         if not self.other_sites:
             return ""
-        width = max(len(o["name"]) for o in self.other_sites)
+        width = max([len("listed without numbers")] + [len(o["name"]) for o in self.other_sites])
         lines = [f"{'listed without numbers':<{width}}  form       p    reason"]
         lines += [f"{o['name']:<{width}}  {o['form']:<9}  {o['p']:<4g} {o['reason']}" for o in self.other_sites]
         return "\n".join(lines)
