@@ -32,9 +32,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as _np
 import torch
 
-from .discovery import AttentionSite, Discovery, Site, Trace
+from .discovery import AttentionSite, Discovery, Site, Trace, run_neutral, site_terms
+from .masks import mask_groups
+from .paths import replay
 
-__all__ = ["capture_traced", "REBUILD_ROUNDINGS"]
+__all__ = ["capture_traced", "REBUILD_ROUNDINGS", "Unreadable", "token_mask_for"]
 
 #: Rounding allowance of the SDPA rebuild check, in units of the call's
 #: unit roundoff u. The model's context is ``Σ_s a_s v_s`` in its dtype:
@@ -53,40 +55,109 @@ def _f64(t) -> _np.ndarray:
     return t.detach().to(torch.float64).cpu().numpy()
 
 
-def _token_keep(kwargs, lead_shape) -> Optional[_np.ndarray]:
-    mask = kwargs.get("attention_mask")
-    if isinstance(mask, torch.Tensor) and tuple(mask.shape) == tuple(lead_shape):
-        return mask.reshape(-1).cpu().numpy() != 0
-    return None
+class Unreadable(ValueError):
+    """A site the capture cannot read (listed with this reason, never
+    aborting the audit)."""
 
 
-def _norm_capture(site: Site, found: Discovery, rec, kwargs) -> Tuple[dict, int, int]:
+def _finite(site: str, what: str, t: torch.Tensor) -> None:
+    if t.numel() == 0:
+        raise ValueError(f"site {site!r}: the {what} is empty (an empty batch: no token to audit)")
+    if not torch.isfinite(t).all():
+        bad = "NaN" if torch.isnan(t).any() else "inf"
+        raise ValueError(f"site {site!r}: the captured {what} holds {bad} (check the inputs)")
+
+
+def token_mask_for(site_norm_module: str, kwargs: dict, token_mask=None):
+    """The padding mask of a site's sequence: ``token_mask`` when given (a
+    tensor, or a dict from module-name prefix to tensor, the longest
+    matching prefix winning), else, when the forward has ``decoder_*``
+    inputs (an encoder-decoder), its ``decoder_attention_mask`` for a
+    module under a ``decoder`` (none: every decoder token is real), and its
+    ``attention_mask`` for the rest. Never chosen by shape: a mask whose shape is not the site's
+    tokens' is refused by :func:`_token_keep`."""
+    if isinstance(token_mask, torch.Tensor):
+        return token_mask
+    if isinstance(token_mask, dict):
+        best = max((k for k in token_mask if site_norm_module.startswith(k)), key=len, default=None)
+        return token_mask[best] if best is not None else None
+    encoder_decoder = any(k.startswith("decoder_") for k in kwargs)
+    if encoder_decoder and any(p.startswith("decoder") for p in site_norm_module.split(".")):
+        return kwargs.get("decoder_attention_mask")
+    return kwargs.get("attention_mask")
+
+
+def _token_keep(site: str, mask, v: torch.Tensor, tape, explicit: bool) -> Optional[_np.ndarray]:
+    """Which of the norm input's tokens are real: the mask (one entry per
+    token of the dropout's input, or of its ``(batch · length, d)``
+    flattening) carried along the site's tape."""
+    if not isinstance(mask, torch.Tensor):
+        return None
+    if v.dim() == 2 and mask.dim() == 2 and v.shape[0] == mask.numel():
+        mask = mask.reshape(-1)  # tokens flattened to (batch · length, d) before the dropout (OPT)
+    if tuple(mask.shape) != tuple(v.shape[:-1]):
+        if explicit:
+            raise ValueError(f"site {site!r}: token_mask of shape {tuple(mask.shape)}, but the site's "
+                             f"tokens are {tuple(v.shape[:-1])}")
+        return None  # not this site's sequence
+    spread = (mask != 0).to(torch.float64)[..., None].expand(v.shape)
+    return (replay(tape, spread)[..., 0] != 0).reshape(-1).cpu().numpy()
+
+
+def _term(trace: Trace, site: Site):
+    """The eval trace's tape from the site's dropout to its norm input."""
+    for call, _, origin, _, _ in trace.norm_calls:
+        if call == site.norm:
+            for d, form, tape, _ in site_terms(origin):
+                if d == site.dropout:
+                    return form, tape
+            raise ValueError(f"site {site.name!r}: in the capture forward {site.norm!r}'s input is not "
+                             f"{site.dropout!r}'s output (nor h + it) as in the discovery forward")
+    raise ValueError(f"site {site.name!r}: the capture forward made no call {site.norm!r} (the "
+                     "train-mode one did): the model calls it only in training")
+
+
+def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask,
+                  corrected: bool = False) -> Tuple[dict, int, int]:
+    rec = trace.recorded
     v, z = rec.get(("input", site.dropout)), rec.get(("input", site.norm))
-    for call, t in ((site.dropout, v), (site.norm, z)):
-        if t is None:
-            raise ValueError(f"site {site.name!r}: the eval-mode forward made no call {call!r} (the "
-                             "train-mode one did): the model calls it only in training")
-    if v.shape != z.shape:
-        raise ValueError(f"site {site.name!r}: dropout output {tuple(v.shape)} and norm input "
-                         f"{tuple(z.shape)} differ in shape")
-    d = int(v.shape[-1])
-    keep = _token_keep(kwargs, v.shape[:-1])
-    vv, zz = _f64(v).reshape(-1, d), _f64(z).reshape(-1, d)
+    if v is None:
+        raise ValueError(f"site {site.name!r}: the capture forward made no call {site.dropout!r} (the "
+                         "train-mode one did): the model calls it only in training")
+    form, tape = _term(trace, site)
+    _finite(site.name, f"dropout input of {site.dropout!r}", v)
+    _finite(site.name, f"norm input of {site.norm!r}", z)
+    va = replay(tape, v.to(torch.float64))
+    if va.shape != z.shape:
+        raise ValueError(f"site {site.name!r}: dropout output {tuple(va.shape)} (after its reshapes) and "
+                         f"norm input {tuple(z.shape)} differ in shape")
+    d = int(z.shape[-1])
+    mask = token_mask_for(found.norm_modules.get(site.norm, ""), kwargs, token_mask)
+    keep = _token_keep(site.name, mask, v, tape, token_mask is not None)
+    vv, zz = _f64(va).reshape(-1, d), _f64(z).reshape(-1, d)
     total = vv.shape[0]
     if keep is not None:
         vv, zz = vv[keep], zz[keep]
+    if vv.shape[0] == 0:
+        raise ValueError(f"site {site.name!r}: every token is padding (an empty batch)")
     spec = found.norms[site.norm]
     plain = site.form in ("plain", "compound")
-    if plain and not _np.array_equal(vv, zz):
+    if plain and not _np.allclose(vv, zz, rtol=1e-6, atol=0):
         raise ValueError(f"site {site.name!r}: traced as plain, but the eval-mode norm input is not "
                          "the dropout's output")
     capture = {
         "name": site.name, "form": "plain" if plain else "bypass", "p": float(site.p), "d": d,
-        "v": _np.ascontiguousarray(vv.ravel()),
+        "v": _np.ascontiguousarray((zz if plain else vv).ravel()),
         "h": _np.ascontiguousarray((zz - vv).ravel()) if not plain else _np.zeros(vv.size),
         "norm": spec.kind, "gamma": _np.ascontiguousarray(spec.gamma, dtype=_np.float64),
         "beta": _np.ascontiguousarray(spec.beta, dtype=_np.float64), "eps": float(spec.eps),
     }
+    if corrected:  # issue 41: the norm's recorded output is what a corrected model outputs
+        out = _f64(rec[("output", site.as_tuple()[-1])]).reshape(-1, d)
+        capture.update(eval_output=_np.ascontiguousarray(out[keep] if keep is not None else out), corrected=True)
+    groups = mask_groups(site.mask, d)
+    if groups is not None:
+        capture["mask_groups"] = groups
     if site.form == "compound":
         out1, in2 = rec.get(("output", site.norm)), rec.get(("input", site.norm2))
         if out1 is None or in2 is None or not torch.equal(out1, in2):
@@ -103,12 +174,12 @@ def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor
     one SDPA call, rebuilt in float64 and checked against its output."""
     q, k, v, out = (a[n].detach().to(torch.float64) for n in ("query", "key", "value", "output"))
     if q.dim() != 4:
-        raise ValueError(f"attention site {site.call!r}: SDPA query of shape {tuple(q.shape)}, "
+        raise Unreadable(f"attention site {site.call!r}: SDPA query of shape {tuple(q.shape)}, "
                          "expected (batch, heads, queries, head_dim)")
     h, hk = q.shape[1], k.shape[1]
     if hk != h:  # grouped-query attention: query head i reads kv head i // (h / hk)
         if h % hk:
-            raise ValueError(f"attention site {site.call!r}: {h} query heads over {hk} key heads")
+            raise Unreadable(f"attention site {site.call!r}: {h} query heads over {hk} key heads")
         k, v = k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)
     scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
     terms = q.unsqueeze(-2) * k.unsqueeze(-3) * scale  # (B, H, L, S, E)
@@ -127,7 +198,7 @@ def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor
             logits = logits + mask.to(torch.float64)
     weights = torch.softmax(logits, dim=-1)
     if not torch.isfinite(weights).all():
-        raise ValueError(f"attention site {site.call!r}: a softmax row is not finite "
+        raise Unreadable(f"attention site {site.call!r}: a softmax row is not finite "
                          "(a query whose every key is masked)")
     rebuilt = weights @ v
     u = torch.finfo(a["output"].dtype).eps / 2
@@ -135,7 +206,7 @@ def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor
     bound = (v.shape[-1] * lmax + 2 * S + REBUILD_ROUNDINGS) * u * (weights @ v.abs())
     excess = ((rebuilt - out).abs() - bound).max().item()
     if excess > 0:
-        raise ValueError(f"attention site {site.call!r}: the softmax rows rebuilt from the SDPA call's "
+        raise Unreadable(f"attention site {site.call!r}: the softmax rows rebuilt from the SDPA call's "
                          "query, key, mask, causal flag and scale do not reproduce its output (by "
                          f"{excess:.3g} beyond rounding): its mask or scale is not read as SDPA reads it")
     return weights, v
@@ -143,20 +214,28 @@ def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor
 
 def _attention_capture(site: AttentionSite, rec) -> dict:
     if site.kind == "eager":
-        w, v = rec.get(("input", site.call)), rec.get(("values", site.call))
-        if w is None or v is None:
-            raise ValueError(f"attention site {site.call!r}: the eval-mode forward did not apply its "
-                             "softmax to the values through this dropout call")
-        w, v = w.detach().to(torch.float64), v.detach().to(torch.float64)
+        w, used = rec.get(("input", site.call)), rec.get(("values", site.call))
+        if w is None or used is None:
+            how = f"its output met the values through {site.use}" if site.use else \
+                "its output never met the values in a matmul/bmm"
+            raise Unreadable(f"attention weights not readable: {how}")
+        v, tape = used
+        _finite(site.call, "softmax rows", w)
+        _finite(site.call, "values", v)
+        w, v = replay(tape, w.detach().to(torch.float64)), v.detach().to(torch.float64)
+        if w.dim() == 3 and v.dim() == 3:  # bmm after a view: (batch·heads, queries, keys)
+            w, v = w.unsqueeze(1), v.unsqueeze(1)
         if v.dim() == 4 and v.shape[1] != w.shape[1] and w.shape[1] % v.shape[1] == 0:
             v = v.repeat_interleave(w.shape[1] // v.shape[1], dim=1)
     else:
         a = rec.get(("sdpa", site.call))
         if a is None:
-            raise ValueError(f"attention site {site.call!r}: the eval-mode forward made no such call")
+            raise Unreadable("the eval-mode forward made no such call")
+        for n in ("query", "key", "value"):
+            _finite(site.call, f"SDPA {n}", a[n])
         w, v = _sdpa_rows(site, a)
     if w.dim() != 4 or v.dim() != 4 or w.shape[:2] != v.shape[:2] or w.shape[3] != v.shape[2]:
-        raise ValueError(f"attention site {site.call!r}: softmax rows {tuple(w.shape)} and values "
+        raise Unreadable(f"attention site {site.call!r}: softmax rows {tuple(w.shape)} and values "
                          f"{tuple(v.shape)} are not (batch, heads, queries, keys) and (batch, heads, keys, "
                          "head_dim)")
     b, h, l, s = w.shape
@@ -174,28 +253,34 @@ def _attention_capture(site: AttentionSite, rec) -> dict:
 
 
 def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Sequence[Site],
-                   attention: Sequence[AttentionSite]) -> Tuple[List[dict], List[dict], Dict[str, int]]:
-    """``(captures, attention_captures, tokens)`` of ``sites`` and the
-    eager/SDPA ``attention`` sites from one eval-mode forward (module
-    docs); ``tokens`` has ``audited`` and ``total`` (the largest over the
-    norm sites; they differ when padded tokens were left out)."""
+                   attention: Sequence[AttentionSite], token_mask=None
+                   ) -> Tuple[List[dict], List[dict], Dict[str, int], Dict[str, str]]:
+    """``(captures, attention_captures, tokens, unreadable)`` of ``sites``
+    and the eager/SDPA ``attention`` sites from one capture forward
+    (module docs): in eval mode, or, when a site is a mask drawn with
+    ``torch.rand`` (the model draws it only in training), the neutral
+    train-mode forward of :mod:`dropmc.trace`. ``tokens`` has ``audited``
+    and ``total`` (the largest over the norm sites); ``unreadable`` maps an
+    attention call the capture cannot read to why (listed, not audited)."""
     keep = set()
     for s in sites:
         keep.update(c for c in s.as_tuple())
     keep.update(a.call for a in attention)
     norm_modules = {found.norm_modules[c] for s in sites for c in s.as_tuple()[1:]}
     trace = Trace(model, keep)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            trace.run(args, kwargs, norm_modules=norm_modules)
-    finally:
-        model.train(was_training)
-    rec = trace.recorded
+    training = any(s.mask is not None and s.mask.source == "rand mask" for s in sites)
+    run_neutral(model, trace, args, kwargs, training=training, norm_modules=norm_modules)
     captures, tokens = [], {"audited": 0, "total": 0}
+    corrected = getattr(model, "_dropmc_correction", None)  # issue 41: dropmc.correct's record
     for s in sites:
-        c, n, total = _norm_capture(s, found, rec, kwargs)
+        fixed = corrected is not None and s.as_tuple() in corrected.sites
+        c, n, total = _norm_capture(s, found, trace, kwargs, token_mask, fixed)
         captures.append(c)
         tokens = {"audited": max(tokens["audited"], n), "total": max(tokens["total"], total)}
-    return captures, [_attention_capture(a, rec) for a in attention], tokens
+    attention_caps, unreadable = [], {}
+    for a in attention:
+        try:
+            attention_caps.append(_attention_capture(a, trace.recorded))
+        except Unreadable as e:
+            unreadable[a.call] = str(e)
+    return captures, attention_caps, tokens, unreadable

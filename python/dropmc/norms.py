@@ -155,6 +155,11 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
         raise ValueError(f"{label} is not a norm: its output is not a tensor of its input's shape")
     xs = x.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
     ys = y.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
+    finite = _np.isfinite(xs).all(-1) & _np.isfinite(ys).all(-1)  # a NaN row is the capture's to name
+    xs, ys = xs[finite], ys[finite]
+    if xs.shape[0] == 0:
+        raise ValueError(f"{label}: no token with a finite input and output to recognise it by "
+                         "(an empty batch, or NaN/inf in every token)")
     u = float(torch.finfo(y.dtype).eps) / 2 if y.dtype.is_floating_point else 0.0
     zero = _np.zeros(d)
     w = _np.ones(d) if weight is None else weight

@@ -27,6 +27,8 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
+from dropmc.discovery import discover  # noqa: E402
+from test_audit import engine_json  # noqa: E402
 
 torch.set_num_threads(1)
 RUNS = 20_000
@@ -179,14 +181,14 @@ def test_encoder_attention_sites_match_the_model():
     assert [s["name"] for s in data["attention_sites"]] == names and len(data["sites"]) == 4
 
 
-def test_fx_finds_the_attention_of_a_traced_layer():
+def test_discovery_finds_the_attention_of_an_encoder_layer():
     torch.manual_seed(15)
-    model = nn.Sequential(nn.Linear(4, 8), nn.TransformerEncoderLayer(8, 2, 16, dropout=0.1,
-                                                                     batch_first=True))
-    assert A.find_attention_sites(model) == ["1.self_attn"]
-    off = nn.Sequential(nn.Linear(4, 8), nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0,
-                                                                   batch_first=True))
-    assert A.find_attention_sites(off) == []
+    x = torch.randn(2, 3, 4)
+    for p in (0.1, 0.0):
+        model = nn.Sequential(nn.Linear(4, 8), nn.TransformerEncoderLayer(8, 2, 16, dropout=p,
+                                                                         batch_first=True))
+        att = discover(model, x).attention
+        assert [(a.call, a.kind, a.p) for a in att] == [("1.self_attn", "mha", p)]
 
 
 def test_one_hot_rows_warn():
@@ -232,13 +234,13 @@ def test_save_load_and_the_cli_round_trip_attention_sites(tmp_path, dropmc_binar
     audit.save(str(path))
     again = A.audit_captures(A.load(str(path)), samples=4096, seed=7,
                              attention_captures=A.load_attention(str(path)), attention_samples=512)
-    assert again.to_json() == audit.to_json() and str(again) == str(audit)
+    assert json.loads(again.to_json()) == engine_json(audit) and again.engine_text() == audit.engine_text()
     run = [dropmc_binary, "audit", "--activations", str(path), "--samples", "4096", "--seed", "7",
            "--attention-samples", "512"]
     out = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == json.loads(audit.to_json())
+    assert json.loads(out.stdout) == engine_json(audit)
     table = subprocess.run(run, capture_output=True, text=True, check=True)
-    assert table.stdout == str(audit)
+    assert table.stdout == audit.engine_text()
     only_attention = tmp_path / "attention.npz"
     A.save_captures(str(only_attention), [], A.load_attention(str(path)))
     r = subprocess.run([dropmc_binary, "audit", "--activations", str(only_attention), "--json"],

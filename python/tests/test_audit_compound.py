@@ -30,7 +30,8 @@ nn = torch.nn
 F = torch.nn.functional
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
-from test_audit import _chi2_z  # noqa: E402
+from dropmc.discovery import discover  # noqa: E402
+from test_audit import _chi2_z, engine_json  # noqa: E402
 
 torch.set_num_threads(1)
 D = 64
@@ -112,7 +113,7 @@ def _truth_z(audit, i, runs):
 def test_the_compound_site_is_found_and_its_truth_is_the_models():
     model = _compound_mlp()
     x = torch.randn(TOKENS, 8, dtype=torch.float64)
-    assert A.find_sites(model) == [("1", "2", "3")]
+    assert [t.as_tuple() for t in discover(model, x).sites] == [("1", "2", "3")]
     audit = A.audit_torch(model, x, samples=SAMPLES, seed=1)
     s = audit.sites[0]
     assert (s["name"], s["form"], s["norm"], s["exact"]) == ("1->2->3", "compound", "LN→LN", False)
@@ -125,7 +126,7 @@ def test_a_compound_site_audited_as_plain_fails_the_truth_test():
     # Planted fault: the same capture reported as plain (LN1 only).
     model = _compound_mlp()
     x = torch.randn(TOKENS, 8, dtype=torch.float64)
-    caps = A.capture_sites(model, x, [("1", "2", "3")])
+    caps = A.capture(model, x, sites=[("1", "2", "3")])
     caps[0]["form"] = "plain"
     audit = A.audit_captures(caps, samples=SAMPLES, seed=1)
     assert _truth_z(audit, 0, _train_mode_runs(model, x)) > dropmc.critical_z()
@@ -149,15 +150,16 @@ def test_c2_beats_c1_only_and_eval():
 def test_functional_dropout_is_a_site_named_by_its_node():
     model = _functional()
     x = torch.randn(TOKENS, 8, dtype=torch.float64)
-    # The literal training=False call (node dropout_1) is not a site.
-    assert A.find_sites(model) == [("dropout", "norm")]
+    # The literal training=False call (dropout#1) is a site with p = 0: listed, not audited.
+    assert [(t.as_tuple(), t.p) for t in discover(model, x).sites] == [(("dropout", "norm"), 0.2),
+                                                                      (("dropout#1", "norm_b"), 0.0)]
     audit = A.audit_torch(model, x, samples=SAMPLES, seed=3)
     s = audit.sites[0]
     assert (s["name"], s["form"], s["p"]) == ("dropout->norm", "plain", 0.2)
     assert s["first_order"]["upper"] < s["uncorrected"]["rms"]
     assert _truth_z(audit, 0, _train_mode_runs(model, x, model.norm)) < dropmc.critical_z()
     with pytest.raises(ValueError, match="neither an nn.Dropout"):
-        A.capture_sites(model, x, [("dropout_1", "norm_b")])
+        A.capture(model, x, sites=[("dropout_1", "norm_b")])
 
 
 def test_compound_capture_round_trips_through_npz_and_the_cli(tmp_path, dropmc_binary):
@@ -168,11 +170,12 @@ def test_compound_capture_round_trips_through_npz_and_the_cli(tmp_path, dropmc_b
     assert (tmp_path / "compound.png").stat().st_size > 0
     path = tmp_path / "compound.npz"
     audit.save(str(path))
-    assert A.audit_captures(A.load(str(path)), samples=16384, seed=4).to_json() == audit.to_json()
+    again = A.audit_captures(A.load(str(path)), samples=16384, seed=4)
+    assert json.loads(again.to_json()) == engine_json(audit)
     run = [dropmc_binary, "audit", "--activations", str(path), "--samples", "16384", "--seed", "4"]
     out = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == {"sites": audit.sites, "attention_sites": []}
-    assert subprocess.run(run, capture_output=True, text=True, check=True).stdout == str(audit)
+    assert subprocess.run(run, capture_output=True, text=True, check=True).stdout == audit.engine_text()
     old = tmp_path / "old.npz"
     with np.load(path) as z:
         np.savez(old, **{**dict(z), "version": np.array(1)})

@@ -1,0 +1,216 @@
+"""Coverage of dropmc.torch.audit per architecture (issue 40's closing
+note): dropout calls / audited / listed (reasons) / missed, before (the
+`main` branch's Python package) and after (this checkout), and the wall
+time of each whole audit.
+
+The number of dropout calls is this checkout's data-flow count (every
+F.dropout call, SDPA call with dropout_p > 0, nn.MultiheadAttention, mask
+product) on the same forward; "before" counts a call audited when one of
+its sites or its attention site has numbers, listed when it is a row of
+`other_sites`, missed otherwise (or the error when the audit raised).
+
+Models: small configs, random weights (transformers; no download), two
+sequences of 8 tokens (the second with 3 padded) or the modality's small
+input; one torch thread; samples = 1024, attention_samples = 256.
+
+    python python/benchmarks/coverage_table.py [--main /work/main] [arch ...]
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+torch.set_num_threads(1)
+D, LAYERS, HEADS, P = 32, 2, 4, 0.1
+
+
+def _text(batch=2, length=8):
+    g = torch.Generator().manual_seed(1)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[-1, length - 3:] = 0
+    return {"input_ids": torch.randint(4, 90, (batch, length), generator=g), "attention_mask": mask}
+
+
+def model(arch):
+    """``(model, inputs)`` of one architecture."""
+    import transformers as T
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=100, max_position_embeddings=64)
+    bert = dict(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=2 * D,
+                hidden_dropout_prob=P, attention_probs_dropout_prob=P, **common)
+    text = _text()
+    if arch in ("roberta", "electra", "xlm-r", "mpnet", "deberta-v2"):
+        cfg, cls = {"roberta": (T.RobertaConfig, T.RobertaModel), "electra": (T.ElectraConfig, T.ElectraModel),
+                    "xlm-r": (T.XLMRobertaConfig, T.XLMRobertaModel), "mpnet": (T.MPNetConfig, T.MPNetModel),
+                    "deberta-v2": (T.DebertaV2Config, T.DebertaV2Model)}[arch]
+        extra = {"embedding_size": D} if arch == "electra" else {}
+        c = cfg(**bert, **extra, pad_token_id=1)
+    elif arch == "albert":
+        c, cls = T.AlbertConfig(embedding_size=16, **bert), T.AlbertModel
+    elif arch == "distilbert":
+        c = T.DistilBertConfig(dim=D, n_layers=LAYERS, n_heads=HEADS, hidden_dim=2 * D, dropout=P,
+                               attention_dropout=P, **common)
+        cls = T.DistilBertModel
+    elif arch == "bart":
+        c = T.BartConfig(d_model=D, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                         decoder_attention_heads=HEADS, encoder_ffn_dim=2 * D, decoder_ffn_dim=2 * D, dropout=P,
+                         attention_dropout=P, activation_dropout=P, **common)
+        cls = T.BartModel
+        text = dict(text, decoder_input_ids=text["input_ids"].flip(1))
+    elif arch == "opt":
+        c = T.OPTConfig(hidden_size=D, num_hidden_layers=LAYERS, ffn_dim=2 * D, num_attention_heads=HEADS,
+                        word_embed_proj_dim=D, dropout=P, attention_dropout=P, **common)
+        cls = T.OPTModel
+    elif arch == "bloom":
+        c = T.BloomConfig(hidden_size=D, n_layer=LAYERS, n_head=HEADS, vocab_size=100, hidden_dropout=P,
+                          attention_dropout=P)
+        cls = T.BloomModel
+    elif arch == "gpt-neo":
+        c = T.GPTNeoConfig(hidden_size=D, num_layers=LAYERS, num_heads=HEADS, attention_types=[[["global"], LAYERS]],
+                           embed_dropout=P, attention_dropout=P, resid_dropout=P, **common)
+        cls = T.GPTNeoModel
+    elif arch == "falcon":
+        c = T.FalconConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, vocab_size=100,
+                           hidden_dropout=P, attention_dropout=P, new_decoder_architecture=False)
+        cls = T.FalconModel
+    elif arch in ("mistral", "qwen2"):
+        cfg, cls = (T.MistralConfig, T.MistralModel) if arch == "mistral" else (T.Qwen2Config, T.Qwen2Model)
+        c = cfg(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                num_key_value_heads=2, attention_dropout=P, **common)
+    elif arch == "whisper":
+        c = T.WhisperConfig(d_model=D, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                            decoder_attention_heads=HEADS, encoder_ffn_dim=2 * D, decoder_ffn_dim=2 * D, num_mel_bins=8,
+                            max_source_positions=8, max_target_positions=16, vocab_size=100, dropout=P,
+                            attention_dropout=P, activation_dropout=P, pad_token_id=0, bos_token_id=1,
+                            eos_token_id=2, decoder_start_token_id=1)
+        cls = T.WhisperModel
+        text = {"input_features": torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1)),
+                "decoder_input_ids": text["input_ids"]}
+    elif arch == "wav2vec2":
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        from hf_models import build40
+
+        return build40("wav2vec2"), {"input_values": torch.randn(2, 400, generator=torch.Generator().manual_seed(1))}
+    elif arch in ("clip-text", "clip-vision"):
+        if arch == "clip-text":
+            c = T.CLIPTextConfig(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
+                                 num_attention_heads=HEADS, attention_dropout=P, **common)
+            cls = T.CLIPTextModel
+        else:
+            c = T.CLIPVisionConfig(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
+                                   num_attention_heads=HEADS, image_size=16, patch_size=4, attention_dropout=P)
+            cls = T.CLIPVisionModel
+            text = {"pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))}
+    elif arch == "swin":
+        c = T.SwinConfig(image_size=16, patch_size=2, embed_dim=16, depths=[2, 2], num_heads=[2, 2], window_size=2,
+                         hidden_dropout_prob=P, attention_probs_dropout_prob=P, drop_path_rate=P)
+        cls = T.SwinModel
+        text = {"pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))}
+    elif arch == "esmfold":
+        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+        from hf_models import build_esmfold
+
+        return build_esmfold(), {"input_ids": torch.randint(0, 20, (1, 12), generator=torch.Generator().manual_seed(3))}
+    else:
+        raise ValueError(arch)
+    c._attn_implementation = "eager"
+    return cls(c), text
+
+
+ARCHS = ["roberta", "distilbert", "albert", "electra", "xlm-r", "mpnet", "deberta-v2", "bart", "opt", "bloom",
+         "gpt-neo", "falcon", "whisper", "wav2vec2", "clip-text", "clip-vision", "swin", "mistral", "qwen2",
+         "esmfold"]
+
+
+def row(arch):
+    """One architecture audited by the importable dropmc (this checkout, or
+    main's package when run by :func:`before`)."""
+    import dropmc.audit as A
+
+    m, kw = model(arch)
+    t = time.perf_counter()
+    try:
+        audit = A.audit_torch(m, kw, samples=1024, attention_samples=256)
+    except Exception as e:  # the "before" package raises on some models
+        return {"error": f"{type(e).__name__}: {str(e)[:80]}", "seconds": time.perf_counter() - t}
+    seconds = time.perf_counter() - t
+    audited = {s["name"].split("->")[0] for s in audit.sites} | {a["name"] for a in audit.attention_sites}
+    listed = {}
+    for o in audit.other_sites:
+        call = o["name"].split("->")[0]
+        if call not in audited:
+            listed[call] = o.get("kind", o["form"])
+    return {"audited": sorted(audited), "listed": listed, "seconds": seconds,
+            "coverage": getattr(audit, "coverage", None)}
+
+
+def before(arch, main):
+    """:func:`row` with main's Python package (its .py files beside this
+    checkout's compiled engine) in a subprocess."""
+    import dropmc
+
+    tmp = tempfile.mkdtemp()
+    pkg = os.path.join(tmp, "dropmc")
+    os.makedirs(pkg)
+    files = subprocess.run(["git", "-C", main, "ls-files", "python/dropmc"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    for f in files:
+        shutil.copy(os.path.join(main, f), pkg)
+    here = os.path.dirname(dropmc.__file__)
+    for f in os.listdir(here):
+        if f.startswith("_dropmc") and f.endswith(".so"):
+            shutil.copy(os.path.join(here, f), pkg)
+    env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + os.path.dirname(__file__))
+    code = f"import json, coverage_table as c; print(json.dumps(c.row({arch!r})))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp)
+    shutil.rmtree(tmp)
+    if out.returncode:
+        return {"error": out.stderr.strip().split("\n")[-1][:80], "seconds": float("nan")}
+    return json.loads(out.stdout.strip().split("\n")[-1])
+
+
+def _cell(r, calls):
+    if "error" in r:
+        return f"raised ({r['error']})", ""
+    kinds = {}
+    for k in r["listed"].values():
+        kinds[k] = kinds.get(k, 0) + 1
+    missed = len(calls - set(r["audited"]) - set(r["listed"]))
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+    return f"{len(r['audited'])} / {len(r['listed'])} / {missed}", reasons
+
+
+def main():
+    args = sys.argv[1:]
+    main_dir = "/work/main"
+    if args[:1] == ["--main"]:
+        main_dir, args = args[1], args[2:]
+    from dropmc.discovery import discover
+
+    print("| arch | dropout calls | before: audited / listed / missed | before s | after: audited / listed / "
+          "missed | after reasons | after s |")
+    print("|---|---|---|---|---|---|---|")
+    for arch in args or ARCHS:
+        try:
+            m, kw = model(arch)
+        except Exception as e:  # a config this transformers does not take
+            print(f"| {arch} | not built: {type(e).__name__}: {str(e)[:60]} | | | | | |", flush=True)
+            continue
+        found = discover(m, **kw)
+        calls = set(found.dropouts) | {a.call for a in found.attention}
+        b, a = before(arch, main_dir), row(arch)
+        bc, _ = _cell(b, calls)
+        ac, reasons = _cell(a, calls)
+        print(f"| {arch} | {len(calls)} | {bc} | {b['seconds']:.1f} | {ac} | {reasons} | {a['seconds']:.1f} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The coverage contract of the audit (issue 40 item 1): every dropout call
+of the traced forward is audited with numbers or listed with a reason that
+is true for that call.
+
+:func:`coverage` reads the :class:`~dropmc.discovery.Discovery`, the sites
+the audit captured and what it could not read, and returns the rows of
+the calls listed without numbers and the counts; :func:`summary_line`
+prints ``"N dropout calls: a audited, b listed (reason: count, …)"``.
+
+A call's reason, first that applies: not selected (``sites=`` named
+others), ``p = 0``, entangled (its only sites' bypass depends on its own
+mask), a token-level mask the engine in this build cannot compute, an
+attention call whose weights could not be read (how they were used),
+attention skipped (``attention=False``), the op that stops its path to the
+first norm it reaches (a linear layer: the linear-path family), or no norm
+reached at all.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Dict, List, Sequence, Tuple
+
+__all__ = ["coverage", "summary_line", "collapse_warnings"]
+
+
+def _stop_reason(paths) -> Tuple[str, str]:
+    """``(kind, reason)`` for a call whose paths to norms are not sites."""
+    first = paths[0]
+    op = first.stop
+    if op.startswith("linear"):
+        kind = "through a linear layer"
+        what = f"through {op} (see the linear-path family)"
+    else:
+        kind = f"through {op.split(':', 1)[0]}"
+        what = f"through {op}"
+    more = f" (+{len(paths) - 1} more paths)" if len(paths) > 1 else ""
+    return kind, f"{what} to {first.norm}{more}"
+
+
+def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], selected: bool,
+             attention_audited: Sequence[str], unreadable: Dict[str, str], attention_on: bool,
+             no_engine: Dict[str, str]) -> Tuple[List[dict], dict]:
+    """``(rows, counts)``: one row ``{"name", "form", "p", "reason",
+    "kind"}`` per dropout call not audited (beyond the site rows already in
+    ``listed_sites``), and ``{"calls", "audited", "listed", "reasons":
+    {kind: count}}``. ``audited``: dropout calls with a site audited;
+    ``selected``: whether ``sites=`` chose a subset; ``no_engine``: call →
+    why the engine cannot take its sites."""
+    done = set(audited) | set(attention_audited)
+    site_listed = {r["name"].split("->")[0]: r for r in listed_sites}
+    att = {a.call: a for a in found.attention}
+    rows, kinds, listed = [], Counter(), 0
+    calls = list(found.dropouts) + [c for c in att if c not in found.dropouts]
+    for call in calls:
+        if call in done:
+            continue
+        p = found.dropouts.get(call, att[call].p if call in att else 0.0)
+        sites = [s for s in found.sites if s.dropout == call]
+        paths = [x for x in found.paths if x.dropout == call and not x.site]
+        if p == 0:
+            kind, reason = "p = 0", "no dropout at this rate (p = 0)"
+        elif call in no_engine:
+            kind, reason = "token-level mask", no_engine[call]
+        elif call in att:
+            if not attention_on:
+                kind, reason = "attention skipped", "attention sites skipped (attention=False)"
+            elif call in unreadable:
+                kind, reason = "attention weights not readable", unreadable[call]
+            else:
+                kind, reason = "not selected", "not named in sites="
+        elif selected and sites:
+            kind, reason = "not selected", "not named in sites="
+        elif sites and all(s.form == "entangled" for s in sites):
+            kind, reason = "entangled", site_listed.get(call, {}).get("reason", sites[0].reason)
+        elif sites and all(s.mask is not None and not s.mask.scaled_by_inverse_q() for s in sites):
+            kind, reason = "mask not scaled by 1/q", (f"its mask keeps entries at {sites[0].mask.scale:g}, "
+                                                      f"not 1/q = {1 / (1 - p):g}")
+        elif paths:
+            kind, reason = _stop_reason(paths)
+        else:
+            kind, reason = "no norm reached", "reaches no LayerNorm/RMSNorm (before another norm or the output)"
+        kinds[kind] += 1
+        listed += 1
+        if call in site_listed:  # its site rows say it already
+            continue
+        form = "attention" if call in att else "call"
+        rows.append({"name": call, "form": form, "p": p, "reason": reason, "kind": kind})
+    counts = {"calls": len(calls), "audited": len(done & set(calls)), "listed": listed,
+              "reasons": dict(kinds)}
+    return rows, counts
+
+
+def summary_line(counts: dict) -> str:
+    """``"N dropout calls: a audited, b listed (reason: count, …)"``."""
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(counts["reasons"].items(), key=lambda kv: -kv[1]))
+    return (f"{counts['calls']} dropout calls: {counts['audited']} audited, {counts['listed']} listed"
+            + (f" ({reasons})" if reasons else ""))
+
+
+def collapse_warnings(table: str, names: Sequence[str]) -> str:
+    """The engine's table with its ``warning: <site>: <text>`` lines
+    collapsed into one line per text with the count of sites (and the first
+    site's name)."""
+    texts: Dict[str, List[str]] = {}
+    out: List[str] = []
+    by_length = sorted(names, key=len, reverse=True)
+    for line in table.split("\n"):
+        name = next((n for n in by_length if line.startswith(f"warning: {n}: ")), None)
+        if name is None:
+            out.append(line)
+            continue
+        texts.setdefault(line[len(f"warning: {name}: "):], []).append(name)
+    while out and not out[-1]:
+        out.pop()
+    for text, sites in texts.items():
+        out.append(f"warning: {sites[0]}: {text}" if len(sites) == 1
+                   else f"warning ({len(sites)} sites, first {sites[0]}): {text}")
+    return "\n".join(out) + ("\n" if table.endswith("\n") else "")
