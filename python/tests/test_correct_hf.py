@@ -34,6 +34,7 @@ pytest.importorskip("transformers")
 import dropmc._dropmc as _rs  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 import dropmc.correct as C  # noqa: E402
+import dropmc.correct_forms as CF  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from hf_models import build, expected_sites  # noqa: E402
 
@@ -141,8 +142,8 @@ def test_second_order_one_site_at_a_time_is_within_the_second_order_bound(audite
 
 def test_planted_c_squared_fails_at_every_site(audited, monkeypatch):
     _, model, x, audit = audited
-    real = C._noise_ratio
-    monkeypatch.setattr(C, "_noise_ratio", lambda *a: real(*a) ** 2)
+    real = CF._noise_ratio
+    monkeypatch.setattr(CF, "_noise_ratio", lambda *a: real(*a) ** 2)
     for site, _, bound, gap in _one_site_gaps(model, x, audit):
         assert gap["rms"] > bound, (site, gap, bound)
 
