@@ -98,6 +98,19 @@ def _norm_capture(site: Site, found: Discovery, rec, kwargs) -> Tuple[dict, int,
     return capture, int(vv.shape[0]), total
 
 
+def _corrected_output(capture: dict, out, kwargs) -> None:
+    """A site ``dropmc.correct`` corrected: the norm's recorded eval output
+    (what the model outputs, not the norm recomputed from the captured
+    inputs) as ``eval_output`` (tokens × d, padded tokens left out as for
+    ``v``), and ``corrected`` set, so the audit's eval column is the
+    corrected output."""
+    d = capture["d"]
+    o = _f64(out).reshape(-1, d)
+    keep = _token_keep(kwargs, out.shape[:-1])
+    capture["eval_output"] = _np.ascontiguousarray(o[keep] if keep is not None else o)
+    capture["corrected"] = True
+
+
 def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor]:
     """The softmax rows ``(B, H, L, S)`` and the values ``(B, H, S, J)`` of
     one SDPA call, rebuilt in float64 and checked against its output."""
@@ -194,8 +207,11 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
         model.train(was_training)
     rec = trace.recorded
     captures, tokens = [], {"audited": 0, "total": 0}
+    corrected = getattr(model, "_dropmc_correction", None)  # issue 41: dropmc.correct's record
     for s in sites:
         c, n, total = _norm_capture(s, found, rec, kwargs)
+        if corrected is not None and s.as_tuple() in corrected.sites:
+            _corrected_output(c, rec[("output", s.as_tuple()[-1])], kwargs)
         captures.append(c)
         tokens = {"audited": max(tokens["audited"], n), "total": max(tokens["total"], total)}
     return captures, [_attention_capture(a, rec) for a in attention], tokens
