@@ -269,6 +269,30 @@ def _p_of(plan: _Plan, modules: dict, call: str) -> float:
     return float(modules[_module_name(call)].p)
 
 
+def _rehearse(model, plan: _Plan) -> None:
+    """One eval forward of the corrected model on the example inputs: a
+    site whose dropout input cannot be captured as the norm's ``v`` (the
+    norm ran without it, or it has another shape) is a ValueError now,
+    not at the user's first forward."""
+    if plan.call is None or not plan.sites:
+        return
+    import torch
+
+    args, kw = plan.call
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(*args, **kw)
+    except RuntimeError as e:
+        if "dropmc.correct: site" not in str(e):
+            raise
+        raise ValueError(f"{str(e)[len('dropmc.correct: '):]}: correct cannot capture this site's v on an "
+                         "eval forward of the example inputs; exclude it (exclude=[...])") from None
+    finally:
+        model.train(was_training)
+
+
 def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int) -> tuple:
     from .correct_hooks import _CompoundSecond, _CompoundState, _LayerNormSite, _RmsNormSite
 
@@ -354,6 +378,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             _module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
         build.install(correction, model)
+        _rehearse(model, plan)
     except BaseException:
         correction.undo()
         raise

@@ -94,6 +94,7 @@ class _Plan:
         self.found = found
         self.refused: Dict[str, str] = dict(refused or {})
         self.skipped: Dict[str, str] = dict(skipped or {})
+        self.call = None  # (args, kwargs) of the example forward, when given
 
     def dropout_owner(self, call: str) -> str:
         """The module a dropout call hooks: the ``nn.Dropout`` itself, or a
@@ -124,6 +125,9 @@ def _refusal(site):
     """Why discovery's ``site`` is refused (None: it is corrected)."""
     if site.form == "entangled":
         return f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
+    if "rand_mask" in site.dropout.split(":")[-1]:
+        return (f"{site.dropout!r} is a torch.rand mask multiplied in, not a dropout call: the value it "
+                "multiplies is not a call's input, which correct captures; correct refuses it (exclude the site)")
     mask = getattr(site, "mask", "elementwise")
     if mask not in ("elementwise", "token"):
         return (f"its dropout mask is shared over {mask} of the normalized channels: the norm's "
@@ -211,9 +215,11 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
         _nothing_found(found)
         plan = _split_discovered(found, found.sites, named=False)
         plan.sites += _batchnorm_sites(model)
-        return plan
-    chosen = _select_sites(found, _legacy_tuples(sites), dict(model.named_modules()))
-    return _split_discovered(found, chosen, named=True)
+    else:
+        chosen = _select_sites(found, _legacy_tuples(sites), dict(model.named_modules()))
+        plan = _split_discovered(found, chosen, named=True)
+    plan.call = (args, kw)
+    return plan
 
 
 def _excluded(site: Tuple[str, ...], excluded: set) -> bool:

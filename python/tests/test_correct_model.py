@@ -219,3 +219,67 @@ def test_the_audit_of_a_corrected_model_reads_its_corrected_output():
         ev, fo = s["uncorrected"]["rms"], s["first_order"]["rms"]
         assert abs(ev - fo) <= 1e-6 * max(fo, 1e-300), (s["name"], ev, fo)
         assert ev < s0["uncorrected"]["rms"]
+
+
+class _TrainOnlyDropout(nn.Module):
+    """Calls its dropout only in training: in eval the norm has no ``v``."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.drop, self.ln = nn.Dropout(0.2), nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln(x + (self.drop(x) if self.training else x))
+
+
+def test_a_site_whose_v_cannot_be_captured_is_refused_at_correct_time():
+    model, x = _TrainOnlyDropout().eval(), torch.randn(3, 8)
+    with pytest.raises(ValueError, match="without its dropout.*correct cannot capture this site's v"):
+        dt.correct(model, x)
+    assert getattr(model, "_dropmc_correction", None) is None and not model.ln._forward_hooks
+
+
+def test_esmfold_trunk_block_sequence_sites():
+    """ESMFold's trunk block (transformers' EsmFoldTriangularSelfAttentionBlock,
+    random weights): ``drop(y)`` joins the sequence state that
+    ``mlp_seq``'s LayerNorm reads, and ``mlp_seq``'s own dropout the state
+    ``sequence_to_pair``'s LayerNorm reads (modeling_esmfold.py); both
+    corrected, training and ``uncorrect`` bit-exact."""
+    pytest.importorskip("transformers")
+    from transformers.models.esm import modeling_esmfold as mf
+    from transformers.models.esm.configuration_esm import TrunkConfig
+
+    torch.manual_seed(0)
+    tc = TrunkConfig(num_blocks=1, sequence_state_dim=32, pairwise_state_dim=32, sequence_head_width=16,
+                     pairwise_head_width=16, dropout=0.1)
+
+    class Trunk(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.b = mf.EsmFoldTriangularSelfAttentionBlock(tc)
+
+        def forward(self, seq, pair):
+            return self.b(seq, pair)
+
+    model = Trunk().double().eval()
+    g = torch.Generator().manual_seed(1)
+    args = (torch.randn(1, 6, 32, generator=g, dtype=torch.float64),
+            torch.randn(1, 6, 6, 32, generator=g, dtype=torch.float64))
+    with torch.no_grad():
+        plain = model(*args)
+    model.train()
+    torch.manual_seed(3)
+    train_plain = model(*args)
+    dt.correct(model, args)
+    model.train()
+    torch.manual_seed(3)
+    assert all(torch.equal(a, b) for a, b in zip(model(*args), train_plain))
+    model.eval()
+    assert {("b.drop", "b.mlp_seq.mlp.0"), ("b.mlp_seq.mlp.4", "b.sequence_to_pair.layernorm")} \
+        <= set(model._dropmc_correction.sites)
+    with torch.no_grad():
+        fixed = model(*args)
+    assert not torch.equal(fixed[0], plain[0])
+    dt.uncorrect(model)
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(model(*args), plain))
