@@ -1,14 +1,14 @@
 """The torch code of :func:`dropmc.correct.correct`'s corrections: the
-first-order factor (``_noise_ratio``, its square), the shrink towards β,
+first-order factor (``_factor``), the shrink towards β,
 the second-order estimates, and :class:`_NormParams` (what a corrected norm
 computes, read live from its module). The formulas are derived in
 src/formulas/layernorm.rs, bypass.rs, rmsnorm.rs, compound.rs and
 second_order.rs; :mod:`dropmc.correct`'s docs say which applies where.
 
-Fused form: per call, ``x`` and ``v`` are reduced once each (one
-``var_mean``/mean square of ``x``, one mean square of ``v``) into the
-per-token factor ``c``, and ``c`` is applied to the norm's output in one
-``addcmul`` (``β + c (out − β)``); no per-call Python beyond that.
+Fused form (the eval-time cost): per call, ``x`` and ``v`` are reduced
+once each (``var`` or mean square of ``x``, a dot product of ``v``) into
+the per-token factor ``c`` by four in-place steps, and ``c`` is applied to
+the norm's own output in one ``lerp`` (``β + c (out − β)``).
 """
 
 from __future__ import annotations
@@ -36,15 +36,25 @@ def _stats_dtype(t):
     return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 
 
-def _noise_ratio(v, x, p: float, centred: bool, eps: float):
-    """``(s + ε) / (s + (p/q)·mean_k v_k² + ε)`` per token (last dim kept),
-    ``s`` the spread ``σ²`` of ``x`` (``centred``) or its mean square
-    ``r²``; the square of the first-order factor."""
+def _factor(v, x, p: float, centred: bool, eps: float):
+    """The first-order factor per token (last dim kept), fused:
+
+    ``c² = (s + ε) / (s + (p/q)·mean_k v_k² + ε)``, ``s`` the spread ``σ²``
+    of ``x`` (``centred``) or its mean square ``r²``. Step by step:
+    dividing through by ``s + ε``, ``c² = 1 / (1 + n / (s + ε))`` with ``n
+    = (p/q)·mean_k v_k² = (p / (q d))·Σ_k v_k²``, so ``c = (1 + n / (s +
+    ε))^(-1/2)``: one reduction of ``x`` (``var``), one of ``v`` (a dot
+    product), then four in-place scalar steps on the per-token column."""
+    import torch
+
     dt = _stats_dtype(x)
-    x, v = x.to(dt), v.to(dt)
+    if x.dtype != dt:
+        x = x.to(dt)
+    if v.dtype != dt:
+        v = v.to(dt)
     s = x.var(dim=-1, unbiased=False, keepdim=True) if centred else x.square().mean(dim=-1, keepdim=True)
-    noise = (p / (1.0 - p)) * v.square().mean(dim=-1, keepdim=True)
-    return (s + eps) / (s + noise + eps)
+    n = torch.linalg.vecdot(v, v).unsqueeze(-1)
+    return n.mul_(p / ((1.0 - p) * x.shape[-1])).div_(s.add_(eps)).add_(1.0).rsqrt_()
 
 
 def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParams", like):
@@ -86,9 +96,12 @@ def _beta(params: "_NormParams", like):
 
 
 def _shrink_towards_beta(out, c, beta):
-    """``β + c (out − β)``, in ``out``'s dtype."""
+    """``β + c (out − β)``, in ``out``'s dtype: one ``lerp`` from ``β`` to
+    ``out`` by ``c`` (``out · c`` without β)."""
+    import torch
+
     c = c.to(out.dtype)
-    return out * c if beta is None else beta + c * (out - beta)
+    return out * c if beta is None else torch.lerp(beta.expand_as(out), out, c)
 
 
 class _NormParams:

@@ -209,7 +209,7 @@ class _LayerNormSite:
         eps = self.params.eps(x)
         if self.order == 2:
             return _forms._second_order(v, x, self.p, True, eps, self.params, out)
-        c = _forms._noise_ratio(v, x, self.p, True, eps).sqrt()
+        c = _forms._factor(v, x, self.p, True, eps)
         if self.state is not None:
             self.state.keep(x, c, self.params)
         return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
@@ -227,7 +227,7 @@ class _RmsNormSite:
         eps = self.params.eps(x)
         if self.order == 2:
             return _forms._second_order(v, x, self.p, False, eps, self.params, out)
-        c = _forms._noise_ratio(v, x, self.p, False, eps).sqrt()
+        c = _forms._factor(v, x, self.p, False, eps)
         return out * c.to(out.dtype)
 
 

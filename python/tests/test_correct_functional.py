@@ -205,8 +205,8 @@ def test_one_functional_site_at_a_time_is_within_the_first_order_bound(audited):
 
 def _plant(monkeypatch, plant):
     if plant == "c squared":
-        real = CF._noise_ratio
-        monkeypatch.setattr(CF, "_noise_ratio", lambda *a: real(*a) ** 2)
+        real = CF._factor
+        monkeypatch.setattr(CF, "_factor", lambda *a: real(*a) ** 2)
     elif plant == "children's calls counted":
         real = CH._ScopeHook.__call__
 

@@ -142,8 +142,8 @@ def test_second_order_one_site_at_a_time_is_within_the_second_order_bound(audite
 
 def test_planted_c_squared_fails_at_every_site(audited, monkeypatch):
     _, model, x, audit = audited
-    real = CF._noise_ratio
-    monkeypatch.setattr(CF, "_noise_ratio", lambda *a: real(*a) ** 2)
+    real = CF._factor
+    monkeypatch.setattr(CF, "_factor", lambda *a: real(*a) ** 2)
     for site, _, bound, gap in _one_site_gaps(model, x, audit):
         assert gap["rms"] > bound, (site, gap, bound)
 
