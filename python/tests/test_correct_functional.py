@@ -235,13 +235,15 @@ def test_planted_faults_fail(audited, monkeypatch, plant):
             continue
         resolved += 1
         site = tuple(s["name"].split("->"))
-        dt.correct(model, x, sites=[site])
+        try:
+            dt.correct(model, x, sites=[site])
+        except ValueError as e:  # another call's input, caught by correct's rehearsal forward
+            assert "differ in shape" in str(e)
+            failed += 1
+            continue
         try:
             out = C.norm_outputs(model, x, [site[-1]])[site[-1]]
             failed += _gap(audit, i, out)["rms"] > s["first_order"]["upper"]
-        except RuntimeError as e:  # another call's input, caught by the shape check
-            assert "differ in shape" in str(e)
-            failed += 1
         finally:
             dt.uncorrect(model)
     assert resolved > 0 and (failed == resolved if plant == "c squared" else failed > 0), (failed, resolved)

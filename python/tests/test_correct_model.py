@@ -31,7 +31,8 @@ torch.set_num_threads(1)
 #: form, both in float64 over d-term sums (as test_correct.py).
 CLOSED_FORM_ROUNDINGS = 16
 #: Roundings (in ulps of the output's largest entry) between an eager
-#: float32 forward and a compiled one (fused kernels reassociate d-term sums).
+#: float32 forward and a compiled or traced one (fused kernels, the
+#: attention's among them, reassociate d-term sums).
 COMPILE_ROUNDINGS = 64
 
 
@@ -172,7 +173,10 @@ def test_save_load_deepcopy_and_trace_keep_the_correction(which):
     with torch.no_grad():
         assert torch.equal(loaded(x), fixed) and torch.equal(twin(x), fixed)
         traced = torch.jit.trace(model, x, check_trace=False)
-        assert torch.equal(traced(x), fixed)
+        # the traced graph may take the attention's fused kernel: rounding only
+        scale = fixed.abs().max() * torch.finfo(fixed.dtype).eps
+        assert (traced(x) - fixed).abs().max() <= COMPILE_ROUNDINGS * scale
+        assert (traced(x) - plain).abs().max() > 100 * COMPILE_ROUNDINGS * scale
     dt.uncorrect(twin)  # the copy's hooks are its own: the original stays corrected
     dt.uncorrect(loaded)
     with torch.no_grad():
