@@ -70,6 +70,12 @@ class _Calls:
         return k
 
 
+def _kept(v):
+    """``v`` as kept for the norm: detached only when it carries a graph
+    (under ``torch.no_grad()`` it does not, and a detach is one op more)."""
+    return v.detach() if v.requires_grad else v
+
+
 class _KeepInputs:
     """An ``nn.Dropout``'s pre-hook: in eval mode keeps its input ``v`` for
     the call whose index has a site."""
@@ -82,7 +88,7 @@ class _KeepInputs:
             return None
         slot = self.slots.get(self.calls.next())
         if slot is not None:
-            slot.v = args[0].detach()
+            slot.v = _kept(args[0])
         return None
 
 
@@ -138,7 +144,7 @@ class _CaptureMode(TorchFunctionMode):
         if func is F.dropout and scope.depth == 0:
             slot = scope.slots.get(scope.calls.next())
             if slot is not None:
-                slot.v = (args[0] if args else kwargs["input"]).detach()
+                slot.v = _kept(args[0] if args else kwargs["input"])
         return func(*args, **kwargs)
 
 
