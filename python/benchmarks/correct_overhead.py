@@ -49,13 +49,13 @@ def _bert(d, heads):
 
 
 def _timed(variants, rounds):
-    """Interleaved medians; each timing repeats a call enough for ~20 ms."""
+    """Interleaved medians; each timing repeats a call 5 times or more (~50 ms)."""
     with torch.no_grad():
         for f in variants.values():  # warm-up
             f()
         t0 = time.perf_counter()
         next(iter(variants.values()))()
-        reps = max(1, int(2e-2 / max(time.perf_counter() - t0, 1e-6)))
+        reps = max(5, int(5e-2 / max(time.perf_counter() - t0, 1e-6)))
         times = {k: [] for k in variants}
         for _ in range(rounds):
             for k, f in variants.items():
