@@ -44,7 +44,7 @@ def main():
     layer = torch.nn.TransformerEncoderLayer(args.d, 8, 4 * args.d, dropout=0.1, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, args.layers, enable_nested_tensor=False).eval()
     x = torch.randn(1, args.tokens, args.d)
-    sites = C.resolve_sites(model)
+    sites = C.resolve_sites(model, inputs=x)
     t0 = time.perf_counter()
     before = A.audit_torch(model, x, sites=sites, seed=1)
     print(f"one site at a time (audit {time.perf_counter() - t0:.1f} s wall)")
@@ -55,7 +55,7 @@ def main():
         s = before.sites[i]
         print(f"{s['name']:36s} {fmt(s['uncorrected']):>10s} {fmt(s['first_order']):>16s} "
               f"{fmt(gap(before, i, out)):>12s}")
-    with dt.corrected(model) as m:
+    with dt.corrected(model, x) as m:
         after = dt.audit(m, x, sites=sites, seed=2)
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
     print("every site corrected, against the corrected model's own truth")

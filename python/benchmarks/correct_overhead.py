@@ -1,18 +1,24 @@
-"""Per-forward cost of dropmc.torch.correct: a BERT-base-sized
-nn.TransformerEncoder (d = 768, 12 heads, feed-forward 3072, 12 post-LN
-layers, 24 corrected sites) in eval mode under torch.no_grad(), one torch
-thread, batch 1 × 128 tokens. Three variants, interleaved round by round
-so that machine load hits them alike:
+"""Per-forward cost of dropmc.torch.correct in eval mode under
+torch.no_grad(), one torch thread, batch 1, at d = 64 and d = 768:
 
-  plain      the uncorrected model (torch's fused encoder-layer path)
-  module     the uncorrected model with the fused path switched off
+  encoder  a post-LN nn.TransformerEncoder (4 and 12 heads,
+           feed-forward 4d, 4 layers; 8 sites), 64 / 128 tokens
+  bert     a Hugging Face BertModel of the same shape (random weights from
+           a config; 8 sites), which has no fused eval path
+
+Variants, interleaved round by round so that machine load hits them alike:
+
+  plain      the uncorrected model (for the encoder: torch's fused
+             encoder-layer path)
+  module     the encoder with the fused path switched off
              (torch.backends.mha.set_fastpath_enabled(False)): the cost of
-             leaving the fused path alone
-  corrected  dropmc.torch.correct(model): module path + the correction
+             leaving the fused path alone, which a hooked model must
+  corrected  dropmc.torch.correct(model, x): the correction
 
-Prints the median wall time of each and the ratios to ``plain``.
+Prints the median wall time of each and the ratios to ``plain`` (and, for
+the encoder, of ``corrected`` to ``module``).
 
-    python python/benchmarks/correct_overhead.py [--rounds 7] [--tokens 128]
+    python python/benchmarks/correct_overhead.py [--rounds 15] [--only 64]
 """
 
 import argparse
@@ -23,48 +29,84 @@ import torch
 
 import dropmc.torch as dt
 
+SHAPES = {64: dict(heads=4, tokens=64), 768: dict(heads=12, tokens=128)}
+LAYERS = 4
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--tokens", type=int, default=128)
-    args = ap.parse_args()
-    torch.set_num_threads(1)
+
+def _encoder(d, heads):
+    layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).eval()
+
+
+def _bert(d, heads):
+    import transformers as T
+
+    c = T.BertConfig(hidden_size=d, num_hidden_layers=LAYERS, num_attention_heads=heads,
+                     intermediate_size=4 * d, vocab_size=100, max_position_embeddings=256,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    c._attn_implementation = "eager"
+    return T.BertModel(c).eval()
+
+
+def _timed(variants, rounds):
+    """Interleaved medians; each timing repeats a call 5 times or more (~50 ms)."""
+    with torch.no_grad():
+        for f in variants.values():  # warm-up
+            f()
+        t0 = time.perf_counter()
+        next(iter(variants.values()))()
+        reps = max(5, int(5e-2 / max(time.perf_counter() - t0, 1e-6)))
+        times = {k: [] for k in variants}
+        for _ in range(rounds):
+            for k, f in variants.items():
+                t0 = time.perf_counter()
+                for _ in range(reps):
+                    f()
+                times[k].append((time.perf_counter() - t0) / reps)
+    return {k: statistics.median(ts) for k, ts in times.items()}, reps
+
+
+def measure(d, rounds):
+    s = SHAPES[d]
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.1, batch_first=True)
-    model = torch.nn.TransformerEncoder(layer, 12, enable_nested_tensor=False).eval()
-    x = torch.randn(1, args.tokens, 768)
-    corrected = dt.correct(model, inplace=False).eval()
-
-    def plain():
-        return model(x)
+    enc, x = _encoder(d, s["heads"]), torch.randn(1, s["tokens"], d)
+    enc_c = dt.correct(enc, x, inplace=False).eval()
 
     def module():
         torch.backends.mha.set_fastpath_enabled(False)
         try:
-            return model(x)
+            return enc(x)
         finally:
             torch.backends.mha.set_fastpath_enabled(True)
 
-    def fixed():
-        return corrected(x)
+    med, reps = _timed({"plain": lambda: enc(x), "module": module, "corrected": lambda: enc_c(x)}, rounds)
+    print(f"d = {d}, encoder ({LAYERS} layers, 1 x {s['tokens']} tokens, "
+          f"{len(enc_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
+          + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
+          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
+          f"  corrected/module {med['corrected'] / med['module']:.3f}")
+    try:
+        bert = _bert(d, s["heads"])
+    except ImportError:
+        return
+    ids = {"input_ids": torch.randint(4, 100, (1, s["tokens"]), generator=torch.Generator().manual_seed(1))}
+    bert_c = dt.correct(bert, ids, inplace=False).eval()
+    med, reps = _timed({"plain": lambda: bert(**ids), "corrected": lambda: bert_c(**ids)}, rounds)
+    print(f"d = {d}, bert ({LAYERS} layers, 1 x {s['tokens']} tokens, "
+          f"{len(bert_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
+          + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
+          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}")
 
-    variants = {"plain": plain, "module": module, "corrected": fixed}
-    times = {k: [] for k in variants}
-    with torch.no_grad():
-        for f in variants.values():  # warm-up
-            f()
-        for _ in range(args.rounds):
-            for k, f in variants.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
-    base = statistics.median(times["plain"])
-    print(f"BERT-base-sized nn.TransformerEncoder, 1 x {args.tokens} tokens, 1 thread, "
-          f"{args.rounds} interleaved rounds, {len(corrected._dropmc_correction.sites)} corrected sites")
-    for k, ts in times.items():
-        m = statistics.median(ts)
-        print(f"{k:10s} median {m * 1e3:8.1f} ms  (min {min(ts) * 1e3:8.1f})  ratio to plain {m / base:.3f}")
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--only", type=int, choices=sorted(SHAPES))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for d in SHAPES:
+        if args.only in (None, d):
+            measure(d, args.rounds)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ nn = torch.nn
 import dropmc._dropmc as _rs  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 import dropmc.correct as C  # noqa: E402
+import dropmc.correct_forms as CF  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 
 torch.set_num_threads(1)
@@ -95,7 +96,7 @@ def _one_site_gaps(model, x, audit, sites, order=1):
 @pytest.fixture(scope="module")
 def post_ln():
     model, x = _encoder(), _input()
-    sites = C.resolve_sites(model)
+    sites = C.resolve_sites(model, inputs=x)
     audit = A.audit_torch(model, x, sites=sites, seed=7)
     return model, x, sites, audit
 
@@ -110,16 +111,16 @@ def test_one_site_at_a_time_is_within_the_first_order_bound(post_ln):
 
 def _planted(monkeypatch, plant):
     if plant == "c squared":
-        real = C._noise_ratio
-        monkeypatch.setattr(C, "_noise_ratio", lambda *a: real(*a) ** 2)
+        real = CF._factor
+        monkeypatch.setattr(CF, "_factor", lambda *a: real(*a) ** 2)
     elif plant == "beta not preserved":
-        monkeypatch.setattr(C, "_shrink_towards_beta", lambda out, c, beta: out * c.to(out.dtype))
+        monkeypatch.setattr(CF, "_shrink_towards_beta", lambda out, c, beta: out * c.to(out.dtype))
     elif plant == "rho2 from the norm's input":
-        real = C._noise_ratio
-        monkeypatch.setattr(C, "_noise_ratio", lambda v, x, p, centred, eps: real(x, x, p, centred, eps))
+        real = CF._factor
+        monkeypatch.setattr(CF, "_factor", lambda v, x, p, centred, eps: real(x, x, p, centred, eps))
     elif plant == "eps left out":
-        real = C._noise_ratio
-        monkeypatch.setattr(C, "_noise_ratio", lambda v, x, p, centred, eps: real(v, x, p, centred, 0.0))
+        real = CF._factor
+        monkeypatch.setattr(CF, "_factor", lambda v, x, p, centred, eps: real(v, x, p, centred, 0.0))
 
 
 @pytest.mark.parametrize("plant", ["c squared", "beta not preserved", "rho2 from the norm's input"])
@@ -133,7 +134,7 @@ def test_planted_wrong_corrections_fail_at_every_site(post_ln, monkeypatch, plan
 def test_eps_matters_and_leaving_it_out_fails():
     # ε = 1 against a residual stream of spread ~1: c_ε and c differ by more than the bound.
     model, x = _encoder(d=256, layers=1, eps=1.0), _input()
-    sites = C.resolve_sites(model)
+    sites = C.resolve_sites(model, inputs=x)
     audit = A.audit_torch(model, x, sites=sites, seed=8)
     for site, (uncorrected, bound, gap) in zip(sites, _one_site_gaps(model, x, audit, sites)):
         assert uncorrected >= MIN_FACTOR * bound and gap["rms"] <= bound, (site, uncorrected, bound, gap)
@@ -148,7 +149,7 @@ def test_eps_matters_and_leaving_it_out_fails():
 
 def test_pre_ln_sites_with_a_final_norm():
     model, x = _encoder(layers=2, norm_first=True, final_norm=True), _input()
-    sites = C.resolve_sites(model)
+    sites = C.resolve_sites(model, inputs=x)
     assert sites[-1] == ("layers.1.dropout2", "norm") and len(sites) == 4
     audit = A.audit_torch(model, x, sites=sites, seed=9)
     for site, (uncorrected, bound, gap) in zip(sites, _one_site_gaps(model, x, audit, sites)):
@@ -157,7 +158,7 @@ def test_pre_ln_sites_with_a_final_norm():
 
 def test_every_site_corrected_the_audit_runs_and_every_resolved_gap_shrinks(post_ln):
     model, x, sites, _ = post_ln
-    with dt.corrected(model) as m:
+    with dt.corrected(model, x) as m:
         audit = dt.audit(m, x, sites=sites, seed=11)  # judged against the corrected model's own truth
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
     assert [s["name"] for s in audit.sites] == ["->".join(s) for s in sites]
@@ -187,11 +188,21 @@ def test_second_order_torch_code_is_the_rust_closed_form(post_ln):
         assert np.abs(rust - np.asarray(_rs.first_order_site(cap))).max() > 1e3 * tol, site
 
 
+def _captures(model, x, sites):
+    """The audit's captures of ``sites`` (discovery's trace, one eval forward)."""
+    from dropmc.capture import capture_traced
+    from dropmc.discovery import discover
+
+    found = discover(model, x)
+    by_tuple = {s.as_tuple(): s for s in found.sites}
+    return capture_traced(model, (x,), {}, found, [by_tuple[tuple(s)] for s in sites], [])[0]
+
+
 def _assert_closed_form(model, x, sites, binding, order=1):
     """The corrected outputs at ``sites`` (captured from the corrected model)
     against ``binding`` (a Rust closed form) on the same captures."""
     with dt.corrected(model, sites, order=order) as m:
-        captures = A.capture_sites(m, x, sites)
+        captures = _captures(m, x, sites)
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
     rows = []
     for site, cap in zip(sites, captures):
@@ -227,7 +238,7 @@ def test_plain_rms_and_compound_sites_are_the_rust_closed_forms():
     with torch.no_grad():
         model.rms.weight.copy_(1 + 0.3 * torch.randn(d))
     x = torch.randn(2, 5, d, dtype=torch.float64)
-    sites = C.resolve_sites(model)
+    sites = C.resolve_sites(model, inputs=x)
     assert sorted(sites) == sorted([("drop_ln", "ln"), ("drop_rms", "rms"), ("drop_c", "ln1", "ln2")])
     for site, _, rust, tol in _assert_closed_form(model, x, sites, _rs.first_order_site):
         # and the correction moved the output (the comparison is not of two eval outputs)
@@ -257,7 +268,7 @@ def test_fast_path_honours_the_correction_and_uncorrect_restores_it_bit_for_bit(
     with torch.no_grad():
         before = model(x)
     assert len(calls) == 2, "the uncorrected eval forward under no_grad should take the fused path"
-    dt.correct(model)
+    dt.correct(model, x)
     with torch.no_grad():
         fast = model(x)  # the users' path
     assert len(calls) == 2, "the corrected model must not take the fused path (it skips the hooks)"
@@ -283,7 +294,7 @@ def test_training_mode_is_untouched():
     model.train()
     torch.manual_seed(4)
     plain = model(x)
-    dt.correct(model)
+    dt.correct(model, x)
     model.train()
     torch.manual_seed(4)
     corrected = model(x)
@@ -292,28 +303,31 @@ def test_training_mode_is_untouched():
 
 
 def test_copy_on_request_and_refusals():
-    model = _encoder(d=32, layers=1)
-    copy = dt.correct(model, inplace=False)
+    model, x = _encoder(d=32, layers=1), _input(d=32, tokens=3)
+    copy = dt.correct(model, x, inplace=False)
     assert copy is not model and getattr(model, "_dropmc_correction", None) is None
     with pytest.raises(ValueError, match="already corrected"):
-        dt.correct(copy)
+        dt.correct(copy, x)
     dt.uncorrect(copy)
     with pytest.raises(ValueError, match="not corrected"):
         dt.uncorrect(copy)
     with pytest.raises(ValueError, match="order must be 1 or 2"):
-        dt.correct(model, order=3)
-    with pytest.raises(ValueError, match="entangled"):
+        dt.correct(model, x, order=3)
+    with pytest.raises(ValueError, match="the norm 'layers.0.norm1' sees more than one dropout site"):
         dt.correct(model, sites=[("layers.0.dropout1", "layers.0.norm1"), ("layers.0.dropout2", "layers.0.norm1")])
-    with pytest.raises(ValueError, match="functional F.dropout"):
+    with pytest.raises(ValueError, match=r"'dropout_3' is not a module of the model \(did you mean "
+                       r"'layers.0.dropout'.*Its nn.Dropout modules: \['layers.0.dropout'"):
         dt.correct(model, sites=[("dropout_3", "layers.0.norm1")])
     with pytest.raises(ValueError, match="not a LayerNorm"):
         dt.correct(model, sites=[("layers.0.dropout1", "layers.0.linear1")])
     with pytest.raises(TypeError):
         dt.correct(model, sites="layers.0.dropout1")
-    with pytest.raises(ValueError, match="no site"):
-        dt.correct(model, exclude=["layers.0.dropout1", "layers.0.dropout2"])
+    with pytest.raises(ValueError, match=r"no site to correct \(every site excluded\)"):
+        dt.correct(model, x, exclude=["layers.0.dropout1", "layers.0.dropout2"])
+    with pytest.raises(ValueError, match="exclude: 'layers.0.dropuot1' names no site"):
+        dt.correct(model, x, exclude=["layers.0.dropuot1"])
     assert getattr(model, "_dropmc_correction", None) is None
-    m = dt.correct(model, exclude=[("layers.0.dropout1", "layers.0.norm1")])
+    m = dt.correct(model, x, exclude=[("layers.0.dropout1", "layers.0.norm1")])
     assert m._dropmc_correction.sites == [("layers.0.dropout2", "layers.0.norm2")]
     dt.uncorrect(m)
 
@@ -321,7 +335,7 @@ def test_copy_on_request_and_refusals():
 def test_sites_from_an_audit():
     model, x = _encoder(d=16, layers=1), _input(d=16, tokens=3)
     audit = A.audit_torch(model, x, samples=129)
-    assert C.resolve_sites(model, audit) == C.resolve_sites(model)
+    assert C.resolve_sites(model, audit) == C.resolve_sites(model, inputs=x)
 
 
 

@@ -34,6 +34,7 @@ pytest.importorskip("transformers")
 import dropmc._dropmc as _rs  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 import dropmc.correct as C  # noqa: E402
+import dropmc.correct_forms as CF  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from hf_models import build, expected_sites  # noqa: E402
 
@@ -141,8 +142,8 @@ def test_second_order_one_site_at_a_time_is_within_the_second_order_bound(audite
 
 def test_planted_c_squared_fails_at_every_site(audited, monkeypatch):
     _, model, x, audit = audited
-    real = C._noise_ratio
-    monkeypatch.setattr(C, "_noise_ratio", lambda *a: real(*a) ** 2)
+    real = CF._factor
+    monkeypatch.setattr(CF, "_factor", lambda *a: real(*a) ** 2)
     for site, _, bound, gap in _one_site_gaps(model, x, audit):
         assert gap["rms"] > bound, (site, gap, bound)
 
@@ -232,15 +233,32 @@ def _functional_block(self, x):
     return torch.nn.functional.dropout(torch.nn.Linear.forward(self, x), 0.2, self.training)
 
 
-def test_functional_dropout_sites_are_refused_with_the_reason(monkeypatch):
-    model = _Functional().eval()
+def test_a_functional_dropout_in_a_submodule_is_corrected(monkeypatch):
+    """``norm(x + F.dropout(W x))`` with the F.dropout inside ``block``'s
+    forward: corrected with the call's own input ``v = W x``, by the
+    bypass factor written out here from src/formulas/bypass.rs:
+    ``c² = (σ² + ε) / (σ² + (p/q) mean v² + ε)``, ``σ²`` the spread of
+    ``z = x + v``; the output ``β + c (LN(z) − β)``."""
+    model = _Functional().double().eval()
     monkeypatch.setattr(model.block, "forward", lambda x: _functional_block(model.block, x))
-    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(2))
-    m = dt.correct(model, x, inplace=False)
-    assert m._dropmc_correction.sites == [("drop", "norm2")]
-    assert "not an nn.Dropout module" in m._dropmc_correction.refused["block:dropout->norm"]
-    with pytest.raises(ValueError, match="'block:dropout' is a functional F.dropout call"):
-        dt.correct(model, x, sites=[("block:dropout", "norm")])
+    with torch.no_grad():
+        model.norm.weight.copy_(torch.linspace(0.5, 1.5, 16))
+        model.norm.bias.copy_(torch.linspace(-1, 1, 16))
+    x = torch.randn(3, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    m = dt.correct(model, x)
+    assert sorted(m._dropmc_correction.sites) == [("block:dropout", "norm"), ("drop", "norm2")]
+    got = C.norm_outputs(m, x, ["norm"])["norm"]
+    dt.uncorrect(m)
+    with torch.no_grad():
+        v = torch.nn.Linear.forward(model.block, x)
+        z = x + v
+        var = z.var(dim=-1, unbiased=False, keepdim=True)
+        eps, p = model.norm.eps, 0.2
+        c = ((var + eps) / (var + p / (1 - p) * v.square().mean(-1, keepdim=True) + eps)).sqrt()
+        beta = model.norm.bias
+        want = beta + c * (model.norm(z) - beta)
+    assert (got - want).abs().max() <= 64 * torch.finfo(torch.float64).eps * want.abs().max()
+    assert (got - model.norm(z).detach()).abs().max() > 1e-3  # the correction moved it
 
 
 def test_refusals_and_exclusions_by_call_name():

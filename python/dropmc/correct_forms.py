@@ -1,0 +1,169 @@
+"""The torch code of :func:`dropmc.correct.correct`'s corrections: the
+first-order factor (``_factor``), the shrink towards β,
+the second-order estimates, and :class:`_NormParams` (what a corrected norm
+computes, read live from its module). The formulas are derived in
+src/formulas/layernorm.rs, bypass.rs, rmsnorm.rs, compound.rs and
+second_order.rs; :mod:`dropmc.correct`'s docs say which applies where.
+
+Fused form (the eval-time cost): per call, ``x`` and ``v`` are reduced
+once each (``x`` by torch's own layer norm statistics, or its mean square;
+``v`` by a dot product) into the per-token factor ``c`` by four in-place
+steps, and ``c`` is applied to the norm's own output in one ``lerp``
+(``β + c (out − β)``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def _norm_kind(module) -> Optional[str]:
+    """``"layer"``/``"rms"``/``"batch"`` for torch's norm modules, else None."""
+    import torch.nn as nn
+
+    if isinstance(module, nn.LayerNorm):
+        return "layer"
+    if hasattr(nn, "RMSNorm") and isinstance(module, nn.RMSNorm):
+        return "rms"
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return "batch"
+    return None
+
+
+
+def _stats_dtype(t):
+    import torch
+
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def _factor(v, x, p: float, centred: bool, eps: float):
+    """The first-order factor per token (last dim kept), fused:
+
+    ``c² = (s + ε) / (s + (p/q)·mean_k v_k² + ε)``, ``s`` the spread ``σ²``
+    of ``x`` (``centred``) or its mean square ``r²``. Step by step:
+    dividing through by ``s + ε``, ``c² = 1 / (1 + n / (s + ε))`` with ``n
+    = (p/q)·mean_k v_k² = (p / (q d))·Σ_k v_k²``, so ``c = (1 + (p / (q d))
+    Σ_k v_k² · t)^(-1/2)`` with ``t = 1 / (s + ε)``. For LayerNorm ``t`` is
+    ``rstd²``, ``rstd = (σ² + ε)^(-1/2)`` as torch's own layer norm
+    computes it (``native_layer_norm``'s third output: one pass, several
+    times faster than a separate ``var`` at small d); for RMSNorm ``s =
+    Σ_k x_k² / d`` (a dot product). Then one dot product of ``v`` and four
+    in-place steps on the per-token column."""
+    import torch
+
+    dt = _stats_dtype(x)
+    if x.dtype != dt:
+        x = x.to(dt)
+    if v.dtype != dt:
+        v = v.to(dt)
+    d = x.shape[-1]
+    if centred:
+        t = torch.native_layer_norm(x, (d,), None, None, eps)[2].square_()
+    else:
+        t = torch.linalg.vecdot(x, x).unsqueeze(-1).div_(d).add_(eps).reciprocal_()
+    n = torch.linalg.vecdot(v, v).unsqueeze(-1)
+    return n.mul_(t).mul_(p / ((1.0 - p) * d)).add_(1.0).rsqrt_()
+
+
+def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParams", like):
+    """The second-order ``E[norm(h + dropout(v))]`` per token of
+    src/formulas/second_order.rs (its step 2: ``γ [N̄ D̄^(-1/2) (1 + 3 Var D
+    / (8 D̄²)) − ½ Cov(N, D) D̄^(-3/2)] + β``), on the units ``x_j`` with
+    noise moments ``s2 = v² p/q``, ``t3 = v³ p (p − q)/q²``, ``f4 = v⁴ p
+    (1 − 3pq)/q³``; LayerNorm (``centred``: ``N = y_k − M``, ``D = V + ε``)
+    or RMSNorm (``N = y_k``, ``D = A + ε``). In ``like``'s dtype."""
+    dt = _stats_dtype(x)
+    x, v = x.to(dt), v.to(dt)
+    q = 1.0 - p
+    d = x.shape[-1]
+    s2 = v.square() * (p / q)
+    t3 = v.pow(3) * (p * (p - q) / (q * q))
+    f4 = v.pow(4) * (p * (1.0 - 3.0 * p * q) / q**3)
+    if centred:
+        num = x - x.mean(dim=-1, keepdim=True)
+        den = num.square().mean(dim=-1, keepdim=True) + (1.0 - 1.0 / d) * s2.mean(dim=-1, keepdim=True) + eps
+    else:
+        num = x
+        den = (x.square() + s2).mean(dim=-1, keepdim=True) + eps
+    var_den = (4 * num.square() * s2 + 4 * num * t3 + f4 - s2.square()).sum(dim=-1, keepdim=True) / (d * d)
+    cov = (2 * num * s2 + t3) / d
+    if centred:
+        cov = cov - cov.mean(dim=-1, keepdim=True)
+    g = num / den.sqrt() * (1 + 3 * var_den / (8 * den.square())) - 0.5 * cov / (den * den.sqrt())
+    gamma, beta = params.gamma(), params.beta()
+    if gamma is not None:
+        g = g * gamma.to(dt)
+    if beta is not None:
+        g = g + beta.to(dt)
+    return g.to(like.dtype)
+
+
+def _beta(params: "_NormParams", like):
+    b = params.beta()
+    return b if b is None or b.dtype == like.dtype else b.to(like.dtype)
+
+
+def _shrink_towards_beta(out, c, beta):
+    """``β + c (out − β)``, in ``out``'s dtype: one ``lerp`` from ``β`` to
+    ``out`` by ``c`` (``out · c`` without β)."""
+    import torch
+
+    if c.dtype != out.dtype:
+        c = c.to(out.dtype)
+    return out * c if beta is None else torch.lerp(beta, out, c)
+
+
+class _NormParams:
+    """What a corrected norm computes, read live from its module (so a
+    correction follows later changes of its parameters): ``kind``
+    (``"layer"``/``"rms"``), ``eps``, and the effective ``γ``
+    (``weight_offset + weight``) and ``β`` as tensors (None when the module
+    has none). An ``nn.LayerNorm``/``nn.RMSNorm`` is read from its
+    attributes; a norm recognised by what it computes
+    (:func:`dropmc.norms.recognize_norm`) from its
+    :class:`~dropmc.norms.NormSpec`: its ``weight``/``bias`` when it has
+    them, else the spec's arrays."""
+
+    def __init__(self, module, kind: str, eps: Optional[float], spec=None) -> None:
+        self.module, self.kind, self._eps, self.spec = module, kind, eps, spec
+
+    @classmethod
+    def of_module(cls, module) -> "_NormParams":
+        kind = _norm_kind(module)
+        eps = None if kind == "rms" and module.eps is None else float(module.eps)
+        return cls(module, kind, eps)
+
+    @classmethod
+    def of_spec(cls, module, spec) -> "_NormParams":
+        return cls(module, spec.kind, float(spec.eps), spec)
+
+    def eps(self, like) -> float:
+        import torch
+
+        return float(torch.finfo(like.dtype).eps) if self._eps is None else self._eps
+
+    def _live(self, attr: str):
+        import torch
+
+        t = getattr(self.module, attr, None)
+        return t if isinstance(t, torch.Tensor) else None
+
+    def gamma(self):
+        import torch
+
+        w = self._live("weight")
+        if self.spec is None:
+            return w
+        if w is not None and w.shape == self.spec.gamma.shape:
+            return w + self.spec.weight_offset if self.spec.weight_offset else w
+        return torch.from_numpy(self.spec.gamma)
+
+    def beta(self):
+        import torch
+
+        b = self._live("bias")
+        if self.spec is None or (b is not None and b.shape == self.spec.beta.shape):
+            return b
+        return torch.from_numpy(self.spec.beta) if self.spec.beta.any() else None
+
