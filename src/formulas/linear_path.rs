@@ -236,7 +236,9 @@ impl Path {
         }
         let mut width = self.source.width();
         if width == 0 {
-            return Err(Error::Empty { what: "the path's source" });
+            return Err(Error::Empty {
+                what: "the path's source",
+            });
         }
         for step in &self.steps {
             let (input, output) = match step {
@@ -268,11 +270,14 @@ impl Path {
     /// The norm input's exact mean and covariance, rule by rule.
     pub fn moments(&self) -> Result<Moments, Error> {
         self.validate()?;
-        Ok(self.steps.iter().fold(self.source.moments(), |m, step| match step {
-            Step::Linear { w, b } => m.linear(w, b),
-            Step::Add(h) => m.add(h),
-            Step::Dropout(rate) => m.dropout(*rate),
-        }))
+        Ok(self
+            .steps
+            .iter()
+            .fold(self.source.moments(), |m, step| match step {
+                Step::Linear { w, b } => m.linear(w, b),
+                Step::Add(h) => m.add(h),
+                Step::Dropout(rate) => m.dropout(*rate),
+            }))
     }
 }
 
@@ -397,15 +402,24 @@ mod tests {
     fn the_identity_path_gives_the_layernorm_and_rmsnorm_forms() {
         let rate = Rate::new(0.3).unwrap();
         let m = identity(0.3).moments().unwrap();
-        assert!(close(mean_of_v(&m), layernorm::mean_of_v(&U, rate).unwrap()));
-        assert!(close(mean_of_r2(&m), rmsnorm::mean_of_r2(&U, rate).unwrap()));
+        assert!(close(
+            mean_of_v(&m),
+            layernorm::mean_of_v(&U, rate).unwrap()
+        ));
+        assert!(close(
+            mean_of_r2(&m),
+            rmsnorm::mean_of_r2(&U, rate).unwrap()
+        ));
         // c of today's LayerNorm drops the 1/d part of tr(CΣC)/d: tr Σ/d.
         let (mu, s2) = layernorm::input_moments(&U).unwrap();
         let c = ln_factor_from_trace(s2, m.cov.trace(), U.len(), 0.0).unwrap();
         assert!(close(c, layernorm::shrink(mu, s2.sqrt(), rate).unwrap()));
         assert!(close(rms_factor(&m, 0.0).unwrap(), rate.q().sqrt()));
         let r2 = rmsnorm::mean_square(&U).unwrap();
-        assert!(close(rms_factor(&m, 0.5).unwrap(), rmsnorm::shrink(r2, 0.5, rate)));
+        assert!(close(
+            rms_factor(&m, 0.5).unwrap(),
+            rmsnorm::shrink(r2, 0.5, rate)
+        ));
     }
 
     #[test]
