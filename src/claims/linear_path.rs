@@ -23,14 +23,15 @@ use std::sync::{LazyLock, OnceLock};
 use nalgebra::{DMatrix, DVector};
 
 use super::fn_claim::sample_means;
+use super::order::{OrderCheck, OwnGap};
 use super::{Card, Claim, Draw, Estimator, Law, Shape, listed};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::linear_path as ex;
 use crate::exact::{Oracle, central_moments_by};
-use crate::formulas::linear_path::{self as f, Head, Moments, Path, Source, Step};
+use crate::formulas::linear_path::{self as f, Moments, Path, Source, Step};
 use crate::formulas::{layernorm, mean_and_variance};
-use crate::ops::{LayerNorm, Rate, Subject, TrainPass};
+use crate::ops::{Subject, TrainPass};
 use crate::stats::tolerance::gamma_upper;
 use crate::stats::{Estimate, Statistic};
 
@@ -39,111 +40,6 @@ pub const FAMILY: &str = "linear_path";
 /// Draws of each claim at the default budget (more where its statistic's
 /// minimum budget is higher).
 pub const SAMPLES: u64 = 400_000;
-
-/// A deterministic, irregular matrix (entries in `[−1.2, 1.2]`): no
-/// symmetry that could hide a dropped off-diagonal term.
-fn weights(rows: usize, cols: usize, seed: usize) -> DMatrix<f64> {
-    DMatrix::from_fn(rows, cols, |i, j| {
-        let k = (i * 31 + j * 17 + seed * 7) % 23;
-        (k as f64 - 11.0) / 11.0 * 1.2
-    })
-}
-
-fn vector(n: usize, seed: usize) -> DVector<f64> {
-    DVector::from_fn(n, |i, _| ((i * 13 + seed * 5) % 11) as f64 / 5.0 - 1.0)
-}
-
-fn rate(p: f64) -> Rate {
-    Rate::new(p).expect("a literal rate in [0, 1)")
-}
-
-/// `Dropout_{0.3}(u ∈ ℝ⁶) → Linear(W ∈ ℝ^{4×6}, b) → (+h)`: 6 mask bits.
-pub fn linear() -> Path {
-    Path {
-        source: Source::Dropped {
-            u: vec![1.5, -0.4, 0.8, 2.0, -1.1, 0.3],
-            rate: rate(0.3),
-        },
-        steps: vec![
-            Step::Linear {
-                w: weights(4, 6, 1),
-                b: vector(4, 2),
-            },
-            Step::Add(DVector::from_vec(vec![0.5, -1.0, 0.2, 1.5])),
-        ],
-    }
-}
-
-/// Attention dropout at `p = 0.2` on two heads of three keys each
-/// (`d_h = 2`), concatenated (width 4) → `o_proj ∈ ℝ^{4×4}` → (+h): 6 bits.
-pub fn attention() -> Path {
-    let head = |a: [f64; 3], seed| Head {
-        a: a.to_vec(),
-        v: weights(3, 2, seed) + DMatrix::from_element(3, 2, 0.3),
-    };
-    Path {
-        source: Source::Attention {
-            heads: vec![head([0.2, 0.3, 0.5], 3), head([0.6, 0.1, 0.3], 4)],
-            rate: rate(0.2),
-        },
-        steps: vec![
-            Step::Linear {
-                w: weights(4, 4, 5),
-                b: vector(4, 6),
-            },
-            Step::Add(DVector::from_vec(vec![-0.3, 0.8, 0.0, 1.1])),
-        ],
-    }
-}
-
-/// `Dropout_{0.3}(u ∈ ℝ⁵) → Linear(4×5) → Dropout_{0.2} → Linear(4×4, b)
-/// → (+h)`: 5 + 4 = 9 bits.
-pub fn chain() -> Path {
-    Path {
-        source: Source::Dropped {
-            u: vec![1.0, -0.6, 0.9, 1.7, -1.2],
-            rate: rate(0.3),
-        },
-        steps: vec![
-            Step::Linear {
-                w: weights(4, 5, 7),
-                b: DVector::zeros(4),
-            },
-            Step::Dropout(rate(0.2)),
-            Step::Linear {
-                w: weights(4, 4, 8),
-                b: vector(4, 9),
-            },
-            Step::Add(DVector::from_vec(vec![0.4, -0.2, 1.0, -0.7])),
-        ],
-    }
-}
-
-/// `Dropout_{0.1}(u ∈ ℝ¹⁶) → Linear(16×16, b) → (+h)` before a LayerNorm
-/// with per-unit `γ`, `β`: the first-order output claim (16 bits).
-pub fn wide() -> Path {
-    Path {
-        source: Source::Dropped {
-            u: vector(16, 10).iter().map(|x| x + 0.8).collect(),
-            rate: rate(0.1),
-        },
-        steps: vec![
-            Step::Linear {
-                w: weights(16, 16, 11) * 0.5,
-                b: vector(16, 12),
-            },
-            Step::Add(vector(16, 13) * 0.5),
-        ],
-    }
-}
-
-/// The LayerNorm of [`wide`]: `γ_k = 1 + k/16`, `β_k = (k mod 3)/4 − 1/4`,
-/// `ε = 10⁻⁵`.
-pub fn wide_norm() -> LayerNorm {
-    let gamma = (0..16).map(|k| 1.0 + k as f64 / 16.0).collect();
-    let beta = (0..16).map(|k| (k % 3) as f64 / 4.0 - 0.25).collect();
-    LayerNorm::new(gamma, beta, 1e-5).expect("valid literal LayerNorm")
-}
 
 /// What one claim states of its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -325,6 +221,22 @@ impl PathClaim {
     }
 }
 
+impl PathClaim {
+    /// The order check of `closed` on the sweep path ([`sweep`]), with this
+    /// claim's own first-order and eval gaps at `d = 16`.
+    pub fn order_check_with(&self, closed: sweep::ClosedForm) -> Result<OrderCheck, Error> {
+        let (first, eval) = self.output_gaps()?;
+        let oracle = self.exact()?;
+        let rounding = oracle.rounding.iter().sum::<f64>() / oracle.rounding.len() as f64;
+        let own = OwnGap {
+            d: oracle.values.len(),
+            gap: first,
+            rounding,
+        };
+        sweep::order_check(closed, own, eval)
+    }
+}
+
 /// Writes `g(i, j)` for `i ≤ j < d`, row by row.
 fn upper(g: impl Fn(usize, usize) -> f64, d: usize, out: &mut [f64]) {
     let mut k = 0;
@@ -417,14 +329,19 @@ impl Claim for PathClaim {
             },
         }
     }
+    fn order_check(&self) -> Option<Result<OrderCheck, String>> {
+        (self.quantity == Quantity::Output).then(|| {
+            self.order_check_with(sweep::first_order)
+                .map_err(|e| e.to_string())
+        })
+    }
     fn note(&self) -> Option<String> {
         if self.quantity != Quantity::Output {
             return None;
         }
         let (first, eval) = self.output_gaps().ok()?;
         Some(format!(
-            "{}: first-order gap {first:.3e} vs eval output's {eval:.3e} (mean |.| to the enumerated E[LN(y)], d = 16)",
-            self.id
+            "first-order gap {first:.3e} vs eval output's {eval:.3e} (mean |.| to the enumerated E[LN(y)], d = 16)"
         ))
     }
 }
@@ -494,5 +411,8 @@ pub fn path_claims() -> &'static [PathClaim] {
     &CLAIMS
 }
 
+pub mod configs;
+pub mod sweep;
+pub use configs::{attention, chain, linear, wide, wide_norm};
 #[cfg(test)]
 mod tests;

@@ -189,3 +189,25 @@ fn the_first_order_output_beats_the_eval_output() {
     println!("first-order gap {first:e}, eval gap {eval:e}");
     assert!(first < eval / 3.0, "first {first} eval {eval}");
 }
+
+#[test]
+fn the_first_order_output_passes_its_order_check_and_planted_forms_fail_it() {
+    let real = claim("linear_path.output");
+    let order = real.order_check_with(sweep::first_order).unwrap();
+    println!("first order: {}", order.summary());
+    assert!(order.passed(), "{}", order.summary());
+    let squared: sweep::ClosedForm = |u, mean, w, rate| {
+        // c² in place of c.
+        let c = sweep::first_order(u, mean, w, rate)?;
+        let eval = sweep::eval_output(u, mean, w, rate)?;
+        Ok(c.iter().zip(&eval).map(|(c, e)| c * c / e).collect())
+    };
+    for (what, plant) in [
+        ("the eval output", sweep::eval_output as sweep::ClosedForm),
+        ("c squared", squared),
+    ] {
+        let order = real.order_check_with(plant).unwrap();
+        println!("{what}: {}", order.summary());
+        assert!(!order.passed(), "{what} passed: {}", order.summary());
+    }
+}
