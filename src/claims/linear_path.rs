@@ -20,7 +20,7 @@
 
 use std::sync::{LazyLock, OnceLock};
 
-use nalgebra::{DMatrix, DVector};
+use nalgebra::DVector;
 
 use super::fn_claim::sample_means;
 use super::order::{OrderCheck, OwnGap};
