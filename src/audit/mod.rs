@@ -17,6 +17,8 @@
 
 pub(crate) mod attention;
 pub(crate) mod gap;
+pub mod linear;
+pub mod linear_attention;
 #[cfg(feature = "cli")]
 pub mod npz;
 pub mod report;

@@ -60,13 +60,14 @@ pub fn first_order(
     w: &DMatrix<f64>,
     rate: Rate,
 ) -> Result<Vec<f64>, Error> {
-    let d = mean.len();
-    let ln = norm(d)?;
-    let (centered, _) = f::linear_dropout_traces(&f::column_norms(w), u.as_slice(), rate);
-    let v = crate::formulas::mean_and_variance(mean.as_slice()).1;
-    let c = f::ln_factor_from_trace(v, centered, d, 0.0)?;
-    let eval = layernorm::uncorrected(mean.as_slice(), &ln)?;
-    Ok(layernorm::shrink_towards_beta(&eval, &vec![0.0; d], c))
+    let norms = f::column_norms(w);
+    f::ln_first_order_linear(
+        &norms,
+        u.as_slice(),
+        mean.as_slice(),
+        &norm(mean.len())?,
+        rate,
+    )
 }
 
 /// The eval output `LN(ȳ)`: the rival the first-order form must beat.
