@@ -3,6 +3,7 @@
 //! right one fails its claim (on the oracle and on the z-test).
 
 use super::*;
+use nalgebra::DMatrix;
 use crate::claims::{Verdict, check};
 use crate::engine::DEFAULT_SEED;
 
