@@ -3,9 +3,9 @@
 //! right one fails its claim (on the oracle and on the z-test).
 
 use super::*;
-use nalgebra::DMatrix;
 use crate::claims::{Verdict, check};
 use crate::engine::DEFAULT_SEED;
+use nalgebra::DMatrix;
 
 fn claim(id: &str) -> &'static PathClaim {
     path_claims()
@@ -210,5 +210,51 @@ fn the_first_order_output_passes_its_order_check_and_planted_forms_fail_it() {
         let order = real.order_check_with(plant).unwrap();
         println!("{what}: {}", order.summary());
         assert!(!order.passed(), "{what} passed: {}", order.summary());
+    }
+}
+
+#[test]
+fn the_sweeps_grouped_oracle_agrees_with_full_enumeration() {
+    // The same path through the general forward on all 2^d masks. Each
+    // mask's LN(y)_k is a two-pass reduction over d units and a division
+    // (≤ 2d + 40 roundings) of a value at most sqrt(d) in size (|LN_k| ≤
+    // sqrt(d − 1) at γ = 1, β = 0); that bound is added to both oracles' own.
+    use crate::formulas::layernorm;
+    use crate::ops::LayerNorm;
+    use crate::stats::tolerance::gamma_upper;
+    for d in [4, 8, 12, 16] {
+        let (u, mean, w) = sweep::path(d);
+        let h = &mean - &w * &u;
+        let path = Path {
+            source: Source::Dropped {
+                u: u.as_slice().to_vec(),
+                rate: crate::ops::Rate::new(0.3).unwrap(),
+            },
+            steps: vec![
+                Step::Linear {
+                    w: w.clone(),
+                    b: DVector::zeros(d),
+                },
+                Step::Add(h),
+            ],
+        };
+        let ln = LayerNorm::new(vec![1.0; d], vec![0.0; d], 0.0).unwrap();
+        let full = ex::path_expectation(&path, d, |y, _, out| {
+            out.copy_from_slice(&layernorm::uncorrected(y.as_slice(), &ln).unwrap())
+        })
+        .unwrap();
+        let (values, rounding) = sweep::exact(d).unwrap();
+        for k in 0..d {
+            let g = usize::from(k >= d / 2);
+            let tol = full.rounding[k]
+                + rounding[g]
+                + gamma_upper(2.0 * d as f64 + 40.0) * (d as f64).sqrt();
+            assert!(
+                (full.values[k] - values[g]).abs() <= tol,
+                "d = {d}, unit {k}: full {} grouped {} tol {tol:e}",
+                full.values[k],
+                values[g]
+            );
+        }
     }
 }
