@@ -258,3 +258,37 @@ fn the_sweeps_grouped_oracle_agrees_with_full_enumeration() {
         }
     }
 }
+
+const U: [f64; 6] = [1.5, -0.4, 0.8, 2.0, -1.1, 0.3];
+const H: [f64; 6] = [0.2, 1.0, -0.5, 0.0, 0.7, -1.3];
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-13 * a.abs().max(b.abs()).max(1.0)
+}
+
+/// The bypass reduction (here: `Site` lives in `ops`, above `formulas`).
+#[test]
+fn the_bypass_path_gives_the_damped_form() {
+    let site = crate::ops::Site::new(H.to_vec(), vec![(U.to_vec(), 0.3)]).unwrap();
+    let mut path = Path {
+        source: Source::Dropped {
+            u: U.to_vec(),
+            rate: crate::ops::Rate::new(0.3).unwrap(),
+        },
+        steps: vec![],
+    };
+    path.steps.push(Step::Add(DVector::from_column_slice(&H)));
+    let m = path.moments().unwrap();
+    assert!(close(
+        f::mean_of_v(&m),
+        crate::formulas::bypass::mean_of_v(&site).unwrap()
+    ));
+    let s2 = crate::formulas::layernorm::input_moments(m.mean.as_slice())
+        .unwrap()
+        .1;
+    let c = f::ln_factor_from_trace(s2, m.cov.trace(), U.len(), 0.1).unwrap();
+    assert!(close(
+        c,
+        crate::formulas::bypass::damped(&site, 0.1).unwrap()
+    ));
+}

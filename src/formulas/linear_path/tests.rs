@@ -1,11 +1,9 @@
 //! The reductions to the identity-path families and the cheap traces.
 
 use super::*;
-use crate::formulas::{bypass, layernorm, rmsnorm};
-use crate::ops::Site;
+use crate::formulas::{layernorm, rmsnorm};
 
 const U: [f64; 6] = [1.5, -0.4, 0.8, 2.0, -1.1, 0.3];
-const H: [f64; 6] = [0.2, 1.0, -0.5, 0.0, 0.7, -1.3];
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-13 * a.abs().max(b.abs()).max(1.0)
@@ -43,18 +41,6 @@ fn the_identity_path_gives_the_layernorm_and_rmsnorm_forms() {
         rms_factor(&m, 0.5).unwrap(),
         rmsnorm::shrink(r2, 0.5, rate)
     ));
-}
-
-#[test]
-fn the_bypass_path_gives_the_damped_form() {
-    let site = Site::new(H.to_vec(), vec![(U.to_vec(), 0.3)]).unwrap();
-    let mut path = identity(0.3);
-    path.steps.push(Step::Add(DVector::from_column_slice(&H)));
-    let m = path.moments().unwrap();
-    assert!(close(mean_of_v(&m), bypass::mean_of_v(&site).unwrap()));
-    let s2 = layernorm::input_moments(m.mean.as_slice()).unwrap().1;
-    let c = ln_factor_from_trace(s2, m.cov.trace(), U.len(), 0.1).unwrap();
-    assert!(close(c, bypass::damped(&site, 0.1).unwrap()));
 }
 
 #[test]
