@@ -37,7 +37,9 @@ fn every_first_order_claim_of_the_registry_is_checked_here() {
     let ids: Vec<&str> = leading_claims().iter().map(|c| c.card.id).collect();
     let registered: Vec<&str> = dropmc::claims::registry()
         .into_iter()
-        .filter(|c| c.kind() == Kind::LeadingOrder { order: 1 })
+        // linear_path.output's grouped sweep is checked against full
+        // enumeration in its own family's tests (src/claims/linear_path/tests.rs).
+        .filter(|c| c.kind() == Kind::LeadingOrder { order: 1 } && c.family() != "linear_path")
         .map(|c| c.id())
         .collect();
     assert_eq!(ids, registered);

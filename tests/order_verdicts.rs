@@ -114,9 +114,11 @@ fn run(claim: &NormClaim) -> ClaimResult {
 
 /// The registry's leading-order claims, in its order.
 fn registry_leading() -> Vec<&'static dyn Claim> {
+    // linear_path.output runs its own sweep (src/claims/linear_path/sweep.rs)
+    // and its planted forms are failed in that family's tests.
     dropmc::claims::registry()
         .into_iter()
-        .filter(|c| order_of(c.kind()).is_some())
+        .filter(|c| order_of(c.kind()).is_some() && c.family() != "linear_path")
         .collect()
 }
 

@@ -29,6 +29,7 @@ mod corrections;
 mod dtype;
 mod eval_args;
 mod forward;
+mod linear_path;
 mod mask_shape;
 mod norm_site;
 mod small_calls;
@@ -390,6 +391,9 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_path::audit_linear_path, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_path::first_order_linear_path, m)?)?;
+    m.add_function(wrap_pyfunction!(linear_path::audit_attention_path, m)?)?;
     m.add("AUDIT_DEFAULT_SAMPLES", dropmc::audit::DEFAULT_SAMPLES)?;
     // The audit reads a capture's optional `mask_groups` (shared masks) and
     // `eval_output` (a corrected model's own output) keys.

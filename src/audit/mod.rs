@@ -18,6 +18,8 @@
 pub(crate) mod attention;
 mod capture;
 pub(crate) mod gap;
+pub mod linear;
+pub mod linear_attention;
 #[cfg(feature = "cli")]
 pub mod npz;
 pub mod report;

@@ -30,6 +30,7 @@ pub mod example;
 pub mod fn_claim;
 pub mod law;
 pub mod layernorm;
+pub mod linear_path;
 pub mod mask_shape;
 pub mod norm;
 mod norm_config;

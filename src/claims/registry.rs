@@ -7,8 +7,8 @@
 //! not depend on the registry that lists them.
 
 use super::{
-    Claim, attention, batchnorm, bypass, compound, dropout, ensemble, layernorm, mask_shape,
-    rmsnorm, second_order, semantics,
+    Claim, attention, batchnorm, bypass, compound, dropout, ensemble, layernorm, linear_path,
+    mask_shape, rmsnorm, second_order, semantics,
 };
 
 /// One of the crate's families, as its claims declare it.
@@ -92,6 +92,12 @@ pub fn families() -> Vec<CrateFamily> {
             name: "second_order",
             summary: "the next-order corrections for LayerNorm and RMSNorm",
             claims: second_order::claims(),
+            dropout_alone: false,
+        },
+        CrateFamily {
+            name: linear_path::FAMILY,
+            summary: "a dropout reaching its norm through linear maps: Σ, E[V], E[R²], c",
+            claims: linear_path::claims(),
             dropout_alone: false,
         },
     ];

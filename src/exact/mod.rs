@@ -2,6 +2,7 @@
 
 mod enumerate;
 mod grouped;
+pub mod linear_path;
 mod moments;
 mod norm;
 

@@ -12,6 +12,7 @@ pub mod ensemble;
 #[cfg(feature = "example-family")]
 pub mod example;
 pub mod layernorm;
+pub mod linear_path;
 pub mod mask_shape;
 mod rate;
 pub mod rmsnorm;

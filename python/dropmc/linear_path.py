@@ -1,0 +1,297 @@
+"""Linear-path sites: ``Dropout(u) → Linear(W, b) → (+h) → LayerNorm/RMSNorm``.
+
+A dropout whose output reaches its norm through a ``Linear`` (and an add of
+a term that does not depend on the mask) has no site in ``dropmc.audit``:
+this module finds such paths with its own small tracer (one eval forward
+under a ``TorchFunctionMode`` that records ``F.dropout``, ``F.linear``, the
+adds and ``F.layer_norm``/``F.rms_norm``), captures ``u``, ``W``, ``b``,
+``h`` and the norm's parameters, and hands them to the Rust audit
+(``dropmc._dropmc.audit_linear_path``): per token the truth ``E[norm(y)]``
+by sampling masks through the path, the eval output and the first-order
+output ``β + c (LN(ȳ) − β)`` with
+``c² = (V(ȳ) + ε)/(V(ȳ) + tr(CΣC)/d + ε)`` (docs/linear-path.md).
+
+``first_order_torch`` is the live correction in torch: ``W``'s column norms
+once, then ``c`` per token from ``u`` alone (no ``d × d`` matrix), ready to
+be wired into ``dropmc.correct``.
+
+The tracer is self-contained on purpose, so that ``dropmc.audit`` can later
+take its sites.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import numpy as _np
+
+from . import _dropmc
+
+__all__ = ["LinearPathSite", "find_linear_paths", "audit_linear", "first_order_torch"]
+
+
+class LinearPathSite(dict):
+    """One found path: ``name``, ``kind`` ('linear' or 'attention'), ``p``,
+    ``u`` (tokens × m; an attention site has ``shape`` ``(B, H, L, S, J)``,
+    ``probs`` and ``values`` instead), ``h`` (tokens ×
+    d), ``w`` (d × m), ``b`` (d), ``gamma``, ``beta`` (``None`` for RMSNorm),
+    ``eps``, ``norm`` ('layer' or 'rms'); after ``audit_linear`` also
+    ``truth``, ``truth_se``, ``eval``, ``first_order``, ``eval_gap``,
+    ``first_order_gap`` (numpy arrays, tokens × d; gaps per token)."""
+
+
+def _tracer_class():
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    adds = {torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__}
+    passes = {getattr(torch.Tensor, n) for n in ("transpose", "contiguous", "reshape", "view", "to")}
+    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+    norms = {F.layer_norm: "layer"}
+    if hasattr(F, "rms_norm"):
+        norms[F.rms_norm] = "rms"
+
+    class Tracer(TorchFunctionMode):
+        """Records the producer of every tensor the recorded ops return."""
+
+        def __init__(self):
+            super().__init__()
+            self.nodes: List[Dict[str, Any]] = []
+            self.producer: Dict[int, Dict[str, Any]] = {}
+            self.attention_p: Optional[float] = None  # set while an attention module runs
+            self.norm_inputs: List[Dict[str, Any]] = []
+
+        def _node(self, out, **node):
+            self.nodes.append(node)  # keeps the tensors alive: ids stay unique
+            node["out"] = out
+            self.producer[id(out)] = node
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func is F.dropout:
+                p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+                # An attention module passes p = 0 in eval: its own rate counts.
+                attention = self.attention_p is not None
+                p = self.attention_p if attention else float(p)
+                self._node(out, op="dropout", x=args[0], p=p, attention=attention)
+            elif func in passes and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
+                self._node(out, op="pass", x=args[0])
+            elif func in matmuls and len(args) == 2:
+                self._node(out, op="matmul", x=args[0], v=args[1])
+            elif func is F.linear:
+                bias = kwargs.get("bias", args[2] if len(args) > 2 else None)
+                w = kwargs.get("weight", args[1] if len(args) > 1 else None)
+                self._node(out, op="linear", x=args[0], w=w, b=bias)
+            elif func in adds and len(args) == 2 and all(isinstance(a, torch.Tensor) for a in args):
+                self._node(out, op="add", a=args[0], b=args[1])
+            elif func in norms:
+                kind = norms[func]
+                get = lambda i, k, d=None: kwargs.get(k, args[i] if len(args) > i else d)  # noqa: E731
+                if kind == "layer":
+                    w, b, eps = get(2, "weight"), get(3, "bias"), get(4, "eps", 1e-5)
+                else:
+                    w, b, eps = get(2, "weight"), None, get(3, "eps", None)
+                self._node(out, op="norm", kind=kind, x=args[0], w=w, b=b, eps=eps)
+            return out
+
+    return Tracer
+
+
+def _producer(tracer, t):
+    """The first recorded op behind ``t`` that is not a reshape, transpose,
+    ``contiguous`` or dtype cast."""
+    node = tracer.producer.get(id(t))
+    while node is not None and node["op"] == "pass":
+        node = tracer.producer.get(id(node["x"]))
+    return node
+
+
+def _linear_from(tracer, t):
+    """``(linear, dropout, matmul)`` behind ``t``: a ``Linear`` whose input a
+    dropout produced (``matmul`` None), or one whose input is the value
+    product of dropped attention probabilities."""
+    node = _producer(tracer, t)
+    if node is None or node["op"] != "linear":
+        return None
+    inner = _producer(tracer, node["x"])
+    matmul = None
+    if inner is not None and inner["op"] == "matmul":
+        matmul, inner = inner, _producer(tracer, inner["x"])
+    if inner is None or inner["op"] != "dropout" or not inner["p"] or inner["p"] <= 0.0:
+        return None
+    if inner["attention"] != (matmul is not None):
+        return None
+    return node, inner, matmul
+
+
+def _hooks(model, tracer):
+    """Forward hooks: an attention module (one with a float
+    ``attention_dropout``) sets the rate its dropout call stands for; an
+    RMSNorm module (a ``weight`` and a ``variance_epsilon`` or ``eps``, not
+    calling ``F.rms_norm``) records its input."""
+    handles = []
+    for name, mod in model.named_modules():
+        rate = getattr(mod, "attention_dropout", None)
+        if isinstance(rate, float) and rate > 0.0:
+            def enter(m, a, rate=rate):
+                tracer.attention_p = rate
+            def leave(m, a, o):
+                tracer.attention_p = None
+            handles += [mod.register_forward_pre_hook(enter), mod.register_forward_hook(leave)]
+        eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
+        if type(mod).__name__.endswith("RMSNorm") and getattr(mod, "weight", None) is not None and eps:
+            def record(m, a, name=name, eps=eps):
+                tracer.norm_inputs.append(dict(op="norm", kind="rms", x=a[0], w=m.weight, b=None,
+                                               eps=float(eps), name=name))
+            handles.append(mod.register_forward_pre_hook(record))
+    return handles
+
+
+def _as_rows(t, width: int) -> _np.ndarray:
+    return t.detach().to("cpu", copy=True).double().reshape(-1, width).numpy()
+
+
+def find_linear_paths(model, inputs) -> List[LinearPathSite]:
+    """Runs one eval forward of ``model(*inputs)`` (``inputs`` a tensor or a
+    tuple) under the tracer and returns every ``Dropout → Linear → (+h) →
+    norm`` and ``attention dropout → values → o_proj → (+h) → norm`` path
+    it saw, captured (an attention site has ``kind`` 'attention' and
+    ``probs``, ``values``, ``shape`` in place of ``u``)."""
+    import torch
+
+    args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    was_training = model.training
+    model.eval()
+    tracer = _tracer_class()()
+    handles = _hooks(model, tracer)
+    try:
+        with torch.no_grad(), tracer:
+            model(*args)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    norms = [n for n in tracer.nodes if n["op"] == "norm"] + tracer.norm_inputs
+    sites: List[LinearPathSite] = []
+    for k, node in enumerate(norms):
+        site = _capture(tracer, node, node.get("name", f"norm[{k}]"))
+        if site is not None:
+            sites.append(site)
+    return sites
+
+
+def _capture(tracer, node, name) -> Optional[LinearPathSite]:
+    """The site ending at the norm ``node``, or None when its input is not
+    a linear path from a dropout."""
+    import torch
+
+    y = node["x"]
+    found, h = _linear_from(tracer, y), None
+    if found is None:
+        add = _producer(tracer, y)
+        if add is None or add["op"] != "add":
+            return None
+        for mine, other in ((add["a"], add["b"]), (add["b"], add["a"])):
+            found = _linear_from(tracer, mine)
+            if found is not None and other.shape == y.shape:
+                h = other
+                break
+        else:
+            return None
+    lin, drop, matmul = found
+    w = lin["w"]
+    d, m = w.shape
+    if y.shape[-1] != d or node["w"] is None:
+        return None
+    eps = node["eps"] if node["eps"] is not None else torch.finfo(y.dtype).eps
+    tokens = y.numel() // d
+    site = LinearPathSite(
+        name=name, p=float(drop["p"]),
+        h=_as_rows(h, d) if h is not None else _np.zeros((tokens, d)),
+        w=w.detach().double().cpu().numpy(),
+        b=_np.zeros(d) if lin["b"] is None else lin["b"].detach().double().cpu().numpy(),
+        gamma=node["w"].detach().double().cpu().numpy().reshape(-1),
+        beta=None if node["b"] is None else node["b"].detach().double().cpu().numpy().reshape(-1),
+        eps=float(eps), norm=node["kind"],
+    )
+    if matmul is None:
+        site.update(kind="linear", u=_as_rows(drop["x"], m))
+        return site
+    probs, values = drop["x"], matmul["v"]
+    if probs.dim() != 4 or values.dim() != 4:
+        return None
+    batch, heads, queries, keys = probs.shape
+    dh = values.shape[-1]
+    if heads * dh != m or values.shape[:3] != (batch, heads, keys) or batch * queries != tokens:
+        return None
+    flat = lambda t: t.detach().to("cpu").double().contiguous().reshape(-1).numpy()  # noqa: E731
+    site.update(kind="attention", shape=(batch, heads, queries, keys, dh),
+                probs=flat(probs), values=flat(values))
+    return site
+
+
+def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1) -> List[LinearPathSite]:
+    """Finds the model's linear-path sites (``find_linear_paths``) and
+    audits each: per token the truth ``E[norm(y)]`` from ``samples`` masks,
+    its standard error, the eval output and the first-order output, and
+    the gaps ``mean_k |· − truth_k|``."""
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 2:
+        raise ValueError(f"samples must be an int >= 2, got {samples!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    sites = find_linear_paths(model, inputs)
+    for s in sites:
+        if s["kind"] == "attention":
+            truth, se, ev, first = _dropmc.audit_attention_path(
+                s["name"], s["p"], s["shape"], s["probs"], s["values"], s["w"], s["b"], s["h"],
+                s["gamma"], s["beta"], s["eps"], samples, seed)
+        else:
+            truth, se, ev, first = _dropmc.audit_linear_path(
+                s["name"], s["p"], s["u"], s["h"], s["w"], s["b"], s["gamma"], s["beta"],
+                s["eps"], samples, seed)
+        s["truth"], s["truth_se"] = _np.asarray(truth), _np.asarray(se)
+        s["eval"], s["first_order"] = _np.asarray(ev), _np.asarray(first)
+        s["eval_gap"] = _np.abs(s["eval"] - s["truth"]).mean(axis=1)
+        s["first_order_gap"] = _np.abs(s["first_order"] - s["truth"]).mean(axis=1)
+    return sites
+
+
+def first_order_torch(u, mean, weight, p: float, gamma, beta=None, eps: float = 1e-5,
+                      norms: Optional[tuple] = None):
+    """The first-order output in torch for ``Dropout_p(u) → Linear(W) →
+    (+h) → norm``: ``β + c (LN(ȳ) − β)`` (``beta`` given) or
+    ``c_rms RMS(ȳ)`` (``beta=None``), ``ȳ = mean`` the eval input of the
+    norm (tokens × d), ``u`` the dropout's input (tokens × m). ``c`` per
+    token from ``(p/q) Σ_j u_j² ‖C w_j‖²`` (or ``‖w_j‖²``): pass ``norms``
+    (``column_norms(weight)``) to reuse them across calls."""
+    import torch
+
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"p must be in [0, 1), got {p!r}")
+    q = 1.0 - float(p)
+    centred_sq, sq = norms if norms is not None else column_norms(weight)
+    d = mean.shape[-1]
+    u2 = u.to(centred_sq.dtype) ** 2
+    y = mean.to(centred_sq.dtype)
+    if beta is not None:
+        trace = (p / q) * (u2 @ centred_sq)
+        v = y.var(dim=-1, unbiased=False)
+        c = torch.sqrt((v + eps) / (v + trace / d + eps))
+        ln = (y - y.mean(dim=-1, keepdim=True)) / torch.sqrt(v + eps).unsqueeze(-1)
+        out = beta + c.unsqueeze(-1) * (gamma * ln)
+    else:
+        trace = (p / q) * (u2 @ sq)
+        r2 = (y * y).mean(dim=-1)
+        c = torch.sqrt((r2 + eps) / (r2 + trace / d + eps))
+        out = c.unsqueeze(-1) * gamma * y / torch.sqrt(r2 + eps).unsqueeze(-1)
+    return out.to(mean.dtype)
+
+
+def column_norms(weight):
+    """``(‖C w_j‖², ‖w_j‖²)`` per column of ``weight`` (d × m), float64."""
+    w = weight.detach().double()
+    sq = (w * w).sum(dim=0)
+    s = w.sum(dim=0)
+    return sq - s * s / w.shape[0], sq

@@ -1,0 +1,302 @@
+//! Audit of linear-path captures (`Dropout(u) → Linear(W, b) → (+h) →
+//! norm`): per token, the truth `E[norm(y)]` by sampling masks through the
+//! path, its standard error, the eval output `norm(ȳ)`, the first-order
+//! output `β + c (LN(ȳ) − β)` (or `c_rms RMS(ȳ)`,
+//! [`crate::formulas::linear_path`]) and the two gaps
+//! `mean_k |· − truth_k|`.
+//!
+//! Each draw is one mask of `u` through the subject's reference dropout,
+//! one mat-vec (`d × m`) and the norm: budget `samples · d · m` flops per
+//! token. Tokens run in parallel, each from the seed derived from `seed`,
+//! the capture's name and the token's index ([`derive_seed`], as
+//! [`super::audit_site`] does), so the bits do not depend on the thread
+//! count. The first-order output reads `W` only through its column norms,
+//! computed once per capture.
+
+use nalgebra::{DMatrix, DVector};
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::claims::fn_claim::sample_means;
+use crate::claims::linear_path::sample_path;
+use crate::engine::{Budget, derive_seed};
+use crate::error::Error;
+use crate::formulas::linear_path::{
+    self as f, Path, Source, Step, ln_first_order_linear, rms_first_order_linear,
+};
+use crate::ops::{AnyNorm, Rate, Subject};
+
+/// One linear-path site's capture: per token the dropout's input `u`
+/// (width `m`) and the added term `h` (width `d`), and the path's weights.
+#[derive(Debug, Clone)]
+pub struct LinearCapture {
+    pub name: String,
+    pub rate: Rate,
+    pub u: Vec<Vec<f64>>,
+    pub h: Vec<Vec<f64>>,
+    pub w: DMatrix<f64>,
+    pub b: DVector<f64>,
+    pub norm: AnyNorm,
+}
+
+/// One token's numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinearToken {
+    pub truth: Vec<f64>,
+    pub truth_se: Vec<f64>,
+    pub eval: Vec<f64>,
+    pub first_order: Vec<f64>,
+    /// `mean_k |eval_k − truth_k|`.
+    pub eval_gap: f64,
+    /// `mean_k |first_order_k − truth_k|`.
+    pub first_order_gap: f64,
+}
+
+/// A capture's audit, token by token.
+#[derive(Debug, Clone, Serialize)]
+pub struct LinearAudit {
+    pub name: String,
+    pub tokens: Vec<LinearToken>,
+}
+
+impl LinearCapture {
+    /// A checked capture from plain rows: `w` one row per output unit
+    /// (`d` rows of width `m`), `u` and `h` one row per token.
+    pub fn new(
+        name: String,
+        p: f64,
+        u: Vec<Vec<f64>>,
+        h: Vec<Vec<f64>>,
+        w: &[Vec<f64>],
+        b: Vec<f64>,
+        norm: AnyNorm,
+    ) -> Result<Self, Error> {
+        let m = w.first().map_or(0, Vec::len);
+        if w.is_empty() || m == 0 {
+            return Err(Error::Empty { what: "w" });
+        }
+        if let Some(row) = w.iter().find(|r| r.len() != m) {
+            return Err(Error::LengthMismatch {
+                what: "w (one row)",
+                expected: m,
+                got: row.len(),
+            });
+        }
+        for row in w {
+            crate::error::check_finite_vec("w", row)?;
+        }
+        crate::error::check_finite_vec("b", &b)?;
+        let capture = LinearCapture {
+            name,
+            rate: Rate::new(p)?,
+            u,
+            h,
+            w: DMatrix::from_fn(w.len(), m, |i, j| w[i][j]),
+            b: DVector::from_vec(b),
+            norm,
+        };
+        capture.validate()?;
+        Ok(capture)
+    }
+
+    /// `ȳ = W u + b + h` of token `t`.
+    pub fn mean(&self, t: usize) -> DVector<f64> {
+        &self.w * DVector::from_column_slice(&self.u[t])
+            + &self.b
+            + DVector::from_column_slice(&self.h[t])
+    }
+
+    /// The first-order output of every token (the live correction): `W`'s
+    /// column norms once, then `O(m + d)` per token beyond `ȳ`.
+    pub fn first_order_tokens(&self) -> Result<Vec<Vec<f64>>, Error> {
+        self.validate()?;
+        let norms = f::column_norms(&self.w);
+        (0..self.u.len())
+            .map(|t| first_order(self, &norms, &self.u[t], self.mean(t).as_slice()))
+            .collect()
+    }
+
+    /// Checks the shapes: every `u` of width `W.ncols()`, every `h` and `b`
+    /// and the norm of width `W.nrows()`, as many `h` as `u`.
+    pub fn validate(&self) -> Result<(), Error> {
+        let (d, m) = (self.w.nrows(), self.w.ncols());
+        let mismatch = |what, expected, got| Error::LengthMismatch {
+            what,
+            expected,
+            got,
+        };
+        if self.u.is_empty() {
+            return Err(Error::Empty { what: "u (tokens)" });
+        }
+        if self.h.len() != self.u.len() {
+            return Err(mismatch("h (tokens)", self.u.len(), self.h.len()));
+        }
+        if self.b.len() != d {
+            return Err(mismatch("b", d, self.b.len()));
+        }
+        if self.norm.dim() != d {
+            return Err(mismatch("norm width", d, self.norm.dim()));
+        }
+        for (u, h) in self.u.iter().zip(&self.h) {
+            crate::error::check_finite_vec("u", u)?;
+            crate::error::check_finite_vec("h", h)?;
+            if u.len() != m {
+                return Err(mismatch("u (one token)", m, u.len()));
+            }
+            if h.len() != d {
+                return Err(mismatch("h (one token)", d, h.len()));
+            }
+        }
+        Ok(())
+    }
+
+    fn path(&self, t: usize) -> Path {
+        Path {
+            source: Source::Dropped {
+                u: self.u[t].clone(),
+                rate: self.rate,
+            },
+            steps: vec![
+                Step::Linear {
+                    w: self.w.clone(),
+                    b: self.b.clone(),
+                },
+                Step::Add(DVector::from_column_slice(&self.h[t])),
+            ],
+        }
+    }
+}
+
+/// `mean_k |a_k − b_k|`.
+fn gap(a: &[f64], b: &[f64]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
+}
+
+/// The first-order output of one token from the column norms.
+pub fn first_order(
+    capture: &LinearCapture,
+    norms: &[(f64, f64)],
+    u: &[f64],
+    mean: &[f64],
+) -> Result<Vec<f64>, Error> {
+    match &capture.norm {
+        AnyNorm::Layer(ln) => ln_first_order_linear(norms, u, mean, ln, capture.rate),
+        AnyNorm::Rms(rms) => rms_first_order_linear(norms, u, mean, rms, capture.rate),
+    }
+}
+
+/// Audits one capture at `samples` masks per token from `seed`.
+pub fn audit_linear(
+    capture: &LinearCapture,
+    samples: u64,
+    seed: u64,
+) -> Result<LinearAudit, Error> {
+    capture.validate()?;
+    let norms = f::column_norms(&capture.w);
+    let tokens = audit_tokens(
+        (&capture.name, capture.u.len(), &capture.norm),
+        (samples, seed),
+        |t| capture.path(t),
+        |t, _| first_order(capture, &norms, &capture.u[t], capture.mean(t).as_slice()),
+    )?;
+    Ok(LinearAudit {
+        name: capture.name.clone(),
+        tokens,
+    })
+}
+
+/// The per-token loop every capture shares: token `t`'s path is
+/// `path_of(t)`, its first-order output `first(t, path)`; the eval output
+/// is the norm of the path's mean (the eval forward, every rule's `ȳ`).
+pub fn audit_tokens(
+    (name, count, norm): (&str, usize, &AnyNorm),
+    (samples, seed): (u64, u64),
+    path_of: impl Fn(usize) -> Path + Sync,
+    first: impl Fn(usize, &Path) -> Result<Vec<f64>, Error> + Sync,
+) -> Result<Vec<LinearToken>, Error> {
+    let site_seed = derive_seed(seed, name);
+    let d = norm.dim();
+    (0..count)
+        .into_par_iter()
+        .map(|t| {
+            let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
+            let path = path_of(t);
+            let truth = sample_means(&Subject::reference(), budget, d, |s, rng, out| {
+                let y = sample_path(&path, s, rng)?;
+                norm.forward(y.as_slice(), out)
+            })?;
+            let mean = eval_forward(&path);
+            let mut eval = vec![0.0; d];
+            norm.forward(mean.as_slice(), &mut eval)?;
+            let first = first(t, &path)?;
+            let values: Vec<f64> = truth.iter().map(|e| e.value).collect();
+            Ok(LinearToken {
+                truth_se: truth.iter().map(|e| e.stderr).collect(),
+                eval_gap: gap(&eval, &values),
+                first_order_gap: gap(&first, &values),
+                truth: values,
+                eval,
+                first_order: first,
+            })
+        })
+        .collect()
+}
+
+/// `ȳ`: the source's mean through the steps (further dropouts are the
+/// identity in eval).
+fn eval_forward(path: &Path) -> DVector<f64> {
+    path.steps
+        .iter()
+        .fold(path.source.mean(), |x, step| match step {
+            Step::Linear { w, b } => w * x + b,
+            Step::Add(h) => x + h,
+            Step::Dropout(_) => x,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::LayerNorm;
+
+    fn capture(p: f64) -> LinearCapture {
+        let (d, m) = (8, 12);
+        LinearCapture {
+            name: "toy".into(),
+            rate: Rate::new(p).unwrap(),
+            u: vec![(0..m).map(|j| 1.0 + (j % 5) as f64 * 0.3).collect()],
+            h: vec![(0..d).map(|k| (k % 3) as f64 * 0.5 - 0.5).collect()],
+            w: DMatrix::from_fn(d, m, |i, j| ((i * 7 + j * 3) % 11) as f64 / 5.0 - 1.0),
+            b: DVector::from_element(d, 0.1),
+            norm: AnyNorm::Layer(LayerNorm::new(vec![1.0; d], vec![0.0; d], 1e-5).unwrap()),
+        }
+    }
+
+    #[test]
+    fn at_p_zero_the_truth_is_the_eval_output_and_the_correction_is_none() {
+        let a = audit_linear(&capture(0.0), 100, 1).unwrap();
+        let t = &a.tokens[0];
+        assert!(t.eval_gap < 1e-12 && t.first_order_gap < 1e-12, "{t:?}");
+    }
+
+    #[test]
+    fn the_first_order_output_is_closer_to_the_truth_than_the_eval_output() {
+        let a = audit_linear(&capture(0.2), 200_000, 1).unwrap();
+        let t = &a.tokens[0];
+        println!(
+            "eval gap {:e}, first-order gap {:e}",
+            t.eval_gap, t.first_order_gap
+        );
+        assert!(t.first_order_gap < t.eval_gap / 3.0, "{t:?}");
+    }
+
+    #[test]
+    fn a_mismatched_h_is_a_typed_error() {
+        let mut c = capture(0.2);
+        c.h[0].pop();
+        assert!(matches!(
+            audit_linear(&c, 10, 1),
+            Err(Error::LengthMismatch { .. })
+        ));
+    }
+}
