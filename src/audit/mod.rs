@@ -36,10 +36,16 @@ pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values}
 
 /// Masks per token of the audit's sampled sites by default, also the Python
 /// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py` reads it from the
-/// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹⁷, which resolved
-/// every site's uncorrected gap of the 6-layer d = 512 encoder of
-/// docs/audit.md.
-pub const DEFAULT_SAMPLES: u64 = 1 << 17;
+/// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹², 32 times fewer than
+/// the 2¹⁷ that resolved every site's uncorrected gap of the 6-layer
+/// d = 512 encoder of docs/audit.md without a control variate. The plain and
+/// bypass sites' truth now carries the first-order control variate of
+/// `ops::fast::surrogate`, which divides the per-mask variance by about
+/// `d / (ρ² (p/q + 3 (q − p)²/(4 q²)))` (≈ 1000 at d = 768, p = 0.1,
+/// ρ² = 1; docs/performance.md), so the truth's standard error at 2¹² is
+/// still several times below the old one at 2¹⁷. A compound site has no
+/// control variate: its resolution at 2¹² is that of 2¹² plain masks.
+pub const DEFAULT_SAMPLES: u64 = 1 << 12;
 
 /// How the dropout reaches the norm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
