@@ -219,7 +219,11 @@ pub fn audit_attention_sites(
 ) -> Result<Vec<AttentionAudit>, Error> {
     captures
         .iter()
-        .map(|c| audit_attention_site(c, samples, seed))
+        .map(|c| {
+            // Between sites, the cancellation hook (Ctrl-C in the binding).
+            crate::engine::cancel::checkpoint()?;
+            audit_attention_site(c, samples, seed)
+        })
         .collect()
 }
 
