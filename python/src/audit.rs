@@ -4,6 +4,9 @@
 //! thread count: every token has its own derived seed).
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+
+use dropmc::engine::cancel::with_cancellation;
 
 use dropmc::audit::{
     AttentionCapture, Form, SiteCapture, audit_attention_sites as attention_all,
@@ -14,10 +17,36 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
+use crate::eval_args::interrupted_by_a_signal;
 use crate::to_py;
 
 /// A site's truth per token and unit, and its standard errors.
 type Truth = (Vec<f64>, Vec<f64>);
+
+/// Runs `body` with the GIL released and Python's signal handlers asked
+/// between the audit's batches of tokens (on this thread, which holds the
+/// cancellation hook): Ctrl-C stops the audit and raises its
+/// `KeyboardInterrupt` here; a panic is a `RuntimeError`.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    body: impl FnOnce() -> Result<T, dropmc::Error> + Send,
+) -> PyResult<T> {
+    let pending = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&pending);
+    let result = py
+        .detach(|| {
+            catch_unwind(AssertUnwindSafe(|| {
+                with_cancellation(Box::new(move || interrupted_by_a_signal(&seen)), body)
+            }))
+        })
+        .map_err(|_| {
+            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
+        })?;
+    if let Some(signal) = pending.lock().ok().and_then(|mut p| p.take()) {
+        return Err(signal);
+    }
+    result.map_err(to_py)
+}
 
 /// One site from its dict: `name`, `form` ("plain"/"bypass"/"compound"),
 /// `p`, `d`, `v` and `h` (flat float64 arrays, `tokens × d`), `norm`
@@ -122,12 +151,7 @@ pub fn audit_sites(
     seed: u64,
 ) -> PyResult<(String, String, Vec<Truth>)> {
     let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
-    let audits = py
-        .detach(|| catch_unwind(AssertUnwindSafe(|| audit_all(&captures, samples, seed))))
-        .map_err(|_| {
-            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
-        })?
-        .map_err(to_py)?;
+    let audits = interruptible(py, || audit_all(&captures, samples, seed))?;
     let truths = audits
         .iter()
         .map(|a| (a.truth.clone(), a.truth_se.clone()))
@@ -175,12 +199,7 @@ pub fn audit_attention_sites(
         .iter()
         .map(attention_capture)
         .collect::<PyResult<_>>()?;
-    let audits = py
-        .detach(|| catch_unwind(AssertUnwindSafe(|| attention_all(&captures, samples, seed))))
-        .map_err(|_| {
-            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
-        })?
-        .map_err(to_py)?;
+    let audits = interruptible(py, || attention_all(&captures, samples, seed))?;
     let moments = audits
         .iter()
         .map(|a| (a.mean.clone(), a.variance.clone()))

@@ -16,7 +16,7 @@ use crate::{run_on_one_thread, to_py};
 /// Takes the GIL and runs Python's signal handlers: true when one raised
 /// (Ctrl-C's `KeyboardInterrupt`), whose exception is kept in `pending`
 /// to be raised when the call returns.
-fn interrupted_by_a_signal(pending: &Mutex<Option<PyErr>>) -> bool {
+pub(crate) fn interrupted_by_a_signal(pending: &Mutex<Option<PyErr>>) -> bool {
     Python::attach(|py| match py.check_signals() {
         Ok(()) => false,
         Err(e) => {

@@ -42,10 +42,16 @@ pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values}
 
 /// Masks per token of the audit's sampled sites by default, also the Python
 /// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py` reads it from the
-/// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹⁷, which resolved
-/// every site's uncorrected gap of the 6-layer d = 512 encoder of
-/// docs/audit.md.
-pub const DEFAULT_SAMPLES: u64 = 1 << 17;
+/// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹², 32 times fewer than
+/// the 2¹⁷ that resolved every site's uncorrected gap of the 6-layer
+/// d = 512 encoder of docs/audit.md without a control variate. The plain and
+/// bypass sites' truth now carries the first-order control variate of
+/// `ops::fast::surrogate`, which divides the per-mask variance by about
+/// `d / (ρ² (p/q + 3 (q − p)²/(4 q²)))` (≈ 1000 at d = 768, p = 0.1,
+/// ρ² = 1; docs/performance.md), so the truth's standard error at 2¹² is
+/// still several times below the old one at 2¹⁷. A compound site has no
+/// control variate: its resolution at 2¹² is that of 2¹² plain masks.
+pub const DEFAULT_SAMPLES: u64 = 1 << 12;
 
 /// The audit of one site.
 #[derive(Debug, Clone, Serialize)]
@@ -109,19 +115,33 @@ pub const FEW_KEPT_UNITS: f64 = 32.0;
 /// expansion in the noise-to-signal ratio is not small.
 pub const LARGE_NOISE_TO_SIGNAL: f64 = 1.0;
 
+/// Tokens per batch of [`audit_site`]: the calling thread asks the
+/// cancellation hook ([`crate::engine::cancel`]) between batches, so Ctrl-C
+/// in the Python binding stops a site within one batch (a few tenths of a
+/// second at d = 768 and the default budget on two cores).
+pub const TOKEN_BATCH: usize = 16;
+
 /// Audits one site: every token in parallel, each from the seed derived from
-/// `seed`, the site's name and the token's index.
+/// `seed`, the site's name and the token's index (so the batches of
+/// [`TOKEN_BATCH`] tokens, between which a cancellation is honoured, do not
+/// change the bits).
 pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<SiteAudit, Error> {
     let rate = Rate::new(capture.p)?;
     let d = capture.d;
     let site_seed = derive_seed(seed, &capture.name);
-    let values: Vec<TokenValues> = (0..capture.tokens())
-        .into_par_iter()
-        .map(|t| {
-            let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
-            capture.token(t, rate, budget)
-        })
-        .collect::<Result<_, Error>>()?;
+    let tokens = capture.tokens();
+    let mut values: Vec<TokenValues> = Vec::with_capacity(tokens);
+    for first in (0..tokens).step_by(TOKEN_BATCH) {
+        crate::engine::cancel::checkpoint()?;
+        let batch: Vec<TokenValues> = (first..(first + TOKEN_BATCH).min(tokens))
+            .into_par_iter()
+            .map(|t| {
+                let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
+                capture.token(t, rate, budget)
+            })
+            .collect::<Result<_, Error>>()?;
+        values.extend(batch);
+    }
     let uncorrected = Gap::over(&values, |t| &t.eval);
     let first_order = Gap::over(&values, |t| &t.first);
     let second_order = Gap::over_optional(&values, |t| t.second.as_deref());

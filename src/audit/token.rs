@@ -188,7 +188,8 @@ fn truth(site: &Site, norm: &AnyNorm, budget: Budget) -> Result<(Vec<f64>, Vec<f
         })?;
         return Ok((oracle.values, vec![0.0; d]));
     }
-    match FastSite::new(site, norm, true)?.estimate(budget)? {
+    let kernel = FastSite::new(site, norm, true)?.with_control_variate(site);
+    match kernel.estimate(budget)? {
         Some(e) => Ok((
             e.out.iter().map(|e| e.value).collect(),
             e.out.iter().map(|e| e.stderr).collect(),

@@ -51,6 +51,7 @@ pub(crate) mod power_sums;
 mod reference;
 pub(crate) mod run;
 pub(crate) mod site;
+pub(crate) mod surrogate;
 pub(crate) mod tables;
 
 pub use bits::BernoulliBits;

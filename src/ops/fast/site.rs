@@ -110,6 +110,7 @@ use super::conditioning::{ill_conditioned, site_floor};
 use super::constant::{ConstantPattern, constant_patterns};
 use super::lanes::Xoshiro8;
 use super::run::{ChunkKernel, Isa, estimate_from_batches, estimate_from_sums, run_chunks};
+use super::surrogate::{ControlVariate, Surrogate};
 use super::tables::SubsetTables;
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
@@ -159,6 +160,8 @@ pub struct FastSite {
     beta: Vec<f64>,
     per_channel: bool,
     functionals: Vec<Vec<f64>>,
+    /// The control variate ([`super::surrogate`]) and its `P_b` tables.
+    surrogate: Option<ControlVariate>,
     kappa: f64,
     floor: f64,
     usable: bool,
@@ -231,6 +234,7 @@ impl FastSite {
             beta,
             per_channel,
             functionals: Vec::new(),
+            surrogate: None,
             kappa,
             floor,
             usable: floor.is_finite(),
@@ -244,6 +248,21 @@ impl FastSite {
         self.functionals
             .push(a.iter().zip(&self.gamma).map(|(a, g)| a * g).collect());
         Ok(self)
+    }
+
+    /// Estimates the outputs and functionals with the first-order control
+    /// variate of [`super::surrogate`] (unbiased whatever the input; a
+    /// site whose every mask is constant, with `ε = 0`, runs without it).
+    pub fn with_control_variate(mut self, site: &Site) -> Self {
+        let x = site.clean();
+        let noise: f64 = site
+            .terms()
+            .iter()
+            .map(|(v, rate)| rate.odds() * v.iter().map(|a| a * a).sum::<f64>() / self.d as f64)
+            .sum();
+        let s = Surrogate::new(&x, &self.centred, self.shift, self.layer, self.eps, noise);
+        self.surrogate = s.map(|s| ControlVariate::new(s, &self.scaled));
+        self
     }
 
     /// Whether per-mask scales `s` are needed (outputs or functionals).
@@ -281,12 +300,15 @@ impl FastSite {
                 })
                 .collect()
         };
+        let known = self.surrogate.as_ref().map(|cv| cv.surrogate.known_mean());
+        let known_at = |k: usize| known.as_ref().map_or(0.0, |m| m[k]);
         let out = if self.per_channel {
             batches(SCALARS, d)
                 .into_iter()
+                .enumerate()
                 .zip(self.gamma.iter().zip(&self.beta))
-                .map(|(e, (g, b))| Estimate {
-                    value: b + g * e.value,
+                .map(|((k, e), (g, b))| Estimate {
+                    value: b + g * (known_at(k) + e.value),
                     stderr: g.abs() * e.stderr,
                     ..e
                 })
@@ -301,7 +323,14 @@ impl FastSite {
             var,
             r2: estimate_from_sums(sums[4], sums[5], n),
             out,
-            functionals: batches(at, self.functionals.len()),
+            functionals: batches(at, self.functionals.len())
+                .into_iter()
+                .zip(&self.functionals)
+                .map(|(e, a)| Estimate {
+                    value: e.value + (0..d).map(|k| a[k] * known_at(k)).sum::<f64>(),
+                    ..e
+                })
+                .collect(),
         }))
     }
 
@@ -411,6 +440,11 @@ impl ChunkKernel for FastSite {
             for b in 0..nb {
                 (centre[b], scale[b]) = self.one_mask(&words, b, lin[b], sq[b], scalars);
             }
+            // The control variate: s_b → s_b − s0, and its per-block constant.
+            let residual = self
+                .surrogate
+                .as_ref()
+                .map(|cv| cv.block(isa, &words, nb, &mut scale));
             for pair in centre[..nb].chunks_exact(2) {
                 let t = 0.5 * (pair[0] - pair[1]) * (pair[0] - pair[1]);
                 scalars[6] += t;
@@ -435,6 +469,9 @@ impl ChunkKernel for FastSite {
                 // (the same additions in the same order for every channel).
                 for (t, h) in block.iter_mut().zip(&self.centred) {
                     *t = h * total - offset;
+                }
+                if let (Some(cv), Some(r)) = (&self.surrogate, residual) {
+                    cv.add(r, &mut block);
                 }
                 for (w, a) in self.scaled.iter().zip(kept.chunks_exact(d)) {
                     for ((t, w), a) in block.iter_mut().zip(w).zip(a) {
