@@ -10,7 +10,7 @@
 //! binding runs them on the user's BatchNorm: it hands each replicate of
 //! the user's layer to [`BnClaim::replicate_statistic`].
 //!
-//! Every estimator runs the crate's [`BatchNorm`] op and the subject's
+//! Every estimator runs the crate's [`BatchNorm`](crate::ops::BatchNorm) op and the subject's
 //! dropout layer on Gaussian channels `x_k ~ N(μ_k, σ_k²)` (the formulas do
 //! not depend on the shape of the data's distribution; Gaussian data is just
 //! convenient to draw).
@@ -168,7 +168,7 @@ pub fn at(config: &Config) -> Vec<BnClaim> {
 impl BnClaim {
     /// Per claimed component, the skewness of the statistic its estimate
     /// averages, from the exact moments ([`crate::stats::CentralMoments`],
-    /// [`BatchCumulants`]).
+    /// [`crate::stats::BatchCumulants`]).
     pub fn skewness(&self) -> Vec<f64> {
         let c = &self.config;
         match self.quantity {
