@@ -10,6 +10,7 @@
 //! one mask per sample.
 
 mod oracles;
+mod range;
 mod sampler;
 mod sum;
 
@@ -107,7 +108,13 @@ pub struct DropoutClaim {
     /// skewness from its exact moments ([`Statistic::masked_sum`], of the
     /// pair form for its variance).
     pub mean_statistic: Statistic,
+    /// The width of each component's interval under the null at `(x,
+    /// rate)` ([`Claim::null_range`], derived in [`range`]).
+    pub range: RangeFn,
 }
+
+/// A claim's null range at `(x, rate)`, per component.
+pub type RangeFn = fn(&[f64], Rate) -> Vec<f64>;
 
 /// A claim's law at `(x, p)`.
 pub type LawFn = fn(&[f64], f64) -> Law;
@@ -145,6 +152,9 @@ impl Claim for DropoutClaim {
             || Law::implied_by(self.statistic()),
             |law| law(&self.x, self.p),
         )
+    }
+    fn null_range(&self) -> Option<Vec<f64>> {
+        self.rate().ok().map(|rate| (self.range)(&self.x, rate))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
@@ -192,6 +202,7 @@ fn unit_claim(
     oracle: OracleFn,
     draw_statistic: fn(&Draw, &mut [f64]),
     fast: FastFn,
+    range: RangeFn,
 ) -> DropoutClaim {
     DropoutClaim {
         card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000).with_statistic(statistic),
@@ -203,6 +214,7 @@ fn unit_claim(
         fast,
         law: None,
         mean_statistic: statistic.on_generic_path(),
+        range,
     }
 }
 
@@ -243,6 +255,12 @@ fn raw_moment_claim(
             2 => |x, p, b| fast::unit_raw_moments(x, p, 2, b),
             3 => |x, p, b| fast::unit_raw_moments(x, p, 3, b),
             _ => |x, p, b| fast::unit_raw_moments(x, p, 4, b),
+        },
+        match r {
+            1 => |x, rate| range::unit_power(x, rate, 1),
+            2 => |x, rate| range::unit_power(x, rate, 2),
+            3 => |x, rate| range::unit_power(x, rate, 3),
+            _ => |x, rate| range::unit_power(x, rate, 4),
         },
     )
 }
@@ -290,6 +308,7 @@ pub fn at(x: &[f64], rate: Rate) -> Vec<DropoutClaim> {
                 }
             },
             fast::unit_pair_variances,
+            range::unit_pair_form,
         ),
         sum_claim(
             ids::SUM_MEAN,
@@ -354,6 +373,7 @@ pub fn kept_count_at(d: usize, rate: Rate) -> DropoutClaim {
         fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
         law: None,
         mean_statistic: statistic,
+        range: range::indicators,
     }
 }
 
@@ -370,6 +390,7 @@ pub fn original_scheme_at(x: &[f64], rate: Rate) -> DropoutClaim {
         |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
         |d, out| kept_units(d.x, d.mask, out),
         fast::original_scheme_means,
+        range::original_units,
     )
 }
 

@@ -106,5 +106,9 @@ pub(super) fn sum_claim(
         fast,
         law: Some(law),
         mean_statistic: Statistic::masked_sum(x, q, matches!(moment, SumMoment::Variance)),
+        range: match moment {
+            SumMoment::Mean => super::range::sum_mean,
+            SumMoment::Variance => super::range::sum_pair_form,
+        },
     }
 }
