@@ -1,6 +1,5 @@
 //! The configuration a BatchNorm claim is stated at, and its closed forms.
 
-use super::skewness::BufferTraining;
 use super::{BATCH, MOMENTUM, MU, P, SIGMA, STEPS};
 use crate::error::Error;
 use crate::formulas::batchnorm as f;
@@ -106,19 +105,6 @@ impl Config {
                 q * rv[k] - p * (rm[k] * rm[k] + var_rm)
             })
             .collect())
-    }
-
-    /// The buffers' training, for the skewness of their statistics.
-    pub(super) fn training(&self) -> BufferTraining<'_> {
-        BufferTraining {
-            mu: &self.mu,
-            sigma: &self.sigma,
-            p: self.p,
-            batch: self.batch,
-            steps: self.steps,
-            momentum: self.momentum,
-            variance_scale: self.convention(),
-        }
     }
 
     /// Buffer sets the eval claim runs: the trained one, and the folded one

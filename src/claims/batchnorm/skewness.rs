@@ -122,3 +122,18 @@ impl BufferTraining<'_> {
             .collect()
     }
 }
+
+impl Config {
+    /// The buffers' training, for the skewness of their statistics.
+    pub(super) fn training(&self) -> BufferTraining<'_> {
+        BufferTraining {
+            mu: &self.mu,
+            sigma: &self.sigma,
+            p: self.p,
+            batch: self.batch,
+            steps: self.steps,
+            momentum: self.momentum,
+            variance_scale: self.convention(),
+        }
+    }
+}
