@@ -749,3 +749,64 @@ fn the_composite_null_keeps_the_simple_tests_size_at_its_minimum_budget() {
         );
     }
 }
+
+/// The exact size of the bound below the minimum budget on a *sum* (issue
+/// 44: `dropout.sum_mean`'s draws take more than two values): two equal
+/// units, `S = m₁ + m₂ ∈ {0, 1, 2}` with probabilities `(p², 2pq, q²)`,
+/// tested against `E[S] = 2q` with the width the claim states, `2` (the
+/// range `Σ|x_k|/q` at `x_k = q`). Enumerated over the trinomial counts
+/// `(k₀, k₁, k₂)` of `n` draws: the mean `(k₁ + 2k₂)/n`, the sample
+/// variance from `Σ S² = k₁ + 4k₂`; each count's probability is
+/// `P(k₂) P(k₁ | k₂)`, two binomials (`k₂ ~ B(n, q²)`, then
+/// `k₁ ~ B(n − k₂, 2pq/(1 − q²))`).
+fn three_point_sum_bound_size(n: u64, q: f64) -> f64 {
+    three_point_sum_bound_size_at(n, q, q)
+}
+
+#[test]
+fn the_bound_on_a_three_valued_sum_has_size_at_most_alpha() {
+    let alpha = assertion_alpha();
+    let mut lines = Vec::new();
+    for q in [0.9, 0.7, 0.5, 0.1] {
+        let (worst_n, worst) = [2u64, 3, 5, 10, 20, 50, 100, 200, 400]
+            .iter()
+            .map(|&n| (n, three_point_sum_bound_size(n, q) / alpha))
+            .fold((0, 0.0f64), |a, b| if b.1 > a.1 { b } else { a });
+        lines.push(format!(
+            "sum of two units, q = {q}: largest size {worst:.3e} alpha (at n = {worst_n})"
+        ));
+        assert!(worst <= 1.0, "{}", lines.join("\n"));
+    }
+    println!("{}", lines.join("\n"));
+    // Not vacuous: keep-below-p at p = 0.1 (E[S] = 2·0.1 against 2·0.9)
+    // is rejected with certainty at 1 000 draws.
+    let power = three_point_sum_bound_size_at(1000, 0.1, 0.9);
+    assert!(power > 1.0 - 1e-9, "power {power}");
+}
+
+/// The rejection probability of the same test against the target `2 q0`
+/// when the layer keeps with probability `q`.
+fn three_point_sum_bound_size_at(n: u64, q: f64, q0: f64) -> f64 {
+    let p = 1.0 - q;
+    let (p2, p1) = (q * q, 2.0 * p * q);
+    let within = p1 / (1.0 - p2);
+    let nf = n as f64;
+    (0..=n)
+        .map(|k2| {
+            dropmc::stats::size_over_counts(n, p2, |k| k == k2)
+                * dropmc::stats::size_over_counts(n - k2, within, |k1| {
+                    let (a, b) = (k1 as f64, k2 as f64);
+                    let mean = (a + 2.0 * b) / nf;
+                    let var = ((a + 4.0 * b) - nf * mean * mean).max(0.0) / (nf - 1.0);
+                    let estimate = dropmc::stats::Estimate {
+                        value: mean,
+                        stderr: (var / nf).sqrt(),
+                        n,
+                        dof: dropmc::stats::per_draw_dof(n),
+                    };
+                    dropmc::stats::bernstein_test(estimate, 2.0 * q0, 2.0)
+                        .is_some_and(|t| t.rejected)
+                })
+        })
+        .sum()
+}

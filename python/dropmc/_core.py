@@ -242,6 +242,10 @@ def _float32_out(out: _np.ndarray, dt: _np.dtype) -> _np.ndarray:
 
 
 def _check_rate(p) -> float:
+    # A bool is an int to Python and a numeric string converts through
+    # float(): both were accepted silently as a rate (issue 44).
+    if isinstance(p, (bool, _np.bool_, str, bytes)):
+        raise TypeError(f"p must be a real number, got {type(p).__name__} {p!r}")
     try:
         p = float(p)
     except (TypeError, ValueError):
@@ -250,6 +254,29 @@ def _check_rate(p) -> float:
         remark = " (p = 1 would divide by the keep probability q = 0)" if p == 1.0 else ""
         raise ValueError(f"drop rate p = {p} is invalid: it must be a number with 0 <= p < 1{remark}")
     return p
+
+
+#: The largest ``samples`` accepted: the draws are counted in a Rust u64,
+#: and no budget near 2**63 could finish; larger is refused naming the argument.
+MAX_SAMPLES = 2**63 - 1
+
+
+def _check_samples(samples, name: str = "samples", least: int = 2):
+    """``samples`` as an int (or ``None``), refused with a message naming
+    ``name`` when it is not a whole number in ``[least, MAX_SAMPLES]``."""
+    if samples is None:
+        return None
+    if isinstance(samples, (bool, _np.bool_, str, bytes)):
+        raise TypeError(f"{name} must be an integer >= {least}, got {type(samples).__name__} {samples!r}")
+    try:
+        whole = int(samples)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name} must be an integer >= {least}, got {samples!r}") from None
+    if whole != samples or whole < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {samples!r}")
+    if whole > MAX_SAMPLES:
+        raise ValueError(f"{name} = {whole} is too large: at most 2**63 - 1 draws")
+    return whole
 
 
 def _declared_or_own_rate(p, own: Optional[float], what: str) -> float:

@@ -12,6 +12,7 @@ from ._core import (
     Result,
     _changed,
     _check_rate,
+    _check_samples,
     _checked,
     _dtype_name,
     _float32_out,
@@ -94,8 +95,7 @@ def check_dropout(
         raise TypeError("backward must be callable as backward(x, grad, training), or False for a forward without one")
     if rng_state is not None and not callable(rng_state):
         raise TypeError("rng_state must be a zero-argument callable returning a snapshot")
-    if samples is not None and (int(samples) != samples or samples < 2):
-        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    samples = _check_samples(samples)
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     dt = _numpy_dtype(dtype)
@@ -194,8 +194,7 @@ def _check_shared_mask(forward, p, x, shared_axes, samples, seed, dtype_name, rn
         raise ValueError(f"x must be a non-empty array, got shape {sample.shape}")
     if not _np.all(_np.isfinite(sample)):
         raise ValueError("x must be finite")
-    if samples is not None and (int(samples) != samples or samples < 2):
-        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    samples = _check_samples(samples)
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     dt = _numpy_dtype(dtype_name)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 import numpy as _np
 
 from . import _dropmc
-from ._core import Result, _check_rate, _dtype_name, _input_row
+from ._core import Result, _check_rate, _check_samples, _dtype_name, _input_row
 
 __all__ = ["check_batchnorm"]
 
@@ -115,8 +115,7 @@ def check_batchnorm(
         raise ValueError(f"eps must be finite and >= 0, got {eps}")
     if not isinstance(unbiased, (bool, _np.bool_)):
         raise TypeError(f"unbiased must be True or False, got {unbiased!r}")
-    if samples is not None and (int(samples) != samples or samples < 2):
-        raise ValueError(f"samples must be an integer >= 2, got {samples!r}")
+    samples = _check_samples(samples)
     if int(seed) != seed or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     dt = _np.dtype(dtype_name)

@@ -129,8 +129,18 @@ class Dropout:
     def _run(self, xt, training: bool):
         if isinstance(self.layer, _torch.nn.Module):
             self.layer.train(training)
-            return self.layer(xt)
-        return self.layer(xt, training)
+            y = self.layer(xt)
+        else:
+            y = self.layer(xt, training)
+        if not isinstance(y, _torch.Tensor):
+            # A list or tuple of tensors, a numpy array, None: named as what
+            # it is rather than failing inside torch (issue 44).
+            what = "forward" if not isinstance(self.layer, _torch.nn.Module) else type(self.layer).__name__
+            raise TypeError(
+                f"{what} returned {type(y).__name__}, not a torch.Tensor: the dropout layer must "
+                f"return one tensor of the input's shape {tuple(xt.shape)}"
+            )
+        return y
 
     def forward(self, x, training: bool):
         """The layer on ``x`` (a numpy array) in train or eval mode, as numpy."""

@@ -268,6 +268,7 @@ fn replicate_claim<'a>(
     let (layer, config) = setup;
     let dim = analytic.len();
     PyClaim {
+        null_range: None,
         card,
         analytic,
         note: None,

@@ -123,6 +123,7 @@ fn group_claim<'a>(
 ) -> PyClaim<'a> {
     let (x, p, dim) = (x.to_vec(), rate.p(), analytic.len());
     PyClaim {
+        null_range: None,
         card,
         analytic,
         note: None,

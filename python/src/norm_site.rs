@@ -287,6 +287,7 @@ pub fn check_norm_site(
                     .unwrap_or_default()
             );
             let claim = PyClaim {
+                null_range: None,
                 card: Card::new(
                     id,
                     family_of(id),
@@ -327,6 +328,7 @@ pub fn check_norm_site(
             );
             let (site, ref_norm) = (&site, &ref_norm);
             let claim = PyClaim {
+                null_range: None,
                 card: Card::new(
                     id,
                     family_of(id),

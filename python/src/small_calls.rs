@@ -87,6 +87,7 @@ pub fn one_row_mean<'a>(
         Shape::Vector
     };
     PyClaim {
+        null_range: None,
         card: Card::new(id, family_of(id), stated.formula, shape, samples)
             .with_statistic(statistic),
         analytic: stated.targets,

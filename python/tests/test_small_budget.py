@@ -61,3 +61,70 @@ def test_correct_layers_below_their_minimum_budget_are_never_failed():
         assert "inconclusive" in verdicts.values(), verdicts
         seen.extend(verdicts.values())
     assert "inconclusive" in seen
+
+
+# The suite's per-assertion level and the bound's constants, written here
+# from docs/statistics.md and Maurer & Pontil (2009), Theorem 4, not read
+# from the code: alpha = 1e-6 / 10 000, L = ln(4/alpha), b = SE sqrt(2L) +
+# 7/3 W L / (n - 1), the width widened by 1/64 for a narrow dtype's rounding,
+# and the MDE b + z_0.8 SE (z_0.8 = Phi^-1(0.8)).
+ALPHA = 1e-6 / 10_000
+L_TERM = np.log(4 / ALPHA)
+Z_POWER = 0.8416212335729143
+SLACK = 1 + 1 / 64
+UNIT_X = np.array([0.5, -1.2, 3.0, 0.0, 2.0])
+
+
+def bound_mde(se, n, width):
+    b = se * np.sqrt(2 * L_TERM) + 7 / 3 * width * SLACK * L_TERM / (n - 1)
+    return b + Z_POWER * se
+
+
+def claims_of(result):
+    return {c["id"]: c for c in result.claims}
+
+
+def test_keep_below_p_fails_the_mean_at_1000_draws():
+    """issue 44: keep-below-p at p = 0.1 (E[z] = x p/q, not x) was
+    `inconclusive` on dropout.mean at 1 000 draws ("no null range is
+    known"); the range of x m/q is known, and the bound fails it."""
+    from implementations import KeepBelowP
+
+    layer = KeepBelowP(0.1, seed=4)
+    result = dropmc.check_dropout(layer.forward, 0.1, samples=1_000, rng_state=layer.rng_state)
+    c = claims_of(result)
+    for cid in ("dropout.mean", "dropout.second_moment", "dropout.sum_mean"):
+        assert c[cid]["min_samples"] > 1_000, c[cid]
+        assert c[cid]["verdict"] == "fail", c[cid]
+        assert "distribution-free" in c[cid]["note"], c[cid]
+        assert c[cid]["p_value"] <= ALPHA, c[cid]
+
+
+def test_an_inconclusive_moment_states_the_smallest_effect_its_bound_decides():
+    layer = Correct(0.1, seed=5)
+    n = 1_000
+    result = dropmc.check_dropout(layer.forward, 0.1, samples=n, rng_state=layer.rng_state)
+    c = claims_of(result)["dropout.sum_mean"]
+    assert c["verdict"] == "inconclusive", c
+    # S lies in [sum of negatives / q, sum of positives / q]: width sum|x|/q.
+    width = np.abs(UNIT_X).sum() / 0.9
+    se = (c["estimate"] - c["analytic"]) / c["z"]
+    expected = bound_mde(se, n, width)
+    assert abs(c["mde"] - expected) <= 1e-9 * expected, (c["mde"], expected)
+    percent = 100 * expected / abs(UNIT_X.sum())
+    assert f"decides a deviation of {percent:.3f}% of the target" in c["note"], c["note"]
+
+
+def test_correct_numpy_dropouts_are_never_failed_at_small_budgets():
+    """A slice of python/benchmarks/small_budget_sweep.py (>= 300 checks of
+    correct numpy and torch dropouts there): 24 checks here."""
+    fails = []
+    for seed in range(6):
+        for p in (0.1, 0.5):
+            for samples in (200, 2_000):
+                layer = Correct(p, seed=100 + seed)
+                result = dropmc.check_dropout(
+                    layer.forward, p, samples=samples, rng_state=layer.rng_state
+                )
+                fails += [(p, samples, cid) for cid, v in claims_of(result).items() if v["verdict"] == "fail"]
+    assert not fails, fails

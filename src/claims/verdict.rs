@@ -93,6 +93,11 @@ pub struct ClaimResult {
     /// Below [`min_samples`](Self::min_samples): how the distribution-free
     /// bound decided (`None` at or above it).
     pub below_budget: Option<BelowBudget>,
+    /// Below the minimum budget, per component, the null width its bound
+    /// test used (`None`: no range known, the component's test is the
+    /// t-test's at an uncontrolled size). Empty at or above it.
+    #[serde(skip)]
+    pub bound_widths: Vec<Option<f64>>,
     pub verdict: Verdict,
     /// Why the claim could not be evaluated, if it could not.
     pub error: Option<String>,
@@ -112,6 +117,30 @@ pub struct BelowBudget {
     pub bounded: usize,
     /// Of those, the ones whose deviation exceeds the bound.
     pub rejected: usize,
+}
+
+/// The smallest effect the distribution-free bound decides on a claim
+/// below its minimum budget ([`ClaimResult::bound_mde`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BoundMde {
+    /// The largest MDE over the bounded components, in the claim's units.
+    pub absolute: f64,
+    /// The largest `MDE / |target|`, when no bounded target is zero.
+    pub relative: Option<f64>,
+}
+
+impl BoundMde {
+    /// The larger of two: relative where both are, absolute otherwise.
+    fn max(self, other: BoundMde) -> BoundMde {
+        let relative = match (self.relative, other.relative) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        BoundMde {
+            absolute: self.absolute.max(other.absolute),
+            relative,
+        }
+    }
 }
 
 impl ClaimResult {
@@ -138,8 +167,9 @@ impl ClaimResult {
             let bound = match self.below_budget {
                 Some(b) if b.bounded > 0 => format!(
                     "; the distribution-free bound at the same level rejects none of its {} \
-                     bounded components",
-                    b.bounded
+                     bounded components{}",
+                    b.bounded,
+                    self.bound_mde_phrase()
                 ),
                 _ => "; no null range is known for a distribution-free bound".to_string(),
             };
@@ -151,6 +181,49 @@ impl ClaimResult {
                 self.statistic.label()
             )
         })
+    }
+
+    /// The smallest deviation the bound decides at this budget, over the
+    /// bounded components (their largest MDE: a deviation of that size in
+    /// any component is rejected with probability [`crate::stats::POWER`]),
+    /// relative to the target where every bounded target is non-zero.
+    pub fn bound_mde(&self) -> Option<BoundMde> {
+        let bounded = self
+            .bound_widths
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.is_some())
+            .map(|(k, _)| (self.tests[k].mde, self.target[k]));
+        let mut worst: Option<BoundMde> = None;
+        for (mde, target) in bounded {
+            let relative = (target != 0.0).then(|| mde / target.abs());
+            let this = BoundMde {
+                absolute: mde,
+                relative,
+            };
+            worst = Some(match worst {
+                None => this,
+                Some(w) => w.max(this),
+            });
+        }
+        worst
+    }
+
+    fn bound_mde_phrase(&self) -> String {
+        match self.bound_mde() {
+            Some(BoundMde {
+                relative: Some(r), ..
+            }) => format!(
+                "; at {} draws it decides a deviation of {:.3}% of the target or more (MDE)",
+                self.samples,
+                100.0 * r
+            ),
+            Some(BoundMde { absolute, .. }) => format!(
+                "; at {} draws it decides a deviation of {absolute:.4} or more (MDE)",
+                self.samples
+            ),
+            None => String::new(),
+        }
     }
 
     /// The line that explains a failure decided below the minimum budget
@@ -218,6 +291,7 @@ pub fn check(claim: &dyn Claim, subject: &Subject, budget: Budget) -> ClaimResul
         statistic: claim.statistic(),
         min_samples: claim.min_samples(),
         below_budget: None,
+        bound_widths: Vec::new(),
         verdict: Verdict::Fail,
         error: None,
         note: claim.note_on(subject),
@@ -270,8 +344,12 @@ fn test_by_bound(claim: &dyn Claim, result: &mut ClaimResult) -> BelowBudget {
         bounded: 0,
         rejected: 0,
     };
+    result.bound_widths = widths.clone();
     for (k, width) in widths.into_iter().enumerate() {
         let test = width.and_then(|w| bernstein_test(result.estimate[k], result.target[k], w));
+        if test.is_none() {
+            result.bound_widths[k] = None;
+        }
         if let Some(test) = test {
             below.bounded += 1;
             below.rejected += usize::from(test.rejected);

@@ -85,7 +85,19 @@ pub struct JournalArgs {
 
 impl JournalArgs {
     /// The journal mode the flags ask for (`None`: no journal).
+    /// An `--out` file that cannot be written is refused here, before any
+    /// computing (it is created, as the run would create it).
     pub fn mode(self) -> Result<Option<crate::conformance::verify::journal::Mode>, Error> {
+        if let Some(out) = &self.out
+            && let Err(e) = std::fs::File::create(out)
+        {
+            return Err(Error::InvalidOption {
+                what: format!(
+                    "--out {}: cannot write the journal there ({e})",
+                    out.display()
+                ),
+            });
+        }
         crate::conformance::verify::journal::Mode::from_args(self.out, self.resume)
     }
 }

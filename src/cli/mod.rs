@@ -168,7 +168,16 @@ fn quantity_tip(
     ))
 }
 
+/// What bare `dropmc` says on stderr before its report: what runs, about
+/// how long, and where the other commands are (a newcomer typing it for
+/// help would otherwise wait a minute in silence).
+pub const BARE_NOTE: &str = "dropmc: running the default report (every registered claim at its own \
+     budget; about a minute on two cores). `dropmc --help` lists the other commands.";
+
 fn run(registry: &Registry, cli: Cli) -> Result<ExitCode, Error> {
+    if cli.command.is_none() {
+        eprintln!("{BARE_NOTE}");
+    }
     match cli
         .command
         .unwrap_or(Command::Report(report::ReportArgs::default()))

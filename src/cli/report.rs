@@ -19,7 +19,9 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
     /// Seed of the random streams (its help names the default: [`seed_help`]).
-    #[arg(long, value_parser = parse_count)]
+    /// A negative value reaches the parser (which names `--seed` and the
+    /// accepted forms) rather than reading as an unknown flag.
+    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
     pub seed: Option<u64>,
     /// Draws per claim (default: each claim's own budget).
     #[arg(long, value_parser = parse_count)]

@@ -16,6 +16,7 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
     let cleaned: String = text.trim().chars().filter(|c| *c != '_').collect();
     let refuse =
         || format!("{text:?} is not a whole number >= 0 (write it as 1000000, 1_000_000 or 1e6)");
+    let too_large = || format!("{text:?} is too large: the largest count is {}", u64::MAX);
     let (mantissa, exponent) = match cleaned.split_once(['e', 'E']) {
         Some((m, e)) => (m, e.parse::<u32>().map_err(|_| refuse())?),
         None => (cleaned.as_str(), 0),
@@ -42,10 +43,16 @@ pub fn parse_count(text: &str) -> Result<u64, String> {
     let base: u64 = if kept.is_empty() {
         0
     } else {
-        kept.parse().map_err(|_| refuse())?
+        // Only digits remain here: a parse error is an overflow.
+        kept.parse().map_err(|_| too_large())?
     };
-    let scale = 10u64.checked_pow(shift.max(0) as u32).ok_or_else(refuse)?;
-    base.checked_mul(scale).ok_or_else(refuse)
+    if base == 0 {
+        return Ok(0);
+    }
+    let scale = 10u64
+        .checked_pow(shift.max(0) as u32)
+        .ok_or_else(too_large)?;
+    base.checked_mul(scale).ok_or_else(too_large)
 }
 
 /// A list of finite numbers: inline (`1,2,3`), or from a file with `@PATH`

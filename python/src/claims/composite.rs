@@ -12,9 +12,15 @@
 //! keeps what the test against real arithmetic saw, so that a bias the
 //! dtype puts into the moments is reported ([`RoundingBias`]) rather than
 //! hidden.
+//!
+//! Below a claim's minimum budget a bounded component's test is the
+//! distribution-free bound's ([`dropmc::stats::bernstein_test`]), so the
+//! composite test there is the bound against the nearest end of the
+//! interval, of the same width: the bound holds at any target inside it,
+//! and rejecting only beyond the nearest end is the union of those tests.
 
 use dropmc::claims::{ClaimResult, Verdict};
-use dropmc::stats::interval_test;
+use dropmc::stats::{ZTest, bernstein_test, interval_test};
 
 use crate::forward::Dtype;
 
@@ -57,7 +63,7 @@ pub fn judge_composite(results: &mut [ClaimResult], nulls: &[CompositeNull]) -> 
         for (k, &(lo, hi)) in null.intervals.iter().enumerate() {
             let real = result.tests[k];
             let real_target = result.target[k];
-            let (test, target) = interval_test(result.statistic, result.estimate[k], lo, hi);
+            let (test, target) = composite_test(result, k, lo, hi);
             if real.rejected && !test.rejected && real_target != 0.0 {
                 biases.push(RoundingBias {
                     id: result.id,
@@ -69,7 +75,19 @@ pub fn judge_composite(results: &mut [ClaimResult], nulls: &[CompositeNull]) -> 
             result.tests[k] = test;
             result.target[k] = target;
         }
-        if result.verdict != Verdict::Inconclusive {
+        let rejected = (0..result.tests.len())
+            .filter(|&k| bounded(result, k) && result.tests[k].rejected)
+            .count();
+        if let Some(below) = result.below_budget.as_mut() {
+            // Below the minimum budget only the bounded components decide.
+            below.rejected = rejected;
+            let failed = below.rejected > 0 || result.order_failed();
+            result.verdict = if failed {
+                Verdict::Fail
+            } else {
+                Verdict::Inconclusive
+            };
+        } else if result.verdict != Verdict::Inconclusive {
             result.verdict = if result.tests.iter().any(|t| t.rejected) {
                 Verdict::Fail
             } else {
@@ -109,4 +127,24 @@ pub fn judge_composite(results: &mut [ClaimResult], nulls: &[CompositeNull]) -> 
         });
     }
     biases
+}
+
+/// Whether component `k` of `result` was tested by the bound below the
+/// minimum budget.
+fn bounded(result: &ClaimResult, k: usize) -> bool {
+    matches!(result.bound_widths.get(k), Some(Some(_)))
+}
+
+/// Component `k`'s test against `[lo, hi]` and the target it is tested
+/// against: the bound at the nearest end for a bounded component below the
+/// minimum budget (module docs), the interval test otherwise.
+fn composite_test(result: &ClaimResult, k: usize, lo: f64, hi: f64) -> (ZTest, f64) {
+    let estimate = result.estimate[k];
+    if let Some(Some(width)) = result.bound_widths.get(k) {
+        let target = estimate.value.clamp(lo, hi);
+        if let Some(test) = bernstein_test(estimate, target, *width) {
+            return (test, target);
+        }
+    }
+    interval_test(result.statistic, estimate, lo, hi)
 }

@@ -59,6 +59,18 @@ const PER_UNIT: [&str; 5] = [
     dropout_ids::VARIANCE,
 ];
 
+/// Every moment claim (the per-unit ones, the sum's, the kept count).
+const MOMENTS: [&str; 8] = [
+    dropout_ids::MEAN,
+    dropout_ids::SECOND_MOMENT,
+    dropout_ids::THIRD_MOMENT,
+    dropout_ids::FOURTH_MOMENT,
+    dropout_ids::VARIANCE,
+    dropout_ids::SUM_MEAN,
+    dropout_ids::SUM_VARIANCE,
+    dropout_ids::KEPT_COUNT,
+];
+
 /// The dtype and inputs of a run, for causes that depend on rounding.
 pub struct Rounding<'a> {
     pub dtype: Dtype,
@@ -87,8 +99,28 @@ impl Rounding<'_> {
     }
 
     /// Cause 5 in words, with the numbers: `None` when no moment resolved
-    /// a rounding bias.
-    pub fn warning(&self, biases: &[RoundingBias]) -> Option<String> {
+    /// a rounding bias, and when `semantics.survivors_exact` failed (the
+    /// kept values are then not the dtype's roundings of `x/q`, which the
+    /// warning would state). "Every moment is consistent with them" is said
+    /// only when no moment claim of `results` failed; otherwise the
+    /// failing ones are named as not explained by the rounding.
+    pub fn warning(&self, results: &[ClaimResult], biases: &[RoundingBias]) -> Option<String> {
+        if failed_in(results, semantics_ids::SURVIVORS_EXACT) {
+            return None;
+        }
+        let failing: Vec<&str> = MOMENTS
+            .iter()
+            .copied()
+            .filter(|id| failed_in(results, id))
+            .collect();
+        let consistency = if failing.is_empty() {
+            "every moment is consistent with them".to_string()
+        } else {
+            format!(
+                "yet {} fail against them, which this rounding does not explain",
+                failing.join(", ")
+            )
+        };
         let largest = biases
             .iter()
             .max_by(|a, b| a.z_real.abs().total_cmp(&b.z_real.abs()))?;
@@ -102,8 +134,8 @@ impl Rounding<'_> {
             )
         };
         Some(format!(
-            "warning: the kept values are {name} roundings of x/q and every moment is consistent \
-             with them, but {name} cannot hold x/q closely enough to keep the mean: {} is {} from \
+            "warning: the kept values are {name} roundings of x/q and {consistency}; \
+             {name} cannot hold x/q closely enough to keep the mean: {} is {} from \
              real arithmetic at unit {} (z = {:.1}), a bias this budget resolves. 1/q = \
              {exact:.6} rounds to {rounded:.6} ({}); at your inputs the survivors' effective \
              scale q*s/x is off by {} for s = x*fl(1/q) and by {} for s = x/q rounded once. It \
@@ -272,11 +304,16 @@ pub fn likely_causes(
     if mismatch.is_some() {
         // The moments and the survivors fail with the rate: cause 0 says so.
     } else if failed(semantics_ids::SURVIVORS_EXACT) {
-        causes.push(
+        // "The moments fail with it" only when one does (issue 44).
+        let moments = if moments_fail {
+            "the moments fail with it"
+        } else {
+            "the moments do not resolve it at this budget"
+        };
+        causes.push(format!(
             "the kept values are not x/q in the input's dtype: the survivors' scale is wrong \
-             (x*q, x/p, or 1/q rounded in a lower precision); the moments fail with it"
-                .into(),
-        );
+             (x*q, x/p, or 1/q rounded in a lower precision); {moments}"
+        ));
     } else if failed(dropout_ids::VARIANCE)
         && worst_z(dropout_ids::VARIANCE).is_some_and(|z| z < 0.0)
     {
@@ -308,6 +345,6 @@ pub fn likely_causes(
                 .into(),
         );
     }
-    causes.extend(rounding.warning(biases));
+    causes.extend(rounding.warning(results, biases));
     causes
 }

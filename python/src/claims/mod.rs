@@ -237,6 +237,10 @@ pub struct PyClaim<'a> {
     pub analytic: Vec<f64>,
     pub note: Option<String>,
     pub estimate: EstimateFn<'a>,
+    /// The width of each component's interval under the null, where one
+    /// is known ([`Claim::null_range`]: the moment claims' from `x` and
+    /// `q`); `None` elsewhere.
+    pub null_range: Option<Vec<f64>>,
 }
 
 impl Claim for PyClaim<'_> {
@@ -251,6 +255,9 @@ impl Claim for PyClaim<'_> {
     }
     fn note(&self) -> Option<String> {
         self.note.clone()
+    }
+    fn null_range(&self) -> Option<Vec<f64>> {
+        self.null_range.clone()
     }
 }
 
@@ -323,6 +330,7 @@ pub(crate) fn rule_claim<'a>(
     rule: impl Fn(Budget) -> Result<f64, Error> + Sync + 'a,
 ) -> PyClaim<'a> {
     PyClaim {
+        null_range: None,
         card: Card::new(id, family_of(id), formula, Shape::Scalar, RULE_SAMPLES)
             .with_statistic(Statistic::Violations),
         analytic: vec![0.0],

@@ -19,8 +19,8 @@
 use std::sync::{Arc, Mutex};
 
 use dropmc::Error;
-use dropmc::claims::Card;
 use dropmc::claims::dropout::{self, Draw, DropoutClaim, PairSampler, ids};
+use dropmc::claims::{Card, Claim};
 use dropmc::engine::{Budget, estimate};
 use dropmc::formulas::dropout as f;
 use dropmc::ops::{DropoutLayer, Rate};
@@ -185,6 +185,7 @@ fn pair_claim<'a>(claim: &DropoutClaim, pass: Arc<SharedPass>, index: usize) -> 
     // construction.
     let samples = moment_budget(pass.x.len()).max(statistic.min_samples());
     PyClaim {
+        null_range: claim.null_range(),
         card: Card {
             samples,
             statistic,

@@ -47,11 +47,18 @@ impl StackConfig {
                 what: "stack width/depth",
             });
         }
-        if self.depth > 64 || self.width > 1024 {
+        if self.depth > 64 {
             return Err(Error::TooLarge {
-                what: "stack depth (<= 64) or width (<= 1024)",
+                what: "stack depth",
+                limit: 64,
+                got: self.depth,
+            });
+        }
+        if self.width > 1024 {
+            return Err(Error::TooLarge {
+                what: "stack width",
                 limit: 1024,
-                got: self.depth.max(self.width),
+                got: self.width,
             });
         }
         if self.batch < 2 || self.eval_examples < 2 || self.refresh_batches < 2 {

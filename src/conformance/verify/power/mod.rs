@@ -64,14 +64,16 @@
 //! [`journal::Mode::Resume`] ends with the same bits as one that was not
 //! interrupted.
 
+mod evidence;
+mod interval;
 mod table;
 
+pub use interval::{clopper_pearson, clopper_pearson_lower};
 #[cfg(feature = "cli")]
 pub(crate) use table::push_wrapped;
 pub use table::{DetectableEffect, detectable_effects, effects_table, table, table_fitted};
 
 use serde::{Deserialize, Serialize};
-use statrs::distribution::DiscreteCDF;
 
 use crate::claims::{Claim, check};
 use crate::conformance;
@@ -81,7 +83,7 @@ use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::ops::{DropoutLayer, Subject};
 use crate::registry::Registry;
-use crate::stats::critical_z;
+use evidence::measure;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -210,45 +212,6 @@ impl PowerRun {
 
 pub use crate::stats::rejection_probability;
 
-/// Exact one-sided lower Clopper–Pearson bound for `k` successes in `n`
-/// trials at tail probability `tail`: the `θ` with `P(X ≥ k | θ) = tail`,
-/// `X ~ Binomial(n, θ)` (0 for `k = 0`; `tail^(1/n)` for `k = n`).
-pub fn clopper_pearson_lower(k: u64, n: u64, tail: f64) -> f64 {
-    if k == 0 || n == 0 {
-        return 0.0;
-    }
-    if k >= n {
-        return tail.powf(1.0 / n as f64);
-    }
-    // P(X ≥ k | θ) increases with θ: bisect on it. 100 halvings of [0, 1]
-    // end below the spacing of f64 near any θ in (0, 1).
-    let (mut lo, mut hi) = (0.0f64, 1.0f64);
-    for _ in 0..100 {
-        let mid = 0.5 * (lo + hi);
-        let Ok(binomial) = statrs::distribution::Binomial::new(mid, n) else {
-            return lo;
-        };
-        if binomial.sf(k - 1) < tail {
-            lo = mid
-        } else {
-            hi = mid
-        }
-    }
-    lo
-}
-
-/// Exact two-sided Clopper–Pearson interval for `k` successes in `n` trials
-/// at confidence `level`: each end leaves `(1 − level)/2` in its tail. The
-/// upper end is the lower end of the failures, `1 − lower(n − k)`.
-pub fn clopper_pearson(k: u64, n: u64, level: f64) -> (f64, f64) {
-    let tail = (1.0 - level) / 2.0;
-    let k = k.min(n);
-    (
-        clopper_pearson_lower(k, n, tail),
-        1.0 - clopper_pearson_lower(n - k, n, tail),
-    )
-}
-
 /// The claims of `registry` a power run uses.
 fn selected_claims(registry: &Registry, options: &PowerOptions) -> Vec<&'static dyn Claim> {
     let family = options.replication.family.as_deref();
@@ -325,127 +288,6 @@ fn run_once(
             .map(|&c| outcome(c))
             .collect::<Result<_, _>>()?,
     })
-}
-
-/// One component's evidence over the seeds: its finite z's, summed, and
-/// the seeds where its z was infinite (module docs).
-#[derive(Debug, Clone, Copy, Default)]
-struct ComponentEvidence {
-    finite_sum: f64,
-    finite: u64,
-    certain: u64,
-}
-
-impl ComponentEvidence {
-    fn add(&mut self, z: Option<f64>) {
-        match z {
-            Some(z) => {
-                self.finite_sum += z;
-                self.finite += 1;
-            }
-            None => self.certain += 1,
-        }
-    }
-
-    /// The probability that this component misses under one seed: the
-    /// point estimate `(1 − c/K)(1 − π(δ̄))`, or with `scale` the
-    /// conservative one at the default budget (lower bounds on the rate of
-    /// certain detections and on `|δ|`, the latter scaled by `scale`).
-    fn miss(&self, scale: Option<f64>) -> f64 {
-        let seeds = self.finite + self.certain;
-        let certain = match scale {
-            None => self.certain as f64 / seeds as f64,
-            Some(_) => clopper_pearson_lower(self.certain, seeds, 1.0 - INTERVAL_LEVEL),
-        };
-        let finite_miss = if self.finite == 0 {
-            // No finite z: the point estimate has certain = 1; the bound has
-            // no evidence on the finite test and credits it nothing.
-            1.0
-        } else {
-            let m = self.finite as f64;
-            let mean = self.finite_sum / m;
-            let delta = match scale {
-                None => mean,
-                // Lower confidence bound on |δ| at the per-assertion level
-                // (the mean of m unit-variance z's has SD 1/√m), scaled.
-                Some(s) => (mean.abs() - critical_z() / m.sqrt()).max(0.0) * s,
-            };
-            1.0 - rejection_probability(delta)
-        };
-        (1.0 - certain) * finite_miss
-    }
-}
-
-/// One candidate's row from its runs (one per seed), ignoring the claims in
-/// `unusable`.
-fn measure(
-    candidate: &Candidate,
-    claims: &[&'static dyn Claim],
-    unusable: &[&'static str],
-    runs: &[RunRecord],
-) -> PowerRow {
-    let mut detections = 0;
-    let mut certain_seeds = 0;
-    let mut killed: Vec<(String, u64)> = Vec::new();
-    // Per (claim, component), and the draws' scale to the default budget.
-    let mut evidence: Vec<Vec<ComponentEvidence>> = vec![Vec::new(); claims.len()];
-    let mut scale: Vec<f64> = vec![1.0; claims.len()];
-    let mut errored = false;
-    for run in runs {
-        let mut detected = false;
-        let mut certain = false;
-        for (c, r) in run.claims.iter().enumerate() {
-            if unusable.contains(&r.id.as_str()) {
-                continue;
-            }
-            errored |= r.errored;
-            if evidence[c].is_empty() {
-                evidence[c] = vec![ComponentEvidence::default(); r.z.len()];
-            }
-            scale[c] = (claims[c].default_samples() as f64 / r.samples.max(1) as f64)
-                .sqrt()
-                .max(1.0);
-            for (e, z) in evidence[c].iter_mut().zip(&r.z) {
-                e.add(*z);
-                certain |= z.is_none();
-            }
-            if r.failed {
-                detected = true;
-                match killed.iter_mut().find(|(id, _)| *id == r.id) {
-                    Some((_, n)) => *n += 1,
-                    None => killed.push((r.id.clone(), 1)),
-                }
-            }
-        }
-        detections += u64::from(detected);
-        certain_seeds += u64::from(certain);
-    }
-    let seeds = runs.len() as u64;
-    let power_at = |scaled: bool| {
-        if errored {
-            return 1.0; // a claim that cannot even be evaluated fails under every seed
-        }
-        let miss: f64 = evidence
-            .iter()
-            .zip(&scale)
-            .flat_map(|(components, &s)| {
-                components.iter().map(move |e| e.miss(scaled.then_some(s)))
-            })
-            .product();
-        1.0 - miss
-    };
-    PowerRow {
-        subject: candidate.name.clone(),
-        equivalent: candidate.equivalent.is_some(),
-        seeds,
-        detections,
-        empirical: detections as f64 / seeds as f64,
-        detected: SeedRate::new(detections, seeds),
-        certain: SeedRate::new(certain_seeds, seeds),
-        from_effect: power_at(false),
-        at_default_budget: power_at(true),
-        killed_by: killed,
-    }
 }
 
 /// Measures the power of the selected claims against each candidate, after
@@ -577,119 +419,4 @@ pub fn power_with(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rejection_probability_is_alpha_at_zero_and_one_half_at_the_critical_value() {
-        let alpha = crate::stats::assertion_alpha();
-        assert!((rejection_probability(0.0) - alpha).abs() < 1e-3 * alpha);
-        assert!((rejection_probability(critical_z()) - 0.5).abs() < 1e-9);
-    }
-
-    #[test]
-    fn clopper_pearson_bounds_match_closed_forms() {
-        // k = n: tail^(1/n); k = 0: 0.
-        assert_eq!(clopper_pearson_lower(10, 10, 0.05), 0.05f64.powf(0.1));
-        assert_eq!(clopper_pearson_lower(0, 10, 0.05), 0.0);
-        // The bisection finds the root of statrs' binomial tail, itself a
-        // regularized incomplete beta accurate to about 10⁻¹⁴ near these
-        // arguments; the tail's slope here is about 2, so θ is within half
-        // that. 10⁻¹³ tells a correct root from any other formula.
-        const ROOT_ROOM: f64 = 1e-13;
-        // k = 1 of 2: solve 1 − (1−θ)² = 0.05, θ = 1 − √0.95 = 0.025321.
-        let root = 1.0 - 0.95f64.sqrt();
-        assert!((clopper_pearson_lower(1, 2, 0.05) - root).abs() <= ROOT_ROOM);
-        // Two-sided at 95 %, 1 of 3 seeds: the lower end solves
-        // 1 − (1−θ)³ = 0.025, θ = 1 − 0.975^(1/3); the upper end leaves
-        // P(X ≤ 1 | θ) = (1−θ)³ + 3θ(1−θ)² = 0.025.
-        let (lo, hi) = clopper_pearson(1, 3, 0.95);
-        let lo_exact = 1.0 - 0.975f64.cbrt();
-        assert!((lo - lo_exact).abs() <= ROOT_ROOM, "{lo} {lo_exact}");
-        let below = (1.0 - hi).powi(3) + 3.0 * hi * (1.0 - hi).powi(2);
-        assert!((below - 0.025).abs() <= ROOT_ROOM, "{hi} {below}");
-        // 0 of 3: [0, 1 − 0.025^(1/3)]; 3 of 3: [0.025^(1/3), 1].
-        let (zero_lo, zero_hi) = clopper_pearson(0, 3, 0.95);
-        assert_eq!(zero_lo, 0.0);
-        assert!((zero_hi - (1.0 - 0.025f64.cbrt())).abs() <= 4.0 * f64::EPSILON);
-        let (all_lo, all_hi) = clopper_pearson(3, 3, 0.95);
-        assert!((all_lo - 0.025f64.cbrt()).abs() <= 4.0 * f64::EPSILON);
-        assert_eq!(all_hi, 1.0);
-    }
-
-    #[test]
-    fn an_infinite_z_in_one_seed_of_three_is_one_certain_detection_not_a_mean() {
-        // One seed with an infinite z and two with z = 0.5: a power near
-        // 1/3, never the 1 − 10⁻¹² a ±10⁶ stand-in averaged into z̄ gives.
-        let mut e = ComponentEvidence::default();
-        for z in [None, Some(0.5), Some(0.5)] {
-            e.add(z);
-        }
-        let point = 1.0 - e.miss(None);
-        let expected = 1.0 - (2.0 / 3.0) * (1.0 - rejection_probability(0.5));
-        assert!(
-            (point - expected).abs() <= 4.0 * f64::EPSILON,
-            "{point} {expected}"
-        );
-        assert!(point < 0.34, "{point}");
-
-        // The same through a row and its table: one claim, three seeds.
-        let registry = Registry::default();
-        let claim = selected_claims(
-            &registry,
-            &PowerOptions {
-                replication: Replication {
-                    seeds: 3,
-                    first_seed: 1,
-                    family: None,
-                },
-                samples: None,
-            },
-        )[0];
-        let runs: Vec<RunRecord> = [None, Some(0.5), Some(0.5)]
-            .into_iter()
-            .enumerate()
-            .map(|(seed, z)| RunRecord {
-                subject: "planted".into(),
-                seed: seed as u64,
-                claims: vec![ClaimOutcome {
-                    id: claim.id().into(),
-                    failed: z.is_none(),
-                    errored: false,
-                    samples: claim.default_samples(),
-                    z: vec![z],
-                }],
-            })
-            .collect();
-        let layer = crate::ops::InvertedDropout;
-        let row = measure(&Candidate::new(&layer), &[claim], &[], &runs);
-        assert!(
-            (row.from_effect - expected).abs() <= 4.0 * f64::EPSILON,
-            "{row:?}"
-        );
-        assert_eq!((row.detected.count, row.certain.count), (1, 1), "{row:?}");
-        let shown = table_fitted(
-            &PowerRun {
-                samples_cap: None,
-                claims: vec![claim.id()],
-                reference: row.clone(),
-                rows: vec![row],
-                unusable: vec![],
-            },
-            200,
-        );
-        // 1 of 3 at 95 %: the textbook interval [0.0084, 0.9057].
-        assert!(shown.contains("1/3       [0.008, 0.906]"), "{shown}");
-        assert!(!shown.contains("1e-12"), "{shown}");
-        // The bound at the default budget credits the certain seed only its
-        // one-sided lower bound 1 − 0.95^(1/3) and the finite ones only the
-        // size α (their bound 0.5 − z_c/√2 on |δ| is below 0).
-        let bound = 1.0 - e.miss(Some(100.0));
-        let certain_lo = 1.0 - 0.95f64.cbrt();
-        let expected = 1.0 - (1.0 - certain_lo) * (1.0 - rejection_probability(0.0));
-        assert!(
-            (bound - expected).abs() <= 4.0 * f64::EPSILON,
-            "{bound} {expected}"
-        );
-    }
-}
+mod tests;

@@ -9,18 +9,26 @@
 //! every claim uses its bit-mask estimator instead ([`DropoutClaim::fast`]):
 //! one mask per sample.
 
+mod oracles;
+mod range;
+mod sampler;
+mod sum;
+
+pub use sampler::{Draw, DrawStatistic, PairSampler, PairScratch};
+
 use super::fn_claim::half_squared_difference;
-use super::law::{Draw as LawDraw, Estimator, Law};
+use super::law::Law;
 use super::listed;
 use super::{Card, Claim, FastPath, Shape};
-use crate::engine::{Budget, Sampler, Stream, estimate};
+use crate::engine::{Budget, estimate};
 use crate::error::Error;
-use crate::exact::{Oracle, enumerate_masks, sum_oracle, unit_expectation};
+use crate::exact::{Oracle, enumerate_masks};
 use crate::formulas::dropout as f;
 use crate::ops::fast::dropout as fast;
-use crate::ops::{DropoutLayer, Rate, Subject, TrainPass};
-use crate::stats::tolerance;
-use crate::stats::{CentralMoments, Estimate, Statistic};
+use crate::ops::{Rate, Subject};
+use crate::stats::{Estimate, Statistic};
+use oracles::{unit_oracle, unit_variance_oracle};
+use sum::{SumMoment, sum_claim};
 
 /// The per-unit configuration: mixed signs, a zero unit (whose output must
 /// be exactly zero) and a large one.
@@ -56,14 +64,6 @@ pub mod ids {
     pub const WORKED_512_VARIANCE: &str = "dropout.worked_512_variance";
     pub const KEPT_COUNT: &str = "dropout.kept_count";
     pub const ORIGINAL_SCHEME: &str = "dropout.original_scheme";
-}
-
-/// One sample: two independent training passes over `x`.
-pub struct Draw<'a> {
-    pub x: &'a [f64],
-    pub z: &'a [f64],
-    pub z_alt: &'a [f64],
-    pub mask: &'a [bool],
 }
 
 /// An exact computation at `(x, rate)`.
@@ -108,7 +108,13 @@ pub struct DropoutClaim {
     /// skewness from its exact moments ([`Statistic::masked_sum`], of the
     /// pair form for its variance).
     pub mean_statistic: Statistic,
+    /// The width of each component's interval under the null at `(x,
+    /// rate)` ([`Claim::null_range`], derived in [`range`]).
+    pub range: RangeFn,
 }
+
+/// A claim's null range at `(x, rate)`, per component.
+pub type RangeFn = fn(&[f64], Rate) -> Vec<f64>;
 
 /// A claim's law at `(x, p)`.
 pub type LawFn = fn(&[f64], f64) -> Law;
@@ -147,6 +153,9 @@ impl Claim for DropoutClaim {
             |law| law(&self.x, self.p),
         )
     }
+    fn null_range(&self) -> Option<Vec<f64>> {
+        self.rate().ok().map(|rate| (self.range)(&self.x, rate))
+    }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
         let sampler = PairSampler {
             layer: subject.dropout,
@@ -157,67 +166,6 @@ impl Claim for DropoutClaim {
             statistic: &self.draw_statistic,
         };
         Ok(estimate(&sampler, budget)?.estimates())
-    }
-}
-
-/// A draw statistic of the passes of [`PairSampler`].
-pub type DrawStatistic<'s> = &'s (dyn Fn(&Draw, &mut [f64]) + Sync);
-
-/// Draws one training pass of `layer` on `x` per sample, or two independent
-/// ones when `pairs` (`z'` stays all zeros otherwise), then `statistic`:
-/// the sampler of every claim that states a moment of one row or a variance
-/// as the half squared difference of two rows (the dropout family here, the
-/// Python layer's moment, attention and mask-shape claims).
-pub struct PairSampler<'a> {
-    pub layer: &'a dyn DropoutLayer,
-    pub x: &'a [f64],
-    pub p: f64,
-    pub dim: usize,
-    /// Whether the statistic reads the second pass.
-    pub pairs: bool,
-    pub statistic: DrawStatistic<'a>,
-}
-
-/// Working buffers of [`PairSampler`].
-pub struct PairScratch {
-    z: Vec<f64>,
-    z_alt: Vec<f64>,
-    mask: Vec<bool>,
-    mask_alt: Vec<bool>,
-}
-
-impl Sampler for PairSampler<'_> {
-    type Scratch = PairScratch;
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    fn scratch(&self) -> PairScratch {
-        let d = self.x.len();
-        PairScratch {
-            z: vec![0.0; d],
-            z_alt: vec![0.0; d],
-            mask: vec![false; d],
-            mask_alt: vec![false; d],
-        }
-    }
-    fn draw(&self, rng: &mut Stream, s: &mut PairScratch, out: &mut [f64]) -> Result<(), Error> {
-        let layer = self.layer;
-        layer.forward_train(TrainPass::new(self.x, &mut s.z, &mut s.mask), self.p, rng)?;
-        if self.pairs {
-            layer.forward_train(
-                TrainPass::new(self.x, &mut s.z_alt, &mut s.mask_alt),
-                self.p,
-                rng,
-            )?;
-        }
-        let draw = Draw {
-            x: self.x,
-            z: &s.z,
-            z_alt: &s.z_alt,
-            mask: &s.mask,
-        };
-        (self.statistic)(&draw, out);
-        Ok(())
     }
 }
 
@@ -242,47 +190,6 @@ fn per_unit(x: &[f64], g: impl Fn(f64) -> f64) -> Vec<f64> {
     x.iter().map(|&a| g(a)).collect()
 }
 
-/// Roundings of the per-unit oracle `q · g(a/q) + p · g(0)` for the raw
-/// moments `g(z) = z^r`, `r ≤ 4`: the division `a/q` (1), the power (at most
-/// 3 multiplications, [`crate::formulas::ipow`]-style), the product by `q`
-/// (1); `g(0) = 0`, so `p · g(0)` and the addition are exact. A chain of 5
-/// roundings, charged as 6: relative error `γ_6` (Higham, Lemma 3.1).
-const UNIT_ORACLE_ROUNDINGS: f64 = 6.0;
-
-/// Roundings of the per-unit variance oracle `m2 − m1²`: `m2` carries `γ_6`,
-/// `m1²` twice `m1`'s `γ_6` plus its own rounding, and the subtraction one
-/// more; every term is at most `|m2|` (`m1² ≤ m2`), so the sum is at most
-/// `(6 + 12 + 1 + 1) u |m2| = γ_20 |m2|` to first order.
-const UNIT_VARIANCE_ROUNDINGS: f64 = 20.0;
-
-fn unit_oracle(x: &[f64], rate: Rate, g: impl Fn(f64) -> f64) -> Oracle {
-    let values = per_unit(x, |a| unit_expectation(a, rate, &g));
-    let rounding = values
-        .iter()
-        .map(|v| tolerance::bound(UNIT_ORACLE_ROUNDINGS, *v))
-        .collect();
-    Oracle { values, rounding }
-}
-
-/// The per-unit variance's exact value `m2 − m1²` from the raw-moment
-/// oracles (rounding [`UNIT_VARIANCE_ROUNDINGS`]).
-fn unit_variance_oracle(x: &[f64], rate: Rate) -> Result<Oracle, Error> {
-    let m1 = unit_oracle(x, rate, |z| z);
-    let m2 = unit_oracle(x, rate, |z| z * z);
-    let values: Vec<f64> = m2
-        .values
-        .iter()
-        .zip(&m1.values)
-        .map(|(b, a)| b - a * a)
-        .collect();
-    let rounding = m2
-        .values
-        .iter()
-        .map(|v| tolerance::bound(UNIT_VARIANCE_ROUNDINGS, *v))
-        .collect();
-    Ok(Oracle { values, rounding })
-}
-
 /// A claim per unit of `x` at `rate` (10⁶ draws).
 #[allow(clippy::too_many_arguments)]
 fn unit_claim(
@@ -295,6 +202,7 @@ fn unit_claim(
     oracle: OracleFn,
     draw_statistic: fn(&Draw, &mut [f64]),
     fast: FastFn,
+    range: RangeFn,
 ) -> DropoutClaim {
     DropoutClaim {
         card: Card::new(id, FAMILY, formula, Shape::Vector, 1_000_000).with_statistic(statistic),
@@ -306,6 +214,7 @@ fn unit_claim(
         fast,
         law: None,
         mean_statistic: statistic.on_generic_path(),
+        range,
     }
 }
 
@@ -347,6 +256,12 @@ fn raw_moment_claim(
             3 => |x, p, b| fast::unit_raw_moments(x, p, 3, b),
             _ => |x, p, b| fast::unit_raw_moments(x, p, 4, b),
         },
+        match r {
+            1 => |x, rate| range::unit_power(x, rate, 1),
+            2 => |x, rate| range::unit_power(x, rate, 2),
+            3 => |x, rate| range::unit_power(x, rate, 3),
+            _ => |x, rate| range::unit_power(x, rate, 4),
+        },
     )
 }
 
@@ -356,144 +271,10 @@ fn power_into(z: &[f64], r: i32, out: &mut [f64]) {
     }
 }
 
-/// The exact `E[S]` (or `Var S` when `variance`) of the sum of dropped-out
-/// `x`: by the kept count alone when all units are equal (the worked case,
-/// whose `2^512` masks cannot be enumerated), by enumerating the masks
-/// ([`sum_oracle`]) otherwise.
-fn masked_sum_oracle(x: &[f64], rate: Rate, variance: bool) -> Result<Oracle, Error> {
-    match x.first() {
-        Some(&a) if x.iter().all(|&v| v == a) => equal_units_sum_oracle(x, a, rate, variance),
-        _ => sum_oracle(x, rate, variance),
-    }
-}
-
-/// All units equal `a`, so `S = K a / q` with `K ~ Binomial(d, q)`, and
-/// `E[g(S)] = Σ_k P(K = k) g(k a / q)`.
-fn equal_units_sum_oracle(x: &[f64], a: f64, rate: Rate, variance: bool) -> Result<Oracle, Error> {
-    let pmf = f::kept_count_pmf(x.len() as u64, rate)?;
-    let (mut m1, mut m2, mut mag) = (0.0, 0.0, 0.0);
-    for (k, w) in pmf.iter().enumerate() {
-        let s = k as f64 * a / rate.q();
-        m1 += w * s;
-        m2 += w * s * s;
-        mag += w * s * s;
-    }
-    // Each weight carries its own relative error; the sums over the
-    // `d + 1` terms add the enumeration's count.
-    let roundings =
-        tolerance::enumeration_roundings(pmf.len() as f64, tolerance::EQUAL_UNITS_TERM_ROUNDINGS);
-    let relative = tolerance::binomial_pmf_relative_error(x.len() as u64, rate.q())
-        + tolerance::gamma_upper(roundings);
-    let rounding = relative * mag.max(m1.abs());
-    let raw = Oracle {
-        values: vec![m1, m2],
-        rounding: vec![rounding, rounding],
-    };
-    Ok(raw.mean_or_variance(variance))
-}
-
 /// `m_k x_k` per unit: the original scheme's training output.
 fn kept_units(x: &[f64], mask: &[bool], out: &mut [f64]) {
     for ((o, &m), &a) in out.iter_mut().zip(mask).zip(x) {
         *o = if m { a } else { 0.0 };
-    }
-}
-
-fn sum_of(z: &[f64]) -> f64 {
-    z.iter().sum()
-}
-
-/// Which moment of the sum `S` a claim states.
-#[derive(Clone, Copy)]
-enum SumMoment {
-    Mean,
-    Variance,
-}
-
-/// The exact central moments of `S = Σ_k m_k x_k / q`, in closed form
-/// at any width ([`CentralMoments::of_dropped_sum`]; the worked case's
-/// `2^512` masks could not be listed).
-fn sum_moments(x: &[f64], p: f64) -> CentralMoments {
-    CentralMoments::of_dropped_sum(x, 1.0 - p)
-}
-
-/// The skewness the mean claims on `S` declare (their statistic is `S`
-/// itself): −0.52 for [`UNIT_X`] (minimum budget 1 750, not the default's
-/// 37 490), 0 for the worked case (`K ~ Binomial(512, 1/2)` is symmetric).
-fn sum_skewness(x: &[f64], p: f64) -> f64 {
-    sum_moments(x, p).skewness()
-}
-
-/// The effective skewness the variance claims on `S` declare: on the fast
-/// path their estimator is the single-draw sample variance of `S` with the
-/// fourth-moment standard error ([`crate::ops::fast::PowerSums::variance`]), whose
-/// Cramér rule reads `(E W³ − 3 μ₃²)/τ³`, `W = (S − μ)² − μ₂`
-/// ([`CentralMoments::sample_variance_skewness`]; 2√2 for a normal `S`).
-/// The generic path runs the pair form `(S − S′)²/2`, a plain mean; the
-/// claim declares the larger of the two, so its minimum budget holds on
-/// both paths.
-fn sum_variance_skewness(x: &[f64], p: f64) -> f64 {
-    sum_moments(x, p).variance_skewness_on_either_path()
-}
-
-/// The sum `S = Σ_k m_k x_k / q` of dropped-out `x` as a draw.
-fn sum_draw(x: &[f64], p: f64) -> LawDraw {
-    LawDraw::MaskedSum {
-        weights: x.to_vec(),
-        p,
-    }
-}
-
-/// A claim on the sum `S = Σ_k z_k` of dropped-out `x` at rate `p`: its
-/// closed form, its exact value ([`masked_sum_oracle`]) and its per-draw
-/// statistic, `S` or `(S − S')²/2`.
-fn sum_claim(
-    id: &'static str,
-    formula: &'static str,
-    x: &[f64],
-    rate: Rate,
-    samples: u64,
-    moment: SumMoment,
-) -> DropoutClaim {
-    type Analytic = fn(&[f64], Rate) -> Result<Vec<f64>, Error>;
-    type DrawStatistic = fn(&Draw, &mut [f64]);
-    let (analytic, oracle, draw_statistic, fast): (Analytic, OracleFn, DrawStatistic, FastFn) =
-        match moment {
-            SumMoment::Mean => (
-                |x, _| Ok(vec![f::sum_mean(x)]),
-                |x, rate| masked_sum_oracle(x, rate, false),
-                |d, out| out[0] = sum_of(d.z),
-                |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.mean()]),
-            ),
-            SumMoment::Variance => (
-                |x, rate| Ok(vec![f::sum_variance(x, rate)]),
-                |x, rate| masked_sum_oracle(x, rate, true),
-                |d, out| out[0] = half_squared_difference(sum_of(d.z), sum_of(d.z_alt)),
-                |x, p, b| Ok(vec![fast::sum_power_sums(x, p, b)?.variance()]),
-            ),
-        };
-    let (p, q) = (rate.p(), rate.q());
-    let card = Card::new(id, FAMILY, formula, Shape::Scalar, samples);
-    let skewness = match moment {
-        SumMoment::Mean => sum_skewness(x, p),
-        SumMoment::Variance => sum_variance_skewness(x, p),
-    };
-    let card = card.with_statistic(Statistic::Mean { skewness });
-    // The draw is S itself, reduced to its mean or its variance.
-    let law: LawFn = match moment {
-        SumMoment::Mean => |x, p| Law::repeated(sum_draw(x, p), 1, Estimator::Mean),
-        SumMoment::Variance => |x, p| Law::repeated(sum_draw(x, p), 1, Estimator::Variance),
-    };
-    DropoutClaim {
-        card,
-        x: x.to_vec(),
-        p,
-        analytic,
-        oracle: Some(oracle),
-        draw_statistic,
-        fast,
-        law: Some(law),
-        mean_statistic: Statistic::masked_sum(x, q, matches!(moment, SumMoment::Variance)),
     }
 }
 
@@ -527,6 +308,7 @@ pub fn at(x: &[f64], rate: Rate) -> Vec<DropoutClaim> {
                 }
             },
             fast::unit_pair_variances,
+            range::unit_pair_form,
         ),
         sum_claim(
             ids::SUM_MEAN,
@@ -591,6 +373,7 @@ pub fn kept_count_at(d: usize, rate: Rate) -> DropoutClaim {
         fast: |x, p, b| fast::kept_count_pmf(x.len(), p, b),
         law: None,
         mean_statistic: statistic,
+        range: range::indicators,
     }
 }
 
@@ -607,6 +390,7 @@ pub fn original_scheme_at(x: &[f64], rate: Rate) -> DropoutClaim {
         |x, rate| enumerate_masks(x.len(), rate, x.len(), |mask, out| kept_units(x, mask, out)),
         |d, out| kept_units(d.x, d.mask, out),
         fast::original_scheme_means,
+        range::original_units,
     )
 }
 
