@@ -128,13 +128,16 @@ def _refusal(site):
     if "rand_mask" in site.dropout.split(":")[-1]:
         return (f"{site.dropout!r} is a torch.rand mask multiplied in, not a dropout call: the value it "
                 "multiplies is not a call's input, which correct captures; correct refuses it (exclude the site)")
-    mask = getattr(site, "mask", "elementwise")
-    if mask not in ("elementwise", "token"):
-        return (f"its dropout mask is shared over {mask} of the normalized channels: the norm's "
-                "expectation has no closed form here; correct refuses it (exclude the site)")
-    if mask == "token":
+    mask = getattr(site, "mask", None)  # discovery's MaskInfo of a mask product, else None
+    if mask is not None and mask.kind == "token":
         return ("a token-level mask (one draw per token): its exact expectation q·norm(h + v/q) + "
-                "p·norm(h) is not implemented by correct yet; exclude the site")
+                "p·norm(h) is not applied by correct yet; exclude the site")
+    if mask is not None and mask.kind != "elementwise":
+        return (f"its dropout mask is shared over groups of the normalized channels ({mask.text}): "
+                "correct has no closed form for it; exclude the site")
+    if mask is not None:
+        return (f"a mask product ({mask.source}): the value the mask multiplies is not the dropout "
+                "call's input, which correct captures; correct does not apply it yet (exclude the site)")
     return _p_reason(site.p)
 
 

@@ -31,9 +31,7 @@ thread pool costs more than it saves (issue 23 measured ``nn.Dropout`` at the de
 
 from __future__ import annotations
 
-import contextlib as _contextlib
 import copy as _copy
-import itertools as _itertools
 from typing import Any, Callable, Optional, Union
 
 import numpy as _np
@@ -42,6 +40,8 @@ import torch as _torch
 import dropmc as _dropmc
 from dropmc.audit import audit_torch as audit  # noqa: F401  (docs/audit.md)
 from dropmc.correct import correct, corrected, uncorrect  # noqa: F401  (docs/correct.md)
+from dropmc._torch_common import _array, _device_of, _dtype_of, _tensor, one_thread  # noqa: F401
+from dropmc.torch_batchnorm import batchnorm_runner, check_batchnorm  # noqa: F401  (docs/python.md)
 
 __all__ = [
     "Dropout",
@@ -55,36 +55,6 @@ __all__ = [
     "one_thread",
     "sdpa_dropout",
 ]
-
-
-def _tensor(x: _np.ndarray) -> "_torch.Tensor":
-    """A tensor sharing ``x``'s memory; a bfloat16 array (``ml_dtypes``,
-    which torch cannot read) is viewed through its 16 bits."""
-    if x.dtype.name == "bfloat16":
-        return _torch.from_numpy(x.view(_np.int16)).view(_torch.bfloat16)
-    return _torch.from_numpy(x)
-
-
-def _array(t: "_torch.Tensor") -> _np.ndarray:
-    """``t`` as numpy (a bfloat16 tensor as an ``ml_dtypes`` bfloat16 array)."""
-    t = t.detach().cpu()
-    if t.dtype == _torch.bfloat16:
-        import ml_dtypes
-
-        return t.contiguous().view(_torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
-
-
-@_contextlib.contextmanager
-def one_thread():
-    """Runs the block with torch at one intra-op thread, restoring the
-    previous setting after (also when the block raises)."""
-    before = _torch.get_num_threads()
-    _torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        _torch.set_num_threads(before)
 
 
 class Dropout:
@@ -396,171 +366,3 @@ def check_norm_site(
             on_device(drop), on_device(norm_copy), x, p,
             kind=kind, eps=eps, gamma=gamma, beta=beta, h=h, dtype=dtype, **kwargs,
         )
-
-
-def _has_running_stats(layer: _torch.nn.Module) -> None:
-    """Refuses a BatchNorm without running statistics, saying why."""
-    if getattr(layer, "track_running_stats", True) is False or getattr(layer, "running_mean", None) is None \
-            or getattr(layer, "running_var", None) is None:
-        raise ValueError(
-            f"{type(layer).__name__} has no running statistics (track_running_stats=False): its eval "
-            "mode normalizes with each batch's own mean and variance, so there are no buffers for "
-            "dropmc's running-statistics claims (batchnorm.running_stats, fold_buffers, eval_mean, "
-            "variance_shift) to judge; check a layer built with track_running_stats=True"
-        )
-
-
-def _widened_copy(layer: _torch.nn.Module, channels: int, device) -> _torch.nn.Module:
-    """A deep copy of ``layer`` (the caller's module untouched) over ``channels``
-    channels, ``R = channels / num_features`` replicates of the layer side by side:
-    running statistics reset to PyTorch's start (mean 0, variance 1, no batches
-    seen), γ and β tiled ``R`` times. Everything else (the class and its
-    ``forward``, momentum, eps, affine) is the module's own."""
-    features = int(layer.num_features)
-    if channels % features:
-        raise ValueError(f"{channels} channels are not whole replicates of num_features = {features}")
-    r = channels // features
-    bn = _copy.deepcopy(layer).to(device)
-    ref = bn.running_mean
-    bn.num_features = channels
-    bn.running_mean = _torch.zeros(channels, dtype=ref.dtype, device=ref.device)
-    bn.running_var = _torch.ones(channels, dtype=ref.dtype, device=ref.device)
-    if getattr(bn, "num_batches_tracked", None) is not None:
-        bn.num_batches_tracked.zero_()
-    for name in ("weight", "bias"):
-        param = getattr(bn, name, None)
-        if isinstance(param, _torch.Tensor) and param.shape == (features,):
-            setattr(bn, name, _torch.nn.Parameter(param.detach().repeat(r), requires_grad=False))
-    return bn
-
-
-def _affine_of(bn: _torch.nn.Module, channels: int):
-    """The module's per-channel ``(γ, β)`` as tensors over ``channels`` (``None``
-    for a layer without them), or a ValueError for a γ with a zero entry (its
-    output cannot be mapped back to the normalized value)."""
-    weight, bias = getattr(bn, "weight", None), getattr(bn, "bias", None)
-    if not isinstance(weight, _torch.Tensor):
-        return None
-    if bool((weight == 0).any()):
-        raise ValueError("the BatchNorm's weight (gamma) has a zero entry: its eval output does not depend on x there")
-    beta = bias if isinstance(bias, _torch.Tensor) else _torch.zeros_like(weight)
-    return weight.detach(), beta.detach()
-
-
-def _replicate_inputs(layer: _torch.nn.Module, kwargs: dict) -> None:
-    """``mu`` and ``sigma`` over the module's ``num_features`` channels (one
-    replicate is one copy of the layer): the family's defaults repeated, or the
-    caller's, which must have one entry per feature."""
-    features = int(layer.num_features)
-    mu0, sigma0, *_ = _dropmc._dropmc.batchnorm_defaults()
-    for name, default in (("mu", mu0), ("sigma", sigma0)):
-        value = kwargs.get(name)
-        if value is None:
-            kwargs[name] = [default[i % len(default)] for i in range(features)]
-        elif len(_np.atleast_1d(_np.asarray(value))) != features:
-            raise ValueError(
-                f"{name} must have one entry per feature of the module (num_features = {features}), "
-                f"got {len(_np.atleast_1d(_np.asarray(value)))}"
-            )
-
-
-def batchnorm_runner(layer: Union[_torch.nn.Module, Callable[[int], Any]], *, device=None) -> Callable[[Any, Any], Any]:
-    """A torch BatchNorm as the ``batchnorm(batches, x)`` :func:`dropmc.check_batchnorm` expects.
-
-    ``layer``: the BatchNorm module to check (``nn.BatchNorm1d`` or any module
-    with its buffers ``running_mean``/``running_var`` and ``num_features``).
-    Each call trains a deep copy of *that* module (its class and ``forward``,
-    momentum, eps, affine; the caller's buffers are untouched) widened to
-    ``R`` replicates of its ``num_features`` channels, its running statistics
-    reset to PyTorch's start (0, 1); an affine layer's output is mapped back
-    through its own γ and β. A module without running statistics
-    (``track_running_stats=False``) is refused. Or a factory ``make(C)``
-    returning a fresh module over ``C`` channels. ``device``: where the layer
-    runs (default the module's own; results come back to the CPU).
-    """
-    if isinstance(layer, _torch.nn.Module):
-        _has_running_stats(layer)
-        if not hasattr(layer, "num_features"):
-            raise TypeError(f"{type(layer).__name__} has no num_features: pass a BatchNorm module or a factory make(C)")
-        place = _device_of(layer) if device is None else _torch.device(device)
-
-        def make(c, dtype):
-            return _widened_copy(layer, c, place)
-    elif callable(layer):
-        place = _torch.device("cpu" if device is None else device)
-
-        def make(c, dtype):
-            return layer(c).to(device=place, dtype=dtype)
-    else:
-        raise TypeError("layer must be a torch BatchNorm module or a factory make(num_features)")
-
-    def run(batches, x):
-        b = _torch.from_numpy(batches)
-        bn = make(b.shape[2], b.dtype)
-        _has_running_stats(bn)
-        b = b.to(device=place, dtype=bn.running_mean.dtype)
-        with _torch.no_grad():
-            bn.train()
-            for step in b:
-                bn(step)
-            bn.eval()
-            y = bn(_torch.from_numpy(x).to(device=place, dtype=b.dtype))
-            affine = _affine_of(bn, b.shape[2]) if isinstance(layer, _torch.nn.Module) else None
-            if affine is not None:
-                y = (y - affine[1]) / affine[0]
-        return _array(bn.running_mean).copy(), _array(bn.running_var).copy(), _array(y)
-
-    return run
-
-
-def _device_of(module: _torch.nn.Module) -> "_torch.device":
-    """The device of the module's first parameter or buffer (CPU for none)."""
-    for t in _itertools.chain(module.parameters(), module.buffers()):
-        return t.device
-    return _torch.device("cpu")
-
-
-def _dtype_of(module: _torch.nn.Module) -> Optional[str]:
-    """The floating dtype of the module's parameters and buffers, as numpy's
-    name, when it is float64 or float32 (``None`` otherwise)."""
-    for t in _itertools.chain(module.parameters(), module.buffers()):
-        if t.is_floating_point():
-            return {_torch.float64: "float64", _torch.float32: "float32"}.get(t.dtype)
-    return None
-
-
-def check_batchnorm(
-    layer: Union[_torch.nn.Module, Callable[[int], Any]], p: float, *, device=None, **kwargs
-) -> "_dropmc.Result":
-    """:func:`dropmc.check_batchnorm` on a torch BatchNorm through
-    :func:`batchnorm_runner` (the module itself, deep-copied), at one
-    intra-op thread. ``momentum``, ``eps`` and ``dtype`` default to the
-    module's (``momentum=None``, PyTorch's cumulative average, runs one
-    training step, where the cumulative average is the batch's statistic
-    exactly: an EMA with momentum 1); ``mu`` and ``sigma`` have one entry per
-    ``num_features`` (default: the family's, repeated); ``unbiased`` defaults
-    to True (torch's running variance convention). Other keyword arguments
-    are :func:`dropmc.check_batchnorm`'s."""
-    if isinstance(layer, _torch.nn.Module):
-        _has_running_stats(layer)
-        if layer.momentum is None:
-            if kwargs.get("momentum") is not None:
-                raise ValueError(
-                    f"the module's momentum is None (a cumulative average), momentum={kwargs['momentum']} was declared"
-                )
-            if kwargs.get("steps", 1) != 1:
-                raise ValueError(
-                    "momentum=None (a cumulative average) is checked over one training step, where it is "
-                    "the batch's statistic exactly (an EMA with momentum 1); dropmc's buffer formulas are "
-                    f"stated for an EMA, so steps={kwargs['steps']} cannot be checked"
-                )
-            kwargs["momentum"], kwargs["steps"] = 1.0, 1
-        kwargs.setdefault("momentum", layer.momentum)
-        kwargs.setdefault("eps", layer.eps)
-        dtype = _dtype_of(layer)
-        if dtype is not None:
-            kwargs.setdefault("dtype", dtype)
-        if hasattr(layer, "num_features"):
-            _replicate_inputs(layer, kwargs)
-    with one_thread():
-        return _dropmc.check_batchnorm(batchnorm_runner(layer, device=device), p, **kwargs)

@@ -1,7 +1,6 @@
-//! The fast kernel of a dropout site followed by a norm:
-//! `y = h + Σ_j dropout_{p_j}(v_j)`, then LayerNorm or RMSNorm, with masks
-//! as bits and every sum a table look-up (plain dropout before a norm is
-//! the case `h = 0`, one term).
+//! The fast kernel of a dropout site followed by a norm: `y = h + Σ_j dropout_{p_j}(v_j)`,
+//! then LayerNorm or RMSNorm, with masks as bits and every sum a table look-up (plain
+//! dropout before a norm is the case `h = 0`, one term).
 //!
 //! # Per mask: `M`, `V`, `R²` from masked sums over units
 //!
