@@ -154,7 +154,7 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
     }
     if corrected:  # issue 41: the norm's recorded output is what a corrected model outputs
         out = _f64(rec[("output", site.as_tuple()[-1])]).reshape(-1, d)
-        capture.update(eval_output=_np.ascontiguousarray(out[keep] if keep is not None else out), corrected=True)
+        capture.update(eval_output=_np.ascontiguousarray(out[keep] if keep is not None else out).ravel(), corrected=True)
     groups = mask_groups(site.mask, d)
     if groups is not None:
         capture["mask_groups"] = groups
