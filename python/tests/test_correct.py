@@ -158,16 +158,19 @@ def test_pre_ln_sites_with_a_final_norm():
 
 def test_every_site_corrected_the_audit_runs_and_every_resolved_gap_shrinks(post_ln):
     model, x, sites, _ = post_ln
+    plain = dt.audit(model, x, sites=sites, seed=11)
     with dt.corrected(model, x) as m:
-        audit = dt.audit(m, x, sites=sites, seed=11)  # judged against the corrected model's own truth
+        audit = dt.audit(m, x, sites=sites, seed=11)  # the corrected model's audit reads what it outputs
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
     assert [s["name"] for s in audit.sites] == ["->".join(s) for s in sites]
     for i, site in enumerate(sites):
-        before = audit.sites[i]["uncorrected"]
+        before = plain.sites[i]["uncorrected"]
         after = _gap(audit, i, outs[site[-1]])
         assert before["resolved"], site
         assert after["upper"] < before["rms"] and after["rms"] <= audit.sites[i]["first_order"]["upper"], \
             (site, before, after)
+        # The corrected model's own eval column is the corrected output.
+        assert audit.sites[i]["uncorrected"]["rms"] <= after["upper"], (site, audit.sites[i], after)
 
 
 def test_the_torch_code_is_the_rust_closed_form(post_ln):

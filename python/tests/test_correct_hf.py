@@ -150,21 +150,25 @@ def test_planted_c_squared_fails_at_every_site(audited, monkeypatch):
 
 def test_every_site_corrected_the_audit_recognises_the_norms_and_every_gap_shrinks(audited):
     arch, model, x, _ = audited
+    plain = A.audit_torch(model, x, seed=11)
     with dt.corrected(model, x) as m:
         names = ["->".join(s) for s in m._dropmc_correction.sites]
-        audit = A.audit_torch(m, x, seed=11)  # judged against the corrected model's own truth
+        audit = A.audit_torch(m, x, seed=11)  # the corrected model's audit reads what it outputs
         outs = C.norm_outputs(m, x, [n.split("->")[-1] for n in names])
     assert [s["name"] for s in audit.sites] == names
     kinds = {audit.discovery.norms[n.split("->")[-1]].kind for n in names}
     assert kinds == ({"rms"} if arch == "t5" else {"layer"})
-    resolved = [i for i, s in enumerate(audit.sites) if s["uncorrected"]["resolved"]]
+    plain_by_name = {s["name"]: s for s in plain.sites}
+    resolved = [i for i, s in enumerate(audit.sites) if plain_by_name[s["name"]]["uncorrected"]["resolved"]]
     # ViT's layers.0.dropout sites are not resolved at the default budget (the CLS
     # token's noisy truth); every other site is
     assert len(resolved) >= len(names) - (2 if arch == "vit" else 0), audit
     for i in resolved:
-        before = audit.sites[i]["uncorrected"]
+        before = plain_by_name[names[i]]["uncorrected"]
         after = _gap(audit, i, outs[names[i].split("->")[-1]])
         assert after["upper"] < before["rms"], (names[i], before, after)
+        # The corrected model's own eval column is the corrected output.
+        assert audit.sites[i]["uncorrected"]["rms"] <= after["upper"], (names[i], audit.sites[i], after)
 
 
 def test_uncorrect_restores_outputs_bit_for_bit_and_the_state_dict_is_unchanged(audited):
