@@ -86,10 +86,17 @@ pub struct JournalArgs {
 impl JournalArgs {
     /// The journal mode the flags ask for (`None`: no journal).
     /// An `--out` file that cannot be written is refused here, before any
-    /// computing (it is created, as the run would create it).
+    /// computing, once the flags are known to go together: it is opened
+    /// for appending (created if missing, as the run would create it), so
+    /// an existing file is never truncated by the check.
     pub fn mode(self) -> Result<Option<crate::conformance::verify::journal::Mode>, Error> {
-        if let Some(out) = &self.out
-            && let Err(e) = std::fs::File::create(out)
+        let out = self.out.clone();
+        let mode = crate::conformance::verify::journal::Mode::from_args(self.out, self.resume)?;
+        if let Some(out) = &out
+            && let Err(e) = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(out)
         {
             return Err(Error::InvalidOption {
                 what: format!(
@@ -98,6 +105,6 @@ impl JournalArgs {
                 ),
             });
         }
-        crate::conformance::verify::journal::Mode::from_args(self.out, self.resume)
+        Ok(mode)
     }
 }
