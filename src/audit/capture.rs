@@ -49,7 +49,7 @@ pub struct SiteCapture {
     /// LN2 of a compound site (`None` otherwise).
     pub norm2: Option<LayerNorm>,
     /// The groups of channels that share one mask bit, when the mask is
-    /// not elementwise (row/column or token-level dropout: [`shared`]).
+    /// not elementwise (row/column or token-level dropout: `audit::shared`).
     pub mask_groups: Option<MaskGroups>,
     /// The model's own evaluation output (`tokens × d`), which replaces
     /// `norm(h + v)` as the eval column: on a corrected model it is what the

@@ -109,7 +109,7 @@ pub struct DropoutClaim {
     /// pair form for its variance).
     pub mean_statistic: Statistic,
     /// The width of each component's interval under the null at `(x,
-    /// rate)` ([`Claim::null_range`], derived in [`range`]).
+    /// rate)` ([`Claim::null_range`], derived in `claims::dropout::range`).
     pub range: RangeFn,
 }
 

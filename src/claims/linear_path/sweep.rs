@@ -1,6 +1,6 @@
 //! The order check of `linear_path.output`: a path whose exact `E[LN(y)]`
 //! the grouped enumeration reaches at every width of
-//! [`SWEEP_D`](crate::claims::order::SWEEP_D), so the first-order closed
+//! [`SWEEP_D`], so the first-order closed
 //! form's gap can be measured as `d` grows.
 //!
 //! # The sweep path at width `d`

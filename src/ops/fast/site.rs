@@ -250,7 +250,7 @@ impl FastSite {
     }
 
     /// Estimates the outputs and functionals with the first-order control
-    /// variate of [`super::surrogate`] (unbiased whatever the input; a
+    /// variate of `ops::fast::surrogate` (unbiased whatever the input; a
     /// site whose every mask is constant, with `ε = 0`, runs without it).
     pub fn with_control_variate(mut self, site: &Site) -> Self {
         let x = site.clean();
