@@ -34,7 +34,7 @@ from .audit_report import Audit
 from .mha import capture_attention_sites
 
 __all__ = ["Audit", "audit_torch", "audit_captures", "capture", "load", "load_attention", "save_captures",
-           "capture_attention_sites", "audit_attention_captures", "ENGINE_READS_MASK_GROUPS"]
+           "capture_attention_sites", "audit_attention_captures"]
 
 #: Masks per token of the default budget (see docs/audit.md for what it
 #: resolves): the Rust engine's ``dropmc::audit::DEFAULT_SAMPLES``.
@@ -44,11 +44,6 @@ DEFAULT_SAMPLES = int(_dropmc.AUDIT_DEFAULT_SAMPLES)
 #: sampled check (``DEFAULT_ATTENTION_SAMPLES`` of src/audit/attention.rs).
 DEFAULT_ATTENTION_SAMPLES = int(_dropmc.AUDIT_DEFAULT_ATTENTION_SAMPLES)
 
-#: Whether this build's engine reads a capture's ``mask_groups`` (token-
-#: level and grouped masks; exported by the binding as
-#: ``AUDIT_MASK_GROUPS``). Without it such sites are listed, not audited
-#: with the elementwise closed forms, which are wrong for them.
-ENGINE_READS_MASK_GROUPS = bool(getattr(_dropmc, "AUDIT_MASK_GROUPS", False))
 
 
 def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATTENTION_SAMPLES,
@@ -149,9 +144,9 @@ def _no_sites_message(found) -> str:
 
 
 def _split(chosen):
-    """``(clean, other, no_engine)``: the sites the engine audits, the rows
-    listed without numbers, and the calls whose mask the engine cannot take."""
-    other, clean, no_engine = [], [], {}
+    """``(clean, other)``: the sites the engine audits (elementwise, token-level
+    and grouped masks alike) and the rows listed without numbers."""
+    other, clean = [], []
     for s in chosen:
         row = {"name": s.name, "form": s.form, "p": s.p}
         if s.mask is not None:
@@ -164,14 +159,9 @@ def _split(chosen):
             other.append(dict(row, kind="mask not scaled by 1/q", reason=(
                 f"the mask keeps entries at {s.mask.scale:g}, not 1/q (drop-path divides its input by q "
                 "instead: v would be read as x/q)")))
-        elif s.mask is not None and s.mask.kind != "elementwise" and not ENGINE_READS_MASK_GROUPS:
-            why = (f"{s.mask.text}; the exact token-level truth needs the engine's mask_groups "
-                   "(not in this build)")
-            no_engine[s.dropout] = why
-            other.append(dict(row, reason=why, kind="token-level mask"))
         else:
             clean.append(s)
-    return clean, other, no_engine
+    return clean, other
 
 
 def capture(model, inputs=None, *, sites: Optional[Sequence] = None, norms=None, token_mask=None,
@@ -231,7 +221,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         chosen, calls = found.sites, [a.call for a in found.attention]
     else:
         chosen, calls = _select(found, sites, modules)
-    clean, other, no_engine = _split(chosen)
+    clean, other = _split(chosen)
     picked = [a for a in found.attention if a.call in calls and attention]
     other += [{"name": a.call, "form": "attention", "p": 0.0, "reason": "no dropout at this rate (p = 0)"}
               for a in picked if a.p == 0]
@@ -246,7 +236,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
                            attention_samples=attention_samples)
     rows, counts = coverage(found, [s.dropout for s in clean], other, sites is not None,
-                            [c["name"] for c in attention_caps], unreadable, attention, no_engine)
+                            [c["name"] for c in attention_caps], unreadable, attention)
     for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order
         if site.mask is not None:
             row.update(mask=site.mask.kind, mask_sharing=site.mask.text)

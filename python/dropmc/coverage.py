@@ -9,8 +9,7 @@ prints ``"N dropout calls: a audited, b listed (reason: count, …)"``.
 
 A call's reason, first that applies: not selected (``sites=`` named
 others), ``p = 0``, entangled (its only sites' bypass depends on its own
-mask), a token-level mask the engine in this build cannot compute, an
-attention call whose weights could not be read (how they were used),
+mask), an attention call whose weights could not be read (how they were used),
 attention skipped (``attention=False``), the op that stops its path to the
 first norm it reaches (a linear layer: the linear-path family), or no norm
 reached at all.
@@ -39,14 +38,12 @@ def _stop_reason(paths) -> Tuple[str, str]:
 
 
 def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], selected: bool,
-             attention_audited: Sequence[str], unreadable: Dict[str, str], attention_on: bool,
-             no_engine: Dict[str, str]) -> Tuple[List[dict], dict]:
+             attention_audited: Sequence[str], unreadable: Dict[str, str], attention_on: bool) -> Tuple[List[dict], dict]:
     """``(rows, counts)``: one row ``{"name", "form", "p", "reason",
     "kind"}`` per dropout call not audited (beyond the site rows already in
     ``listed_sites``), and ``{"calls", "audited", "listed", "reasons":
     {kind: count}}``. ``audited``: dropout calls with a site audited;
-    ``selected``: whether ``sites=`` chose a subset; ``no_engine``: call →
-    why the engine cannot take its sites."""
+    ``selected``: whether ``sites=`` chose a subset."""
     done = set(audited) | set(attention_audited)
     site_listed = {r["name"].split("->")[0]: r for r in listed_sites}
     att = {a.call: a for a in found.attention}
@@ -60,8 +57,6 @@ def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], select
         paths = [x for x in found.paths if x.dropout == call and not x.site]
         if p == 0:
             kind, reason = "p = 0", "no dropout at this rate (p = 0)"
-        elif call in no_engine:
-            kind, reason = "token-level mask", no_engine[call]
         elif call in att:
             if not attention_on:
                 kind, reason = "attention skipped", "attention sites skipped (attention=False)"

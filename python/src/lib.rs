@@ -395,9 +395,6 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(linear_path::first_order_linear_path, m)?)?;
     m.add_function(wrap_pyfunction!(linear_path::audit_attention_path, m)?)?;
     m.add("AUDIT_DEFAULT_SAMPLES", dropmc::audit::DEFAULT_SAMPLES)?;
-    // The audit reads a capture's optional `mask_groups` (shared masks) and
-    // `eval_output` (a corrected model's own output) keys.
-    m.add("AUDIT_MASK_GROUPS", true)?;
     m.add(
         "AUDIT_DEFAULT_ATTENTION_SAMPLES",
         dropmc::audit::DEFAULT_ATTENTION_SAMPLES,

@@ -146,18 +146,6 @@ def _second_mask_only(b, z):
     return z + b._mask(z, channels=True) * g if b.training else z + g
 
 
-@pytest.mark.skipif(A.ENGINE_READS_MASK_GROUPS, reason="the engine audits token-level masks")
-def test_token_level_sites_are_listed_until_the_engine_reads_mask_groups():
-    model = _Pairformer().double()
-    audit = A.audit_torch(model, _z(), samples=1024)
-    assert {s["name"] for s in audit.sites} == {"blocks.0:rand_mask#1->blocks.1.norm_a", "blocks.1:rand_mask#1->norm"}
-    listed = {o["name"]: o for o in audit.other_sites}
-    assert set(listed) == {"blocks.0:rand_mask->blocks.0.norm_b", "blocks.1:rand_mask->blocks.1.norm_b"}
-    assert all("one draw per token" in o["reason"] and "mask_groups" in o["reason"] for o in listed.values())
-    assert audit.coverage["reasons"] == {"token-level mask": 2}
-
-
-@pytest.mark.skipif(not A.ENGINE_READS_MASK_GROUPS, reason="needs the engine's mask_groups (branch i40b)")
 def test_token_level_rand_mask_truth_matches_the_models_monte_carlo():
     # blocks.0.norm_b's input depends on one mask only: block 0's first,
     # token-level one (one draw per row of z, shared over the other residue
