@@ -19,7 +19,6 @@ attention.
 """
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -32,18 +31,13 @@ import dropmc.audit as A  # noqa: E402
 from dropmc.capture import capture_traced  # noqa: E402
 from dropmc.discovery import Site, discover  # noqa: E402
 from hf_models import build, expected_attention, expected_sites, inputs  # noqa: E402
+from mc_checks import bonferroni_z  # noqa: E402
 
 torch.set_num_threads(1)
 ARCHS = ["bert", "gpt2", "esm", "vit", "t5", "llama"]
 RUNS = 2000  # train-mode copies per Monte Carlo
 SAMPLES = 16384  # masks per token of the audited truths
 
-
-def bonferroni_z(k: int) -> float:
-    """|z| one of k components must exceed: the suite's per-assertion level
-    (the two-sided tail of dropmc.critical_z()) split over k components."""
-    alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
-    return NormalDist().inv_cdf(1 - alpha / (2 * k))
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])

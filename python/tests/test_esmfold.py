@@ -17,18 +17,16 @@ hf_models.build_esmfold), one recycle (two trunk passes).
   though tokens sharing a mask are correlated).
 """
 
-import math
-from statistics import NormalDist
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 from dropmc.discovery import discover  # noqa: E402
 from hf_models import build_esmfold, expected_esmfold  # noqa: E402
+from mc_checks import bonferroni_z, projected_z  # noqa: E402
 
 torch.set_num_threads(1)
 L = 12  # residues
@@ -40,10 +38,6 @@ ROW_SITE = ("trunk.blocks.0.row_drop.dropout", "trunk.blocks.0.tri_mul_in.layer_
 def _ids():
     return torch.randint(0, 20, (1, L), generator=torch.Generator().manual_seed(3))
 
-
-def bonferroni_z(k: int) -> float:
-    alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
-    return NormalDist().inv_cdf(1 - alpha / (2 * k))
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +113,6 @@ def test_row_dropout_truth_matches_the_models_monte_carlo(esmfold):
     assert site["name"] == "->".join(ROW_SITE) and site["d"] == 32
     truth, se = audit.truth(0)
     runs = _monte_carlo(esmfold, ids, RUNS)
-    a = np.random.default_rng(7).standard_normal(truth.shape[1])
-    s = runs @ a
-    mc, mc_se = s.mean(0), s.std(0, ddof=1) / math.sqrt(RUNS)
-    z = (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
+    z = projected_z(truth, se, runs)
     assert z.size == L * L
     assert np.abs(z).max() < bonferroni_z(z.size), np.abs(z).max()

@@ -19,8 +19,6 @@ gives ``v = f(z)``.
   never audited with the elementwise closed forms (wrong for it).
 """
 
-import math
-from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -28,10 +26,10 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
-import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 from dropmc.capture import capture_traced  # noqa: E402
 from dropmc.discovery import discover  # noqa: E402
+from mc_checks import bonferroni_z, projected_z  # noqa: E402
 
 torch.set_num_threads(1)
 C, L, P = 24, 6, 0.25
@@ -130,12 +128,8 @@ def test_elementwise_rand_mask_truth_matches_the_models_monte_carlo():
     assert site["d"] == C
     truth, se = audit.truth(0)
     runs = _monte_carlo(model, z, "blocks.1.norm_a", RUNS)
-    a = np.random.default_rng(7).standard_normal(C)
-    s = runs @ a
-    mc, mc_se = s.mean(0), s.std(0, ddof=1) / math.sqrt(RUNS)
-    zz = (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
-    alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
-    assert np.abs(zz).max() < NormalDist().inv_cdf(1 - alpha / (2 * zz.size)), np.abs(zz).max()
+    zz = projected_z(truth, se, runs)
+    assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
 
 
 def _second_mask_only(b, z):
@@ -157,12 +151,8 @@ def test_token_level_rand_mask_truth_matches_the_models_monte_carlo():
     assert site["mask"] == "token"
     truth, se = audit.truth(0)
     runs = _monte_carlo(model, z, "blocks.0.norm_b", RUNS)
-    a = np.random.default_rng(7).standard_normal(C)
-    s = runs @ a
-    mc, mc_se = s.mean(0), s.std(0, ddof=1) / math.sqrt(RUNS)
-    zz = (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
-    alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
-    assert np.abs(zz).max() < NormalDist().inv_cdf(1 - alpha / (2 * zz.size)), np.abs(zz).max()
+    zz = projected_z(truth, se, runs)
+    assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
 
 
 class _HeadMask(nn.Module):
