@@ -37,6 +37,14 @@ def _text(batch=2, length=8):
     return {"input_ids": torch.randint(4, 90, (batch, length), generator=g), "attention_mask": mask}
 
 
+def _hf_models():
+    """The test suite's model builders (python/tests/hf_models.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+    import hf_models
+
+    return hf_models
+
+
 def model(arch):
     """``(model, inputs)`` of one architecture."""
     import transformers as T
@@ -64,14 +72,8 @@ def model(arch):
                          attention_dropout=P, activation_dropout=P, **common)
         cls = T.BartModel
         text = dict(text, decoder_input_ids=text["input_ids"].flip(1))
-    elif arch == "opt":
-        c = T.OPTConfig(hidden_size=D, num_hidden_layers=LAYERS, ffn_dim=2 * D, num_attention_heads=HEADS,
-                        word_embed_proj_dim=D, dropout=P, attention_dropout=P, **common)
-        cls = T.OPTModel
-    elif arch == "bloom":
-        c = T.BloomConfig(hidden_size=D, n_layer=LAYERS, n_head=HEADS, vocab_size=100, hidden_dropout=P,
-                          attention_dropout=P)
-        cls = T.BloomModel
+    elif arch in ("opt", "bloom"):
+        return _hf_models().build40(arch, d=D, layers=LAYERS, heads=HEADS, p=P), text
     elif arch == "gpt-neo":
         c = T.GPTNeoConfig(hidden_size=D, num_layers=LAYERS, num_heads=HEADS, attention_types=[[["global"], LAYERS]],
                            embed_dropout=P, attention_dropout=P, resid_dropout=P, **common)
@@ -94,10 +96,8 @@ def model(arch):
         text = {"input_features": torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1)),
                 "decoder_input_ids": text["input_ids"]}
     elif arch == "wav2vec2":
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-        from hf_models import build40
-
-        return build40("wav2vec2"), {"input_values": torch.randn(2, 400, generator=torch.Generator().manual_seed(1))}
+        audio = {"input_values": torch.randn(2, 400, generator=torch.Generator().manual_seed(1))}
+        return _hf_models().build40("wav2vec2", d=D, layers=LAYERS, heads=HEADS, p=P), audio
     elif arch in ("clip-text", "clip-vision"):
         if arch == "clip-text":
             c = T.CLIPTextConfig(hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
@@ -114,10 +114,8 @@ def model(arch):
         cls = T.SwinModel
         text = {"pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))}
     elif arch == "esmfold":
-        sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-        from hf_models import build_esmfold
-
-        return build_esmfold(), {"input_ids": torch.randint(0, 20, (1, 12), generator=torch.Generator().manual_seed(3))}
+        ids = torch.randint(0, 20, (1, 12), generator=torch.Generator().manual_seed(3))
+        return _hf_models().build_esmfold(), {"input_ids": ids}
     else:
         raise ValueError(arch)
     c._attn_implementation = "eager"
