@@ -48,10 +48,22 @@ def _device_of(module: _torch.nn.Module) -> "_torch.device":
     return _torch.device("cpu")
 
 
-def _dtype_of(module: _torch.nn.Module) -> Optional[str]:
+def _dtype_of(module: _torch.nn.Module, what: str, cast_hint: str) -> Optional[str]:
     """The floating dtype of the module's parameters and buffers, as numpy's
-    name, when it is float64 or float32 (``None`` otherwise)."""
+    name, when it is float64 or float32; ``None`` for a module without
+    floating tensors. Any other floating dtype (float16, bfloat16) is a
+    TypeError naming the argument ``what``: these checks' tolerances are
+    derived for float32/float64 rounding, so a half-precision module is
+    refused rather than checked in float64 as if it were exact;
+    ``cast_hint`` says how to check its formula in float32 instead."""
     for t in _itertools.chain(module.parameters(), module.buffers()):
         if t.is_floating_point():
-            return {_torch.float64: "float64", _torch.float32: "float32"}.get(t.dtype)
+            name = {_torch.float64: "float64", _torch.float32: "float32"}.get(t.dtype)
+            if name is None:
+                raise TypeError(
+                    f"{what} ({type(module).__name__}) has {str(t.dtype).replace('torch.', '')} parameters: this "
+                    "check runs in float32 or float64 (its tolerances are derived for their rounding), so a "
+                    f"half-precision module is not checked; {cast_hint}"
+                )
+            return name
     return None

@@ -341,12 +341,20 @@ def check_norm_site(
             raise TypeError(f"{given} is read from the norm module; do not pass it")
     p = _dropmc._declared_or_own_rate(p, _own_rate(dropout), f"{type(dropout).__name__}.p")
     place = _device_of(norm) if device is None else _torch.device(device)
-    dtype = kwargs.pop("dtype", None) or _dtype_of(norm) or "float64"
+    dtype = kwargs.pop("dtype", None) or _dtype_of(
+        norm, "norm", "pass dtype='float32' to check its formula on a float32 copy (its float16 rounding is then not checked)"
+    ) or "float64"
     tdtype = {"float64": _torch.float64, "float32": _torch.float32}.get(_np.dtype(dtype).name)
     if tdtype is None:
         raise TypeError(f"check_norm_site runs in float64 or float32, got {dtype}")
     norm_copy = _copy.deepcopy(norm).to(device=place, dtype=tdtype)
     kind, gamma, beta, eps = norm_parameters(norm_copy)
+    d = int(norm.normalized_shape[-1])
+    if _np.ndim(x) == 1 and len(x) != d:
+        raise ValueError(
+            f"x has {len(x)} entries but the norm {type(norm).__name__} normalizes over "
+            f"normalized_shape = ({d},): x must have {d} entries"
+        )
 
     def on_device(fn):
         def run(X):

@@ -50,6 +50,45 @@ def _widened_copy(layer: _torch.nn.Module, channels: int, device) -> _torch.nn.M
     return bn
 
 
+#: Spatial axes each torch BatchNorm class normalizes over besides the batch
+#: (``BatchNorm2d``: ``(N, C, H, W)``, channel statistics over ``N·H·W``).
+_SPATIAL_AXES = {"BatchNorm2d": 2, "LazyBatchNorm2d": 2, "BatchNorm3d": 3, "LazyBatchNorm3d": 3}
+
+
+def _spatial_axes(bn: _torch.nn.Module) -> int:
+    """How many spatial axes ``bn``'s input has (0 for ``BatchNorm1d`` and
+    modules dropmc does not know, which are fed ``(N, C)``)."""
+    for cls in type(bn).__mro__:
+        if cls.__name__ in _SPATIAL_AXES and cls.__module__.startswith("torch."):
+            return _SPATIAL_AXES[cls.__name__]
+    return 0
+
+
+def _side(rows: int, axes: int) -> int:
+    """The side ``s`` of the spatial grid the ``rows`` values of a channel are
+    laid out on: 2 when ``s^axes`` divides ``rows`` (so each batch really is
+    reduced over ``N·H·W`` with ``H, W > 1``), else 1."""
+    return 2 if axes and rows % 2**axes == 0 else 1
+
+
+def _to_rank(t: "_torch.Tensor", axes: int) -> "_torch.Tensor":
+    """``t`` of shape ``(rows, C)`` as ``(rows / s^axes, C, s, ..., s)``: the
+    same ``rows`` values per channel, so a BatchNorm2d/3d's channel statistics
+    over ``N·H·W`` are the batch's statistics over its rows."""
+    if not axes:
+        return t
+    s = _side(t.shape[0], axes)
+    grid = t.reshape(t.shape[0] // s**axes, *([s] * axes), t.shape[1])
+    return grid.permute(0, axes + 1, *range(1, axes + 1))
+
+
+def _from_rank(y: "_torch.Tensor", axes: int) -> "_torch.Tensor":
+    """The inverse of :func:`_to_rank`: ``(N, C, s, ..., s)`` back to ``(rows, C)``."""
+    if not axes:
+        return y
+    return y.permute(0, *range(2, axes + 2), 1).reshape(-1, y.shape[1])
+
+
 def _affine_of(bn: _torch.nn.Module, channels: int):
     """The module's per-channel ``(γ, β)`` as tensors over ``channels`` (``None``
     for a layer without them), or a ValueError for a γ with a zero entry (its
@@ -83,8 +122,13 @@ def _replicate_inputs(layer: _torch.nn.Module, kwargs: dict) -> None:
 def batchnorm_runner(layer: Union[_torch.nn.Module, Callable[[int], Any]], *, device=None) -> Callable[[Any, Any], Any]:
     """A torch BatchNorm as the ``batchnorm(batches, x)`` :func:`dropmc.check_batchnorm` expects.
 
-    ``layer``: the BatchNorm module to check (``nn.BatchNorm1d`` or any module
-    with its buffers ``running_mean``/``running_var`` and ``num_features``).
+    ``layer``: the BatchNorm module to check (``nn.BatchNorm1d``,
+    ``nn.BatchNorm2d``/``3d`` or any module with its buffers
+    ``running_mean``/``running_var`` and ``num_features``). A BatchNorm2d/3d
+    is fed each batch of ``B`` rows as ``(B / s^k, C, s, ..., s)`` (``s = 2``
+    when ``2^k`` divides ``B``, else 1): its channel statistics over
+    ``N·H·W`` are then the batch's over its ``B`` rows, which is what the
+    claims are stated for.
     Each call trains a deep copy of *that* module (its class and ``forward``,
     momentum, eps, affine; the caller's buffers are untouched) widened to
     ``R`` replicates of its ``num_features`` channels, its running statistics
@@ -117,10 +161,11 @@ def batchnorm_runner(layer: Union[_torch.nn.Module, Callable[[int], Any]], *, de
         b = b.to(device=place, dtype=bn.running_mean.dtype)
         with _torch.no_grad():
             bn.train()
+            axes = _spatial_axes(bn)
             for step in b:
-                bn(step)
+                bn(_to_rank(step, axes))
             bn.eval()
-            y = bn(_torch.from_numpy(x).to(device=place, dtype=b.dtype))
+            y = _from_rank(bn(_to_rank(_torch.from_numpy(x).to(device=place, dtype=b.dtype), axes)), axes)
             affine = _affine_of(bn, b.shape[2]) if isinstance(layer, _torch.nn.Module) else None
             if affine is not None:
                 y = (y - affine[1]) / affine[0]
@@ -157,7 +202,7 @@ def check_batchnorm(
             kwargs["momentum"], kwargs["steps"] = 1.0, 1
         kwargs.setdefault("momentum", layer.momentum)
         kwargs.setdefault("eps", layer.eps)
-        dtype = _dtype_of(layer)
+        dtype = _dtype_of(layer, "layer", "check a float32 copy (layer.float()) for its formula")
         if dtype is not None:
             kwargs.setdefault("dtype", dtype)
         if hasattr(layer, "num_features"):

@@ -86,7 +86,7 @@ struct Row {
 /// test declares the pair-form statistic, which is what this sampler runs.
 fn moment_claim<'a>(claim: AttentionClaim) -> Result<PyClaim<'a>, Error> {
     Ok(PyClaim {
-        null_range: None,
+        null_range: claim.widths(),
         card: claim.card_with(claim.statistic_on_pairs()),
         analytic: claim.closed_form()?,
         note: None,

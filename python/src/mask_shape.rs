@@ -113,17 +113,20 @@ impl Groups {
 }
 
 /// A claim on the Python layer at the row `x`: two independent passes per
-/// draw, `statistic` on each draw's rows (in the row's order).
+/// draw, `statistic` on each draw's rows (in the row's order);
+/// `null_range` the statistic's widths under the null where known
+/// ([`dropmc::claims::Claim::null_range`]).
 fn group_claim<'a>(
     card: Card,
     analytic: Vec<f64>,
+    null_range: Option<Vec<f64>>,
     x: &[f64],
     rate: Rate,
     statistic: impl Fn(&Draw, &mut [f64]) + Sync + 'a,
 ) -> PyClaim<'a> {
     let (x, p, dim) = (x.to_vec(), rate.p(), analytic.len());
     PyClaim {
-        null_range: None,
+        null_range,
         card,
         analytic,
         note: None,
@@ -149,10 +152,15 @@ fn shared_claim<'a>(
     x: &[f64],
     rate: Rate,
 ) -> Result<PyClaim<'a>, Error> {
-    let (card, analytic) = (claim.card(), claim.closed_form()?);
-    Ok(group_claim(card, analytic, x, rate, move |d, out| {
-        claim.draw_statistic(&groups.block(d.z), &groups.block(d.z_alt), out)
-    }))
+    let (card, analytic, widths) = (claim.card(), claim.closed_form()?, claim.widths());
+    Ok(group_claim(
+        card,
+        analytic,
+        widths,
+        x,
+        rate,
+        move |d, out| claim.draw_statistic(&groups.block(d.z), &groups.block(d.z_alt), out),
+    ))
 }
 
 /// `mask_shape.mean`: `E[z_tk] = x_tk` whatever the mask's shape; `z_tk`
@@ -169,7 +177,9 @@ fn mean_claim<'a>(x: &[f64], rate: Rate) -> PyClaim<'a> {
     )
     .with_statistic(statistic);
     let analytic = x.iter().map(|&a| unit_raw_moment(a, rate, 1)).collect();
-    group_claim(card, analytic, x, rate, |d, out| out.copy_from_slice(d.z))
+    group_claim(card, analytic, None, x, rate, |d, out| {
+        out.copy_from_slice(d.z)
+    })
 }
 
 /// The mask-shape claims at `rate` on the row `x` grouped by `groups`

@@ -19,6 +19,7 @@
 //!
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
+use super::dropout::range;
 use super::fn_claim::{FnClaim, half_squared_difference, indicator, pass_means, sample_means};
 use super::{Card, Draw, Estimator, FastPath, Law, Shape};
 use super::{Claim, listed};
@@ -256,6 +257,22 @@ impl AttentionClaim {
         }
     }
 
+    /// The width of each component's interval under the null, from `a`,
+    /// `v` and `q` alone (the dropout family's steps,
+    /// `claims::dropout::range`): an entry `b_i ∈ {0, a_i/q}` has width
+    /// `|a_i|/q` (step 1); `R` and `o` are the inverted-dropout sums of the
+    /// terms `a_i` and `a_i v_i`, width `W = Σ|term|/q` (step 4), and their
+    /// pair forms `(R − R')²/2` lie in `[0, W²/2]` (step 5). `None` at an
+    /// invalid rate.
+    pub fn widths(&self) -> Option<Vec<f64>> {
+        let rate = self.rate().ok()?;
+        Some(match self.quantity.row_scalar() {
+            None => range::unit_power(&self.a, rate, 1),
+            Some((scalar, Moment::Mean)) => range::sum_mean(&self.terms(scalar), rate),
+            Some((scalar, Moment::Variance)) => range::sum_pair_form(&self.terms(scalar), rate),
+        })
+    }
+
     /// One pass of the subject's attention dropout on the row.
     fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error> {
         let n = self.a.len();
@@ -308,6 +325,9 @@ impl Claim for AttentionClaim {
     }
     fn fast_path(&self) -> Option<FastPath> {
         Some(FastPath::Masks)
+    }
+    fn null_range(&self) -> Option<Vec<f64>> {
+        self.widths()
     }
     /// Each entry `b_i` is two-point (`a_i / q` with probability `q`); `R`
     /// and `o` are the masked sums of `a_i` and of `a_i v_i`, reduced to

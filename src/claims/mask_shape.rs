@@ -13,6 +13,7 @@
 //! mask groups: it reorders each sampled row to the block and hands it to
 //! [`MaskShapeClaim::draw_statistic`].
 
+use super::dropout::range;
 use super::fn_claim::{half_squared_difference, indicator, pass_means};
 use super::{Card, Draw, Estimator, FastPath, Law, Shape};
 use super::{Claim, listed};
@@ -155,6 +156,12 @@ impl MaskShapeClaim {
         self.x.len() / self.positions.max(1)
     }
 
+    /// Column `k` of the block (feature `k` at every position).
+    fn column(&self, k: usize) -> Vec<f64> {
+        let d = self.features();
+        self.x.iter().skip(k).step_by(d).copied().collect()
+    }
+
     /// The statistic its test declares. The independent variance: each
     /// column sum is the inverted-dropout sum of its `T` entries
     /// ([`CentralMoments::of_dropped_sum`]), and the fast path runs its
@@ -170,7 +177,7 @@ impl MaskShapeClaim {
             Quantity::IndependentVariance => {
                 let skewness = (0..d)
                     .map(|k| {
-                        let column: Vec<f64> = self.x.iter().skip(k).step_by(d).copied().collect();
+                        let column = self.column(k);
                         CentralMoments::of_dropped_sum(&column, 1.0 - self.p)
                             .variance_skewness_on_either_path()
                     })
@@ -236,6 +243,30 @@ impl MaskShapeClaim {
                 );
             }
         }
+    }
+
+    /// The width of each feature's interval under the null, from `x` and
+    /// `q` alone (the dropout family's steps, `claims::dropout::range`): the
+    /// column sum `S_k = Σ_t m_tk x_tk / q` lies in an interval of width
+    /// `W_k = Σ_t |x_tk| / q` (step 4; a shared mask reaches only its two
+    /// ends, inside it), so the pair form `(S_k − S'_k)²/2 ∈ [0, W_k²/2]`
+    /// (step 5); a zero-column indicator lies in `[0, 1]` (tested exactly,
+    /// never read). `None` at an invalid rate.
+    pub fn widths(&self) -> Option<Vec<f64>> {
+        let rate = self.rate().ok()?;
+        let d = self.features();
+        Some(
+            (0..d)
+                .map(|k| {
+                    let column = self.column(k);
+                    if self.quantity.is_variance() {
+                        range::sum_pair_form(&column, rate)[0]
+                    } else {
+                        1.0
+                    }
+                })
+                .collect(),
+        )
     }
 
     /// One pass of the subject's dropout on the block, with the claim's
@@ -325,6 +356,9 @@ impl Claim for MaskShapeClaim {
             |s, rng| self.pass(s, rng),
             |z, z_alt, out| self.draw_statistic(z, z_alt, out),
         )
+    }
+    fn null_range(&self) -> Option<Vec<f64>> {
+        self.widths()
     }
     fn fast_path(&self) -> Option<FastPath> {
         match self.quantity {

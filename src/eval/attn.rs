@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use super::quantity::{EvalQuantity, RateArg};
+use super::quantity::RateArg;
 
 use super::{EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
@@ -198,12 +198,7 @@ pub struct AttnArgs {
     pub values: Option<String>,
 }
 
-/// `dropmc eval attn`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("attn", ABOUT, run)
-}
+super::quantity::eval_quantity!("attn");
 
 /// `eval attn` from its arguments.
 pub fn run(a: AttnArgs, budget: Budget) -> Result<EvalOutput, Error> {

@@ -24,7 +24,6 @@ use rand_distr::{Distribution, StandardNormal};
 
 use clap::Args;
 
-use super::quantity::EvalQuantity;
 use super::{ChannelStatus, ChannelVerdict, EvalOutput, EvalResult, Values, monte_carlo};
 use crate::claims::SamplerKind;
 use crate::engine::{Budget, Sampler, Stream, estimate};
@@ -189,12 +188,7 @@ pub struct BnArgs {
     pub p: String,
 }
 
-/// `dropmc eval bn`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("bn", ABOUT, run)
-}
+super::quantity::eval_quantity!("bn");
 
 /// `eval bn` from its arguments.
 pub fn run(a: BnArgs, budget: Budget) -> Result<EvalOutput, Error> {

@@ -12,7 +12,7 @@
 
 use clap::Args;
 
-use super::quantity::{EvalQuantity, RateArg};
+use super::quantity::RateArg;
 
 use super::ln::{LayerNormParams, NormArgs, moments_or_constant};
 use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
@@ -43,12 +43,7 @@ pub struct BypassArgs {
     pub norm: NormArgs,
 }
 
-/// `dropmc eval bypass`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("bypass", ABOUT, run)
-}
+super::quantity::eval_quantity!("bypass");
 
 /// `eval bypass` from its arguments.
 pub fn run(a: BypassArgs, budget: Budget) -> Result<EvalOutput, Error> {

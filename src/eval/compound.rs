@@ -4,7 +4,7 @@
 
 use clap::Args;
 
-use super::quantity::{DroppedVectorArgs, EvalQuantity};
+use super::quantity::DroppedVectorArgs;
 
 use super::ln::{EpsArg, optional_list};
 use super::site::{Plan, finish, measure, weights};
@@ -42,12 +42,7 @@ pub struct CompoundArgs {
     pub eps: EpsArg,
 }
 
-/// `dropmc eval compound`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("compound", ABOUT, run)
-}
+super::quantity::eval_quantity!("compound");
 
 /// `eval compound` from its arguments.
 pub fn run(a: CompoundArgs, budget: Budget) -> Result<EvalOutput, Error> {

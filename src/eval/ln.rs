@@ -18,7 +18,7 @@
 
 use clap::Args;
 
-use super::quantity::{DroppedVectorArgs, EvalQuantity};
+use super::quantity::DroppedVectorArgs;
 
 use super::site::{Plan, finish, measure, undefined, weights_or_zeros};
 use super::{EvalOutput, EvalResult, Values};
@@ -42,12 +42,7 @@ pub struct LnArgs {
     pub norm: NormArgs,
 }
 
-/// `dropmc eval ln`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("ln", ABOUT, run)
-}
+super::quantity::eval_quantity!("ln");
 
 /// `eval ln` from its arguments.
 pub fn run(a: LnArgs, budget: Budget) -> Result<EvalOutput, Error> {

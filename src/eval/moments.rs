@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::quantity::{EvalQuantity, RateArg};
+use super::quantity::RateArg;
 
 use super::{EvalOutput, EvalResult, Values, monte_carlo, power_of_two_scale};
 use crate::claims::SamplerKind;
@@ -98,12 +98,7 @@ pub struct MomentsArgs {
     pub p: RateArg,
 }
 
-/// `dropmc eval moments`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("moments", ABOUT, run)
-}
+super::quantity::eval_quantity!("moments");
 
 /// `eval moments` from its arguments.
 pub fn run(a: MomentsArgs, budget: Budget) -> Result<EvalOutput, Error> {

@@ -177,3 +177,20 @@ impl SamplingArgs {
         }
     }
 }
+
+/// Declares an `eval` module's `pub fn quantity() -> EvalQuantity`: the
+/// module's `ABOUT` and `run` under the name the command line and the
+/// bindings call it by. A family registers this function, not the name, so
+/// a misspelt quantity does not compile.
+macro_rules! eval_quantity {
+    ($name:literal) => {
+        #[doc = concat!(
+                    "`dropmc eval ", $name, "`: this module's `ABOUT` and `run` as one ",
+                    "[`EvalQuantity`](crate::eval::EvalQuantity) (declared by `eval_quantity!`)."
+                )]
+        pub fn quantity() -> crate::eval::EvalQuantity {
+            crate::eval::EvalQuantity::new($name, ABOUT, run)
+        }
+    };
+}
+pub(crate) use eval_quantity;

@@ -8,7 +8,7 @@
 
 use clap::Args;
 
-use super::quantity::{DroppedVectorArgs, EvalQuantity};
+use super::quantity::DroppedVectorArgs;
 
 use super::ln::{EpsArg, optional_list};
 use super::site::{Plan, finish, measure};
@@ -34,12 +34,7 @@ pub struct RmsArgs {
     pub eps: EpsArg,
 }
 
-/// `dropmc eval rms`: this module's [`ABOUT`] and [`run`] under the name the
-/// command line and the bindings call it by. A family registers this
-/// function, not the name, so a misspelt quantity does not compile.
-pub fn quantity() -> EvalQuantity {
-    EvalQuantity::new("rms", ABOUT, run)
-}
+super::quantity::eval_quantity!("rms");
 
 /// `eval rms` from its arguments.
 pub fn run(a: RmsArgs, budget: Budget) -> Result<EvalOutput, Error> {

@@ -192,13 +192,24 @@ pub fn enumerated_gap(
     rate: Rate,
     g: impl Fn(&[f64]) -> f64,
 ) -> Result<(f64, f64), Error> {
+    let o = enumerate_masks(x.len(), rate, 1, gap_per_mask(x, rate, g))?;
+    Ok((o.values[0], o.rounding[0]))
+}
+
+/// The per-mask quantity of the ensemble gap: `out[0] = g(z) − g(x)` for
+/// the mask's dropped-out `z` (one scratch row, reused over the masks);
+/// shared by [`enumerated_gap`] and [`super::gap_moments`].
+pub(super) fn gap_per_mask(
+    x: &[f64],
+    rate: Rate,
+    g: impl Fn(&[f64]) -> f64,
+) -> impl FnMut(&[bool], &mut [f64]) {
     let gx = g(x);
     let mut z = vec![0.0; x.len()];
-    let o = enumerate_masks(x.len(), rate, 1, |mask, out| {
+    move |mask, out| {
         dropped_out(mask, x, rate, &mut z);
         out[0] = g(&z) - gx;
-    })?;
-    Ok((o.values[0], o.rounding[0]))
+    }
 }
 
 /// The inverted-dropout output of one mask: `z_k = m_k x_k / q`.

@@ -8,7 +8,7 @@
 //! 1. the means `μ_k = E q_k` of the quantity's components;
 //! 2. the central powers `E (q_k − μ_k)^r`, `r = 2 … 6`, about them.
 
-use super::enumerate::dropped_out;
+use super::enumerate::gap_per_mask;
 use super::{Oracle, enumerate_masks};
 use crate::error::Error;
 use crate::ops::Rate;
@@ -69,12 +69,7 @@ pub fn gap_moments(
     rate: Rate,
     g: impl Fn(&[f64]) -> f64,
 ) -> Result<CentralMoments, Error> {
-    let gx = g(x);
-    let mut z = vec![0.0; x.len()];
-    let per = mask_moments(x.len(), rate, 1, |mask, out| {
-        dropped_out(mask, x, rate, &mut z);
-        out[0] = g(&z) - gx;
-    })?;
+    let per = mask_moments(x.len(), rate, 1, gap_per_mask(x, rate, g))?;
     Ok(per[0])
 }
 

@@ -10,7 +10,7 @@
 //! one mask per sample.
 
 mod oracles;
-mod range;
+pub(crate) mod range;
 mod sampler;
 mod sum;
 

@@ -22,13 +22,18 @@
 //! 6. The kept count's indicators lie in `[0, 1]` ([`indicators`]; its
 //!    test is exact, so the width is never read).
 //!
+//! The attention and mask-shape families reuse steps 1, 4 and 5 on their
+//! own terms (`a_i`, `a_i v_i`, a column of the block): each of their
+//! statistics is an entry, an inverted-dropout sum or its pair form
+//! (`crate::claims::attention`, `crate::claims::mask_shape`).
+//!
 //! A correct layer in a narrow dtype rounds `x_k/q`; the bound widens every
 //! stated width by [`crate::stats::NULL_RANGE_SLACK`] for it.
 
 use crate::ops::Rate;
 
 /// Step 1: `|x_k/q|^r` per unit.
-pub(super) fn unit_power(x: &[f64], rate: Rate, r: i32) -> Vec<f64> {
+pub(crate) fn unit_power(x: &[f64], rate: Rate, r: i32) -> Vec<f64> {
     x.iter().map(|a| (a / rate.q()).abs().powi(r)).collect()
 }
 
@@ -51,18 +56,18 @@ fn sum_width(x: &[f64], rate: Rate) -> f64 {
 }
 
 /// Step 4: the sum's width, one component.
-pub(super) fn sum_mean(x: &[f64], rate: Rate) -> Vec<f64> {
+pub(crate) fn sum_mean(x: &[f64], rate: Rate) -> Vec<f64> {
     vec![sum_width(x, rate)]
 }
 
 /// Step 5: `W_S²/2`, one component.
-pub(super) fn sum_pair_form(x: &[f64], rate: Rate) -> Vec<f64> {
+pub(crate) fn sum_pair_form(x: &[f64], rate: Rate) -> Vec<f64> {
     let w = sum_width(x, rate);
     vec![w * w / 2.0]
 }
 
 /// Step 6: width 1 for each of the `d + 1` count indicators.
-pub(super) fn indicators(x: &[f64], _rate: Rate) -> Vec<f64> {
+pub(crate) fn indicators(x: &[f64], _rate: Rate) -> Vec<f64> {
     vec![1.0; x.len() + 1]
 }
 
