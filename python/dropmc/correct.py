@@ -29,7 +29,11 @@ Sites: given example inputs, those :func:`dropmc.discovery.discover` finds
 on one train-mode forward (norms recognised by what they compute,
 corrected with their :class:`~dropmc.norms.NormSpec`), ``nn.Dropout``
 modules and functional ``F.dropout`` calls alike, each norm a dropout call
-feeds its own site; entangled sites and ``p = 1`` refused with the reason.
+feeds its own site; mask products (``x · dropout(ones)``, drop-path) with
+``v`` the input of the module making the product (:mod:`dropmc.correct_masks`:
+a token-level mask by its exact expectation), the steps from the dropout
+to the norm replayed on ``v`` (:mod:`dropmc.correct_tapes`); entangled
+sites, grouped masks and ``p = 1`` refused with the reason.
 Without inputs: module-named sites, or only the dropout→BatchNorm pairs
 ``torch.fx`` finds (:mod:`dropmc.correct_sites`, the one switch point).
 
@@ -390,7 +394,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             if named[0][2].kind == "batch":
                 _fold_batchnorm(correction, site, modules[_module_name(site[0])], named[0][1])
                 continue
-            hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order, plan.masks.get(site[0]))
+            mask = plan.masks.get(site[0])
+            hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order, mask)
             if site in plan.tapes:
                 hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):

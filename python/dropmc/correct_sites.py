@@ -6,8 +6,10 @@ forward: every clean site by call name (``module#k``, a functional
 ``F.dropout`` call ``owner:dropout#k``), each norm a dropout call feeds its
 own site; refused with the reason: entangled sites (a bypass that depends
 on the same mask), ``p = 1`` (the dropout zeroes its input: ``q = 0`` and no
-factor), a site whose mask is not elementwise and not per token; ``p = 0``
-skipped. Without inputs: module-named sites, or (``sites=None``) only the
+factor), a mask product whose mask is shared over groups of channels or
+whose value no module takes as its input (:mod:`dropmc.correct_masks`), a
+path to the norm that cannot be replayed on ``v``
+(:mod:`dropmc.correct_tapes`); ``p = 0`` skipped. Without inputs: module-named sites, or (``sites=None``) only the
 dropout→BatchNorm pairs of the ``torch.fx`` graph — a LayerNorm/RMSNorm
 site needs the forward.
 
