@@ -7,8 +7,8 @@ second_order.rs; :mod:`dropmc.correct`'s docs say which applies where.
 
 Fused form (the eval-time cost): per call, ``x`` and ``v`` are reduced
 once each (``x`` by torch's own layer norm statistics, or its mean square;
-``v`` by a dot product) into the per-token factor ``c`` by four in-place
-steps, and ``c`` is applied to the norm's own output in one ``lerp``
+``v`` by a dot product) into the per-token factor ``c`` by one ``addcmul``
+and one in-place ``rsqrt``, and ``c`` is applied to the norm's own output in one ``lerp``
 (``β + c (out − β)``).
 """
 
@@ -48,8 +48,8 @@ def _factor(v, x, p: float, centred: bool, eps: float):
     ``rstd²``, ``rstd = (σ² + ε)^(-1/2)`` as torch's own layer norm
     computes it (``native_layer_norm``'s third output: one pass, several
     times faster than a separate ``var`` at small d); for RMSNorm ``s =
-    Σ_k x_k² / d`` (a dot product). Then one dot product of ``v`` and four
-    in-place steps on the per-token column."""
+    Σ_k x_k² / d`` (a dot product). Then one dot product of ``v``, one
+    ``addcmul`` (``1 + (p/(q d))·n·t``) and one in-place ``rsqrt``."""
     import torch
 
     dt = _stats_dtype(x)
@@ -63,7 +63,21 @@ def _factor(v, x, p: float, centred: bool, eps: float):
     else:
         t = torch.linalg.vecdot(x, x).unsqueeze(-1).div_(d).add_(eps).reciprocal_()
     n = torch.linalg.vecdot(v, v).unsqueeze(-1)
-    return n.mul_(t).mul_(p / ((1.0 - p) * d)).add_(1.0).rsqrt_()
+    return torch.addcmul(_one(dt), n, t, value=p / ((1.0 - p) * d)).rsqrt_()
+
+
+_ONES: dict = {}
+
+
+def _one(dt):
+    """A cached scalar ``1`` of dtype ``dt`` (``addcmul``'s base: one
+    kernel for ``1 + k·n·t`` instead of three in-place steps)."""
+    import torch
+
+    one = _ONES.get(dt)
+    if one is None:
+        one = _ONES[dt] = torch.ones((), dtype=dt)
+    return one
 
 
 def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParams", like):
