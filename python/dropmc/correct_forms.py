@@ -52,18 +52,18 @@ def _factor(v, x, p: float, centred: bool, eps: float):
     ``addcmul`` (``1 + (p/(q d))·n·t``) and one in-place ``rsqrt``."""
     import torch
 
-    dt = _stats_dtype(x)
-    if x.dtype != dt:
-        x = x.to(dt)
-    if v.dtype != dt:
-        v = v.to(dt)
+    if x.dtype.itemsize < 4 or v.dtype.itemsize < 4:  # half precision: statistics in float32
+        dt = _stats_dtype(x)
+        x, v = x.to(dt), v.to(dt)
+    elif v.dtype != x.dtype:
+        v = v.to(x.dtype)
     d = x.shape[-1]
     if centred:
         t = torch.native_layer_norm(x, (d,), None, None, eps)[2].square_()
     else:
         t = torch.linalg.vecdot(x, x).unsqueeze(-1).div_(d).add_(eps).reciprocal_()
     n = torch.linalg.vecdot(v, v).unsqueeze(-1)
-    return torch.addcmul(_one(dt), n, t, value=p / ((1.0 - p) * d)).rsqrt_()
+    return torch.addcmul(_one(x.dtype), n, t, value=p / ((1.0 - p) * d)).rsqrt_()
 
 
 _ONES: dict = {}
@@ -160,7 +160,8 @@ class _NormParams:
     def _live(self, attr: str):
         import torch
 
-        t = getattr(self.module, attr, None)
+        # the parameter as the module holds it now (its _parameters first: no __getattr__ walk)
+        t = self.module._parameters.get(attr) if attr in self.module._parameters else getattr(self.module, attr, None)
         return t if isinstance(t, torch.Tensor) else None
 
     def gamma(self):
