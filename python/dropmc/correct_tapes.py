@@ -16,7 +16,8 @@ forward's tensors (the corrected model pickles and holds no activation):
 casts are dropped (the factor is computed in the statistics dtype anyway),
 a step that maps its traced input to an output of the same shape and the
 same values in place is dropped as the identity it is, and every other
-step keeps its function and non-tensor arguments. A step with another
+step keeps its function and non-tensor arguments (a ``view``/``reshape``
+with its leading size freed: :func:`_free_leading`). A step with another
 tensor argument has no light form: the site is refused with that reason.
 """
 
@@ -56,8 +57,26 @@ def light_tape(tape) -> Tuple[Optional[tuple], Optional[str]]:
                           "argument, which correct does not replay")
         if _identity(func, args, kwargs, pos):
             continue
+        args = _free_leading(name, args, pos)
         out.append((func, tuple(None if i == pos else a for i, a in enumerate(args)), dict(kwargs), pos))
     return tuple(out), None
+
+
+def _free_leading(name: str, args: tuple, pos: int) -> tuple:
+    """A ``view``/``reshape`` to sizes with no ``-1``: its leading size as
+    ``-1``, so the step replays at another batch size (the traced sizes
+    are the example inputs'). A layout whose batch is not leading then
+    gives a shape the norm's input does not have, which
+    :meth:`dropmc.correct_hooks._Slot.take` refuses (never a silent
+    mismatch)."""
+    if name not in ("view", "reshape") or pos != 0 or len(args) < 2:
+        return args
+    packed = len(args) == 2 and isinstance(args[1], (tuple, list))
+    sizes = list(args[1]) if packed else list(args[1:])
+    if not sizes or not all(isinstance(n, int) and not isinstance(n, bool) for n in sizes) or -1 in sizes:
+        return args
+    sizes[0] = -1
+    return (args[0], tuple(sizes)) if packed else (args[0], *sizes)
 
 
 def replay(steps, v):
