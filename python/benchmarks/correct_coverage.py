@@ -5,7 +5,7 @@ corrected / refused (with the reasons, counted) per model.
 The models are the tests' tiny configs (random weights, no download):
 BERT, DeBERTa-v2 (python/tests/hf_models.py), BART, Whisper, Falcon, BLOOM
 (python/tests/test_correct_functional.py), ESMFold with one recycle
-(hf_models.build_esmfold), Swin with hidden dropout 0.1 and drop-path 0.2,
+(hf_models.build_esmfold), Swin with hidden dropout 0.1 and drop-path 0.2 (attention dropout 0),
 and a post-LN ``nn.TransformerEncoder``.
 
     python python/benchmarks/correct_coverage.py
@@ -52,13 +52,9 @@ def _esmfold():
 
 
 def _swin():
-    import transformers as T
+    from correct_checks import build_swin
 
-    torch.manual_seed(0)
-    c = T.SwinConfig(image_size=16, patch_size=2, embed_dim=24, depths=[2, 2], num_heads=[2, 2], window_size=2,
-                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, drop_path_rate=0.2)
-    c._attn_implementation = "eager"
-    return T.SwinModel(c), {"pixel_values": torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))}
+    return build_swin(0.1, 0.2)
 
 
 def _encoder():

@@ -29,11 +29,12 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-T = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
 import dropmc  # noqa: E402
 import dropmc.correct as C  # noqa: E402
 import dropmc.correct_masks as CM  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
+from correct_checks import build_swin  # noqa: E402
 
 torch.set_num_threads(1)
 RUNS = 4000  # copies of the image in the Monte Carlo batch (one drop-path draw each)
@@ -54,12 +55,7 @@ SITES = [_site(0, 1), _site(1, 0), _site(1, 1)]
 
 @pytest.fixture(scope="module")
 def swin():
-    torch.manual_seed(0)
-    c = T.SwinConfig(image_size=16, patch_size=2, embed_dim=24, depths=[2, 2], num_heads=[2, 2], window_size=2,
-                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, drop_path_rate=0.6)
-    c._attn_implementation = "eager"
-    x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))
-    return T.SwinModel(c).eval(), {"pixel_values": x}
+    return build_swin(0.0, 0.6)
 
 
 class _Stop(Exception):
