@@ -19,7 +19,10 @@ largest |z| against the suite's per-assertion level split by Bonferroni
 over the tokens (conservative: the tokens of one copy share its draw).
 Planted at the p = 0.6 site: the elementwise factor used instead (the law
 the mask does not have), and ``p``, ``q`` swapped in the expectation — each
-must fail.
+must fail. A ``torch.rand`` mask multiplied in the model's own forward, and
+one drawn in a module whose input is the bypass rather than ``v``, are
+refused with the reason and the way out (the second fails without the
+value owner's identity check).
 """
 
 import math
@@ -140,3 +143,50 @@ def test_planted_faults_fail(swin, monkeypatch, plant):
         monkeypatch.setattr(CM._TokenSite, "__init__", lambda self, site, slot, p: real(self, site, slot, 1 - p))
     worst, k = _max_z(model, x, SITES[-1])
     assert worst >= bonferroni_z(k), worst
+
+
+P_MASK = 0.2
+
+
+def _rand_mask(x):
+    """One draw per token, kept entries scaled by 1/q."""
+    return (torch.rand(x.shape[:-1] + (1,)) >= P_MASK).to(x.dtype) / (1 - P_MASK)
+
+
+class _TopLevelMask(torch.nn.Module):
+    """The mask multiplied in the model's own forward: no module's input is v."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.lin, self.norm = torch.nn.Linear(d, d), torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        v = self.lin(x)
+        if self.training:
+            v = v * _rand_mask(v)
+        return self.norm(x + v)
+
+
+class _MaskedAdd(torch.nn.Module):
+    def forward(self, h, v):
+        return h + (v * _rand_mask(v) if self.training else v)
+
+
+class _OwnerNotIdentity(torch.nn.Module):
+    """The mask drawn in a module whose first input is the bypass h, not v."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.lin, self.norm, self.add = torch.nn.Linear(d, d), torch.nn.LayerNorm(d), _MaskedAdd()
+
+    def forward(self, x):
+        return self.norm(self.add(x, self.lin(x)))
+
+
+@pytest.mark.parametrize("model, why", [
+    (_TopLevelMask, "multiplied in the model's own forward.*move `x \\* mask` into a module"),
+    (_OwnerNotIdentity, "'add''s eval output is not its input.*make `x \\* mask` a module of its own"),
+])
+def test_a_rand_mask_without_a_module_taking_v_is_refused_with_the_way_out(model, why):
+    with pytest.raises(ValueError, match=why):
+        dt.correct(model(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0)))
