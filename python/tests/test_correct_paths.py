@@ -11,7 +11,8 @@ and drop-path 0). Checks: ``correct(model, inputs)`` corrects the 8 clean
 sites (the embeddings' entangled one refused); one site at a time, the
 corrected output within the uncorrected audit's first-order bound of the
 audit's truth; the corrected model, built on a batch of 1, runs a batch of
-3 (a view's traced leading size is freed). Planted: the steps not replayed
+3 (a view's traced leading size is freed); with drop-path too, it saves, loads and
+deep-copies. Planted: the steps not replayed
 (``v`` in window layout: ``correct``'s rehearsal refuses it), and the
 leading size kept (the batch of 3 fails).
 """
@@ -73,3 +74,23 @@ def test_planted_leading_size_kept_fails(swin, monkeypatch):
                 model(pixel_values=torch.randn(3, 3, 16, 16, dtype=torch.float64))
     finally:
         dt.uncorrect(model)
+
+
+def test_save_load_and_deepcopy_keep_replayed_and_token_level_sites():
+    """A corrected Swin with windowed (replayed) and drop-path (token-level)
+    sites pickles and deep-copies: each copy outputs the corrected output
+    bit for bit."""
+    import copy
+    import io
+
+    model, kw = build_swin(0.1, 0.2)
+    dt.correct(model, kw)
+    with torch.no_grad():
+        ref = model(**kw).last_hidden_state
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    for other in (torch.load(buf, weights_only=False), copy.deepcopy(model)):
+        assert len(other._dropmc_correction.sites) == 8
+        with torch.no_grad():
+            assert torch.equal(other(**kw).last_hidden_state, ref)
