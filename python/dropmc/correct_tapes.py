@@ -13,11 +13,10 @@ token's ``v``: the steps must be replayed.
 
 :func:`light_tape` keeps what the replay needs and nothing of the traced
 forward's tensors (the corrected model pickles and holds no activation):
-casts are dropped (the factor is computed in the statistics dtype anyway),
-a step that maps its traced input to an output of the same shape and the
-same values in place is dropped as the identity it is, and every other
-step keeps its function and non-tensor arguments (a ``view``/``reshape``
-with its leading size freed: :func:`_free_leading`). A step with another
+casts are dropped (the factor is computed in the statistics dtype anyway)
+and every other step keeps its function and non-tensor arguments (a
+``view``/``reshape`` with its leading size freed: :func:`_free_leading`);
+discovery already leaves the traced input out of the stored steps. A step with another
 tensor argument has no light form: the site is refused with that reason.
 """
 
@@ -26,19 +25,6 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 _CASTS = ("to", "float", "double", "half", "bfloat16", "type_as", "type")
-
-
-def _identity(func, args, kwargs, pos) -> bool:
-    import torch
-
-    x = args[pos]
-    try:
-        with torch.no_grad():
-            out = func(*args, **kwargs)
-    except Exception:  # a step that does not re-run on its traced input is kept
-        return False
-    return isinstance(out, torch.Tensor) and out.shape == x.shape and out.stride() == x.stride() \
-        and out.data_ptr() == x.data_ptr()
 
 
 def light_tape(tape) -> Tuple[Optional[tuple], Optional[str]]:
@@ -55,8 +41,6 @@ def light_tape(tape) -> Tuple[Optional[tuple], Optional[str]]:
         if any(isinstance(a, torch.Tensor) for a in others):
             return None, (f"the path from the dropout to the norm goes through {name}() with a tensor "
                           "argument, which correct does not replay")
-        if _identity(func, args, kwargs, pos):
-            continue
         args = _free_leading(name, args, pos)
         out.append((func, tuple(None if i == pos else a for i, a in enumerate(args)), dict(kwargs), pos))
     return tuple(out), None

@@ -72,7 +72,8 @@ class Site:
     norm2: Optional[str] = None
     reason: str = ""
     mask: Optional[MaskInfo] = None
-    tape: tuple = field(default=(), compare=False, repr=False)  # identity-per-token steps to the norm
+    # identity-per-token steps to the norm, the traced input left out (None): dropmc.correct_tapes
+    tape: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -250,7 +251,8 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
             elif form == "plain" and call in compound_first and mask is None:
                 out.append(Site(d, call, "compound", p, norm2=compound_first[call]))
             else:
-                out.append(Site(d, call, form, p, mask=mask, tape=tape))
+                out.append(Site(d, call, form, p, mask=mask, tape=tuple(
+                    (f, tuple(None if i == k else a for i, a in enumerate(args)), kw, k) for f, args, kw, k in tape)))
     return out
 
 
