@@ -29,7 +29,11 @@ Sites: given example inputs, those :func:`dropmc.discovery.discover` finds
 on one train-mode forward (norms recognised by what they compute,
 corrected with their :class:`~dropmc.norms.NormSpec`), ``nn.Dropout``
 modules and functional ``F.dropout`` calls alike, each norm a dropout call
-feeds its own site; entangled sites and ``p = 1`` refused with the reason.
+feeds its own site; mask products (``x · dropout(ones)``, drop-path) with
+``v`` the input of the module making the product (:mod:`dropmc.correct_masks`:
+a token-level mask by its exact expectation), the steps from the dropout
+to the norm replayed on ``v`` (:mod:`dropmc.correct_tapes`); entangled
+sites, grouped masks and ``p = 1`` refused with the reason.
 Without inputs: module-named sites, or only the dropout→BatchNorm pairs
 ``torch.fx`` finds (:mod:`dropmc.correct_sites`, the one switch point).
 
@@ -61,6 +65,7 @@ import numpy as _np
 
 from . import _dropmc
 from .correct_forms import _NormParams
+from .correct_masks import refuse_unchecked
 from .correct_sites import _call_index, _check_sites, _is_site_list, _module_name, _plan, _Plan
 
 __all__ = ["correct", "uncorrect", "corrected", "resolve_sites", "norm_outputs", "Correction"]
@@ -180,11 +185,15 @@ def resolve_sites(model, sites=None, inputs=None, *, norms=None, **kwargs) -> Li
 
 def _calls_per_forward(plan: _Plan, module: str, kind: str) -> int:
     """How many times the discovery forward called ``module`` (a dropout,
-    a functional-dropout owner or a norm); 1 for module-named sites."""
+    a functional-dropout owner or a norm; for ``kind="owner"``, ``module``
+    is a mask product's call base, one per call of its value owner); 1 for
+    module-named sites."""
     if plan.found is None:
         return 1
     if kind == "dropout":
         return sum(1 for c in plan.found.dropouts if _module_name(c) == module and ":" not in c)
+    if kind == "owner":  # a mask product's value owner: one call per call of the mask (module)
+        return sum(1 for c in plan.found.dropouts if _module_name(c) == module)
     if kind == "functional":
         return sum(1 for c in plan.found.dropouts if plan.is_functional(c) and plan.found.module_of(c) == module)
     return sum(1 for m in plan.found.norm_modules.values() if m == module)
@@ -210,6 +219,7 @@ class _Builder:
         self.counters: Dict[str, Any] = {}
         self.dropout_slots: Dict[str, Dict[int, Any]] = {}
         self.scope_slots: Dict[str, Dict[int, Any]] = {}
+        self.owner_slots: Dict[str, Dict[int, Any]] = {}
         self.norm_hooks: Dict[str, Dict[int, Any]] = {}
 
     def counter(self, key: str, name: str, kind: str):
@@ -226,7 +236,10 @@ class _Builder:
         if call not in self.slots:
             self.slots[call] = _Slot(call)
             owner = self.plan.dropout_owner(call)
-            if self.plan.is_functional(call):
+            if call in self.plan.masks:  # v is the value owner's input (dropmc.correct_masks)
+                self.counter("owner:" + owner, _module_name(call), "owner")
+                self.owner_slots.setdefault(owner, {})[_call_index(call)] = self.slots[call]
+            elif self.plan.is_functional(call):
                 self.counter("functional:" + owner, owner, "functional")
                 self.scope_slots.setdefault(owner, {})[_call_index(call)] = self.slots[call]
             else:
@@ -249,6 +262,9 @@ class _Builder:
         for dname, by_index in self.dropout_slots.items():
             handles.append(self.modules[dname].register_forward_pre_hook(
                 _KeepInputs(self.counters[dname], by_index)))
+        for owner, by_index in self.owner_slots.items():
+            handles.append(self.modules[owner].register_forward_pre_hook(
+                _KeepInputs(self.counters["owner:" + owner], by_index)))
         for owner, by_index in self.scope_slots.items():
             scope = _Scope(self.counters["functional:" + owner], by_index)
             scopes.append(scope)
@@ -293,9 +309,15 @@ def _rehearse(model, plan: _Plan) -> None:
         model.train(was_training)
 
 
-def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int) -> tuple:
+def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int, mask=None) -> tuple:
+    """The norm hooks of one site; a token-level mask product's is its
+    exact expectation (:class:`dropmc.correct_masks._TokenSite`), an
+    elementwise one's the ordinary factor (per token the same law)."""
     from .correct_hooks import _CompoundSecond, _CompoundState, _LayerNormSite, _RmsNormSite
+    from .correct_masks import _TokenSite
 
+    if mask is not None and mask.kind == "token":
+        return (_TokenSite(site, slot, p),)
     if len(site) == 3:
         state = _CompoundState()
         return (_LayerNormSite(site, slot, p, params[0], 1, state), _CompoundSecond(site, p, params[1], state))
@@ -354,7 +376,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     if not inplace:
         model = _copy.deepcopy(model)
     modules = dict(model.named_modules())
-    kept = _check_sites(modules, plan, exclude)
+    kept = refuse_unchecked(plan, modules, model, _check_sites(modules, plan, exclude))
     if order == 2 and any(len(s) == 3 for s in kept):
         raise ValueError(f"order=2: a compound site {[s for s in kept if len(s) == 3][0]!r} has no "
                          "second-order closed form (src/formulas/second_order.rs covers LN, RMSNorm "
@@ -372,7 +394,10 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             if named[0][2].kind == "batch":
                 _fold_batchnorm(correction, site, modules[_module_name(site[0])], named[0][1])
                 continue
-            hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order)
+            mask = plan.masks.get(site[0])
+            hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order, mask)
+            if site in plan.tapes:
+                hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):
                 build.norm(nname, call, hook)
             _module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])

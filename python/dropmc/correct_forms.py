@@ -7,8 +7,8 @@ second_order.rs; :mod:`dropmc.correct`'s docs say which applies where.
 
 Fused form (the eval-time cost): per call, ``x`` and ``v`` are reduced
 once each (``x`` by torch's own layer norm statistics, or its mean square;
-``v`` by a dot product) into the per-token factor ``c`` by four in-place
-steps, and ``c`` is applied to the norm's own output in one ``lerp``
+``v`` by a dot product) into the per-token factor ``c`` by one ``addcmul``
+and one in-place ``rsqrt``, and ``c`` is applied to the norm's own output in one ``lerp``
 (``β + c (out − β)``).
 """
 
@@ -48,22 +48,36 @@ def _factor(v, x, p: float, centred: bool, eps: float):
     ``rstd²``, ``rstd = (σ² + ε)^(-1/2)`` as torch's own layer norm
     computes it (``native_layer_norm``'s third output: one pass, several
     times faster than a separate ``var`` at small d); for RMSNorm ``s =
-    Σ_k x_k² / d`` (a dot product). Then one dot product of ``v`` and four
-    in-place steps on the per-token column."""
+    Σ_k x_k² / d`` (a dot product). Then one dot product of ``v``, one
+    ``addcmul`` (``1 + (p/(q d))·n·t``) and one in-place ``rsqrt``."""
     import torch
 
-    dt = _stats_dtype(x)
-    if x.dtype != dt:
-        x = x.to(dt)
-    if v.dtype != dt:
-        v = v.to(dt)
+    if x.dtype.itemsize < 4 or v.dtype.itemsize < 4:  # half precision: statistics in float32
+        dt = _stats_dtype(x)
+        x, v = x.to(dt), v.to(dt)
+    elif v.dtype != x.dtype:
+        v = v.to(x.dtype)
     d = x.shape[-1]
     if centred:
         t = torch.native_layer_norm(x, (d,), None, None, eps)[2].square_()
     else:
         t = torch.linalg.vecdot(x, x).unsqueeze(-1).div_(d).add_(eps).reciprocal_()
     n = torch.linalg.vecdot(v, v).unsqueeze(-1)
-    return n.mul_(t).mul_(p / ((1.0 - p) * d)).add_(1.0).rsqrt_()
+    return torch.addcmul(_one(x.dtype), n, t, value=p / ((1.0 - p) * d)).rsqrt_()
+
+
+_ONES: dict = {}
+
+
+def _one(dt):
+    """A cached scalar ``1`` of dtype ``dt`` (``addcmul``'s base: one
+    kernel for ``1 + k·n·t`` instead of three in-place steps)."""
+    import torch
+
+    one = _ONES.get(dt)
+    if one is None:
+        one = _ONES[dt] = torch.ones((), dtype=dt)
+    return one
 
 
 def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParams", like):
@@ -146,7 +160,8 @@ class _NormParams:
     def _live(self, attr: str):
         import torch
 
-        t = getattr(self.module, attr, None)
+        # the parameter as the module holds it now (its _parameters first: no __getattr__ walk)
+        t = self.module._parameters.get(attr) if attr in self.module._parameters else getattr(self.module, attr, None)
         return t if isinstance(t, torch.Tensor) else None
 
     def gamma(self):

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import correct_forms as _forms
+from . import correct_tapes as _tapes
 
 
 class _Slot:
@@ -43,11 +44,15 @@ class _Slot:
         self.name = name
         self.v = None
 
-    def take(self, site, z):
+    def take(self, site, z, steps=()):
+        """``v`` for the norm input ``z`` of ``site``, through the site's
+        ``steps`` (:mod:`dropmc.correct_tapes`)."""
         v = self.v
         if v is None:
             raise RuntimeError(f"dropmc.correct: site {site!r}: the norm ran without its dropout "
                                "having run first in this forward (is the site right?)")
+        if steps:
+            v = _tapes.replay(steps, v)
         if v.shape != z.shape:
             raise RuntimeError(f"dropmc.correct: site {site!r}: the dropout's input {tuple(v.shape)} "
                                f"and the norm's input {tuple(z.shape)} differ in shape")
@@ -205,13 +210,15 @@ class _LayerNormSite:
     norm's input ``x`` and the dropout's input ``v``; a compound site's LN1
     keeps its pieces in ``state``."""
 
+    steps: tuple = ()  # the site's steps from the dropout to the norm (set by correct)
+
     def __init__(self, site, slot: _Slot, p: float, params, order: int = 1,
                  state: Optional[_CompoundState] = None) -> None:
         self.site, self.slot, self.p, self.params, self.order, self.state = site, slot, p, params, order, state
 
     def __call__(self, module, args, out):
         x = args[0]
-        v = self.slot.take(self.site, x)
+        v = self.slot.take(self.site, x, self.steps)
         eps = self.params.eps(x)
         if self.order == 2:
             return _forms._second_order(v, x, self.p, True, eps, self.params, out)
@@ -224,12 +231,14 @@ class _LayerNormSite:
 class _RmsNormSite:
     """An RMSNorm call's correction: ``c · RMSNorm(x)`` (no β)."""
 
+    steps: tuple = ()
+
     def __init__(self, site, slot: _Slot, p: float, params, order: int = 1) -> None:
         self.site, self.slot, self.p, self.params, self.order = site, slot, p, params, order
 
     def __call__(self, module, args, out):
         x = args[0]
-        v = self.slot.take(self.site, x)
+        v = self.slot.take(self.site, x, self.steps)
         eps = self.params.eps(x)
         if self.order == 2:
             return _forms._second_order(v, x, self.p, False, eps, self.params, out)

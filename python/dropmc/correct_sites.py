@@ -6,8 +6,10 @@ forward: every clean site by call name (``module#k``, a functional
 ``F.dropout`` call ``owner:dropout#k``), each norm a dropout call feeds its
 own site; refused with the reason: entangled sites (a bypass that depends
 on the same mask), ``p = 1`` (the dropout zeroes its input: ``q = 0`` and no
-factor), a site whose mask is not elementwise and not per token; ``p = 0``
-skipped. Without inputs: module-named sites, or (``sites=None``) only the
+factor), a mask product whose mask is shared over groups of channels or
+whose value no module takes as its input (:mod:`dropmc.correct_masks`), a
+path to the norm that cannot be replayed on ``v``
+(:mod:`dropmc.correct_tapes`); ``p = 0`` skipped. Without inputs: module-named sites, or (``sites=None``) only the
 dropout→BatchNorm pairs of the ``torch.fx`` graph — a LayerNorm/RMSNorm
 site needs the forward.
 
@@ -95,10 +97,17 @@ class _Plan:
         self.refused: Dict[str, str] = dict(refused or {})
         self.skipped: Dict[str, str] = dict(skipped or {})
         self.call = None  # (args, kwargs) of the example forward, when given
+        self.masks: Dict = {}  # mask-product dropout call -> its MaskInfo (dropmc.correct_masks)
+        self.tapes: Dict = {}  # site -> steps from the dropout to the norm (dropmc.correct_tapes)
 
     def dropout_owner(self, call: str) -> str:
-        """The module a dropout call hooks: the ``nn.Dropout`` itself, or a
-        functional call's owner (``""``: the model)."""
+        """The module a dropout call hooks: the ``nn.Dropout`` itself, a
+        functional call's owner (``""``: the model), or a mask product's
+        value owner (:func:`dropmc.correct_masks.value_owner`)."""
+        if call in self.masks:
+            from .correct_masks import value_owner
+
+            return value_owner(self.found, call)
         if self.found is not None and call in self.found.call_modules:
             return self.found.module_of(call)
         return _module_name(call)
@@ -106,7 +115,7 @@ class _Plan:
     def is_functional(self, call: str) -> bool:
         """Whether a dropout call is a functional ``F.dropout`` call
         (``owner:dropout#k``) rather than an ``nn.Dropout`` module's."""
-        return self.found is not None and call in self.found.dropouts \
+        return self.found is not None and call in self.found.dropouts and call not in self.masks \
             and _module_name(call) not in self.found.dropout_modules
 
 
@@ -121,23 +130,20 @@ def _p_reason(p: float):
     return None
 
 
-def _refusal(site):
-    """Why discovery's ``site`` is refused (None: it is corrected)."""
+def _refusal(site, found=None):
+    """Why discovery's ``site`` is refused (None: it is corrected; a mask
+    product pending :func:`dropmc.correct_masks.check_owners`)."""
+    from .correct_masks import mask_refusal
+
     if site.form == "entangled":
         return f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
-    if "rand_mask" in site.dropout.split(":")[-1]:
-        return (f"{site.dropout!r} is a torch.rand mask multiplied in, not a dropout call: the value it "
-                "multiplies is not a call's input, which correct captures; correct refuses it (exclude the site)")
-    mask = getattr(site, "mask", None)  # discovery's MaskInfo of a mask product, else None
-    if mask is not None and mask.kind == "token":
-        return ("a token-level mask (one draw per token): its exact expectation q·norm(h + v/q) + "
-                "p·norm(h) is not applied by correct yet; exclude the site")
-    if mask is not None and mask.kind != "elementwise":
-        return (f"its dropout mask is shared over groups of the normalized channels ({mask.text}): "
-                "correct has no closed form for it; exclude the site")
-    if mask is not None:
-        return (f"a mask product ({mask.source}): the value the mask multiplies is not the dropout "
-                "call's input, which correct captures; correct does not apply it yet (exclude the site)")
+    if getattr(site, "mask", None) is not None and found is not None:  # a mask product (MaskInfo)
+        reason = mask_refusal(found, site)
+        if reason is not None:
+            return reason
+    elif "rand_mask" in site.dropout.split(":")[-1]:
+        return (f"{site.dropout!r} is a torch.rand mask multiplied in, read without its mask: correct "
+                "refuses it (exclude the site)")
     return _p_reason(site.p)
 
 
@@ -145,9 +151,11 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
     """``chosen`` (discovery ``Site``\\ s) into what ``correct`` corrects
     and what it refuses or skips, with the reason. ``named``: the user
     named these sites, so a refusal is a ValueError, not a note."""
-    kept, refused, skipped = [], {}, {}
+    from .correct_tapes import light_tape
+
+    kept, refused, skipped, masks, tapes = [], {}, {}, {}, {}
     for site in chosen:
-        reason = _refusal(site)
+        reason = _refusal(site, found)
         if reason is not None:
             if named:
                 raise ValueError(f"site {site.name!r}: {reason}")
@@ -155,8 +163,20 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
         elif site.p == 0:
             skipped[site.name] = "no dropout at this rate (p = 0)"
         else:
+            steps, why = light_tape(getattr(site, "tape", ()))
+            if why is not None:
+                if named:
+                    raise ValueError(f"site {site.name!r}: {why}")
+                refused[site.name] = f"{why}; correct refuses it (exclude the site)"
+                continue
             kept.append(site.as_tuple())
-    return _Plan(kept, found, refused, skipped)
+            if steps:
+                tapes[site.as_tuple()] = steps
+            if getattr(site, "mask", None) is not None:
+                masks[site.dropout] = site.mask
+    plan = _Plan(kept, found, refused, skipped)
+    plan.masks, plan.tapes = masks, tapes
+    return plan
 
 
 def _check_finite(args, kw) -> None:

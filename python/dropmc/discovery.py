@@ -72,6 +72,8 @@ class Site:
     norm2: Optional[str] = None
     reason: str = ""
     mask: Optional[MaskInfo] = None
+    # identity-per-token steps to the norm, the traced input left out (None): dropmc.correct_tapes
+    tape: tuple = field(default=(), compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -237,7 +239,7 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
             if all(isinstance(modules[n], nn.LayerNorm) for n in (norm_module[first], name)):
                 compound_first[first] = call
     for call, name, origin, _, _ in calls:
-        for d, form, _, other in site_terms(origin):
+        for d, form, tape, other in site_terms(origin):
             if not is_site_dropout(d):
                 continue
             p = trace.dropout_p[d]
@@ -249,7 +251,8 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
             elif form == "plain" and call in compound_first and mask is None:
                 out.append(Site(d, call, "compound", p, norm2=compound_first[call]))
             else:
-                out.append(Site(d, call, form, p, mask=mask))
+                out.append(Site(d, call, form, p, mask=mask, tape=tuple(
+                    (f, tuple(None if i == k else a for i, a in enumerate(args)), kw, k) for f, args, kw, k in tape)))
     return out
 
 

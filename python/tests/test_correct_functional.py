@@ -39,6 +39,7 @@ import dropmc.correct as C  # noqa: E402
 import dropmc.correct_forms as CF  # noqa: E402
 import dropmc.correct_hooks as CH  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
+from correct_checks import one_site_gap  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -171,16 +172,8 @@ def _gap(audit, i, out):
 
 
 def _one_site_gaps(model, x, audit):
-    rows = []
-    for i, s in enumerate(audit.sites):
-        site = tuple(s["name"].split("->"))
-        dt.correct(model, x, sites=[site])
-        try:
-            out = C.norm_outputs(model, x, [site[-1]])[site[-1]]
-        finally:
-            dt.uncorrect(model)
-        rows.append((site, s["uncorrected"]["rms"], s["first_order"]["upper"], _gap(audit, i, out)))
-    return rows
+    return [(tuple(s["name"].split("->")), s["uncorrected"]["rms"], s["first_order"]["upper"],
+             {"rms": one_site_gap(model, x, audit, i)}) for i, s in enumerate(audit.sites)]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
