@@ -26,26 +26,20 @@ value owner's identity check).
 """
 
 import math
-from statistics import NormalDist
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-import dropmc  # noqa: E402
 import dropmc.correct as C  # noqa: E402
 import dropmc.correct_masks as CM  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import build_swin  # noqa: E402
+from mc_checks import bonferroni_z  # noqa: E402
 
 torch.set_num_threads(1)
 RUNS = 4000  # copies of the image in the Monte Carlo batch (one drop-path draw each)
-
-
-def bonferroni_z(k: int) -> float:
-    alpha = 2 * NormalDist().cdf(-dropmc.critical_z())
-    return NormalDist().inv_cdf(1 - alpha / (2 * k))
 
 
 def _site(i, j):
