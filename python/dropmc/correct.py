@@ -350,21 +350,29 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         raise ValueError("the model is already corrected: dropmc.torch.uncorrect(model) first")
     if sites is None and _is_site_list(inputs):  # correct(model, sites): the signature before inputs
         inputs, sites = None, inputs
-    plan = _plan(model, inputs, sites, norms, kwargs)
+    from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
+    linear = linear_plan(model, inputs, sites, order, exclude, kwargs)
+    try:
+        plan = _plan(model, inputs, sites, norms, kwargs)
+    except ValueError:
+        if linear is None or not linear.sites:
+            raise
+        plan = None
     if not inplace:
         model = _copy.deepcopy(model)
     modules = dict(model.named_modules())
-    kept = _check_sites(modules, plan, exclude)
+    kept = _check_sites(modules, plan, exclude) if plan is not None else []
     if order == 2 and any(len(s) == 3 for s in kept):
         raise ValueError(f"order=2: a compound site {[s for s in kept if len(s) == 3][0]!r} has no "
                          "second-order closed form (src/formulas/second_order.rs covers LN, RMSNorm "
                          "and the bypass): exclude it or use order=1")
-    if not kept:
+    if not kept and not (linear and linear.sites):
         why = "; ".join(f"{k}: {v}" for k, v in {**plan.refused, **plan.skipped}.items())
         raise ValueError("no site to correct" + (f" ({why})" if why else " (every site excluded)"))
     correction = Correction()
-    correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
-    build = _Builder(plan, modules)
+    if plan is not None:
+        correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
+    build = _Builder(plan, modules) if plan is not None else None
     try:
         for site in kept:
             p = _p_of(plan, modules, site[0])
@@ -377,8 +385,11 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
                 build.norm(nname, call, hook)
             _module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
-        build.install(correction, model)
-        _rehearse(model, plan)
+        if build is not None:
+            build.install(correction, model)
+            _rehearse(model, plan)
+        if linear is not None:
+            linear.install(correction, model)
     except BaseException:
         correction.undo()
         raise
