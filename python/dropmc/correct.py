@@ -82,6 +82,7 @@ class Correction:
         self.unfolded: Dict[str, List[str]] = {}
         self.refused: Dict[str, str] = {}
         self.skipped: Dict[str, str] = {}
+        self.linear_sites: List[Tuple[str, str]] = []  # linear-path sites (correct_linear.py)
         self._handles: list = []
         self._attributes: list = []  # (module, name, original value)
         self._buffers: list = []  # (buffer tensor, original copy)

@@ -180,7 +180,7 @@ class LinearPlan:
 
     def install(self, correction, model) -> None:
         """Installs the hooks (their handles into ``correction``), adds the
-        sites to ``correction.sites`` (``(dropout, norm)``) and the refused
+        sites to ``correction.linear_sites`` (``(dropout, norm)``) and the refused
         ones to ``correction.refused``, then runs one eval forward on the
         example inputs (a site that cannot be corrected live is a
         ValueError now, not at the user's first forward)."""
@@ -202,7 +202,7 @@ class LinearPlan:
                 correction._handles.append(modules[s["dropout"]].register_forward_pre_hook(keep))
                 hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer)
             correction._handles.append(norm.register_forward_hook(hook))
-            correction.sites.append((s["dropout"], s["norm_call"]))
+            correction.linear_sites.append((s["dropout"], s["norm_call"]))
         if not self.sites:
             return
         args, kw = self.call

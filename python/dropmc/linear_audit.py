@@ -23,10 +23,12 @@ __all__ = ["add_linear_sites", "wanted"]
 
 
 def wanted(found) -> bool:
-    """Whether the forward has a call the family may reach: a dropout path
-    stopped by a linear layer, or an eager attention dropout whose output
-    meets the values in a ``matmul``."""
-    return any(x.stop.startswith("linear") for x in found.paths) or any(
+    """Whether the forward has a call the family may reach: a dropout call
+    with ``p > 0`` and no site of its own (its path may pass a linear
+    layer; discovery does not follow every such path: T5's inner
+    feed-forward dropout has none), or an eager attention dropout."""
+    with_site = {s.dropout for s in found.sites}
+    return any(p > 0 and call not in with_site for call, p in found.dropouts.items()) or any(
         a.kind == "eager" and a.p > 0 for a in found.attention)
 
 

@@ -31,6 +31,12 @@ from . import _dropmc
 __all__ = ["LinearPathSite", "find_linear_paths", "audit_linear", "first_order_torch"]
 
 
+#: Relative agreement of the captured path's eval forward with the norm's
+#: input: float32 rounding over the path is ~1e-7 per term, relative to the
+#: sum of absolute terms; a moved token or a missed op is O(1) off.
+REPRODUCE_TOLERANCE = 1e-4
+
+
 class LinearPathSite(dict):
     """One found path: ``name``, ``kind`` ('linear' or 'attention'), ``p``,
     ``u`` (tokens × m; an attention site has ``shape`` ``(B, H, L, S, J)``,
@@ -265,7 +271,7 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     )
     if matmul is None:
         site.update(kind="linear", u=_as_rows(drop["x"], m))
-        return site
+        return site if _reproduces(site, _as_rows(y, d)) else None
     probs, values = drop["x"], matmul["v"]
     if probs.dim() != 4 or values.dim() != 4:
         return None
@@ -276,7 +282,24 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     flat = lambda t: t.detach().to("cpu").double().contiguous().reshape(-1).numpy()  # noqa: E731
     site.update(kind="attention", shape=(batch, heads, queries, keys, dh),
                 probs=flat(probs), values=flat(values))
-    return site
+    return site if _reproduces(site, _as_rows(y, d)) else None
+
+
+def _reproduces(site, y) -> bool:
+    """Whether the captured path's eval forward gives the norm's input
+    ``y`` (tokens × d) row for row, to rounding: an op the tracer passed as
+    the identity but that moved tokens (a window transpose) or changed
+    values leaves no site rather than a wrong one."""
+    if site["kind"] == "linear":
+        x = site["u"]
+    else:
+        b, h, l, s, j = site["shape"]
+        a = site["probs"].reshape(b, h, l, s)
+        v = site["values"].reshape(b, h, s, j)
+        x = _np.einsum("bhls,bhsj->blhj", a, v).reshape(b * l, h * j)
+    mean = x @ site["w"].T + site["b"] + site["h"]
+    scale = _np.abs(x) @ _np.abs(site["w"]).T + _np.abs(site["b"]) + _np.abs(site["h"])
+    return bool(_np.all(_np.abs(mean - y) <= REPRODUCE_TOLERANCE * (scale + _np.finfo(float).tiny)))
 
 
 def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1,
