@@ -306,7 +306,7 @@ def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int) -> 
 
 
 def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence[Any] = (),
-            inplace: bool = True, norms=None, **kwargs):
+            inplace: bool = True, norms=None, linear=None, **kwargs):
     """Corrects ``model``'s dropout→norm sites so that in eval mode each
     norm outputs the first-order estimate of its train-mode expectation;
     BatchNorm sites ``(dropout, batchnorm)`` get their running variance
@@ -338,7 +338,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     estimates of src/formulas/second_order.rs at LayerNorm and RMSNorm
     sites (plain or bypass) instead. Training mode is unchanged. Returns
     the model (a deep copy when ``inplace=False``); :func:`uncorrect` undoes
-    it. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
+    it. ``linear``: the linear-path sites (:mod:`dropmc.correct_linear`):
+    None corrects them when the model has no other site, True always (with
+    example inputs), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
     at order 2, a model already corrected, and a model with nothing to
     correct."""
     import torch.nn as nn
@@ -351,14 +353,17 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         raise ValueError("the model is already corrected: dropmc.torch.uncorrect(model) first")
     if sites is None and _is_site_list(inputs):  # correct(model, sites): the signature before inputs
         inputs, sites = None, inputs
-    from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
-    linear = linear_plan(model, inputs, sites, order, exclude, kwargs)
+    if linear is not None and not isinstance(linear, bool):
+        raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
     try:
-        plan = _plan(model, inputs, sites, norms, kwargs)
-    except ValueError:
-        if linear is None or not linear.sites:
-            raise
-        plan = None
+        plan, error = _plan(model, inputs, sites, norms, kwargs), None
+    except ValueError as e:
+        plan, error = None, e
+    from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
+    wanted = linear or (linear is None and plan is None)
+    linear = linear_plan(model, inputs, sites, order, exclude, kwargs) if wanted else None
+    if plan is None and (linear is None or not linear.sites):
+        raise error
     if not inplace:
         model = _copy.deepcopy(model)
     modules = dict(model.named_modules())

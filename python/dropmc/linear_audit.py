@@ -6,8 +6,10 @@ norm through ``o_proj`` (docs/linear-path.md).
 :func:`add_linear_sites` runs :func:`dropmc.linear_path.audit_linear` (one
 more eval forward under the linear-path tracer, then the Rust audit of each
 captured path: the truth from ``samples`` masks per token sampled through
-the path, the eval and first-order outputs) and appends one row per site
-to the :class:`~dropmc.audit_report.Audit`: the same keys as the engine's
+the path, the eval and first-order outputs) and gives the
+:class:`~dropmc.audit_report.Audit` one row per site in
+``audit.linear_sites`` (their truths, tokens × d, and SEs in
+``audit.linear_truths``) and in its table: the same keys as the engine's
 rows (``uncorrected``/``first_order`` gaps from the same noise-corrected
 estimator, ``second_order`` None: the family has no second-order closed
 form), ``form`` ``'linear'`` or ``'attention path'``. Chains the tracer
@@ -81,10 +83,9 @@ def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: i
     if not sites:
         return []
     rows = [_row(s, samples) for s in sites]
-    audit.sites.extend(rows)
-    audit._truths.extend((s["truth"].reshape(-1), s["truth_se"].reshape(-1)) for s in sites)
+    audit.linear_sites = rows
+    audit.linear_truths = [(s["truth"], s["truth_se"]) for s in sites]
     audit._table = audit._table + table(rows)
-    audit.linear_sites = sites
     return [r["dropout"] for r in rows]
 
 

@@ -70,7 +70,7 @@ class Twice(nn.Module):
 def test_a_dropout_module_called_twice_is_refused_with_the_reason():
     torch.manual_seed(0)
     model = Twice().double().eval()
-    dropmc.torch.correct(model, torch.randn(4, 16, dtype=torch.float64))
+    dropmc.torch.correct(model, torch.randn(4, 16, dtype=torch.float64), linear=True)
     c = model._dropmc_correction
     assert ("drop#1", "ln2") in c.sites and c.linear_sites == [], (c.sites, c.linear_sites)
     assert "more than once" in c.refused["drop->ln"], c.refused

@@ -75,10 +75,10 @@ def test_wav2vec2_layerdrop_gives_the_same_sites_under_every_rng_state():
         assert {(s.dropout, s.norm): s.form for s in found.sites} == truth, seed
         assert sum(w == "a one-draw decision (stochastic depth)" for _, _, w in found.draws) == 12
     audit = A.audit_torch(model, {"input_values": x}, samples=1024, attention_samples=256)
-    assert len([s for s in audit.sites if s["form"] != "linear"]) == 24
+    assert len(audit.sites) == 24
     assert "LayerDrop / drop-path keep every layer" in str(audit)
     # the feed-forward's inner dropout reaches final_layer_norm through output_dense: a linear-path row
-    inner = [s for s in audit.sites if s["form"] == "linear"]
+    inner = audit.linear_sites
     assert len(inner) == 12 and all(s["dropout"].endswith("intermediate_dropout") for s in inner)
     assert not [o for o in audit.other_sites if o["name"].endswith("intermediate_dropout")]
 
@@ -118,8 +118,7 @@ def test_swin_windows_and_rolls_are_identity_per_token():
     want[(b.format(1, 1) + "dropout#1", "layernorm")] = "bypass"
     assert {(s.dropout, s.norm): s.form for s in found.sites} == want
     audit = A.audit_torch(model, {"pixel_values": x}, samples=1024, attention_samples=256)
-    plain = [s for s in audit.sites if s["form"] != "linear"]  # the MLPs' linear paths are rows too
-    assert len(plain) == 8 and audit.coverage["reasons"] == {"through cat": 1}  # the entangled row
+    assert len(audit.sites) == 8 and audit.coverage["reasons"] == {"through cat": 1}  # the entangled row
     assert sum(o["form"] == "entangled" for o in audit.other_sites) == 1  # is a site of an audited call
     (cat,) = [o for o in audit.other_sites if o["form"] == "call"]
     assert cat["name"] == b.format(0, 1) + "dropout#1" and "downsample.norm" in cat["reason"]

@@ -64,7 +64,7 @@ def toy_audit():
 
 def test_the_toy_site_is_an_audited_row_and_counts_as_audited(toy_audit):
     _, _, audit = toy_audit
-    [row] = [s for s in audit.sites if s["form"] == "linear"]
+    [row] = audit.linear_sites
     assert row["name"] == "drop->ln" and row["d"] == D and row["tokens"] == TOKENS
     assert audit.coverage["audited"] == audit.coverage["calls"] == 1, audit.coverage
     assert "drop->ln" in str(audit) and "linear-path site" in str(audit)
@@ -73,8 +73,7 @@ def test_the_toy_site_is_an_audited_row_and_counts_as_audited(toy_audit):
 
 def test_the_toy_truth_agrees_with_its_own_monte_carlo(toy_audit):
     model, x, audit = toy_audit
-    i = next(k for k, s in enumerate(audit.sites) if s["form"] == "linear")
-    truth, se = audit.truth(i)
+    [(truth, se)] = audit.linear_truths
     mc, mc_se = _toy_mc(model, x)
     z = np.abs(truth - mc) / np.sqrt(se ** 2 + mc_se ** 2)
     print(f"toy truth vs its Monte Carlo: max |z| {z.max():.2f} over {z.size}")
@@ -83,7 +82,7 @@ def test_the_toy_truth_agrees_with_its_own_monte_carlo(toy_audit):
 
 def test_the_first_order_removes_two_thirds_of_the_eval_gap(toy_audit):
     _, _, audit = toy_audit
-    [row] = [s for s in audit.sites if s["form"] == "linear"]
+    [row] = audit.linear_sites
     ev, first = row["uncorrected"], row["first_order"]
     print(f"gap eval {ev['rms']:.3e} ± {ev['rms_se']:.1e}, gap 1st {first['rms']:.3e} "
           f"(upper {first['upper']:.3e}), factor {row['factor']:.1f}")
@@ -97,13 +96,13 @@ def test_every_mistral_layer_has_its_attention_path_row():
 
     model, ids = _mistral()
     audit = dropmc.torch.audit(model, ids)
-    rows = {s["name"]: s for s in audit.sites if s["form"] == "attention path"}
+    rows = {s["name"]: s for s in audit.linear_sites}
     names = [f"layers.{i}.self_attn:dropout->layers.{i}.post_attention_layernorm" for i in (0, 1)]
     assert sorted(rows) == names, sorted(rows)
     for i, name in enumerate(names):
         r = rows[name]
         assert r["tokens"] == L and r["d"] == 32 and r["norm"] == "RMSNorm"
         assert np.isfinite(r["uncorrected"]["upper"]) and np.isfinite(r["first_order"]["upper"])
-        k = audit.sites.index(r)
-        assert np.isfinite(audit.truth(k)[0]).all() and audit.truth(k)[0].shape == (L, 32)
+        truth = audit.linear_truths[audit.linear_sites.index(r)][0]
+        assert np.isfinite(truth).all() and truth.shape == (L, 32)
     assert audit.coverage["audited"] == audit.coverage["calls"] == 2

@@ -65,12 +65,12 @@ def _site_mc(model, ids):
 def test_the_feed_forward_site_has_numbers_and_agrees_with_the_models_monte_carlo():
     model, ids = _t5()
     audit = dropmc.torch.audit(model, {"input_ids": ids, "decoder_input_ids": ids[:, :3]}, samples=1 << 15)
-    names = [s["name"] for s in audit.sites if s["form"] == "linear"]
+    names = [s["name"] for s in audit.linear_sites]
     assert SITE in names, names
-    k = [s["name"] for s in audit.sites].index(SITE)
-    truth, se = audit.truth(k)
+    k = names.index(SITE)
+    truth, se = audit.linear_truths[k]
     mc, mc_se = _site_mc(model, ids)
     z = np.abs(truth - mc) / np.sqrt(se ** 2 + mc_se ** 2)
-    print(f"T5 FF site: max |z| {z.max():.2f} over {z.size}; gap eval {audit.sites[k]['uncorrected']['rms']:.2e}, "
-          f"1st {audit.sites[k]['first_order']['rms']:.2e}")
+    print(f"T5 FF site: max |z| {z.max():.2f} over {z.size}; gap eval {audit.linear_sites[k]['uncorrected']['rms']:.2e}, "
+          f"1st {audit.linear_sites[k]['first_order']['rms']:.2e}")
     assert z.max() < dropmc.critical_z(), z.max()
