@@ -85,7 +85,7 @@ def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: i
     rows = [_row(s, samples) for s in sites]
     audit.linear_sites = rows
     audit.linear_truths = [(s["truth"], s["truth_se"]) for s in sites]
-    audit._table = audit._table + table(rows)
+    audit.linear_table = table(rows)
     return [r["dropout"] for r in rows]
 
 
