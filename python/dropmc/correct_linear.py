@@ -194,8 +194,8 @@ class LinearPlan:
             if s["kind"] == "attention":
                 owner = modules[s["dropout"].rsplit(":", 1)[0]]
                 keep = _AttentionKeep()
-                correction._handles += [owner.register_forward_pre_hook(keep.enter),
-                                        owner.register_forward_hook(keep.leave)]
+                correction._handles += [owner.register_forward_pre_hook(keep.enter),  # leave even on an error:
+                                        owner.register_forward_hook(keep.leave, always_call=True)]
                 hook = _AttentionNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer)
             else:
                 keep = _Keep()

@@ -106,3 +106,20 @@ def test_every_mistral_layer_has_its_attention_path_row():
         truth = audit.linear_truths[audit.linear_sites.index(r)][0]
         assert np.isfinite(truth).all() and truth.shape == (L, 32)
     assert audit.coverage["audited"] == audit.coverage["calls"] == 2
+
+
+def test_a_window_transpose_leaves_no_site_rather_than_a_wrong_one():
+    # Swin's window partition/reverse transposes tokens between the value
+    # product and the residual add: the captured path does not reproduce the
+    # norm's input row for row, so no attention-path site may be made.
+    transformers = pytest.importorskip("transformers")
+    from dropmc.linear_path import find_linear_paths
+
+    torch.manual_seed(0)
+    c = transformers.SwinConfig(image_size=16, patch_size=2, embed_dim=24, depths=[2, 2], num_heads=[2, 2],
+                                window_size=2, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                                drop_path_rate=0.0)
+    c._attn_implementation = "eager"
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    sites = find_linear_paths(transformers.SwinModel(c), (), {"pixel_values": x})
+    assert [s["name"] for s in sites if s["kind"] == "attention"] == []
