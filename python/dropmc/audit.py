@@ -235,7 +235,9 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         attention_caps += capture_attention_sites(model, args, mha, kw)
     audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
                            attention_samples=attention_samples)
-    rows, counts = coverage(found, [s.dropout for s in clean], other, sites is not None,
+    from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
+    linear = add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed) if sites is None else []
+    rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
                             [c["name"] for c in attention_caps], unreadable, attention)
     for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order
         if site.mask is not None:

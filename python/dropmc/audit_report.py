@@ -51,6 +51,11 @@ class Audit:
         #: Random draws discovery held at their likely side (LayerDrop,
         #: drop-path, rand masks): ``(draw, p, what)``.
         self.draws: List[tuple] = []
+        #: Linear-path sites (:mod:`dropmc.linear_audit`): their rows, their
+        #: truths ``(tokens × d, SE)`` and their table under the engine's.
+        self.linear_sites: List[dict] = []
+        self.linear_truths: list = []
+        self.linear_table = ""
 
     def _other_table(self) -> str:
         if not self.other_sites:
@@ -84,7 +89,7 @@ class Audit:
     def __str__(self) -> str:
         names = [s["name"] for s in self.sites] + [s["name"] for s in self.attention_sites]
         parts = (self._head_lines(), self._token_line(), collapse_warnings(self._table, names),
-                 collapse_warnings(self._attention_table, names), self._other_table())
+                 self.linear_table, collapse_warnings(self._attention_table, names), self._other_table())
         return "\n".join(t for t in parts if t)
 
     def engine_text(self) -> str:

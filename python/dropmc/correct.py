@@ -87,6 +87,7 @@ class Correction:
         self.unfolded: Dict[str, List[str]] = {}
         self.refused: Dict[str, str] = {}
         self.skipped: Dict[str, str] = {}
+        self.linear_sites: List[Tuple[str, str]] = []  # linear-path sites (correct_linear.py)
         self._handles: list = []
         self._attributes: list = []  # (module, name, original value)
         self._buffers: list = []  # (buffer tensor, original copy)
@@ -327,7 +328,7 @@ def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int, mas
 
 
 def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence[Any] = (),
-            inplace: bool = True, norms=None, **kwargs):
+            inplace: bool = True, norms=None, linear=None, **kwargs):
     """Corrects ``model``'s dropout→norm sites so that in eval mode each
     norm outputs the first-order estimate of its train-mode expectation;
     BatchNorm sites ``(dropout, batchnorm)`` get their running variance
@@ -359,7 +360,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     estimates of src/formulas/second_order.rs at LayerNorm and RMSNorm
     sites (plain or bypass) instead. Training mode is unchanged. Returns
     the model (a deep copy when ``inplace=False``); :func:`uncorrect` undoes
-    it. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
+    it. ``linear``: the linear-path sites (:mod:`dropmc.correct_linear`):
+    None corrects them when the model has no other site, True always (with
+    example inputs), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
     at order 2, a model already corrected, and a model with nothing to
     correct."""
     import torch.nn as nn
@@ -372,21 +375,32 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         raise ValueError("the model is already corrected: dropmc.torch.uncorrect(model) first")
     if sites is None and _is_site_list(inputs):  # correct(model, sites): the signature before inputs
         inputs, sites = None, inputs
-    plan = _plan(model, inputs, sites, norms, kwargs)
+    if linear is not None and not isinstance(linear, bool):
+        raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
+    try:
+        plan, error = _plan(model, inputs, sites, norms, kwargs), None
+    except ValueError as e:
+        plan, error = None, e
+    from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
+    wanted = linear or (linear is None and plan is None)
+    linear = linear_plan(model, inputs, sites, order, exclude, kwargs) if wanted else None
+    if plan is None and (linear is None or not linear.sites):
+        raise error
     if not inplace:
         model = _copy.deepcopy(model)
     modules = dict(model.named_modules())
-    kept = refuse_unchecked(plan, modules, model, _check_sites(modules, plan, exclude))
+    kept = refuse_unchecked(plan, modules, model, _check_sites(modules, plan, exclude)) if plan is not None else []
     if order == 2 and any(len(s) == 3 for s in kept):
         raise ValueError(f"order=2: a compound site {[s for s in kept if len(s) == 3][0]!r} has no "
                          "second-order closed form (src/formulas/second_order.rs covers LN, RMSNorm "
                          "and the bypass): exclude it or use order=1")
-    if not kept:
+    if not kept and not (linear and linear.sites):
         why = "; ".join(f"{k}: {v}" for k, v in {**plan.refused, **plan.skipped}.items())
         raise ValueError("no site to correct" + (f" ({why})" if why else " (every site excluded)"))
     correction = Correction()
-    correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
-    build = _Builder(plan, modules)
+    if plan is not None:
+        correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
+    build = _Builder(plan, modules) if plan is not None else None
     try:
         for site in kept:
             p = _p_of(plan, modules, site[0])
@@ -402,13 +416,17 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
                 build.norm(nname, call, hook)
             _module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
-        build.install(correction, model)
-        _rehearse(model, plan)
+        if build is not None:
+            build.install(correction, model)
+            _rehearse(model, plan)
+        if linear is not None:
+            linear.install(correction, model)
     except BaseException:
         correction.undo()
         raise
     object.__setattr__(model, _ATTRIBUTE, correction)
     return model
+
 
 def uncorrect(model):
     """Undoes :func:`correct` on ``model``: removes its hooks, restores the

@@ -21,6 +21,7 @@ take its sites.
 
 from __future__ import annotations
 
+import json as _json
 from typing import Any, Dict, List, Optional
 
 import numpy as _np
@@ -28,6 +29,12 @@ import numpy as _np
 from . import _dropmc
 
 __all__ = ["LinearPathSite", "find_linear_paths", "audit_linear", "first_order_torch"]
+
+
+#: Relative agreement of the captured path's eval forward with the norm's
+#: input: float32 rounding over the path is ~1e-7 per term, relative to the
+#: sum of absolute terms; a moved token or a missed op is O(1) off.
+REPRODUCE_TOLERANCE = 1e-4
 
 
 class LinearPathSite(dict):
@@ -61,6 +68,24 @@ def _tracer_class():
             self.producer: Dict[int, Dict[str, Any]] = {}
             self.attention_p: Optional[float] = None  # set while an attention module runs
             self.norm_inputs: List[Dict[str, Any]] = []
+            self.stack: List[tuple] = []  # (name, module) of the modules running
+            self.counts: Dict[str, int] = {}
+
+        def call_name(self, base: str) -> str:
+            """Discovery's name of a call (``base``, then ``base#k``)."""
+            k = self.counts.get(base, 0)
+            self.counts[base] = k + 1
+            return base if k == 0 else f"{base}#{k}"
+
+        def dropout_call(self) -> str:
+            """An ``nn.Dropout``'s call is its module's name; a functional
+            call is ``owner:dropout`` (discovery's names)."""
+            import torch.nn as nn
+
+            name, mod = self.stack[-1] if self.stack else ("", None)
+            if isinstance(mod, nn.modules.dropout._DropoutNd):
+                return self.call_name(name)
+            return self.call_name(f"{name}:dropout" if name else "dropout")
 
         def _node(self, out, **node):
             self.nodes.append(node)  # keeps the tensors alive: ids stay unique
@@ -75,7 +100,9 @@ def _tracer_class():
                 # An attention module passes p = 0 in eval: its own rate counts.
                 attention = self.attention_p is not None
                 p = self.attention_p if attention else float(p)
-                self._node(out, op="dropout", x=args[0], p=p, attention=attention)
+                # In eval a dropout returns its input itself: keep that tensor's producer.
+                self._node(out, op="dropout", x=args[0], p=p, attention=attention, call=self.dropout_call(),
+                           before=self.producer.get(id(out)) if out is args[0] else None)
             elif func in passes and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
                 self._node(out, op="pass", x=args[0])
             elif func in matmuls and len(args) == 2:
@@ -83,7 +110,7 @@ def _tracer_class():
             elif func is F.linear:
                 bias = kwargs.get("bias", args[2] if len(args) > 2 else None)
                 w = kwargs.get("weight", args[1] if len(args) > 1 else None)
-                self._node(out, op="linear", x=args[0], w=w, b=bias)
+                self._node(out, op="linear", x=args[0], w=w, b=bias, module=self.stack[-1][0] if self.stack else "")
             elif func in adds and len(args) == 2 and all(isinstance(a, torch.Tensor) for a in args):
                 self._node(out, op="add", a=args[0], b=args[1])
             elif func in norms:
@@ -93,18 +120,22 @@ def _tracer_class():
                     w, b, eps = get(2, "weight"), get(3, "bias"), get(4, "eps", 1e-5)
                 else:
                     w, b, eps = get(2, "weight"), None, get(3, "eps", None)
-                self._node(out, op="norm", kind=kind, x=args[0], w=w, b=b, eps=eps)
+                owner = self.stack[-1][0] if self.stack else "norm"
+                self._node(out, op="norm", kind=kind, x=args[0], w=w, b=b, eps=eps, name=self.call_name(owner))
             return out
 
     return Tracer
 
 
-def _producer(tracer, t):
+def _producer(tracer, t, through_dropouts=False):
     """The first recorded op behind ``t`` that is not a reshape, transpose,
-    ``contiguous`` or dtype cast."""
+    ``contiguous`` or dtype cast (nor, with ``through_dropouts``, a further
+    dropout: inactive in the site's Monte Carlo, where only the site's own
+    dropout draws masks, it is the identity)."""
     node = tracer.producer.get(id(t))
-    while node is not None and node["op"] == "pass":
-        node = tracer.producer.get(id(node["x"]))
+    while node is not None and (node["op"] == "pass" or (through_dropouts and node["op"] == "dropout")):
+        node = node["before"] if node["op"] == "dropout" and node["x"] is node["out"] else \
+            tracer.producer.get(id(node["x"]))
     return node
 
 
@@ -112,7 +143,7 @@ def _linear_from(tracer, t):
     """``(linear, dropout, matmul)`` behind ``t``: a ``Linear`` whose input a
     dropout produced (``matmul`` None), or one whose input is the value
     product of dropped attention probabilities."""
-    node = _producer(tracer, t)
+    node = _producer(tracer, t, through_dropouts=True)
     if node is None or node["op"] != "linear":
         return None
     inner = _producer(tracer, node["x"])
@@ -133,6 +164,11 @@ def _hooks(model, tracer):
     calling ``F.rms_norm``) records its input."""
     handles = []
     for name, mod in model.named_modules():
+        def push(m, a, name=name):
+            tracer.stack.append((name, m))
+        def pop(m, a, o):
+            tracer.stack.pop()
+        handles += [mod.register_forward_pre_hook(push), mod.register_forward_hook(pop)]
         rate = getattr(mod, "attention_dropout", None)
         if isinstance(rate, float) and rate > 0.0:
             def enter(m, a, rate=rate):
@@ -141,19 +177,33 @@ def _hooks(model, tracer):
                 tracer.attention_p = None
             handles += [mod.register_forward_pre_hook(enter), mod.register_forward_hook(leave)]
         eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
-        if type(mod).__name__.endswith("RMSNorm") and getattr(mod, "weight", None) is not None and eps:
+        if _rms_module(mod) and eps:
             def record(m, a, name=name, eps=eps):
                 tracer.norm_inputs.append(dict(op="norm", kind="rms", x=a[0], w=m.weight, b=None,
-                                               eps=float(eps), name=name))
+                                               eps=float(eps), name=tracer.call_name(name)))
             handles.append(mod.register_forward_pre_hook(record))
     return handles
+
+
+def _rms_module(mod) -> bool:
+    """An RMSNorm module that computes its norm itself (Mistral's
+    ``…RMSNorm``, T5's ``T5LayerNorm``: a ``weight``, no ``bias``, a
+    ``variance_epsilon``)."""
+    import torch.nn as nn
+
+    if getattr(mod, "weight", None) is None or isinstance(mod, nn.LayerNorm):
+        return False
+    if hasattr(nn, "RMSNorm") and isinstance(mod, nn.RMSNorm):
+        return False  # calls F.rms_norm: the tracer records it
+    named = type(mod).__name__.endswith("RMSNorm")
+    return named or (hasattr(mod, "variance_epsilon") and getattr(mod, "bias", None) is None)
 
 
 def _as_rows(t, width: int) -> _np.ndarray:
     return t.detach().to("cpu", copy=True).double().reshape(-1, width).numpy()
 
 
-def find_linear_paths(model, inputs) -> List[LinearPathSite]:
+def find_linear_paths(model, inputs, kwargs: Optional[dict] = None) -> List[LinearPathSite]:
     """Runs one eval forward of ``model(*inputs)`` (``inputs`` a tensor or a
     tuple) under the tracer and returns every ``Dropout → Linear → (+h) →
     norm`` and ``attention dropout → values → o_proj → (+h) → norm`` path
@@ -168,7 +218,7 @@ def find_linear_paths(model, inputs) -> List[LinearPathSite]:
     handles = _hooks(model, tracer)
     try:
         with torch.no_grad(), tracer:
-            model(*args)
+            model(*args, **(kwargs or {}))
     finally:
         for h in handles:
             h.remove()
@@ -176,7 +226,7 @@ def find_linear_paths(model, inputs) -> List[LinearPathSite]:
     norms = [n for n in tracer.nodes if n["op"] == "norm"] + tracer.norm_inputs
     sites: List[LinearPathSite] = []
     for k, node in enumerate(norms):
-        site = _capture(tracer, node, node.get("name", f"norm[{k}]"))
+        site = _capture(tracer, node, node.get("name") or f"norm[{k}]")
         if site is not None:
             sites.append(site)
     return sites
@@ -190,7 +240,7 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     y = node["x"]
     found, h = _linear_from(tracer, y), None
     if found is None:
-        add = _producer(tracer, y)
+        add = _producer(tracer, y, through_dropouts=True)
         if add is None or add["op"] != "add":
             return None
         for mine, other in ((add["a"], add["b"]), (add["b"], add["a"])):
@@ -201,6 +251,8 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
         else:
             return None
     lin, drop, matmul = found
+    base = lambda call: call.split("#")[0]  # noqa: E731
+    calls = (tracer.counts.get(base(drop["call"]), 1), tracer.counts.get(base(name), 1))
     w = lin["w"]
     d, m = w.shape
     if y.shape[-1] != d or node["w"] is None:
@@ -208,7 +260,8 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     eps = node["eps"] if node["eps"] is not None else torch.finfo(y.dtype).eps
     tokens = y.numel() // d
     site = LinearPathSite(
-        name=name, p=float(drop["p"]),
+        name=f"{drop['call']}->{name}", dropout=drop["call"], norm_call=name, linear=lin["module"],
+        calls=calls, p=float(drop["p"]),
         h=_as_rows(h, d) if h is not None else _np.zeros((tokens, d)),
         w=w.detach().double().cpu().numpy(),
         b=_np.zeros(d) if lin["b"] is None else lin["b"].detach().double().cpu().numpy(),
@@ -218,7 +271,7 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     )
     if matmul is None:
         site.update(kind="linear", u=_as_rows(drop["x"], m))
-        return site
+        return site if _reproduces(site, _as_rows(y, d)) else None
     probs, values = drop["x"], matmul["v"]
     if probs.dim() != 4 or values.dim() != 4:
         return None
@@ -229,10 +282,28 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     flat = lambda t: t.detach().to("cpu").double().contiguous().reshape(-1).numpy()  # noqa: E731
     site.update(kind="attention", shape=(batch, heads, queries, keys, dh),
                 probs=flat(probs), values=flat(values))
-    return site
+    return site if _reproduces(site, _as_rows(y, d)) else None
 
 
-def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1) -> List[LinearPathSite]:
+def _reproduces(site, y) -> bool:
+    """Whether the captured path's eval forward gives the norm's input
+    ``y`` (tokens × d) row for row, to rounding: an op the tracer passed as
+    the identity but that moved tokens (a window transpose) or changed
+    values leaves no site rather than a wrong one."""
+    if site["kind"] == "linear":
+        x = site["u"]
+    else:
+        b, h, l, s, j = site["shape"]
+        a = site["probs"].reshape(b, h, l, s)
+        v = site["values"].reshape(b, h, s, j)
+        x = _np.einsum("bhls,bhsj->blhj", a, v).reshape(b * l, h * j)
+    mean = x @ site["w"].T + site["b"] + site["h"]
+    scale = _np.abs(x) @ _np.abs(site["w"]).T + _np.abs(site["b"]) + _np.abs(site["h"])
+    return bool(_np.all(_np.abs(mean - y) <= REPRODUCE_TOLERANCE * (scale + _np.finfo(float).tiny)))
+
+
+def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1,
+                 kwargs: Optional[dict] = None) -> List[LinearPathSite]:
     """Finds the model's linear-path sites (``find_linear_paths``) and
     audits each: per token the truth ``E[norm(y)]`` from ``samples`` masks,
     its standard error, the eval output and the first-order output, and
@@ -241,16 +312,17 @@ def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1) -> List[Li
         raise ValueError(f"samples must be an int >= 2, got {samples!r}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    sites = find_linear_paths(model, inputs)
+    sites = find_linear_paths(model, inputs, kwargs)
     for s in sites:
         if s["kind"] == "attention":
-            truth, se, ev, first = _dropmc.audit_attention_path(
+            truth, se, ev, first, gaps = _dropmc.audit_attention_path(
                 s["name"], s["p"], s["shape"], s["probs"], s["values"], s["w"], s["b"], s["h"],
                 s["gamma"], s["beta"], s["eps"], samples, seed)
         else:
-            truth, se, ev, first = _dropmc.audit_linear_path(
+            truth, se, ev, first, gaps = _dropmc.audit_linear_path(
                 s["name"], s["p"], s["u"], s["h"], s["w"], s["b"], s["gamma"], s["beta"],
                 s["eps"], samples, seed)
+        s["gaps"] = _json.loads(gaps)
         s["truth"], s["truth_se"] = _np.asarray(truth), _np.asarray(se)
         s["eval"], s["first_order"] = _np.asarray(ev), _np.asarray(first)
         s["eval_gap"] = _np.abs(s["eval"] - s["truth"]).mean(axis=1)

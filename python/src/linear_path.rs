@@ -61,8 +61,14 @@ fn norm(
 }
 
 /// Per-token lists of the truth, its SE, the eval and the first-order
-/// outputs.
-type Columns = (Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>, Vec<Vec<f64>>);
+/// outputs, and the site's gaps as JSON ([`LinearAudit::gaps`]).
+type Columns = (
+    Vec<Vec<f64>>,
+    Vec<Vec<f64>>,
+    Vec<Vec<f64>>,
+    Vec<Vec<f64>>,
+    String,
+);
 
 /// Runs `audit` with the GIL released, a panic turned into RuntimeError.
 fn run(
@@ -81,6 +87,8 @@ fn run(
         pick(|t| t.truth_se.clone()),
         pick(|t| t.eval.clone()),
         pick(|t| t.first_order.clone()),
+        serde_json::to_string(&audit.gaps())
+            .map_err(|e| PyRuntimeError::new_err(format!("the gaps' JSON: {e}")))?,
     ))
 }
 
@@ -94,7 +102,7 @@ fn check_samples(samples: u64) -> PyResult<()> {
 }
 
 /// Audits one linear-path site: returns `(truth, truth_se, eval,
-/// first_order)`, each a list of per-token lists, from `samples` masks per
+/// first_order, gaps_json)`, each a list of per-token lists, from `samples` masks per
 /// token and `seed`.
 #[pyfunction]
 #[pyo3(signature = (name, p, u, h, w, b, gamma, beta, eps, samples, seed))]

@@ -86,7 +86,7 @@ def test_the_truth_agrees_with_the_models_own_monte_carlo():
 def test_a_wrong_p_in_the_capture_is_caught():
     model, x = _toy()
     [site] = lp.find_linear_paths(model, x)
-    truth, se, _, _ = _dropmc.audit_linear_path(
+    truth, se, _, _, _ = _dropmc.audit_linear_path(
         "planted", 0.15, site["u"], site["h"], site["w"], site["b"], site["gamma"],
         site["beta"], site["eps"], 40_000, 3)
     mc, mse = _model_mc(model, x, 40_000)

@@ -72,7 +72,7 @@ def audited():
 def test_every_layer_has_its_attention_site_with_numbers(audited):
     model, ids, sites = audited
     names = [s["name"] for s in sites]
-    assert names == ["layers.0.post_attention_layernorm", "layers.1.post_attention_layernorm"], names
+    assert names == [f"layers.{i}.self_attn:dropout->layers.{i}.post_attention_layernorm" for i in (0, 1)], names
     for s in sites:
         assert s["kind"] == "attention" and s["p"] == 0.1 and s["norm"] == "rms"
         assert np.isfinite(s["truth"]).all() and s["truth"].shape == (L, 32)
@@ -92,7 +92,7 @@ def test_layer0_truth_and_correction_against_the_models_monte_carlo(audited):
     # Planted: the capture at a wrong rate (0.2) must be rejected by the same test.
     from dropmc import _dropmc
     s = site
-    truth, tse, _, _ = _dropmc.audit_attention_path(
+    truth, tse, _, _, _ = _dropmc.audit_attention_path(
         "planted", 0.2, s["shape"], s["probs"], s["values"], s["w"], s["b"], s["h"],
         s["gamma"], s["beta"], s["eps"], 100_000, 2)
     z = np.abs(np.asarray(truth) - mc) / np.sqrt(np.asarray(tse) ** 2 + se ** 2)

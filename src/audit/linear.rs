@@ -17,6 +17,7 @@ use nalgebra::{DMatrix, DVector};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::{Gap, TokenValues};
 use crate::claims::fn_claim::sample_means;
 use crate::claims::linear_path::sample_path;
 use crate::engine::{Budget, derive_seed};
@@ -57,6 +58,48 @@ pub struct LinearToken {
 pub struct LinearAudit {
     pub name: String,
     pub tokens: Vec<LinearToken>,
+}
+
+/// A linear-path site's row as the ordinary audit table reports it: the
+/// RMS gaps of the eval and first-order outputs to the truth over the
+/// tokens, noise-corrected ([`Gap::over`], the same estimator as every
+/// other site's), and the truth's RMS standard error per unit.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LinearGaps {
+    pub uncorrected: Gap,
+    pub first_order: Gap,
+    pub resolution: f64,
+}
+
+impl LinearAudit {
+    /// The site's [`LinearGaps`] (at least one token).
+    pub fn gaps(&self) -> LinearGaps {
+        let values: Vec<TokenValues> = self
+            .tokens
+            .iter()
+            .map(|t| TokenValues {
+                truth: t.truth.clone(),
+                truth_se: t.truth_se.clone(),
+                eval: t.eval.clone(),
+                first: t.first_order.clone(),
+                second: None,
+                c1_only: None,
+                two_point: None,
+                rho2: f64::NAN,
+            })
+            .collect();
+        let (sum, count) = self.tokens.iter().fold((0.0, 0usize), |(s, n), t| {
+            (
+                s + t.truth_se.iter().map(|e| e * e).sum::<f64>(),
+                n + t.truth_se.len(),
+            )
+        });
+        LinearGaps {
+            uncorrected: Gap::over(&values, |t| &t.eval),
+            first_order: Gap::over(&values, |t| &t.first),
+            resolution: (sum / count.max(1) as f64).sqrt(),
+        }
+    }
 }
 
 impl LinearCapture {

@@ -1,0 +1,91 @@
+"""Linear-path sites in ``dropmc.torch.audit``: the rows of the ordinary
+table for every dropout call discovery lists as reaching its norm through
+a linear layer, or every attention dropout whose value product reaches a
+norm through ``o_proj`` (docs/linear-path.md).
+
+:func:`add_linear_sites` runs :func:`dropmc.linear_path.audit_linear` (one
+more eval forward under the linear-path tracer, then the Rust audit of each
+captured path: the truth from ``samples`` masks per token sampled through
+the path, the eval and first-order outputs) and gives the
+:class:`~dropmc.audit_report.Audit` one row per site in
+``audit.linear_sites`` (their truths, tokens × d, and SEs in
+``audit.linear_truths``) and in its table: the same keys as the engine's
+rows (``uncorrected``/``first_order`` gaps from the same noise-corrected
+estimator, ``second_order`` None: the family has no second-order closed
+form), ``form`` ``'linear'`` or ``'attention path'``. Chains the tracer
+cannot follow (a nonlinearity, a norm-mixing op) stay listed by the
+coverage with the op that stops them.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+__all__ = ["add_linear_sites", "wanted"]
+
+
+def wanted(found) -> bool:
+    """Whether the forward has a call the family may reach: a dropout call
+    with ``p > 0`` and no site of its own (its path may pass a linear
+    layer; discovery does not follow every such path: T5's inner
+    feed-forward dropout has none), or an eager attention dropout."""
+    with_site = {s.dropout for s in found.sites}
+    return any(p > 0 and call not in with_site for call, p in found.dropouts.items()) or any(
+        a.kind == "eager" and a.p > 0 for a in found.attention)
+
+
+def _row(site, samples: int) -> dict:
+    gaps = site["gaps"]
+    first, eval_gap = gaps["first_order"], gaps["uncorrected"]
+    bound = not first["resolved"]
+    denominator = first["upper"] if bound else first["rms"]
+    return {
+        "name": site["name"], "form": "attention path" if site["kind"] == "attention" else "linear",
+        "norm": "LayerNorm" if site["norm"] == "layer" else "RMSNorm", "p": site["p"],
+        "d": int(site["truth"].shape[1]), "tokens": int(site["truth"].shape[0]), "exact": False,
+        "samples": samples, "uncorrected": eval_gap, "first_order": first, "second_order": None,
+        "factor": eval_gap["rms"] / denominator if denominator > 0 else float("inf"),
+        "factor_is_lower_bound": bound, "rho2": None, "resolution": gaps["resolution"],
+        "warnings": [], "dropout": site["dropout"], "norm_call": site["norm_call"],
+    }
+
+
+def _cell(g: dict) -> str:
+    """``G ± SE(G)``, or ``< upper`` (the engine's cell)."""
+    return f"{g['rms']:.3e} ± {g['rms_se']:.1e}" if g["resolved"] else f"< {g['upper']:.1e}"
+
+
+def table(rows: List[dict]) -> str:
+    """The rows in the engine table's columns (``gap 2nd`` is ``—``)."""
+    header = ["linear-path site", "form", "norm", "p", "d", "tokens", "truth", "gap eval", "gap 1st",
+              "gap 2nd", "factor"]
+    cells = [[r["name"], r["form"], r["norm"], f"{r['p']:g}", str(r["d"]), str(r["tokens"]),
+              f"{r['samples']} masks", _cell(r["uncorrected"]), _cell(r["first_order"]), "—",
+              f"{'>' if r['factor_is_lower_bound'] else ''}{r['factor']:.1f}"] for r in rows]
+    widths = [max(len(c[i]) for c in cells + [header]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header] + cells]
+    lines.append("linear paths: truth from masks sampled through the path (further dropouts on it are the "
+                 "identity); gap 1st is the linear-path first order; no second-order closed form")
+    return "\n".join(lines) + "\n"
+
+
+def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: int) -> List[str]:
+    """Audits the model's linear-path sites and appends their rows, truths
+    and table to ``audit``; returns the dropout calls audited (discovery's
+    names) for the coverage line."""
+    from .linear_path import audit_linear
+
+    if not wanted(found):
+        return []
+    known = set(found.dropouts) | {a.call for a in found.attention}
+    sites = [s for s in audit_linear(model, args, samples=samples, seed=seed, kwargs=kwargs)
+             if s["dropout"] in known]
+    if not sites:
+        return []
+    rows = [_row(s, samples) for s in sites]
+    audit.linear_sites = rows
+    audit.linear_truths = [(s["truth"], s["truth_se"]) for s in sites]
+    audit.linear_table = table(rows)
+    return [r["dropout"] for r in rows]
+
+
