@@ -271,10 +271,11 @@ class _Builder:
             scopes.append(scope)
             module = self.modules[owner]
             handles.append(module.register_forward_pre_hook(_ScopeHook(scope, "enter")))
-            handles.append(module.register_forward_hook(_ScopeHook(scope, "leave")))
+            # always_call: a forward that raises still leaves its scope (no mode left running)
+            handles.append(module.register_forward_hook(_ScopeHook(scope, "leave"), always_call=True))
             for child in module.children():
                 handles.append(child.register_forward_pre_hook(_ScopeHook(scope, "down")))
-                handles.append(child.register_forward_hook(_ScopeHook(scope, "up")))
+                handles.append(child.register_forward_hook(_ScopeHook(scope, "up"), always_call=True))
         for nname, by_index in self.norm_hooks.items():
             handles.append(self.modules[nname].register_forward_hook(
                 _PerCall(self.counters[nname], by_index)))

@@ -166,6 +166,26 @@ def test_every_functional_site_is_corrected_training_and_uncorrect_bit_exact(arc
         assert torch.equal(_first(model(**x)), plain)
 
 
+def test_a_raising_forward_leaves_no_capture_mode_running():
+    # The capture mode is entered at an owner's forward pre-hook; the owner's
+    # forward raising must still leave it (else it stays on torch's function-
+    # mode stack and changes every later torch call, e.g. the fused paths).
+    model, x = build("bart", d=64), inputs("bart", tokens=8)
+    dt.correct(model, x)
+    model.eval()
+    owner = model.encoder.layers[0]
+    fc1 = owner.fc1.forward
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    owner.fc1.forward = boom
+    with pytest.raises(RuntimeError, match="planted"), torch.no_grad():
+        model(**x)
+    owner.fc1.forward = fc1
+    assert torch._C._len_torch_function_stack() == 0
+
+
 def _gap(audit, i, out):
     truth, se = audit.truth(i)
     return _rs.gap_to_truth(truth.ravel(), se.ravel(), out.numpy().ravel().copy(), audit.sites[i]["d"])
