@@ -304,7 +304,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     mha = [a.call for a in picked if a.kind == "mha" and a.p > 0]
     if not found.dropouts and not found.attention:
         raise ValueError(_no_sites_message(found))
-    captures, attention_caps, tokens, unreadable = capture_traced(
+    captures, attention_caps, counted, unreadable = capture_traced(
         model, args, kw, found, clean, traced_attention, token_mask=token_mask)
     if mha:
         attention_caps += capture_attention_sites(model, args, mha, kw)
@@ -319,7 +319,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
             row.update(mask=site.mask.kind, mask_sharing=site.mask.text)
     audit.other_sites = other + rows
     audit.coverage = counts
-    audit.tokens = tokens
+    audit.tokens = counted
     audit.discovery = found
     audit.draws = list(found.draws)
     return audit
