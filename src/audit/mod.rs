@@ -11,7 +11,10 @@
 //! output and the first- and second-order estimates; [`audit_site`] runs the
 //! tokens in parallel (one derived seed per token, so the bits do not depend
 //! on the thread count) and [`gap::Gap`] summarises each estimate's distance
-//! to the truth.
+//! to the truth. [`audit_site_tokens`] audits a seeded uniform sample of the
+//! tokens instead ([`budget`]: the gap's SE then includes the sampling
+//! error), and [`audit_sites_within`] fits the sites into a time budget and
+//! tells a [`progress`] observer.
 //! `attention` audits the attention-dropout sites (dropout on a softmax
 //! row) with the attention family's quantities.
 
@@ -315,7 +318,7 @@ pub fn audit_sites_tokens(
 /// [`audit_sites_tokens`] within `seconds` (when given): each site gets the
 /// share of the time left that its planned work is of the work left, and
 /// stops after the batch of tokens that ends past it (at least one batch,
-/// [`audit_site_within`]), so a site may audit fewer tokens than `tokens`
+/// `audit_site_within`), so a site may audit fewer tokens than `tokens`
 /// (its row says how many). The progress observer ([`progress`]) is told
 /// each batch. With a time budget the token counts depend on the machine's
 /// speed; the bits of each audited token do not.
