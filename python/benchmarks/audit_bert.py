@@ -8,12 +8,15 @@ capture + every site), and prints their ratio ("eval forwards"), the number of
 first-order gaps resolved, and the audit table.
 
     python python/benchmarks/audit_bert.py [eager|sdpa] [samples] [batch] [length] [figure.png]
+        [--tokens N|all] [--compare]
 
-Defaults: eager, the audit's default samples, 1 × 128 tokens. Issue 43's
-target: 4 × 256 in at most 15 eval forwards, at least 7 of 24 first-order
-gaps resolved. The forward runs on one torch thread while the Rust sampler
-uses every core: compare ratios from one run on a quiet machine (the load
-average is printed).
+Defaults: eager, the audit's default samples and tokens, 1 × 128 tokens.
+``--compare`` also times, in the same process, the audit of every token
+(``tokens="all"``, the cost before tokens were sampled) and prints both
+ratios. Issue 43's target: 4 × 256 in at most 15 eval forwards, at least 7
+of 24 first-order gaps resolved. The forward runs on one torch thread while
+the Rust sampler uses every core: compare ratios from one run on a quiet
+machine (the load average is printed).
 """
 
 import os
@@ -25,13 +28,21 @@ import transformers as T
 
 import dropmc
 import dropmc.torch
-from dropmc.discovery import discover
 
 torch.set_num_threads(1)
-arg = lambda i, default: sys.argv[i] if len(sys.argv) > i else default  # noqa: E731
-impl = arg(1, "eager")
-samples = int(arg(2, dropmc.audit.DEFAULT_SAMPLES))
-batch, length = int(arg(3, 1)), int(arg(4, 128))
+argv = sys.argv[1:]
+tokens_arg = str(dropmc.audit.DEFAULT_TOKENS)
+if "--tokens" in argv:
+    at = argv.index("--tokens")
+    tokens_arg = argv[at + 1]
+    del argv[at:at + 2]
+tokens = tokens_arg if tokens_arg == "all" else int(tokens_arg)
+flags = [a for a in argv if a.startswith("--")]
+values = [a for a in argv if not a.startswith("--")]
+arg = lambda i, default: values[i] if len(values) > i else default  # noqa: E731
+impl = arg(0, "eager")
+samples = int(arg(1, dropmc.audit.DEFAULT_SAMPLES))
+batch, length = int(arg(2, 1)), int(arg(3, 128))
 torch.manual_seed(0)
 config = T.BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                       intermediate_size=3072, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
@@ -47,18 +58,24 @@ with torch.no_grad():
         model(**kw)
         times.append(time.perf_counter() - t)
 forward = sorted(times)[1]
-t0, c0 = time.perf_counter(), time.process_time()
-found = discover(model, **kw)
-t1, c1 = time.perf_counter(), time.process_time()
-audit = dropmc.torch.audit(model, kw, samples=samples, seed=1)
-t2, c2 = time.perf_counter(), time.process_time()
+
+
+def timed(tokens):
+    t0, c0 = time.perf_counter(), time.process_time()
+    audit = dropmc.torch.audit(model, kw, samples=samples, seed=1, tokens=tokens)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    resolved = sum(bool(s["first_order"]["resolved"]) for s in audit.sites)
+    print(f"tokens={tokens}: whole audit {wall:.2f} s wall ({cpu:.2f} s CPU; the Rust engine's threads count "
+          f"in CPU) = {wall / forward:.1f} eval forwards; first-order gaps resolved {resolved} of "
+          f"{len(audit.sites)}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    return audit
+
+
+audit = timed(tokens)
 print(audit)
-if len(sys.argv) > 5:
-    audit.plot(sys.argv[5])
-resolved = sum(bool(s["first_order"]["resolved"]) for s in audit.sites)
-print(f"attention={impl} samples={samples} tokens={batch}x{length}: one eval forward {forward:.3f} s; "
-      f"discovery {t1 - t0:.2f} s wall ({c1 - c0:.2f} s CPU); whole audit {t2 - t1:.2f} s wall "
-      f"({c2 - c1:.2f} s CPU; the Rust engine's threads count in CPU) = {(t2 - t1) / forward:.1f} eval forwards; "
-      f"first-order gaps resolved {resolved} of {len(audit.sites)} "
-      f"({len(audit.attention_sites)} attention sites, {len(audit.other_sites)} listed without numbers); "
-      f"load average {os.getloadavg()[0]:.1f}")
+if len(values) > 4:
+    audit.plot(values[4])
+if "--compare" in flags and tokens != "all":
+    timed("all")
+print(f"attention={impl} samples={samples} tokens={batch}x{length}: one eval forward {forward:.3f} s "
+      f"({len(audit.attention_sites)} attention sites, {len(audit.other_sites)} listed without numbers)")

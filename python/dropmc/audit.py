@@ -40,22 +40,67 @@ __all__ = ["Audit", "audit_torch", "audit_captures", "capture", "load", "load_at
 #: resolves): the Rust engine's ``dropmc::audit::DEFAULT_SAMPLES``.
 DEFAULT_SAMPLES = int(_dropmc.AUDIT_DEFAULT_SAMPLES)
 
+#: Tokens per site audited by default: a site with more is audited on a
+#: seeded uniform sample of this many, its gaps' standard errors including
+#: the sampling error (``dropmc::audit::DEFAULT_TOKENS``; docs/audit.md).
+DEFAULT_TOKENS = int(_dropmc.AUDIT_DEFAULT_TOKENS)
+
+#: Query rows per attention site the sampled check visits by default (at
+#: most ``tokens``; every row when ``tokens="all"``): the closed forms cover
+#: every row (``dropmc::audit::DEFAULT_ATTENTION_ROWS``).
+DEFAULT_ATTENTION_ROWS = int(_dropmc.AUDIT_DEFAULT_ATTENTION_ROWS)
+
 #: Mask draws per query, head and sampled coordinate of an attention site's
 #: sampled check (``DEFAULT_ATTENTION_SAMPLES`` of src/audit/attention.rs).
 DEFAULT_ATTENTION_SAMPLES = int(_dropmc.AUDIT_DEFAULT_ATTENTION_SAMPLES)
 
 
 
+def _token_count(tokens):
+    """``tokens=`` as the engine reads it: None for every token, else the
+    sample size (a ValueError naming ``tokens`` otherwise)."""
+    if tokens == "all":
+        return None
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        raise ValueError(f"tokens must be 'all' or an int of at least 1 (tokens per site), got {tokens!r}")
+    return tokens
+
+
+def _seconds(time_budget):
+    """``time_budget=`` checked: None, or a finite float > 0 (seconds)."""
+    if time_budget is None:
+        return None
+    if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)) or not (
+            0 < time_budget < float("inf")):
+        raise ValueError(f"time_budget must be a finite number of seconds > 0, got {time_budget!r}")
+    return float(time_budget)
+
+
+def _show_progress(progress):
+    """``progress=``: True or False, or None for "when stderr is a terminal"."""
+    if progress is None:
+        import sys
+
+        return bool(getattr(sys.stderr, "isatty", lambda: False)())
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
+    return progress
+
+
 def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATTENTION_SAMPLES,
-                             seed: int = 0):
+                             seed: int = 0, tokens=DEFAULT_TOKENS):
     """``(table, json, moments)`` of captured attention sites, from dropmc's
     Rust engine (``samples`` draws per query, head and sampled coordinate
-    for the sampled check)."""
+    for the sampled check, on every query row (``tokens="all"``) or a seeded
+    sample of at most ``DEFAULT_ATTENTION_ROWS`` and ``tokens`` rows per
+    site; the closed forms cover every row)."""
     if not isinstance(samples, int) or samples < 256:
         raise ValueError(f"attention_samples must be an int of at least 256, got {samples!r}")
+    rows = _token_count(tokens)
+    rows = None if rows is None else min(rows, DEFAULT_ATTENTION_ROWS)
     if not captures:
         return "", "[]", []
-    return _dropmc.audit_attention_sites(captures, samples, seed)
+    return _dropmc.audit_attention_sites(captures, samples, seed, rows)
 
 
 def _check_budgets(samples, seed, attention_samples):
@@ -69,12 +114,23 @@ def _check_budgets(samples, seed, attention_samples):
 
 def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
                    attention_captures: Sequence[dict] = (),
-                   attention_samples: int = DEFAULT_ATTENTION_SAMPLES) -> Audit:
-    """Audits captured sites with dropmc's Rust engine (no model run)."""
+                   attention_samples: int = DEFAULT_ATTENTION_SAMPLES, tokens=DEFAULT_TOKENS,
+                   time_budget=None, progress=None) -> Audit:
+    """Audits captured sites with dropmc's Rust engine (no model run), each
+    on every token (``tokens="all"``) or a seeded uniform sample of
+    ``tokens`` of them, within ``time_budget`` seconds, with a progress
+    line on stderr (:func:`audit_torch`)."""
+    import time
+
+    start = time.perf_counter()
     _check_budgets(samples, seed, attention_samples)
-    attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed)
+    count, seconds, show = _token_count(tokens), _seconds(time_budget), _show_progress(progress)
+    attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed,
+                                         tokens=tokens)
+    if seconds is not None:  # what the attention checks left of the budget, at least a tenth of it
+        seconds = max(seconds - (time.perf_counter() - start), 0.1 * seconds)
     if captures:
-        table, text, truths = _dropmc.audit_sites(captures, samples, seed)
+        table, text, truths = _dropmc.audit_sites(captures, samples, seed, count, seconds, show)
     else:
         table, text, truths = "", "[]", []
     return Audit(table, text, truths, captures, attention, attention_captures)
@@ -182,12 +238,25 @@ def capture(model, inputs=None, *, sites: Optional[Sequence] = None, norms=None,
 def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
                 sites: Optional[Sequence] = None, attention: bool = True,
                 attention_samples: int = DEFAULT_ATTENTION_SAMPLES, norms=None, token_mask=None,
-                **kwargs) -> Audit:
+                tokens=DEFAULT_TOKENS, time_budget=None, progress=None, **kwargs) -> Audit:
     """Finds ``model``'s dropout→norm and attention-dropout sites
     (:func:`dropmc.discovery.discover`), captures them in one more forward
     and audits them (``samples`` masks per token from ``seed``;
     ``attention_samples`` draws per query, head and sampled coordinate for
     the attention sites' sampled check).
+
+    ``tokens``: a site with more tokens than this int is audited on a
+    seeded uniform sample of that many (the table says "128 of 1024"; the
+    gaps' standard errors include the sampling error; an attention site's
+    sampled check visits that many query rows, its closed forms every row);
+    ``"all"`` audits every token. ``audit.truth(i)`` then holds the sampled
+    tokens' rows, ``audit.token_indices(i)`` their indices.
+    ``time_budget`` (seconds, a float > 0): each norm site gets the share
+    of what is left after discovery, capture and the attention checks that
+    its planned work is of the rest, and stops after the batch of 16 tokens
+    that ends past it (a uniform sample still; the table says how many
+    tokens each site got). ``progress``: a line on stderr (sites done, time
+    left); None (the default) shows it when stderr is a terminal.
 
     ``inputs``: a tensor, a tuple of positional arguments, or a dict of
     keyword arguments; further keyword arguments go to the forward too.
@@ -209,7 +278,13 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(attention, bool):
         raise TypeError(f"attention must be a bool, got {type(attention).__name__}")
+    import time
+
+    start = time.perf_counter()
     _check_budgets(samples, seed, attention_samples)
+    _token_count(tokens)
+    seconds = _seconds(time_budget)
+    _show_progress(progress)
     from .capture import capture_traced
     from .coverage import coverage
     from .discovery import call_inputs, discover
@@ -229,12 +304,14 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     mha = [a.call for a in picked if a.kind == "mha" and a.p > 0]
     if not found.dropouts and not found.attention:
         raise ValueError(_no_sites_message(found))
-    captures, attention_caps, tokens, unreadable = capture_traced(
+    captures, attention_caps, counted, unreadable = capture_traced(
         model, args, kw, found, clean, traced_attention, token_mask=token_mask)
     if mha:
         attention_caps += capture_attention_sites(model, args, mha, kw)
     audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
-                           attention_samples=attention_samples)
+                           attention_samples=attention_samples, tokens=tokens, progress=progress,
+                           time_budget=None if seconds is None else max(
+                               seconds - (time.perf_counter() - start), 0.1 * seconds))
     from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
     linear = add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed) if sites is None else []
     rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
@@ -244,7 +321,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
             row.update(mask=site.mask.kind, mask_sharing=site.mask.text)
     audit.other_sites = other + rows
     audit.coverage = counts
-    audit.tokens = tokens
+    audit.tokens = counted
     audit.discovery = found
     audit.draws = list(found.draws)
     return audit

@@ -124,10 +124,19 @@ class Audit:
         return _np.asarray(mean).reshape(-1, e), _np.asarray(var).reshape(-1, e)
 
     def truth(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
-        """Site ``i``'s ``E[norm]`` and its SE, each of shape ``(tokens, d)``."""
+        """Site ``i``'s ``E[norm]`` and its SE, each of shape ``(tokens, d)``:
+        one row per token of the site when every token was audited, else one
+        per sampled token, in the order of :meth:`token_indices`."""
         d = self.sites[i]["d"]
         e, se = self._truths[i]
         return _np.asarray(e).reshape(-1, d), _np.asarray(se).reshape(-1, d)
+
+    def token_indices(self, i: int) -> _np.ndarray:
+        """The indices, among site ``i``'s tokens (flattened over the batch,
+        padded ones left out), of the rows of :meth:`truth`: every token when
+        none was sampled."""
+        s = self.sites[i]
+        return _np.asarray(s.get("token_indices", range(s["tokens_total"])), dtype=_np.int64)
 
     def save(self, path: str) -> None:
         """The captures (norm and attention sites) as an ``.npz`` that

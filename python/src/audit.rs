@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use dropmc::engine::cancel::with_cancellation;
 
 use dropmc::audit::{
-    AttentionCapture, Form, SiteCapture, audit_attention_sites as attention_all,
-    audit_sites as audit_all, report,
+    AttentionCapture, Form, SiteCapture, Tokens, audit_attention_sites_rows as attention_all,
+    audit_sites_within as audit_all, progress::with_progress, report,
 };
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -140,18 +140,61 @@ fn norm_capture(site: &Bound<'_, PyDict>) -> PyResult<SiteCapture> {
         .map_err(to_py)
 }
 
-/// Audits `sites` at `samples` masks per token from `seed`; returns
-/// `(table, json, truths)`, `truths` one `(E[norm], SE)` pair of flat
-/// lists (`tokens × d`) per site.
+/// `tokens`: `None` for every token, else a sample of at most that many.
+fn token_choice(tokens: Option<usize>) -> PyResult<Tokens> {
+    tokens.map_or(Ok(Tokens::All), |n| {
+        Tokens::sample(n).map_err(|_| PyValueError::new_err("tokens must be at least 1 or 'all'"))
+    })
+}
+
+/// The progress line on stderr: `dropmc audit: 5/24 sites, 41 % done,
+/// about 12 s left`, rewritten in place (`\r`), ended by a newline.
+fn stderr_line(done: usize, sites: usize, fraction: f64, left: f64) {
+    let left = if left.is_finite() {
+        format!("about {left:.0} s left")
+    } else {
+        "estimating the time left".into()
+    };
+    eprint!(
+        "\rdropmc audit: {done}/{sites} sites, {:.0} % done, {left}   ",
+        100.0 * fraction
+    );
+}
+
+/// Audits `sites` at `samples` masks per token from `seed`, on every token
+/// (`tokens = None`) or a seeded sample of `tokens` per site, within
+/// `seconds` when given (`dropmc::audit::audit_sites_within`), printing the
+/// progress line on stderr when `progress`; returns `(table, json,
+/// truths)`, `truths` one `(E[norm], SE)` pair of flat lists (audited
+/// tokens × d) per site.
 #[pyfunction]
+#[pyo3(signature = (sites, samples, seed, tokens=None, seconds=None, progress=false))]
 pub fn audit_sites(
     py: Python<'_>,
     sites: Vec<Bound<'_, PyDict>>,
     samples: u64,
     seed: u64,
+    tokens: Option<usize>,
+    seconds: Option<f64>,
+    progress: bool,
 ) -> PyResult<(String, String, Vec<Truth>)> {
+    let tokens = token_choice(tokens)?;
+    if seconds.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+        return Err(PyValueError::new_err(
+            "time_budget must be a finite number of seconds > 0",
+        ));
+    }
     let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
-    let audits = interruptible(py, || audit_all(&captures, samples, seed))?;
+    let run = || audit_all(&captures, samples, tokens, seconds, seed);
+    let audits = interruptible(py, || {
+        if progress {
+            let out = with_progress(Box::new(stderr_line), run);
+            eprintln!();
+            out
+        } else {
+            run()
+        }
+    })?;
     let truths = audits
         .iter()
         .map(|a| (a.truth.clone(), a.truth_se.clone()))
@@ -185,21 +228,24 @@ fn attention_capture(site: &Bound<'_, PyDict>) -> PyResult<AttentionCapture> {
 }
 
 /// Audits attention `sites` (the sampled check at `samples` draws per
-/// query, head and coordinate, from `seed`); returns `(table, json,
-/// moments)`, `moments` one `(E[out], Var(out))` pair of flat lists
-/// (`B·L × E`) per site.
+/// query, head and coordinate, from `seed`, on every query row or a seeded
+/// sample of `rows` per site); returns `(table, json, moments)`, `moments`
+/// one `(E[out], Var(out))` pair of flat lists (`B·L × E`) per site.
 #[pyfunction]
+#[pyo3(signature = (sites, samples, seed, rows=None))]
 pub fn audit_attention_sites(
     py: Python<'_>,
     sites: Vec<Bound<'_, PyDict>>,
     samples: u64,
     seed: u64,
+    rows: Option<usize>,
 ) -> PyResult<(String, String, Vec<Truth>)> {
+    let rows = token_choice(rows)?;
     let captures: Vec<AttentionCapture> = sites
         .iter()
         .map(attention_capture)
         .collect::<PyResult<_>>()?;
-    let audits = interruptible(py, || attention_all(&captures, samples, seed))?;
+    let audits = interruptible(py, || attention_all(&captures, samples, rows, seed))?;
     let moments = audits
         .iter()
         .map(|a| (a.mean.clone(), a.variance.clone()))

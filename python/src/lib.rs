@@ -395,6 +395,11 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(linear_path::first_order_linear_path, m)?)?;
     m.add_function(wrap_pyfunction!(linear_path::audit_attention_path, m)?)?;
     m.add("AUDIT_DEFAULT_SAMPLES", dropmc::audit::DEFAULT_SAMPLES)?;
+    m.add("AUDIT_DEFAULT_TOKENS", dropmc::audit::DEFAULT_TOKENS)?;
+    m.add(
+        "AUDIT_DEFAULT_ATTENTION_ROWS",
+        dropmc::audit::DEFAULT_ATTENTION_ROWS,
+    )?;
     m.add(
         "AUDIT_DEFAULT_ATTENTION_SAMPLES",
         dropmc::audit::DEFAULT_ATTENTION_SAMPLES,

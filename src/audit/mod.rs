@@ -11,17 +11,22 @@
 //! output and the first- and second-order estimates; [`audit_site`] runs the
 //! tokens in parallel (one derived seed per token, so the bits do not depend
 //! on the thread count) and [`gap::Gap`] summarises each estimate's distance
-//! to the truth.
+//! to the truth. [`audit_site_tokens`] audits a seeded uniform sample of the
+//! tokens instead ([`budget`]: the gap's SE then includes the sampling
+//! error), and [`audit_sites_within`] fits the sites into a time budget and
+//! tells a [`progress`] observer.
 //! `attention` audits the attention-dropout sites (dropout on a softmax
 //! row) with the attention family's quantities.
 
 pub(crate) mod attention;
+pub mod budget;
 mod capture;
 pub(crate) mod gap;
 pub mod linear;
 pub mod linear_attention;
 #[cfg(feature = "cli")]
 pub mod npz;
+pub mod progress;
 pub mod report;
 pub(crate) mod shared;
 pub(crate) mod token;
@@ -34,10 +39,13 @@ use crate::error::Error;
 use crate::formulas::shared_mask::MaskGroups;
 use crate::ops::Rate;
 pub use attention::{
-    AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_SAMPLES, audit_attention_sites,
+    AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_ROWS, DEFAULT_ATTENTION_SAMPLES,
+    audit_attention_sites, audit_attention_sites_rows,
 };
+pub use budget::{DEFAULT_TOKENS, Tokens};
 pub use capture::{Form, SiteCapture};
 pub use gap::Gap;
+use progress::Progress;
 pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 
 /// Masks per token of the audit's sampled sites by default, also the Python
@@ -61,7 +69,14 @@ pub struct SiteAudit {
     pub norm: &'static str,
     pub p: f64,
     pub d: usize,
+    /// Tokens audited (`tokens_total` when every token was).
     pub tokens: usize,
+    /// The site's tokens.
+    pub tokens_total: usize,
+    /// The audited tokens' indices among the site's when they are a sample
+    /// ([`budget`]); absent when every token was audited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_indices: Option<Vec<usize>>,
     /// Whether the truth was enumerated (`d ≤ EXACT_AUDIT_D`) or sampled.
     pub exact: bool,
     /// Samples (masks) per token.
@@ -121,27 +136,82 @@ pub const LARGE_NOISE_TO_SIGNAL: f64 = 1.0;
 /// second at d = 768 and the default budget on two cores).
 pub const TOKEN_BATCH: usize = 16;
 
-/// Audits one site: every token in parallel, each from the seed derived from
-/// `seed`, the site's name and the token's index (so the batches of
-/// [`TOKEN_BATCH`] tokens, between which a cancellation is honoured, do not
-/// change the bits).
+/// Audits one site on every token: [`audit_site_tokens`] with
+/// [`Tokens::All`].
 pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<SiteAudit, Error> {
+    audit_site_tokens(capture, samples, Tokens::All, seed)
+}
+
+/// Audits one site on the tokens `tokens` picks ([`budget`]: every token,
+/// or a seeded uniform sample whose error the gaps' SEs include), in
+/// parallel, each from the seed derived from `seed`, the site's name and the
+/// token's index (so neither the sample, nor the batches of [`TOKEN_BATCH`]
+/// tokens between which a cancellation is honoured, change a token's bits).
+pub fn audit_site_tokens(
+    capture: &SiteCapture,
+    samples: u64,
+    tokens: Tokens,
+    seed: u64,
+) -> Result<SiteAudit, Error> {
+    let work = site_work(capture, samples, tokens);
+    audit_site_within(
+        capture,
+        samples,
+        tokens,
+        None,
+        &mut Progress::new(1, work),
+        seed,
+    )
+}
+
+/// A site's planned work in mask-units ([`progress`]).
+fn site_work(capture: &SiteCapture, samples: u64, tokens: Tokens) -> f64 {
+    (tokens.count(capture.tokens()) * capture.d) as f64 * samples as f64
+}
+
+/// [`audit_site_tokens`], stopping after the first batch of tokens that
+/// ends past `seconds` (when given): the tokens are visited in the seeded
+/// random order of [`budget::order`], so the audited ones are a uniform
+/// sample whatever their number (the table states it). Each batch is told
+/// to `progress`.
+fn audit_site_within(
+    capture: &SiteCapture,
+    samples: u64,
+    tokens: Tokens,
+    seconds: Option<f64>,
+    progress: &mut Progress,
+    seed: u64,
+) -> Result<SiteAudit, Error> {
     let rate = Rate::new(capture.p)?;
     let d = capture.d;
     let site_seed = derive_seed(seed, &capture.name);
-    let tokens = capture.tokens();
-    let mut values: Vec<TokenValues> = Vec::with_capacity(tokens);
-    for first in (0..tokens).step_by(TOKEN_BATCH) {
+    let total = capture.tokens();
+    let mut visit = if tokens == Tokens::All && seconds.is_none() {
+        (0..total).collect()
+    } else {
+        budget::order(total, derive_seed(site_seed, "token sample"))
+    };
+    visit.truncate(tokens.count(total));
+    let start = progress.elapsed();
+    let mut done: Vec<(usize, TokenValues)> = Vec::with_capacity(visit.len());
+    for batch in visit.chunks(TOKEN_BATCH) {
+        if seconds.is_some_and(|s| !done.is_empty() && progress.elapsed() - start >= s) {
+            break;
+        }
         crate::engine::cancel::checkpoint()?;
-        let batch: Vec<TokenValues> = (first..(first + TOKEN_BATCH).min(tokens))
-            .into_par_iter()
-            .map(|t| {
+        let batch: Vec<(usize, TokenValues)> = batch
+            .par_iter()
+            .map(|&t| {
                 let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
-                capture.token(t, rate, budget)
+                Ok((t, capture.token(t, rate, budget)?))
             })
             .collect::<Result<_, Error>>()?;
-        values.extend(batch);
+        progress.advance((batch.len() * d) as f64 * samples as f64, false);
+        done.extend(batch);
     }
+    done.sort_unstable_by_key(|(t, _)| *t);
+    let chosen: Vec<usize> = done.iter().map(|(t, _)| *t).collect();
+    let values: Vec<TokenValues> = done.into_iter().map(|(_, v)| v).collect();
     let uncorrected = Gap::over(&values, |t| &t.eval);
     let first_order = Gap::over(&values, |t| &t.first);
     let second_order = Gap::over_optional(&values, |t| t.second.as_deref());
@@ -161,6 +231,8 @@ pub fn audit_site(capture: &SiteCapture, samples: u64, seed: u64) -> Result<Site
         p: capture.p,
         d,
         tokens: values.len(),
+        tokens_total: total,
+        token_indices: (chosen.len() < total).then_some(chosen),
         exact: capture.mask_groups.as_ref().map_or(d, MaskGroups::count) <= EXACT_AUDIT_D,
         samples,
         factor: uncorrected.rms
@@ -224,180 +296,56 @@ fn warnings(a: &SiteAudit, rate: Rate) -> Vec<String> {
     w
 }
 
-/// Audits every site (in order).
+/// Audits every site (in order) on every token.
 pub fn audit_sites(
     captures: &[SiteCapture],
     samples: u64,
     seed: u64,
 ) -> Result<Vec<SiteAudit>, Error> {
-    captures
+    audit_sites_tokens(captures, samples, Tokens::All, seed)
+}
+
+/// Audits every site (in order) on the tokens `tokens` picks.
+pub fn audit_sites_tokens(
+    captures: &[SiteCapture],
+    samples: u64,
+    tokens: Tokens,
+    seed: u64,
+) -> Result<Vec<SiteAudit>, Error> {
+    audit_sites_within(captures, samples, tokens, None, seed)
+}
+
+/// [`audit_sites_tokens`] within `seconds` (when given): each site gets the
+/// share of the time left that its planned work is of the work left, and
+/// stops after the batch of tokens that ends past it (at least one batch,
+/// `audit_site_within`), so a site may audit fewer tokens than `tokens`
+/// (its row says how many). The progress observer ([`progress`]) is told
+/// each batch. With a time budget the token counts depend on the machine's
+/// speed; the bits of each audited token do not.
+pub fn audit_sites_within(
+    captures: &[SiteCapture],
+    samples: u64,
+    tokens: Tokens,
+    seconds: Option<f64>,
+    seed: u64,
+) -> Result<Vec<SiteAudit>, Error> {
+    let planned: Vec<f64> = captures
         .iter()
-        .map(|c| audit_site(c, samples, seed))
-        .collect()
+        .map(|c| site_work(c, samples, tokens))
+        .collect();
+    let mut left: f64 = planned.iter().sum();
+    let mut progress = Progress::new(captures.len(), left);
+    let mut audits = Vec::with_capacity(captures.len());
+    for (c, plan) in captures.iter().zip(&planned) {
+        let share = seconds.map(|s| (s - progress.elapsed()).max(0.0) * plan / left.max(1.0));
+        let audit = audit_site_within(c, samples, tokens, share, &mut progress, seed)?;
+        progress.replan(*plan, (audit.tokens * c.d) as f64 * samples as f64);
+        progress.advance(0.0, true);
+        left -= plan;
+        audits.push(audit);
+    }
+    Ok(audits)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn capture(d: usize, tokens: usize) -> SiteCapture {
-        let v: Vec<f64> = (0..d * tokens)
-            .map(|i| ((i * 37 % 11) as f64 - 5.0) / 3.0)
-            .collect();
-        let h: Vec<f64> = (0..d * tokens)
-            .map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0)
-            .collect();
-        SiteCapture::new(
-            "s".into(),
-            Form::Bypass,
-            0.2,
-            d,
-            v,
-            h,
-            true,
-            vec![1.0; d],
-            vec![0.0; d],
-            1e-5,
-        )
-        .unwrap()
-    }
-
-    #[test]
-    fn same_bits_on_any_thread_count() {
-        let c = capture(64, 6);
-        let on = |threads: usize| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap()
-                .install(|| audit_site(&c, 4096, 9).unwrap())
-        };
-        let (one, two) = (on(1), on(2));
-        assert_eq!(one.truth, two.truth);
-        assert_eq!(one.truth_se, two.truth_se);
-        assert!(!one.exact && one.truth_se.iter().all(|s| *s > 0.0));
-    }
-
-    #[test]
-    fn enumerated_truth_has_no_noise_and_the_correction_helps() {
-        let a = audit_site(&capture(12, 4), 4096, 1).unwrap();
-        assert!(a.exact && a.truth_se.iter().all(|s| *s == 0.0));
-        assert!(a.first_order.rms < a.uncorrected.rms);
-    }
-
-    #[test]
-    fn a_compound_site_is_enumerated_with_c2_and_has_no_second_order() {
-        let plain = capture(16, 4);
-        let v = plain.v.clone();
-        let compound = SiteCapture::new(
-            "c".into(),
-            Form::Plain,
-            0.2,
-            16,
-            v,
-            vec![],
-            true,
-            (0..16).map(|k| 0.5 + k as f64 / 16.0).collect(),
-            vec![0.1; 16],
-            1e-5,
-        )
-        .and_then(|c| {
-            c.into_compound(
-                vec![1.5; 16],
-                (0..16).map(|k| k as f64 / 8.0).collect(),
-                1e-5,
-            )
-        })
-        .unwrap();
-        let a = audit_site(&compound, 4096, 2).unwrap();
-        assert_eq!((a.form, a.norm), (Form::Compound, "LN→LN"));
-        assert!(a.exact && a.second_order.is_none());
-        let c1 = a.c1_only.unwrap();
-        assert!(a.first_order.rms < c1.rms && c1.rms < a.uncorrected.rms);
-        // Only a plain LayerNorm site can become compound.
-        assert!(
-            plain
-                .into_compound(vec![1.0; 16], vec![0.0; 16], 0.0)
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn a_token_mask_site_is_exact_and_its_two_point_form_leaves_rounding_alone() {
-        let c = capture(64, 5).with_mask_groups(&[3; 64]).unwrap();
-        let a = audit_site(&c, 4096, 4).unwrap();
-        // One group: two masks, enumerated whatever d.
-        assert!(a.exact && a.truth_se.iter().all(|s| *s == 0.0));
-        let two_point = a.two_point.unwrap();
-        // Both the enumeration and the two-point form evaluate the norm at
-        // the same two inputs and weight them by q and p: they differ by the
-        // rounding of two norm evaluations and a weighted sum.
-        use crate::stats::tolerance::{AFFINE_ROUNDINGS, bound, norm_statistic_roundings};
-        let largest = a.truth.iter().fold(0.0f64, |m, t| m.max(t.abs()));
-        let rounding = bound(
-            2.0 * (norm_statistic_roundings(64) + AFFINE_ROUNDINGS) + 4.0,
-            largest,
-        );
-        assert!(two_point.rms <= rounding, "{} > {rounding}", two_point.rms);
-        let table = report::table(&[a]);
-        assert!(table.contains("gap 2-point") && table.contains("mask: s: shared, token"));
-        // The elementwise truth of the same activations differs: the mask's
-        // structure changes the expectation.
-        let elementwise = audit_site(&capture(64, 5), 4096, 4).unwrap();
-        let shared = audit_site(&c, 4096, 4).unwrap();
-        let differ = elementwise
-            .truth
-            .iter()
-            .zip(&elementwise.truth_se)
-            .zip(&shared.truth)
-            .any(|((e, s), t)| (e - t).abs() > crate::stats::critical_z() * s);
-        assert!(differ);
-    }
-
-    #[test]
-    fn the_model_eval_output_replaces_the_recomputed_one() {
-        let c = capture(12, 3);
-        let plain = audit_site(&c, 4096, 1).unwrap();
-        // Handing back the truth itself as the model's eval output: its gap is 0.
-        let from_model = audit_site(
-            &c.clone().with_eval_output(plain.truth.clone()).unwrap(),
-            4096,
-            1,
-        )
-        .unwrap();
-        assert!(from_model.eval_from_model && from_model.uncorrected.rms == 0.0);
-        assert!(plain.uncorrected.rms > 0.0);
-        assert!(capture(12, 3).with_eval_output(vec![f64::NAN; 36]).is_err());
-        assert!(capture(12, 3).with_mask_groups(&[0; 11]).is_err());
-    }
-
-    #[test]
-    fn bad_captures_are_typed_errors() {
-        let bad_rows = SiteCapture::new(
-            "s".into(),
-            Form::Plain,
-            0.1,
-            4,
-            vec![1.0; 6],
-            vec![],
-            true,
-            vec![1.0; 4],
-            vec![0.0; 4],
-            0.0,
-        );
-        assert!(matches!(bad_rows, Err(Error::InvalidOption { .. })));
-        let bad_p = SiteCapture::new(
-            "s".into(),
-            Form::Plain,
-            1.5,
-            2,
-            vec![1.0, 2.0],
-            vec![],
-            true,
-            vec![1.0; 2],
-            vec![0.0; 2],
-            0.0,
-        );
-        assert!(bad_p.is_err());
-    }
-}
+mod tests;

@@ -46,7 +46,11 @@ pub fn table(sites: &[SiteAudit]) -> String {
                 s.norm.into(),
                 format!("{}", s.p),
                 s.d.to_string(),
-                s.tokens.to_string(),
+                if s.tokens < s.tokens_total {
+                    format!("{} of {}", s.tokens, s.tokens_total)
+                } else {
+                    s.tokens.to_string()
+                },
                 if s.exact {
                     "exact".into()
                 } else {
@@ -173,7 +177,11 @@ pub fn attention_table(sites: &[AttentionAudit]) -> String {
                 format!("{}", s.p),
                 s.heads.to_string(),
                 s.keys.to_string(),
-                s.queries.to_string(),
+                if s.sampled_queries < s.queries {
+                    format!("{} ({} checked)", s.queries, s.sampled_queries)
+                } else {
+                    s.queries.to_string()
+                },
                 format!("{:.3e}", s.mean_row_sum_variance),
                 format!("{:.3e}", s.max_row_sum_variance),
                 format!("{:.3e}", s.mean_output_variance),

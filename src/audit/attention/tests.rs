@@ -55,7 +55,7 @@ fn forward(c: &AttentionCapture, i: usize, keep: impl Fn(usize, usize) -> bool) 
 #[test]
 fn closed_forms_match_exact_enumeration() {
     let c = tiny(0.3);
-    let a = audit_attention_site(&c, 4096, 1).unwrap();
+    let a = audit_attention_site(&c, 4096, Tokens::All, 1).unwrap();
     let q = 1.0 - c.p;
     let units = c.heads * c.keys;
     for i in 0..c.queries {
@@ -111,7 +111,7 @@ fn sampled_check_agrees_and_bits_do_not_depend_on_threads() {
             .num_threads(threads)
             .build()
             .unwrap()
-            .install(|| audit_attention_site(&c, 1 << 14, 9).unwrap())
+            .install(|| audit_attention_site(&c, 1 << 14, Tokens::All, 9).unwrap())
     };
     let (one, two) = (on(1), on(2));
     assert_eq!(one.row_sum_check, two.row_sum_check);
@@ -133,13 +133,18 @@ fn sampled_check_agrees_and_bits_do_not_depend_on_threads() {
 fn one_hot_rows_warn_and_bad_captures_are_errors() {
     let mut c = tiny(0.5);
     c.weights = vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0];
-    let a = audit_attention_site(&c, 256, 1).unwrap();
+    let a = audit_attention_site(&c, 256, Tokens::All, 1).unwrap();
     assert_eq!(a.max_row_sum_variance, 1.0);
     assert!(a.warnings.is_empty());
-    let a = audit_attention_site(&tiny(0.6), 256, 1).unwrap();
+    let a = audit_attention_site(&tiny(0.6), 256, Tokens::All, 1).unwrap();
     assert!(a.max_row_sum_variance < 1.0);
     c.p = 0.6;
-    assert!(audit_attention_site(&c, 256, 1).unwrap().warnings[0].contains("one-hot"));
+    assert!(
+        audit_attention_site(&c, 256, Tokens::All, 1)
+            .unwrap()
+            .warnings[0]
+            .contains("one-hot")
+    );
     let short = AttentionCapture::new(
         "x".into(),
         0.1,
