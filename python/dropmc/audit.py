@@ -150,7 +150,12 @@ def _unknown_site(t, found, modules) -> str:
         return f"{nname!r} is not a LayerNorm or RMSNorm call of the forward"
     paths = [x for x in found.paths if x.dropout == dname and x.norm == nname]
     if paths:
-        return f"{dname} reaches {nname} through {paths[0].stop} ({' -> '.join(paths[0].ops)})"
+        from .discovery import beyond_linear
+
+        how = f"{dname} reaches {nname} through {paths[0].stop} ({' -> '.join(paths[0].ops)})"
+        if paths[0].stop.startswith("linear") and beyond_linear(paths[0].ops) is None:
+            how += " — a linear-path site: the default audit (sites=None) audits it (docs/linear-path.md)"
+        return how
     return f"{dname}'s output does not reach {nname} before another norm"
 
 

@@ -25,11 +25,17 @@ __all__ = ["coverage", "summary_line", "collapse_warnings"]
 
 def _stop_reason(paths) -> Tuple[str, str]:
     """``(kind, reason)`` for a call whose paths to norms are not sites."""
+    from .discovery import beyond_linear  # torch is imported only where a model is traced
+
     first = paths[0]
     op = first.stop
-    if op.startswith("linear"):
+    beyond = beyond_linear(first.ops) if op.startswith("linear") else None
+    if beyond is not None:  # past the linear layer, an op the linear-path family cannot take
+        kind = f"through {beyond.split(':', 1)[0]}"
+        what = f"through {op}, then {beyond} (a nonlinearity: no closed form on this path)"
+    elif op.startswith("linear"):
         kind = "through a linear layer"
-        what = f"through {op} (see the linear-path family)"
+        what = f"through {op} (a linear path the linear-path family did not audit: docs/linear-path.md)"
     else:
         kind = f"through {op.split(':', 1)[0]}"
         what = f"through {op}"

@@ -208,10 +208,23 @@ def site_terms(origin: tuple) -> List[tuple]:
 _STOP_FREE = {"add", "__add__", "__radd__", "add_", "__iadd__"}
 
 
-def _stop(ops: Tuple[str, ...]) -> str:
+def _identity_ops() -> set:
+    """The ops that are the identity per token (and the adds)."""
     from .paths import _AXES, _INDEX, _SHAPE
 
-    identity = CASTS | _SHAPE | _AXES | _INDEX | {"roll"} | _STOP_FREE
+    return CASTS | _SHAPE | _AXES | _INDEX | {"roll"} | _STOP_FREE
+
+
+def beyond_linear(ops: Tuple[str, ...]) -> Optional[str]:
+    """The first op of a path that neither the identity-per-token steps nor
+    the linear-path family (linear layers, adds, further dropouts) admit —
+    a nonlinearity such as ``gelu`` — or ``None``."""
+    admitted = _identity_ops() | {"linear", "dropout"}
+    return next((op for op in ops if op.split(":", 1)[0] not in admitted), None)
+
+
+def _stop(ops: Tuple[str, ...]) -> str:
+    identity = _identity_ops()
     adds = 0
     for op in ops:
         base = op.split(":", 1)[0]

@@ -64,16 +64,23 @@ def test_encoder_and_decoder_sites_use_their_own_padding_mask():
 def test_a_named_pair_that_is_not_a_site_says_which_op_stops_it():
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(6, 12), nn.Dropout(0.2), nn.Linear(12, 12), nn.LayerNorm(12))
-    with pytest.raises(ValueError, match=r"1 reaches 3 through linear:2 \(linear:2\)") as e:
+    with pytest.raises(ValueError, match=r"1 reaches 3 through linear:2 \(linear:2\) — a linear-path site") as e:
         A.audit_torch(model, torch.randn(4, 6), sites=[("1", "3")])
     assert len(str(e.value)) < 600
+    # the default audit takes that path as a linear-path site, with numbers
     audit = A.audit_torch(model, torch.randn(4, 6), samples=1024)
-    assert audit.coverage == {"calls": 1, "audited": 0, "listed": 1, "reasons": {"through a linear layer": 1}}
-    assert str(audit).startswith("1 dropout calls: 0 audited, 1 listed (through a linear layer: 1)")
-    (row,) = audit.other_sites
-    assert row["reason"] == "through linear:2 (see the linear-path family) to 3"
+    assert audit.coverage == {"calls": 1, "audited": 1, "listed": 0, "reasons": {}}
+    assert [r["name"] for r in audit.linear_sites] == ["1->3"]
     (path,) = audit.discovery.paths
     assert (path.dropout, path.norm, path.ops, path.site) == ("1", "3", ("linear:2",), "")
+    # a nonlinearity after the linear layer stops the family: listed, that op named
+    model = nn.Sequential(nn.Linear(6, 12), nn.Dropout(0.2), nn.Linear(12, 12), nn.GELU(), nn.Linear(12, 12),
+                          nn.LayerNorm(12))
+    audit = A.audit_torch(model, torch.randn(4, 6), samples=1024)
+    assert audit.coverage == {"calls": 1, "audited": 0, "listed": 1, "reasons": {"through gelu": 1}}
+    assert str(audit).startswith("1 dropout calls: 0 audited, 1 listed (through gelu: 1)")
+    (row,) = audit.other_sites
+    assert row["reason"] == "through linear:2, then gelu (a nonlinearity: no closed form on this path) to 5"
 
 
 class _EinsumAttention(nn.Module):
