@@ -243,7 +243,7 @@ def capture(model, inputs=None, *, sites: Optional[Sequence] = None, norms=None,
 def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
                 sites: Optional[Sequence] = None, attention: bool = True,
                 attention_samples: int = DEFAULT_ATTENTION_SAMPLES, norms=None, token_mask=None,
-                tokens=DEFAULT_TOKENS, time_budget=None, progress=None, **kwargs) -> Audit:
+                tokens=DEFAULT_TOKENS, time_budget=None, progress=None, linear=None, **kwargs) -> Audit:
     """Finds ``model``'s dropout→norm and attention-dropout sites
     (:func:`dropmc.discovery.discover`), captures them in one more forward
     and audits them (``samples`` masks per token from ``seed``;
@@ -262,6 +262,11 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     that ends past it (a uniform sample still; the table says how many
     tokens each site got). ``progress``: a line on stderr (sites done, time
     left); None (the default) shows it when stderr is a terminal.
+    ``linear``: the linear-path sites (a dropout reaching its norm through
+    linear layers, docs/linear-path.md; rows in ``audit.linear_sites``):
+    None (the default) samples them when their work is at most
+    ``linear_audit.LINEAR_AUDIT_WORK`` multiply-adds and else lists them with
+    the estimate; True always; False never.
 
     ``inputs``: a tensor, a tuple of positional arguments, or a dict of
     keyword arguments; further keyword arguments go to the forward too.
@@ -283,6 +288,8 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if not isinstance(attention, bool):
         raise TypeError(f"attention must be a bool, got {type(attention).__name__}")
+    if linear is not None and not isinstance(linear, bool):
+        raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
     import time
 
     start = time.perf_counter()
@@ -318,9 +325,10 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                            time_budget=None if seconds is None else max(
                                seconds - (time.perf_counter() - start), 0.1 * seconds))
     from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
-    linear = add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed) if sites is None else []
+    linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear)
+                        if sites is None else ([], {}))
     rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
-                            [c["name"] for c in attention_caps], unreadable, attention)
+                            [c["name"] for c in attention_caps], unreadable, attention, deferred)
     for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order
         if site.mask is not None:
             row.update(mask=site.mask.kind, mask_sharing=site.mask.text)

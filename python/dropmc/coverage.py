@@ -18,7 +18,7 @@ reached at all.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["coverage", "summary_line", "collapse_warnings"]
 
@@ -44,7 +44,8 @@ def _stop_reason(paths) -> Tuple[str, str]:
 
 
 def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], selected: bool,
-             attention_audited: Sequence[str], unreadable: Dict[str, str], attention_on: bool) -> Tuple[List[dict], dict]:
+             attention_audited: Sequence[str], unreadable: Dict[str, str], attention_on: bool,
+             deferred: Optional[Dict[str, str]] = None) -> Tuple[List[dict], dict]:
     """``(rows, counts)``: one row ``{"name", "form", "p", "reason",
     "kind"}`` per dropout call not audited (beyond the site rows already in
     ``listed_sites``), and ``{"calls", "audited", "listed", "reasons":
@@ -77,6 +78,8 @@ def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], select
         elif sites and all(s.mask is not None and not s.mask.scaled_by_inverse_q() for s in sites):
             kind, reason = "mask not scaled by 1/q", (f"its mask keeps entries at {sites[0].mask.scale:g}, "
                                                       f"not 1/q = {1 / (1 - p):g}")
+        elif call in (deferred or {}):  # a linear-path site the audit did not sample (linear_audit.py)
+            kind, reason = "linear path not sampled", deferred[call]
         elif paths:
             kind, reason = _stop_reason(paths)
         else:

@@ -19,7 +19,7 @@ coverage with the op that stops them.
 
 from __future__ import annotations
 
-from typing import List
+from typing import Dict, List, Tuple
 
 __all__ = ["add_linear_sites", "wanted"]
 
@@ -69,23 +69,39 @@ def table(rows: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: int) -> List[str]:
+#: Multiply-adds the default audit spends on linear-path sites before it
+#: lists them instead (``linear=None``). Measured on the 2-core machine: a
+#: 6-layer d = 512 encoder's six feed-forward sites, 64 tokens × 4096 masks ×
+#: 512 × 2048 = 1.6·10¹² multiply-adds, took 460 s (≈ 3.6·10⁹ per second), so
+#: 2·10¹⁰ is about 5 s — the order of the rest of a default audit.
+LINEAR_AUDIT_WORK = 2e10
+
+
+def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: int,
+                     linear=None) -> Tuple[List[str], Dict[str, str]]:
     """Audits the model's linear-path sites and appends their rows, truths
     and table to ``audit``; returns the dropout calls audited (discovery's
-    names) for the coverage line."""
-    from .linear_path import audit_linear
+    names) for the coverage line, and the calls of sites found but not
+    audited with the reason (``linear=False``, or ``None`` and more work
+    than :data:`LINEAR_AUDIT_WORK`)."""
+    from .linear_path import audit_sites, find_linear_paths, sampling_work
 
-    if not wanted(found):
-        return []
+    if linear is False or not wanted(found):
+        return [], {}
     known = set(found.dropouts) | {a.call for a in found.attention}
-    sites = [s for s in audit_linear(model, args, samples=samples, seed=seed, kwargs=kwargs)
-             if s["dropout"] in known]
+    sites = [s for s in find_linear_paths(model, args, kwargs) if s["dropout"] in known]
+    work = sum(sampling_work(s, samples) for s in sites)
+    if linear is None and work > LINEAR_AUDIT_WORK:
+        seconds = work / 3.6e9
+        why = (f"a linear-path site, not audited by default at this size: {len(sites)} such sites need "
+               f"{work:.1e} multiply-adds of sampling (about {seconds:.0f} s on 2 cores, over the default's "
+               f"{LINEAR_AUDIT_WORK:.0e}); audit(..., linear=True) audits them, at a cost proportional to samples=")
+        return [], {s["dropout"]: why for s in sites}
+    sites = audit_sites(sites, samples, seed)
     if not sites:
-        return []
+        return [], {}
     rows = [_row(s, samples) for s in sites]
     audit.linear_sites = rows
     audit.linear_truths = [(s["truth"], s["truth_se"]) for s in sites]
     audit.linear_table = table(rows)
-    return [r["dropout"] for r in rows]
-
-
+    return [r["dropout"] for r in rows], {}

@@ -305,14 +305,35 @@ def _reproduces(site, y) -> bool:
 def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1,
                  kwargs: Optional[dict] = None) -> List[LinearPathSite]:
     """Finds the model's linear-path sites (``find_linear_paths``) and
-    audits each: per token the truth ``E[norm(y)]`` from ``samples`` masks,
-    its standard error, the eval output and the first-order output, and
-    the gaps ``mean_k |· − truth_k|``."""
+    audits each (:func:`audit_sites`)."""
+    _check_budget(samples, seed)
+    return audit_sites(find_linear_paths(model, inputs, kwargs), samples, seed)
+
+
+def _check_budget(samples, seed) -> None:
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 2:
         raise ValueError(f"samples must be an int >= 2, got {samples!r}")
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    sites = find_linear_paths(model, inputs, kwargs)
+
+
+def sampling_work(site: LinearPathSite, samples: int) -> float:
+    """Multiply-adds of auditing ``site`` at ``samples`` masks per token:
+    per mask and token one pass through the path — the attention product
+    ``Σ_s b_s v_s`` (heads × keys × head width) and the linear layer
+    (``d × m``)."""
+    d, m = site["w"].shape
+    if site["kind"] == "attention":
+        batch, heads, queries, keys, width = site["shape"]
+        return float(batch * queries) * samples * (heads * keys * width + d * m)
+    return float(site["u"].shape[0]) * samples * d * m
+
+
+def audit_sites(sites: List[LinearPathSite], samples: int, seed: int) -> List[LinearPathSite]:
+    """Audits each found site: per token the truth ``E[norm(y)]`` from
+    ``samples`` masks, its standard error, the eval output and the
+    first-order output, and the gaps ``mean_k |· − truth_k|``."""
+    _check_budget(samples, seed)
     for s in sites:
         if s["kind"] == "attention":
             truth, se, ev, first, gaps = _dropmc.audit_attention_path(

@@ -83,6 +83,26 @@ def test_a_named_pair_that_is_not_a_site_says_which_op_stops_it():
     assert row["reason"] == "through linear:2, then gelu (a nonlinearity: no closed form on this path) to 5"
 
 
+def test_linear_path_sites_over_the_work_budget_are_listed_with_the_estimate(monkeypatch):
+    import dropmc.linear_audit as LA
+
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(6, 12), nn.Dropout(0.2), nn.Linear(12, 12), nn.LayerNorm(12))
+    x = torch.randn(4, 6)
+    monkeypatch.setattr(LA, "LINEAR_AUDIT_WORK", 4 * 1024 * 12 * 12 - 1)  # one multiply-add short
+    audit = A.audit_torch(model, x, samples=1024)
+    assert audit.coverage == {"calls": 1, "audited": 0, "listed": 1, "reasons": {"linear path not sampled": 1}}
+    (row,) = audit.other_sites
+    assert "5.9e+05 multiply-adds" in row["reason"] and "linear=True" in row["reason"], row["reason"]
+    assert A.audit_torch(model, x, samples=1024, linear=True).coverage["audited"] == 1
+    monkeypatch.setattr(LA, "LINEAR_AUDIT_WORK", 4 * 1024 * 12 * 12)  # exactly the work: audited
+    assert A.audit_torch(model, x, samples=1024).coverage["audited"] == 1
+    off = A.audit_torch(model, x, samples=1024, linear=False)
+    assert off.coverage["reasons"] == {"through a linear layer": 1}
+    with pytest.raises(TypeError, match="linear must be None or a bool"):
+        A.audit_torch(model, x, linear="yes")
+
+
 class _EinsumAttention(nn.Module):
     def __init__(self):
         super().__init__()
