@@ -25,7 +25,7 @@ use crate::error::{Error, check_len};
 use crate::eval::input::read_list;
 use crate::exact::MAX_ENUMERATION_D;
 use crate::exact::linear_path::path_expectation;
-use crate::formulas::linear_path::{self as f, Path, Source, Step};
+use crate::formulas::linear_path::{self as f, Path, Source};
 use crate::formulas::mean_and_variance;
 use crate::ops::{AnyNorm, LayerNorm, Rate, RmsNorm, Subject};
 
@@ -113,13 +113,11 @@ pub fn path(
         Ok(DVector::from_vec(v))
     };
     let (b, h) = (vector("b", b)?, vector("h", h)?);
-    let path = Path {
-        source: Source::Dropped {
-            u: u.to_vec(),
-            rate: Rate::new(p)?,
-        },
-        steps: vec![Step::Linear { w, b }, Step::Add(h)],
+    let source = Source::Dropped {
+        u: u.to_vec(),
+        rate: Rate::new(p)?,
     };
+    let path = Path::linear_then_add(source, w, b, h);
     path.validate()?;
     Ok(path)
 }
