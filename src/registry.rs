@@ -205,6 +205,7 @@ impl Default for Registry {
                 "compound" => (Some(eval::compound::quantity), &[]),
                 "attention" => (Some(eval::attn::quantity), &[plot::ATTENTION_ROW_SUM]),
                 "batchnorm" => (Some(eval::bn::quantity), &[plot::DEEP_STACK]),
+                "linear_path" => (Some(eval::linear_path::quantity), &[]),
                 _ => (None, &[]),
             };
             if let Some(quantity) = quantity {

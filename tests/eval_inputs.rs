@@ -122,7 +122,16 @@ fn run_args_prints_the_same_json_as_the_command_line() {
     let names: Vec<&str> = quantities().iter().map(|q| q.name()).collect();
     assert_eq!(
         names,
-        ["moments", "ln", "rms", "bypass", "compound", "attn", "bn"]
+        [
+            "moments",
+            "ln",
+            "rms",
+            "bypass",
+            "compound",
+            "attn",
+            "bn",
+            "linear_path"
+        ]
     );
 }
 

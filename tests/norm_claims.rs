@@ -37,8 +37,12 @@ fn every_first_order_claim_of_the_registry_is_checked_here() {
     let ids: Vec<&str> = leading_claims().iter().map(|c| c.card.id).collect();
     let registered: Vec<&str> = dropmc::claims::registry()
         .into_iter()
-        // linear_path.output's grouped sweep is checked against full
-        // enumeration in its own family's tests (src/claims/linear_path/tests.rs).
+        // linear_path.output is a `PathClaim` (its configuration a
+        // `linear_path::Path`, not a `norm::Config`), so it has no
+        // `NormClaim::grouped` / `exact` pair for the loop below; its grouped
+        // sweep oracle is checked against full enumeration in
+        // src/claims/linear_path/tests.rs
+        // (`the_sweeps_grouped_oracle_agrees_with_full_enumeration`).
         .filter(|c| c.kind() == Kind::LeadingOrder { order: 1 } && c.family() != "linear_path")
         .map(|c| c.id())
         .collect();

@@ -114,8 +114,15 @@ fn run(claim: &NormClaim) -> ClaimResult {
 
 /// The registry's leading-order claims, in its order.
 fn registry_leading() -> Vec<&'static dyn Claim> {
-    // linear_path.output runs its own sweep (src/claims/linear_path/sweep.rs)
-    // and its planted forms are failed in that family's tests.
+    // linear_path.output is not a `NormClaim`: it is a `PathClaim` whose
+    // configuration is a `linear_path::Path` (a source, then Linear / Add /
+    // Dropout steps), not a `norm::Config` on a `Site`, so it has no
+    // `with_closed_form` to plant through and no `baselines` for
+    // `corrected_by`. The same checks run on it in
+    // src/claims/linear_path/tests.rs:
+    // `the_first_order_output_passes_its_order_check_and_planted_forms_fail_it`
+    // (the eval output, i.e. c = 1, and c² fail the order check; the real
+    // form passes) on the sweep of src/claims/linear_path/sweep.rs.
     dropmc::claims::registry()
         .into_iter()
         .filter(|c| order_of(c.kind()).is_some() && c.family() != "linear_path")

@@ -5,8 +5,18 @@ with Python — the source of the standard library's own modules (no
 download) — and compares, on held-out text:
 
   plain      the eval forward (dropout off)
-  corrected  dropmc.torch.correct(model, x) (first order)
-  order 2    dropmc.torch.correct(model, x, order=2)
+  corrected  dropmc.torch.correct(model, x, linear=False) (first order, the
+             norm sites reached through the identity or one add)
+  order 2    dropmc.torch.correct(model, x, order=2, linear=False)
+  + linear   dropmc.torch.correct(model, x, linear=True): also the
+             linear-path sites (docs/linear-path.md) the tracer finds — here
+             the feed-forward's inner dropout → linear2 → (dropout2) → add →
+             norm. The attention dropout of ``nn.MultiheadAttention`` is not
+             one: in eval its whole forward is one opaque
+             ``F.multi_head_attention_forward`` call (fused
+             scaled-dot-product attention, no probabilities, ``out_proj``
+             applied inside), so the tracer sees neither the dropout nor the
+             value product nor ``out_proj``
   no head    corrected, the site in front of the output head excluded
              (``exclude=[...]``; only for the model that has one)
   ensemble   the MC-dropout ensemble: the average of the softmax over K
@@ -136,10 +146,13 @@ def evaluate(name, model, heldout, samples, head_exclude=None):
     x, y = heldout
     variants = {"plain": log_probs(model, x)}
     for label, kw in (("corrected", {}), ("order 2", {"order": 2})):
-        m = dt.correct(model, x, inplace=False, **kw)
+        m = dt.correct(model, x, inplace=False, linear=False, **kw)
         variants[label] = log_probs(m, x)
         sites = len(m._dropmc_correction.sites)
         refused = len(m._dropmc_correction.refused)
+    m = dt.correct(model, x, inplace=False, linear=True)
+    variants["+ linear"] = log_probs(m, x)
+    linear = m._dropmc_correction.linear_sites
     if head_exclude is not None:
         m = dt.correct(model, x, inplace=False, exclude=[head_exclude])
         variants["no head"] = log_probs(m, x)
@@ -148,6 +161,7 @@ def evaluate(name, model, heldout, samples, head_exclude=None):
     nll = {k: -lp.gather(-1, y.unsqueeze(-1)).squeeze(-1) for k, lp in variants.items()}
     print(f"\n{name}: {sites} corrected sites ({refused} refused), {x.shape[0]} held-out sequences "
           f"of {CONTEXT} characters, ensemble of {samples}")
+    print(f"  + linear adds {len(linear)} linear-path sites: " + ", ".join("->".join(s) for s in linear))
     print(f"  {'variant':10s} {'loss':>8s} {'Δ vs plain ± SE':>22s} {'z':>7s} {'KL to ensemble ± SE':>24s}")
     base = per_sequence(nll["plain"])
     rows = []

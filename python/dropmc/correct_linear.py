@@ -38,13 +38,12 @@ __all__ = ["LinearPlan", "linear_plan"]
 
 
 def _column_norms(weight, layer: bool):
-    """``‖C w_j‖²`` (``layer``) or ``‖w_j‖²`` per column of ``weight`` (d × m)."""
-    w = weight.detach()
-    sq = (w * w).sum(dim=0)
-    if not layer:
-        return sq
-    s = w.sum(dim=0)
-    return sq - s * s / w.shape[0]
+    """``‖C w_j‖²`` (``layer``) or ``‖w_j‖²`` per column of ``weight`` (d × m),
+    float64 (:func:`dropmc.linear_path.column_norms`)."""
+    from .linear_path import column_norms
+
+    centred, sq = column_norms(weight)
+    return centred if layer else sq
 
 
 def _scaled(out, y, trace, p: float, eps: float, beta):
@@ -88,7 +87,7 @@ class _LinearNorm:
         if u is None or u.numel() // m != y.numel() // y.shape[-1]:
             raise RuntimeError(f"dropmc.correct: site {self.name}: the dropout's input was not seen "
                                "with the norm's tokens in this forward")
-        norms = _column_norms(self.linear.weight.double(), self.layer)
+        norms = _column_norms(self.linear.weight, self.layer)
         trace = (u.detach().double().reshape(-1, m) ** 2) @ norms
         beta = getattr(module, "bias", None) if self.layer else None
         return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta)

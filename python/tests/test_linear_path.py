@@ -125,3 +125,19 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError):
         _dropmc.first_order_linear_path(s["p"], s["u"][:, :-1], s["h"], s["w"], s["b"],
                                         s["gamma"], s["beta"], s["eps"])
+
+
+def test_the_live_correction_is_the_rust_first_order():
+    """``correct(linear=True)`` on the toy: the corrected model's output is
+    the Rust first-order output (column norms of the live weight)."""
+    import dropmc.torch as dt
+
+    model, x = _toy()
+    [s] = lp.find_linear_paths(model, x)
+    rust = np.asarray(_dropmc.first_order_linear_path(
+        s["p"], s["u"], s["h"], s["w"], s["b"], s["gamma"], s["beta"], s["eps"]))
+    corrected = dt.correct(model, x, inplace=False, linear=True)
+    assert corrected._dropmc_correction.linear_sites == [("drop", "ln")]
+    with torch.no_grad():
+        out = corrected.eval()(x).numpy()
+    assert np.allclose(out, rust, rtol=1e-10, atol=1e-10)

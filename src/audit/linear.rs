@@ -194,19 +194,15 @@ impl LinearCapture {
     }
 
     fn path(&self, t: usize) -> Path {
-        Path {
-            source: Source::Dropped {
+        Path::linear_then_add(
+            Source::Dropped {
                 u: self.u[t].clone(),
                 rate: self.rate,
             },
-            steps: vec![
-                Step::Linear {
-                    w: self.w.clone(),
-                    b: self.b.clone(),
-                },
-                Step::Add(DVector::from_column_slice(&self.h[t])),
-            ],
-        }
+            self.w.clone(),
+            self.b.clone(),
+            DVector::from_column_slice(&self.h[t]),
+        )
     }
 }
 

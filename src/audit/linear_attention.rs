@@ -12,7 +12,7 @@ use nalgebra::{DMatrix, DVector};
 
 use super::linear::{LinearAudit, audit_tokens};
 use crate::error::Error;
-use crate::formulas::linear_path::{Head, Path, Source, Step, ln_corrected, rms_corrected};
+use crate::formulas::linear_path::{Head, Path, Source, ln_corrected, rms_corrected};
 use crate::ops::{AnyNorm, Rate};
 
 /// One attention-path site: per token its heads (row `a`, values), the
@@ -104,19 +104,15 @@ impl AttentionPathCapture {
     }
 
     fn path(&self, t: usize) -> Path {
-        Path {
-            source: Source::Attention {
+        Path::linear_then_add(
+            Source::Attention {
                 heads: self.heads[t].clone(),
                 rate: self.rate,
             },
-            steps: vec![
-                Step::Linear {
-                    w: self.w.clone(),
-                    b: self.b.clone(),
-                },
-                Step::Add(DVector::from_column_slice(&self.h[t])),
-            ],
-        }
+            self.w.clone(),
+            self.b.clone(),
+            DVector::from_column_slice(&self.h[t]),
+        )
     }
 
     /// The first-order output of every token (the live correction).

@@ -42,6 +42,7 @@ pub mod bn;
 pub(crate) mod bypass;
 pub(crate) mod compound;
 pub(crate) mod input;
+pub(crate) mod linear_path;
 pub(crate) mod ln;
 pub mod moments;
 pub mod norm;
@@ -77,6 +78,7 @@ pub fn quantities() -> Vec<EvalQuantity> {
         compound::quantity(),
         attn::quantity(),
         bn::quantity(),
+        linear_path::quantity(),
     ]
 }
 

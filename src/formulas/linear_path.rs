@@ -240,6 +240,21 @@ impl Moments {
 }
 
 impl Path {
+    /// `source → Linear(w, b) → + h`: a dropout that reaches its norm
+    /// through one linear layer and an added term (the audit's and `eval`'s
+    /// path of one token).
+    pub fn linear_then_add(
+        source: Source,
+        w: DMatrix<f64>,
+        b: DVector<f64>,
+        h: DVector<f64>,
+    ) -> Path {
+        Path {
+            source,
+            steps: vec![Step::Linear { w, b }, Step::Add(h)],
+        }
+    }
+
     /// Checks that every step's width matches the vector it receives;
     /// returns the norm's width `d`.
     pub fn validate(&self) -> Result<usize, Error> {

@@ -5,6 +5,7 @@
 use super::*;
 use crate::claims::{Verdict, check};
 use crate::engine::DEFAULT_SEED;
+use crate::ops::Rate;
 use nalgebra::DMatrix;
 
 fn claim(id: &str) -> &'static PathClaim {
@@ -68,6 +69,36 @@ fn drop_off_diagonal(m: &mut Moments) {
     m.cov = DMatrix::from_diagonal(&diag);
 }
 
+/// `source`'s moments carried through the path's steps, a further dropout
+/// by `dropout` (the real rule, or a planted one).
+fn through_steps(
+    path: &Path,
+    source: Moments,
+    dropout: impl Fn(&Moments, Rate) -> Moments,
+) -> Moments {
+    path.steps.iter().fold(source, |m, s| match s {
+        Step::Linear { w, b } => m.linear(w, b),
+        Step::Add(h) => m.add(h),
+        Step::Dropout(r) => dropout(&m, *r),
+    })
+}
+
+/// The claim `real` with its closed form taken from the planted moments
+/// `m` must fail, by a z-test's rejection (not only the oracle).
+fn planted_fails(real: &'static PathClaim, m: &Moments) {
+    let planted = Planted {
+        real,
+        analytic: real.closed_form_of(m).unwrap(),
+    };
+    let (verdict, rejected) = run(&planted);
+    assert_eq!(verdict, Verdict::Fail, "{}", real.id());
+    assert!(
+        rejected,
+        "{}: the z-test must reject, not only the oracle",
+        real.id()
+    );
+}
+
 #[test]
 fn every_exact_closed_form_agrees_with_its_enumeration() {
     for c in path_claims() {
@@ -104,16 +135,7 @@ fn dropping_the_off_diagonal_fails_the_covariance_claims() {
     ] {
         let real = claim(id);
         let m = moments_with(&(real.path)(), drop_off_diagonal);
-        let planted = Planted {
-            real,
-            analytic: real.closed_form_of(&m).unwrap(),
-        };
-        let (verdict, rejected) = run(&planted);
-        assert_eq!(verdict, Verdict::Fail, "{id}");
-        assert!(
-            rejected,
-            "{id}: the z-test must reject, not only the oracle"
-        );
+        planted_fails(real, &m);
     }
 }
 
@@ -138,21 +160,8 @@ fn forgetting_a_head_fails_the_attention_claims() {
         let n = kept.nrows();
         source.cov.fill(0.0);
         source.cov.view_mut((0, 0), (n, n)).copy_from(&kept);
-        let m = path.steps.iter().fold(source, |m, s| match s {
-            Step::Linear { w, b } => m.linear(w, b),
-            Step::Add(h) => m.add(h),
-            Step::Dropout(r) => m.dropout(*r),
-        });
-        let planted = Planted {
-            real,
-            analytic: real.closed_form_of(&m).unwrap(),
-        };
-        let (verdict, rejected) = run(&planted);
-        assert_eq!(verdict, Verdict::Fail, "{id}");
-        assert!(
-            rejected,
-            "{id}: the z-test must reject, not only the oracle"
-        );
+        let m = through_steps(&path, source, |m, r| m.dropout(r));
+        planted_fails(real, &m);
     }
 }
 
@@ -161,27 +170,14 @@ fn treating_the_second_dropout_input_as_fixed_fails_the_chain() {
     // Rule 1 in place of rule 5: (p/q) diag(x̄²) without diag Σ_x.
     let real = claim("linear_path.chain_covariance");
     let path = (real.path)();
-    let m = path
-        .steps
-        .iter()
-        .fold(path.source.moments(), |m, s| match s {
-            Step::Linear { w, b } => m.linear(w, b),
-            Step::Add(h) => m.add(h),
-            Step::Dropout(r) => {
-                let extra = m.mean.map(|x| r.odds() * x * x);
-                Moments {
-                    mean: m.mean.clone(),
-                    cov: &m.cov + DMatrix::from_diagonal(&extra),
-                }
-            }
-        });
-    let planted = Planted {
-        real,
-        analytic: real.closed_form_of(&m).unwrap(),
-    };
-    let (verdict, rejected) = run(&planted);
-    assert_eq!(verdict, Verdict::Fail);
-    assert!(rejected);
+    let m = through_steps(&path, path.source.moments(), |m, r| {
+        let extra = m.mean.map(|x| r.odds() * x * x);
+        Moments {
+            mean: m.mean.clone(),
+            cov: &m.cov + DMatrix::from_diagonal(&extra),
+        }
+    });
+    planted_fails(real, &m);
 }
 
 #[test]
