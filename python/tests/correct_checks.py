@@ -33,4 +33,7 @@ def one_site_gap(model, kw, audit, i):
     finally:
         dt.uncorrect(model)
     truth, se = audit.truth(i)
-    return _rs.gap_to_truth(truth.ravel(), se.ravel(), out.numpy().ravel().copy(), s["d"])["rms"]
+    rows = out.numpy().reshape(-1, s["d"])
+    assert rows.shape[0] == s["tokens_total"], "a padded site: select its unpadded rows first"
+    rows = rows[audit.token_indices(i)]  # the audited tokens (a sample when the site has many)
+    return _rs.gap_to_truth(truth.ravel(), se.ravel(), rows.ravel().copy(), s["d"])["rms"]
