@@ -294,21 +294,10 @@ def _rehearse(model, plan: _Plan) -> None:
     not at the user's first forward."""
     if plan.call is None or not plan.sites:
         return
-    import torch
+    from .correct_hooks import rehearse
 
-    args, kw = plan.call
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            model(*args, **kw)
-    except RuntimeError as e:
-        if "dropmc.correct: site" not in str(e):
-            raise
-        raise ValueError(f"{str(e)[len('dropmc.correct: '):]}: correct cannot capture this site's v on an "
-                         "eval forward of the example inputs; exclude it (exclude=[...])") from None
-    finally:
-        model.train(was_training)
+    rehearse(model, plan.call, "correct cannot capture this site's v on an eval forward of the example inputs; "
+             "exclude it (exclude=[...])")
 
 
 def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int, mask=None) -> tuple:

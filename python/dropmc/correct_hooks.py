@@ -283,3 +283,21 @@ class _FreshForward:
         for scope in self.scopes:
             scope.reset()
         return None
+
+
+def rehearse(model, call, advice: str) -> None:
+    """One eval forward of ``model`` on ``call`` (``(args, kwargs)``) under
+    no_grad, its training mode restored: a hook's ``dropmc.correct: site …``
+    RuntimeError becomes a ValueError naming the site, then ``advice``."""
+    args, kw = call
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(*args, **kw)
+    except RuntimeError as e:
+        if "dropmc.correct: site" not in str(e):
+            raise
+        raise ValueError(f"{str(e)[len('dropmc.correct: '):]}: {advice}") from None
+    finally:
+        model.train(was_training)

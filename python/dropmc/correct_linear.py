@@ -32,7 +32,7 @@ train mode every hook returns at once (training is bit for bit unchanged);
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 __all__ = ["LinearPlan", "linear_plan"]
 
@@ -183,8 +183,6 @@ class LinearPlan:
         ones to ``correction.refused``, then runs one eval forward on the
         example inputs (a site that cannot be corrected live is a
         ValueError now, not at the user's first forward)."""
-        import torch
-
         modules = dict(model.named_modules())
         correction.refused.update(self.refused)
         for name, s in self.sites.items():
@@ -202,20 +200,10 @@ class LinearPlan:
                 hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer)
             correction._handles.append(norm.register_forward_hook(hook))
             correction.linear_sites.append((s["dropout"], s["norm_call"]))
-        if not self.sites:
-            return
-        args, kw = self.call
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.no_grad():
-                model(*args, **kw)
-        except RuntimeError as e:
-            if "dropmc.correct: site" not in str(e):
-                raise
-            raise ValueError(f"{str(e)[len('dropmc.correct: '):]}: exclude it (exclude=[...])") from None
-        finally:
-            model.train(was_training)
+        if self.sites:
+            from .correct_hooks import rehearse
+
+            rehearse(model, self.call, "exclude it (exclude=[...])")
 
 
 def _refusal(s: dict, modules: dict) -> Optional[str]:
