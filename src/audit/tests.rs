@@ -2,8 +2,14 @@
 use super::*;
 
 fn capture(d: usize, tokens: usize) -> SiteCapture {
+    capture_scaled(d, tokens, |_| 1.0)
+}
+
+/// A bypass LayerNorm site of `tokens` tokens of width `d`, with fixed
+/// patterned `v` and `h`; token `t`'s `v` is multiplied by `scale(t)`.
+fn capture_scaled(d: usize, tokens: usize, scale: impl Fn(usize) -> f64) -> SiteCapture {
     let v: Vec<f64> = (0..d * tokens)
-        .map(|i| ((i * 37 % 11) as f64 - 5.0) / 3.0)
+        .map(|i| scale(i / d) * (((i * 37 % 11) as f64 - 5.0) / 3.0))
         .collect();
     let h: Vec<f64> = (0..d * tokens)
         .map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0)
@@ -46,28 +52,7 @@ fn a_token_sample_estimates_the_gap_over_every_token() {
     // first 40 tokens, say) is off by many SEs. d = 12 (enumerated truth): the gap's only
     // noise is the token sample's.
     let (d, total) = (12, 240);
-    let v: Vec<f64> = (0..d * total)
-        .map(|i| {
-            let scale = if i / d < total / 2 { 0.3 } else { 2.0 };
-            scale * (((i * 37 % 11) as f64 - 5.0) / 3.0)
-        })
-        .collect();
-    let h: Vec<f64> = (0..d * total)
-        .map(|i| ((i * 13 % 7) as f64 - 3.0) / 2.0)
-        .collect();
-    let c = SiteCapture::new(
-        "s".into(),
-        Form::Bypass,
-        0.2,
-        d,
-        v,
-        h,
-        true,
-        vec![1.0; d],
-        vec![0.0; d],
-        1e-5,
-    )
-    .unwrap();
+    let c = capture_scaled(d, total, |t| if t < total / 2 { 0.3 } else { 2.0 });
     let all = audit_site(&c, 4096, 5).unwrap();
     let z = crate::stats::critical_z();
     for seed in 0..4 {
