@@ -227,6 +227,20 @@ class _LayerNormSite:
             self.state.keep(x, c, self.params)
         return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
 
+    def fused(self, x, out, rstd):
+        """The same correction given the norm's own output and ``rstd``
+        (:class:`dropmc.correct_fast._CorrectedLayerNorm`): ``rstd`` is
+        used for the factor at full precision and first order."""
+        if self.order == 2 or x.dtype.itemsize < 4:
+            return self(None, (x,), out)
+        v = self.slot.take(self.site, x, self.steps)
+        if v.dtype != x.dtype:
+            return self(None, (x,), out)
+        c = _forms._factor(v, x, self.p, True, 0.0, rstd)
+        if self.state is not None:
+            self.state.keep(x, c, self.params)
+        return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
+
 
 class _RmsNormSite:
     """An RMSNorm call's correction: ``c · RMSNorm(x)`` (no β)."""
