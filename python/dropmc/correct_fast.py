@@ -73,9 +73,10 @@ class _FusedPerCall:
 
     def __call__(self, module, x):
         hook = self.hooks.get(self.calls.next())
+        weight, bias = module._parameters["weight"], module._parameters["bias"]
         if hook is None:
-            return F.layer_norm(x, module.normalized_shape, module.weight, module.bias, module.eps)
-        out, _, rstd = torch.native_layer_norm(x, module.normalized_shape, module.weight, module.bias, module.eps)
+            return F.layer_norm(x, module.normalized_shape, weight, bias, module.eps)
+        out, _, rstd = torch.native_layer_norm(x, module.normalized_shape, weight, bias, module.eps)
         fused = getattr(hook, "fused", None)
         return hook(module, (x,), out) if fused is None else fused(x, out, rstd)
 
@@ -97,81 +98,93 @@ def swappable_norm(module, hooks) -> bool:
 
 
 def _keep(dropout, v):
-    keep = getattr(dropout, "_dropmc_keep", None)
+    keep = dropout.__dict__.get("_dropmc_keep")
     if keep is not None:
         keep(dropout, (v,))
     return v
 
 
 def _norm(norm, z):
-    fused = getattr(norm, "_dropmc_norm", None)
+    fused = norm.__dict__.get("_dropmc_norm")
     if fused is not None:
         return fused(norm, z)
-    return F.layer_norm(z, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+    return F.layer_norm(z, norm.normalized_shape, norm._parameters["weight"], norm._parameters["bias"], norm.eps)
 
 
 _PLAIN = (nn.Dropout, _KeepingDropout, nn.LayerNorm, _CorrectedLayerNorm, nn.Linear,
           nn.modules.linear.NonDynamicallyQuantizableLinear)
+_SUBS = ("linear1", "dropout", "linear2", "norm1", "norm2", "dropout1", "dropout2")
+_HOOKS = nn.modules.module
 
 
-def _fast(layer, src) -> bool:
-    """torch's own fast-path conditions for the layer and its attention
-    (``nn.TransformerEncoderLayer.forward``, ``nn.MultiheadAttention.forward``),
-    the activation flag ``correct`` cleared aside; the plain module types
-    the dedicated forward computes by hand; no hooks on them; no tracing."""
-    sa = layer.self_attn
+def _fast(layer, src):
+    """The dedicated forward's operands ``(modules, weights)`` when torch's
+    own fast-path conditions hold for the layer and its attention
+    (``nn.TransformerEncoderLayer.forward``, ``nn.MultiheadAttention.forward``;
+    the activation flag ``correct`` cleared aside), the submodules are of
+    the plain types it computes by hand, without hooks (global ones
+    included), and nothing traces; else None. Read through ``_modules`` /
+    ``_parameters`` (``nn.Module.__getattr__`` costs a microsecond a name)."""
     if (layer.training or src.dim() != 3 or src.is_nested or not torch.backends.mha.get_fastpath_enabled()
-            or not sa.batch_first or sa.in_proj_bias is None or sa.in_proj_weight is None
-            or not sa._qkv_same_embed_dim or sa.num_heads % 2 or sa.bias_k is not None
-            or sa.bias_v is not None or sa.add_zero_attn or src.dtype != sa.in_proj_weight.dtype
-            or torch.is_autocast_enabled() or torch.jit.is_tracing() or torch.compiler.is_compiling()
-            or torch._C._is_torch_function_mode_enabled()):
-        return False
-    subs = (sa.out_proj, layer.linear1, layer.linear2, layer.dropout, layer.dropout1, layer.dropout2,
-            layer.norm1, layer.norm2)
-    for m in subs + (sa,):
-        if m._forward_hooks or m._forward_pre_hooks:
-            return False
-    if any(type(m) not in _PLAIN for m in subs) or type(sa) is not nn.MultiheadAttention:
-        return False
-    weights = (src, sa.in_proj_weight, sa.in_proj_bias, sa.out_proj.weight, sa.out_proj.bias,
-               layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias)
-    if torch.overrides.has_torch_function(weights) or src.device.type not in ("cpu", "cuda"):
-        return False
-    return not (torch.is_grad_enabled() and any(w is not None and w.requires_grad for w in weights))
+            or torch.is_autocast_enabled() or torch._C._is_torch_function_mode_enabled()
+            or torch.jit.is_tracing() or torch.compiler.is_compiling()
+            or _HOOKS._global_forward_hooks or _HOOKS._global_forward_pre_hooks):
+        return None
+    sa = layer._modules["self_attn"]
+    if (type(sa) is not nn.MultiheadAttention or not sa.batch_first or not sa._qkv_same_embed_dim
+            or sa.num_heads % 2 or sa.add_zero_attn or sa.bias_k is not None or sa.bias_v is not None):
+        return None
+    subs = [layer._modules[n] for n in _SUBS] + [sa._modules["out_proj"]]
+    for m in subs + [sa]:
+        if type(m) not in _PLAIN and m is not sa or m._forward_hooks or m._forward_pre_hooks:
+            return None
+    lin1, _, lin2, _, _, _, _, out = subs
+    weights = (src, sa._parameters["in_proj_weight"], sa._parameters["in_proj_bias"],
+               out._parameters["weight"], out._parameters["bias"], lin1._parameters["weight"],
+               lin1._parameters["bias"], lin2._parameters["weight"], lin2._parameters["bias"])
+    if weights[1] is None or weights[2] is None or src.dtype != weights[1].dtype \
+            or torch.overrides.has_torch_function(weights) or src.device.type not in ("cpu", "cuda"):
+        return None
+    if torch.is_grad_enabled() and any(w is not None and w.requires_grad for w in weights):
+        return None
+    return subs, weights
 
 
 class _CorrectedEncoderLayer(nn.TransformerEncoderLayer):
     """An ``nn.TransformerEncoderLayer`` holding a corrected site."""
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        if src_mask is None and src_key_padding_mask is None and _fast(self, src):
-            return _eval_forward(self, src)
+        if src_mask is None and src_key_padding_mask is None:
+            operands = _fast(self, src)
+            if operands is not None:
+                return _eval_forward(self, src, *operands)
         return super().forward(src, src_mask, src_key_padding_mask, is_causal)
 
 
-def _eval_forward(layer, x):
+def _eval_forward(layer, x, subs, weights):
     """The layer's eval forward (Fig. 1 of arXiv:2002.04745, as
-    ``nn.TransformerEncoderLayer.forward`` computes it), dropouts the
-    identity apart from keeping their inputs, norms by :func:`_norm`."""
-    sa = layer.self_attn
+    ``nn.TransformerEncoderLayer.forward`` computes it, the attention as
+    ``nn.MultiheadAttention``'s fast path calls it), dropouts the identity
+    apart from keeping their inputs, norms by :func:`_norm`."""
+    _, dropout, _, norm1, norm2, dropout1, dropout2, _ = subs
+    _, in_w, in_b, out_w, out_b, w1, b1, w2, b2 = weights
+    sa = layer._modules["self_attn"]
+    activation = layer.activation
 
     def attention(y):
-        return torch._native_multi_head_attention(
-            y, y, y, sa.embed_dim, sa.num_heads, sa.in_proj_weight, sa.in_proj_bias,
-            sa.out_proj.weight, sa.out_proj.bias, None, False)[0]
+        return torch._native_multi_head_attention(y, y, y, sa.embed_dim, sa.num_heads, in_w, in_b,
+                                                  out_w, out_b, None, False)[0]
 
     def feed_forward(y):
-        a = layer.activation
-        h = F.linear(y, layer.linear1.weight, layer.linear1.bias)
-        h = torch.relu(h) if a is F.relu else a(h)
-        return F.linear(_keep(layer.dropout, h), layer.linear2.weight, layer.linear2.bias)
+        h = F.linear(y, w1, b1)
+        h = torch.relu(h) if activation is F.relu else activation(h)
+        return F.linear(_keep(dropout, h), w2, b2)
 
     if layer.norm_first:
-        x = x + _keep(layer.dropout1, attention(_norm(layer.norm1, x)))
-        return x + _keep(layer.dropout2, feed_forward(_norm(layer.norm2, x)))
-    x = _norm(layer.norm1, x + _keep(layer.dropout1, attention(x)))
-    return _norm(layer.norm2, x + _keep(layer.dropout2, feed_forward(x)))
+        x = x + _keep(dropout1, attention(_norm(norm1, x)))
+        return x + _keep(dropout2, feed_forward(_norm(norm2, x)))
+    x = _norm(norm1, x + _keep(dropout1, attention(x)))
+    return _norm(norm2, x + _keep(dropout2, feed_forward(x)))
 
 
 def swap(correction, module, cls, **attributes) -> None:
