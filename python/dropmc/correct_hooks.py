@@ -231,10 +231,9 @@ class _LayerNormSite:
         """The same correction given the norm's own output and ``rstd``
         (:class:`dropmc.correct_fast._CorrectedLayerNorm`): ``rstd`` is
         used for the factor at full precision and first order."""
-        if self.order == 2 or x.dtype.itemsize < 4:
-            return self(None, (x,), out)
-        v = self.slot.take(self.site, x, self.steps)
-        if v.dtype != x.dtype:
+        v = self.slot.v
+        if self.order == 2 or self.steps or v is None or v.shape != x.shape or v.dtype != x.dtype \
+                or x.dtype.itemsize < 4:  # the general path (and its errors)
             return self(None, (x,), out)
         c = _forms._factor(v, x, self.p, True, 0.0, rstd)
         if self.state is not None:
