@@ -142,7 +142,7 @@ def _fast(layer, src):
     weights = (src, sa._parameters["in_proj_weight"], sa._parameters["in_proj_bias"],
                out._parameters["weight"], out._parameters["bias"], lin1._parameters["weight"],
                lin1._parameters["bias"], lin2._parameters["weight"], lin2._parameters["bias"])
-    if weights[1] is None or weights[2] is None or src.dtype != weights[1].dtype \
+    if weights[1] is None or weights[2] is None or src.dtype != weights[1].dtype or src.dtype != weights[2].dtype \
             or torch.overrides.has_torch_function(weights) or src.device.type not in ("cpu", "cuda"):
         return None
     if torch.is_grad_enabled() and any(w is not None and w.requires_grad for w in weights):

@@ -20,6 +20,10 @@ copy's slots, not the original's) and traces like any other model.
   restart and stale inputs are dropped (a scope left open by a forward that
   raised is closed).
 
+A plain ``nn.Dropout`` / ``nn.LayerNorm`` gets no hook: :mod:`dropmc.correct_fast`
+swaps its class and calls :class:`_KeepInputs` / the site hook (its
+``fused`` method, given the norm's own ``rstd``) from its ``forward``.
+
 A slot is read, not consumed, by its norms: one dropout call feeding
 several norms (ESMFold's trunk) is each norm's own site, all reading the
 same ``v``.
