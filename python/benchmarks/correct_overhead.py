@@ -11,8 +11,9 @@ Variants, interleaved round by round so that machine load hits them alike:
   plain      the uncorrected model (for the encoder: torch's fused
              encoder-layer path)
   module     the encoder with the fused path switched off
-             (torch.backends.mha.set_fastpath_enabled(False)): the cost of
-             leaving the fused path alone, which a hooked model must
+             (torch.backends.mha.set_fastpath_enabled(False)): the module
+             path, which a hooked model must take (the corrected encoder
+             runs its own eval forward instead, dropmc.correct_fast)
   corrected  dropmc.torch.correct(model, x): the correction
 
 Prints the median time of each and the ratios to ``plain`` (and, for
