@@ -154,7 +154,7 @@ class _CorrectedEncoderLayer(nn.TransformerEncoderLayer):
     """An ``nn.TransformerEncoderLayer`` holding a corrected site."""
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        if src_mask is None and src_key_padding_mask is None:
+        if src_mask is None and src_key_padding_mask is None and not is_causal:
             operands = _fast(self, src)
             if operands is not None:
                 return _eval_forward(self, src, *operands)
