@@ -46,20 +46,23 @@ returns at once, so training is bit for bit what it was). A module called
 more than once per forward has a call counter (reset by a pre-hook on the
 model): its ``k``-th call is the site ``name#k``, so each call's
 correction uses that call's own ``v``. The hooks are module-level callable
-objects, so a corrected model pickles, deep-copies and traces. The
-norm stays the same ``nn.LayerNorm``/``nn.RMSNorm`` object with the same
-parameters, so ``state_dict()`` and ``dropmc.audit`` see the model they saw
-before. ``nn.TransformerEncoderLayer``'s fused eval path skips module hooks:
-``correct`` sends every layer holding a corrected site down the module path
-(and its ``nn.TransformerEncoder`` off nested tensors), and ``uncorrect``
-restores both. See docs/correct.md.
+objects, so a corrected model pickles, deep-copies and traces. A plain
+``nn.Dropout``/``nn.LayerNorm`` (its type exactly) gets no hook but its class
+swapped to a small subclass doing the same in one call
+(:mod:`dropmc.correct_fast`: the eval overhead). The norm stays the same
+object with the same parameters, so ``state_dict()`` and ``dropmc.audit``
+see the model they saw before. ``nn.TransformerEncoderLayer``'s fused eval
+kernel cannot be corrected: every layer holding a corrected site leaves it
+(and its ``nn.TransformerEncoder`` nested tensors) for a dedicated eval
+forward (:class:`dropmc.correct_fast._CorrectedEncoderLayer`), and
+``uncorrect`` restores all. See docs/correct.md.
 """
 
 from __future__ import annotations
 
 import contextlib as _contextlib
 import copy as _copy
-from typing import Any, Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as _np
 
@@ -90,23 +93,30 @@ class Correction:
         self.linear_sites: List[Tuple[str, str]] = []  # linear-path sites (correct_linear.py)
         self._handles: list = []
         self._attributes: list = []  # (module, name, original value)
+        self._added: list = []  # (module, name) of attributes correct added (dropmc.correct_fast.swap)
         self._buffers: list = []  # (buffer tensor, original copy)
 
     def _set(self, module, name: str, value) -> None:
         self._attributes.append((module, name, getattr(module, name)))
         setattr(module, name, value)
 
+    def _add(self, module, name: str, value) -> None:
+        self._added.append((module, name))
+        object.__setattr__(module, name, value)
+
     def undo(self) -> None:
         for h in self._handles:
             h.remove()
         for module, name, value in reversed(self._attributes):
             setattr(module, name, value)
+        for module, name in self._added:
+            module.__dict__.pop(name, None)
         import torch
 
         with torch.no_grad():
             for buffer, original in self._buffers:
                 buffer.copy_(original)
-        self._handles, self._attributes, self._buffers = [], [], []
+        self._handles, self._attributes, self._buffers, self._added = [], [], [], []
 
 
 
@@ -133,33 +143,6 @@ def _fold_batchnorm(correction: Correction, site, dropout, bn) -> None:
     correction.folded.append(site)
     if reasons:
         correction.unfolded[site[1]] = reasons
-
-
-def _ancestors(name: str) -> List[str]:
-    parts = name.split(".")
-    return [".".join(parts[:i]) for i in range(len(parts))]
-
-
-def _module_path(correction: Correction, modules: dict, names: Iterable[str]) -> None:
-    """Every ``nn.TransformerEncoderLayer`` holding one of ``names`` off
-    its fused eval path (``activation_relu_or_gelu`` false is one of that
-    path's conditions in every torch with it, and the module path ignores
-    the flag), and every ``nn.TransformerEncoder`` off nested tensors."""
-    import torch.nn as nn
-
-    done = set()
-    for name in names:
-        for a in _ancestors(name):
-            m = modules.get(a)
-            if id(m) in done:
-                continue
-            if isinstance(m, nn.TransformerEncoderLayer):
-                correction._set(m, "activation_relu_or_gelu", 0)
-                done.add(id(m))
-            elif isinstance(m, nn.TransformerEncoder) and getattr(m, "use_nested_tensor", False):
-                correction._set(m, "use_nested_tensor", False)
-                done.add(id(m))
-
 
 
 def resolve_sites(model, sites=None, inputs=None, *, norms=None, **kwargs) -> List[Tuple[str, ...]]:
@@ -253,6 +236,9 @@ class _Builder:
         self.norm_hooks.setdefault(nname, {})[_call_index(call)] = hook
 
     def install(self, correction: "Correction", model) -> None:
+        import torch.nn as nn
+
+        from . import correct_fast as _fast
         from .correct_hooks import _FreshForward, _KeepInputs, _PerCall, _Scope, _ScopeHook
 
         scopes = []
@@ -261,8 +247,11 @@ class _Builder:
             handles.append(model.register_forward_pre_hook(
                 _FreshForward(list(self.slots.values()), self.counters, scopes)))
         for dname, by_index in self.dropout_slots.items():
-            handles.append(self.modules[dname].register_forward_pre_hook(
-                _KeepInputs(self.counters[dname], by_index)))
+            keep, module = _KeepInputs(self.counters[dname], by_index), self.modules[dname]
+            if type(module) is nn.Dropout:  # no hook: a class of its own (dropmc.correct_fast)
+                _fast.swap(correction, module, _fast._KeepingDropout, _dropmc_keep=keep)
+            else:
+                handles.append(module.register_forward_pre_hook(keep))
         for owner, by_index in self.owner_slots.items():
             handles.append(self.modules[owner].register_forward_pre_hook(
                 _KeepInputs(self.counters["owner:" + owner], by_index)))
@@ -277,8 +266,12 @@ class _Builder:
                 handles.append(child.register_forward_pre_hook(_ScopeHook(scope, "down")))
                 handles.append(child.register_forward_hook(_ScopeHook(scope, "up"), always_call=True))
         for nname, by_index in self.norm_hooks.items():
-            handles.append(self.modules[nname].register_forward_hook(
-                _PerCall(self.counters[nname], by_index)))
+            module = self.modules[nname]
+            if _fast.swappable_norm(module, by_index):
+                _fast.swap(correction, module, _fast._CorrectedLayerNorm,
+                           _dropmc_norm=_fast._FusedPerCall(self.counters[nname], by_index))
+            else:
+                handles.append(module.register_forward_hook(_PerCall(self.counters[nname], by_index)))
 
 
 def _p_of(plan: _Plan, modules: dict, call: str) -> float:
@@ -391,6 +384,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     if plan is not None:
         correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
     build = _Builder(plan, modules) if plan is not None else None
+    from . import correct_fast as _fast
     try:
         for site in kept:
             p = _p_of(plan, modules, site[0])
@@ -404,7 +398,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
                 hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):
                 build.norm(nname, call, hook)
-            _module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
+            _fast.module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
         if build is not None:
             build.install(correction, model)

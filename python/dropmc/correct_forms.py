@@ -7,7 +7,7 @@ second_order.rs; :mod:`dropmc.correct`'s docs say which applies where.
 
 Fused form (the eval-time cost): per call, ``x`` and ``v`` are reduced
 once each (``x`` by torch's own layer norm statistics, or its mean square;
-``v`` by a dot product) into the per-token factor ``c`` by one ``addcmul``
+``v`` by its norm) into the per-token factor ``c`` by one ``addcmul``
 and one in-place ``rsqrt``, and ``c`` is applied to the norm's own output in one ``lerp``
 (``β + c (out − β)``).
 """
@@ -37,19 +37,21 @@ def _stats_dtype(t):
     return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 
 
-def _factor(v, x, p: float, centred: bool, eps: float):
+def _factor(v, x, p: float, centred: bool, eps: float, rstd=None):
     """The first-order factor per token (last dim kept), fused:
 
     ``c² = (s + ε) / (s + (p/q)·mean_k v_k² + ε)``, ``s`` the spread ``σ²``
     of ``x`` (``centred``) or its mean square ``r²``. Step by step:
     dividing through by ``s + ε``, ``c² = 1 / (1 + n / (s + ε))`` with ``n
-    = (p/q)·mean_k v_k² = (p / (q d))·Σ_k v_k²``, so ``c = (1 + (p / (q d))
-    Σ_k v_k² · t)^(-1/2)`` with ``t = 1 / (s + ε)``. For LayerNorm ``t`` is
-    ``rstd²``, ``rstd = (σ² + ε)^(-1/2)`` as torch's own layer norm
-    computes it (``native_layer_norm``'s third output: one pass, several
-    times faster than a separate ``var`` at small d); for RMSNorm ``s =
-    Σ_k x_k² / d`` (a dot product). Then one dot product of ``v``, one
-    ``addcmul`` (``1 + (p/(q d))·n·t``) and one in-place ``rsqrt``."""
+    = (p/q)·mean_k v_k² = (p / (q d))·‖v‖²``, so ``c = (1 + (p / (q d))
+    a²)^(-1/2)`` with ``a = ‖v‖ · ρ``, ``ρ = (s + ε)^(-1/2)``. For LayerNorm
+    ``ρ`` is ``rstd`` as torch's own layer norm computes it
+    (``native_layer_norm``'s third output: one pass, several times faster
+    than a separate ``var`` at small d; given as ``rstd`` when the norm's
+    own call already returned it, of ``x`` at full precision); for RMSNorm
+    ``s = ‖x‖² / d``. Then one ``vector_norm`` of ``v`` scaled by ``ρ`` in
+    place, one ``addcmul`` (``1 + (p/(q d))·a·a``) and one in-place
+    ``rsqrt``."""
     import torch
 
     if x.dtype.itemsize < 4 or v.dtype.itemsize < 4:  # half precision: statistics in float32
@@ -58,12 +60,14 @@ def _factor(v, x, p: float, centred: bool, eps: float):
     elif v.dtype != x.dtype:
         v = v.to(x.dtype)
     d = x.shape[-1]
-    if centred:
-        t = torch.native_layer_norm(x, (d,), None, None, eps)[2].square_()
+    if rstd is not None:
+        rho = rstd
+    elif centred:
+        rho = torch.native_layer_norm(x, (d,), None, None, eps)[2]
     else:
-        t = torch.linalg.vecdot(x, x).unsqueeze(-1).div_(d).add_(eps).reciprocal_()
-    n = torch.linalg.vecdot(v, v).unsqueeze(-1)
-    return torch.addcmul(_one(x.dtype), n, t, value=p / ((1.0 - p) * d)).rsqrt_()
+        rho = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
+    a = torch.linalg.vector_norm(v, dim=-1, keepdim=True).mul_(rho)
+    return torch.addcmul(_one(x.dtype), a, a, value=p / ((1.0 - p) * d)).rsqrt_()
 
 
 _ONES: dict = {}

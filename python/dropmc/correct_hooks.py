@@ -20,6 +20,10 @@ copy's slots, not the original's) and traces like any other model.
   restart and stale inputs are dropped (a scope left open by a forward that
   raised is closed).
 
+A plain ``nn.Dropout`` / ``nn.LayerNorm`` gets no hook: :mod:`dropmc.correct_fast`
+swaps its class and calls :class:`_KeepInputs` / the site hook (its
+``fused`` method, given the norm's own ``rstd``) from its ``forward``.
+
 A slot is read, not consumed, by its norms: one dropout call feeding
 several norms (ESMFold's trunk) is each norm's own site, all reading the
 same ``v``.
@@ -223,6 +227,19 @@ class _LayerNormSite:
         if self.order == 2:
             return _forms._second_order(v, x, self.p, True, eps, self.params, out)
         c = _forms._factor(v, x, self.p, True, eps)
+        if self.state is not None:
+            self.state.keep(x, c, self.params)
+        return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
+
+    def fused(self, x, out, rstd):
+        """The same correction given the norm's own output and ``rstd``
+        (:class:`dropmc.correct_fast._CorrectedLayerNorm`): ``rstd`` is
+        used for the factor at full precision and first order."""
+        v = self.slot.v
+        if self.order == 2 or self.steps or v is None or v.shape != x.shape or v.dtype != x.dtype \
+                or x.dtype.itemsize < 4:  # the general path (and its errors)
+            return self(None, (x,), out)
+        c = _forms._factor(v, x, self.p, True, 0.0, rstd)
         if self.state is not None:
             self.state.keep(x, c, self.params)
         return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))

@@ -150,7 +150,8 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
         raise ValueError(f"{label}: no eps / variance_epsilon / epsilon attribute; pass its NormSpec "
                          "explicitly (norms={name: dropmc.norms.NormSpec(...)})")
     with torch.no_grad():
-        y = module.forward(x)  # its own computation: no hooks (a correction's among them)
+        # its own computation: no hooks, and a corrected norm's uncorrected forward (dropmc.correct_fast)
+        y = getattr(module, "_dropmc_own_forward", module.forward)(x)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         raise ValueError(f"{label} is not a norm: its output is not a tensor of its input's shape")
     xs = x.detach().to(torch.float64).cpu().numpy().reshape(-1, d)

@@ -112,15 +112,16 @@ def test_one_site_at_a_time_is_within_the_first_order_bound(post_ln):
 def _planted(monkeypatch, plant):
     if plant == "c squared":
         real = CF._factor
-        monkeypatch.setattr(CF, "_factor", lambda *a: real(*a) ** 2)
+        monkeypatch.setattr(CF, "_factor", lambda *a: real(*a) ** 2)  # rstd (the norm's own) passed on
     elif plant == "beta not preserved":
         monkeypatch.setattr(CF, "_shrink_towards_beta", lambda out, c, beta: out * c.to(out.dtype))
     elif plant == "rho2 from the norm's input":
         real = CF._factor
-        monkeypatch.setattr(CF, "_factor", lambda v, x, p, centred, eps: real(x, x, p, centred, eps))
+        monkeypatch.setattr(CF, "_factor", lambda v, x, p, centred, eps, rstd=None: real(x, x, p, centred, eps, rstd))
     elif plant == "eps left out":
         real = CF._factor
-        monkeypatch.setattr(CF, "_factor", lambda v, x, p, centred, eps: real(v, x, p, centred, 0.0))
+        # the norm's own rstd holds ε: dropped, the factor is recomputed without it
+        monkeypatch.setattr(CF, "_factor", lambda v, x, p, centred, eps, rstd=None: real(v, x, p, centred, 0.0))
 
 
 @pytest.mark.parametrize("plant", ["c squared", "beta not preserved", "rho2 from the norm's input"])
