@@ -84,12 +84,13 @@ def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: i
     names) for the coverage line, and the calls of sites found but not
     audited with the reason (``linear=False``, or ``None`` and more work
     than :data:`LINEAR_AUDIT_WORK`)."""
-    from .linear_path import audit_sites, find_linear_paths, sampling_work
+    from .linear_path import audit_sites, find_linear_paths, rates_of, sampling_work
 
     if linear is False or not wanted(found):
         return [], {}
     known = set(found.dropouts) | {a.call for a in found.attention}
-    sites = [s for s in find_linear_paths(model, args, kwargs) if s["dropout"] in known]
+    sites = [s for s in find_linear_paths(model, args, kwargs, rates_of(found))
+             if s["dropout"] in known]
     work = sum(sampling_work(s, samples) for s in sites)
     if linear is None and work > LINEAR_AUDIT_WORK:
         seconds = work / 3.6e9

@@ -28,7 +28,7 @@ import numpy as _np
 
 from . import _dropmc
 
-__all__ = ["LinearPathSite", "find_linear_paths", "audit_linear", "first_order_torch"]
+__all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "audit_linear", "first_order_torch"]
 
 
 #: Relative agreement of the captured path's eval forward with the norm's
@@ -62,8 +62,9 @@ def _tracer_class():
     class Tracer(TorchFunctionMode):
         """Records the producer of every tensor the recorded ops return."""
 
-        def __init__(self):
+        def __init__(self, rates=None):
             super().__init__()
+            self.rates: Dict[str, tuple] = dict(rates or {})  # call -> (p, attention): discovery's
             self.nodes: List[Dict[str, Any]] = []
             self.producer: Dict[int, Dict[str, Any]] = {}
             self.attention_p: Optional[float] = None  # set while an attention module runs
@@ -97,11 +98,15 @@ def _tracer_class():
             out = func(*args, **kwargs)
             if func is F.dropout:
                 p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-                # An attention module passes p = 0 in eval: its own rate counts.
+                # An attention module passes p = 0 in eval: its own rate counts (discovery's
+                # train-mode rate when given: BERT's reads self.dropout.p only in training).
+                call = self.dropout_call()
                 attention = self.attention_p is not None
                 p = self.attention_p if attention else float(p)
+                if call in self.rates:
+                    p, attention = self.rates[call]
                 # In eval a dropout returns its input itself: keep that tensor's producer.
-                self._node(out, op="dropout", x=args[0], p=p, attention=attention, call=self.dropout_call(),
+                self._node(out, op="dropout", x=args[0], p=p, attention=attention, call=call,
                            before=self.producer.get(id(out)) if out is args[0] else None)
             elif func in passes and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
                 self._node(out, op="pass", x=args[0])
@@ -203,18 +208,33 @@ def _as_rows(t, width: int) -> _np.ndarray:
     return t.detach().to("cpu", copy=True).double().reshape(-1, width).numpy()
 
 
-def find_linear_paths(model, inputs, kwargs: Optional[dict] = None) -> List[LinearPathSite]:
+def rates_of(found) -> Dict[str, tuple]:
+    """``{call: (p, is_attention)}`` of every dropout call a
+    :class:`~dropmc.discovery.Discovery` saw (its neutral train-mode
+    forward reads the rate the model uses in training), for
+    :func:`find_linear_paths`."""
+    eager = {a.call for a in found.attention if a.kind == "eager"}
+    return {call: (float(p), call in eager) for call, p in found.dropouts.items()}
+
+
+def find_linear_paths(model, inputs, kwargs: Optional[dict] = None, rates: Optional[dict] = None
+                      ) -> List[LinearPathSite]:
     """Runs one eval forward of ``model(*inputs)`` (``inputs`` a tensor or a
     tuple) under the tracer and returns every ``Dropout → Linear → (+h) →
     norm`` and ``attention dropout → values → o_proj → (+h) → norm`` path
     it saw, captured (an attention site has ``kind`` 'attention' and
-    ``probs``, ``values``, ``shape`` in place of ``u``)."""
+    ``probs``, ``values``, ``shape`` in place of ``u``). ``rates`` maps
+    dropout calls (discovery's names) to ``(p, is_attention)`` as the
+    train-mode forward showed them: an eval forward's call may pass
+    ``p = 0`` (``dropout=0.0 if not self.training else p``, BERT's and most
+    Hugging Face attentions) where the module has no ``attention_dropout``
+    rate to read instead (:func:`rates_of`)."""
     import torch
 
     args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     was_training = model.training
     model.eval()
-    tracer = _tracer_class()()
+    tracer = _tracer_class()(rates)
     handles = _hooks(model, tracer)
     try:
         with torch.no_grad(), tracer:
