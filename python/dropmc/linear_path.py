@@ -290,36 +290,57 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
         eps=float(eps), norm=node["kind"],
     )
     if matmul is None:
+        if not _reproduces(drop["x"], lin, h, y):
+            return None
         site.update(kind="linear", u=_as_rows(drop["x"], m))
-        return site if _reproduces(site, _as_rows(y, d)) else None
+        return site
     probs, values = drop["x"], matmul["v"]
-    if probs.dim() != 4 or values.dim() != 4:
+    if probs.dim() != 4 or values.dim() != 4 or matmul["x"].shape != probs.shape or not _same(matmul["x"], probs):
         return None
     batch, heads, queries, keys = probs.shape
     dh = values.shape[-1]
     if heads * dh != m or values.shape[:3] != (batch, heads, keys) or batch * queries != tokens:
         return None
+    if not _reproduces(matmul["out"].transpose(1, 2), lin, h, y):
+        return None
     flat = lambda t: t.detach().to("cpu").double().contiguous().reshape(-1).numpy()  # noqa: E731
     site.update(kind="attention", shape=(batch, heads, queries, keys, dh),
                 probs=flat(probs), values=flat(values))
-    return site if _reproduces(site, _as_rows(y, d)) else None
+    return site
 
 
-def _reproduces(site, y) -> bool:
+def _same(a, b, h=None) -> bool:
+    """``a`` and ``b`` (or ``b + h``) equal to rounding, row for row
+    (``REPRODUCE_TOLERANCE`` of the sum of absolute terms)."""
+    import torch
+
+    if a is b or (h is None and a.dtype == b.dtype and torch.equal(a, b)) or (
+            h is not None and a.dtype == b.dtype == h.dtype and torch.equal(a, b + h)):
+        return True  # the same values: the forward's own add gives the same bits
+    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    scale = a.abs() + b.abs()
+    if h is not None:
+        h = h.detach().to(torch.float64)
+        b, scale = b + h, scale + h.abs()
+    return bool(((a - b).abs() <= REPRODUCE_TOLERANCE * scale + torch.finfo(torch.float64).tiny).all())
+
+
+def _reproduces(x, lin, h, y) -> bool:
     """Whether the captured path's eval forward gives the norm's input
-    ``y`` (tokens × d) row for row, to rounding: an op the tracer passed as
-    the identity but that moved tokens (a window transpose) or changed
-    values leaves no site rather than a wrong one."""
-    if site["kind"] == "linear":
-        x = site["u"]
-    else:
-        b, h, l, s, j = site["shape"]
-        a = site["probs"].reshape(b, h, l, s)
-        v = site["values"].reshape(b, h, s, j)
-        x = _np.einsum("bhls,bhsj->blhj", a, v).reshape(b * l, h * j)
-    mean = x @ site["w"].T + site["b"] + site["h"]
-    scale = _np.abs(x) @ _np.abs(site["w"]).T + _np.abs(site["b"]) + _np.abs(site["h"])
-    return bool(_np.all(_np.abs(mean - y) <= REPRODUCE_TOLERANCE * (scale + _np.finfo(float).tiny)))
+    ``y`` row for row, to rounding: the linear layer's input is ``x`` (the
+    dropout's input, or an attention site's value product with its heads
+    joined: ``(B, L, H, J)``) as rows of ``m``, and ``y`` is its output plus
+    ``h`` as rows of ``d`` — so an op the tracer passed as the identity but
+    that moved tokens (a window transpose) or changed values leaves no site
+    rather than a wrong one. The layer's own ``x Wᵀ + b`` is the forward's:
+    compared as tensors, the check costs O(tokens · (m + d)), not a second
+    pass through ``W``."""
+    d, m = lin["w"].shape
+    rows = lambda t, n: t.reshape(-1, n)  # noqa: E731
+    if x.numel() != lin["x"].numel() or lin["out"].numel() != y.numel():
+        return False
+    return _same(rows(x, m), rows(lin["x"], m)) and _same(
+        rows(y, d), rows(lin["out"], d), None if h is None else rows(h, d))
 
 
 def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1,
