@@ -22,13 +22,14 @@ take its sites.
 from __future__ import annotations
 
 import json as _json
+from contextlib import contextmanager
 from typing import Any, Dict, List, Optional
 
 import numpy as _np
 
 from . import _dropmc
 
-__all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "audit_linear", "first_order_torch"]
+__all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear", "first_order_torch"]
 
 
 #: Relative agreement of the captured path's eval forward with the norm's
@@ -234,15 +235,32 @@ def find_linear_paths(model, inputs, kwargs: Optional[dict] = None, rates: Optio
     args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     was_training = model.training
     model.eval()
+    try:
+        with torch.no_grad(), path_tracer(model, rates) as tracer, tracer:
+            model(*args, **(kwargs or {}))
+    finally:
+        model.train(was_training)
+    return paths_of(tracer)
+
+
+@contextmanager
+def path_tracer(model, rates: Optional[dict] = None):
+    """The path tracer (a ``TorchFunctionMode``, not yet entered) with its
+    hooks on ``model``, removed on exit: whoever runs the eval forward
+    enters it — :func:`find_linear_paths`, or the audit's capture forward
+    (:func:`dropmc.capture.capture_traced`), so that one forward serves
+    both; :func:`paths_of` then reads what it recorded."""
     tracer = _tracer_class()(rates)
     handles = _hooks(model, tracer)
     try:
-        with torch.no_grad(), tracer:
-            model(*args, **(kwargs or {}))
+        yield tracer
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
+
+
+def paths_of(tracer) -> List[LinearPathSite]:
+    """The captured sites of a forward the :func:`path_tracer` saw."""
     norms = [n for n in tracer.nodes if n["op"] == "norm"] + tracer.norm_inputs
     sites: List[LinearPathSite] = []
     for k, node in enumerate(norms):
