@@ -45,7 +45,17 @@ class LinearPathSite(dict):
     d), ``w`` (d × m), ``b`` (d), ``gamma``, ``beta`` (``None`` for RMSNorm),
     ``eps``, ``norm`` ('layer' or 'rms'); after ``audit_linear`` also
     ``truth``, ``truth_se``, ``eval``, ``first_order``, ``eval_gap``,
-    ``first_order_gap`` (numpy arrays, tokens × d; gaps per token)."""
+    ``first_order_gap`` (numpy arrays, tokens × d; gaps per token).
+    An attention site's ``probs`` and ``values`` become float64 arrays on
+    first access (``site["probs"]``): a site listed without sampling never
+    pays for the copy (BERT-base at 4 × 256: 12 × 4 M entries)."""
+
+    def __missing__(self, key):
+        t = self.__dict__.get("tensors", {}).pop(key, None)
+        if t is None:
+            raise KeyError(key)
+        self[key] = value = t.detach().to("cpu").double().contiguous().reshape(-1).numpy()
+        return value
 
 
 def _tracer_class():
@@ -321,9 +331,8 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
         return None
     if not _reproduces(matmul["out"].transpose(1, 2), lin, h, y):
         return None
-    flat = lambda t: t.detach().to("cpu").double().contiguous().reshape(-1).numpy()  # noqa: E731
-    site.update(kind="attention", shape=(batch, heads, queries, keys, dh),
-                probs=flat(probs), values=flat(values))
+    site.update(kind="attention", shape=(batch, heads, queries, keys, dh))
+    site.tensors = {"probs": probs, "values": values}  # float64 on first access (class docs)
     return site
 
 
