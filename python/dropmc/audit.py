@@ -246,7 +246,8 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                 tokens=DEFAULT_TOKENS, time_budget=None, progress=None, linear=None, **kwargs) -> Audit:
     """Finds ``model``'s dropout→norm and attention-dropout sites
     (:func:`dropmc.discovery.discover`), captures them in one more forward
-    and audits them (``samples`` masks per token from ``seed``;
+    (which also carries the linear-path search when it is an eval-mode one:
+    two model runs in all) and audits them (``samples`` masks per token from ``seed``;
     ``attention_samples`` draws per query, head and sampled coordinate for
     the attention sites' sampled check).
 

@@ -109,8 +109,8 @@ def summary_line(counts: dict) -> str:
     paths = counts.get("paths_not_sampled", 0)
     return (f"{counts['calls']} dropout calls: {counts['audited']} audited, {counts['listed']} listed"
             + (f" ({reasons})" if reasons else "")
-            + (f"; {paths} of the audited attention calls' paths through o_proj to their norm listed "
-               "(linear path not sampled)" if paths else ""))
+            + (f"; {paths} audited attention calls' paths on through the output projection to a norm "
+               "listed (linear path not sampled)" if paths else ""))
 
 
 def collapse_warnings(table: str, names: Sequence[str]) -> str:

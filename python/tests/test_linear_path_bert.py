@@ -96,4 +96,4 @@ def test_over_the_work_budget_the_paths_are_listed_with_the_estimate(monkeypatch
     assert sorted(listed) == [n.split("->")[0] for n in NAMES], sorted(listed)
     assert all("multiply-adds" in r["reason"] for r in listed.values())
     assert audit.coverage["paths_not_sampled"] == 2
-    assert "2 of the audited attention calls' paths" in str(audit).splitlines()[0]
+    assert "; 2 audited attention calls' paths on through the output projection" in str(audit).splitlines()[0]
