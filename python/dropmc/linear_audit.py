@@ -5,8 +5,9 @@ norm through ``o_proj`` (docs/linear-path.md).
 
 :func:`add_linear_sites` audits the paths the linear-path tracer found
 (inside the audit's eval-mode capture forward, :func:`search`; else in one
-more eval forward), with the Rust audit of each captured path: the truth from ``samples`` masks per token sampled through
-the path, the eval and first-order outputs) and gives the
+more eval forward) with the Rust audit of each captured path (the truth
+from ``samples`` masks per token sampled through the path, the eval and
+first-order outputs) and gives the
 :class:`~dropmc.audit_report.Audit` one row per site in
 ``audit.linear_sites`` (their truths, tokens × d, and SEs in
 ``audit.linear_truths``) and in its table: the same keys as the engine's

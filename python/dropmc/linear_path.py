@@ -15,8 +15,10 @@ output ``β + c (LN(ȳ) − β)`` with
 once, then ``c`` per token from ``u`` alone (no ``d × d`` matrix), ready to
 be wired into ``dropmc.correct``.
 
-The tracer is self-contained on purpose, so that ``dropmc.audit`` can later
-take its sites.
+The tracer is self-contained: :func:`find_linear_paths` runs it in an eval
+forward of its own; ``dropmc.torch.audit`` enters it (:func:`path_tracer`)
+inside its capture forward and reads the sites with :func:`paths_of`, the
+rates of the dropout calls from discovery (:func:`rates_of`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import numpy as _np
 
 from . import _dropmc
 
-__all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear", "first_order_torch"]
+__all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear",
+           "first_order_torch"]
 
 
 #: Relative agreement of the captured path's eval forward with the norm's
