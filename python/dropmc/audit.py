@@ -246,7 +246,8 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                 tokens=DEFAULT_TOKENS, time_budget=None, progress=None, linear=None, **kwargs) -> Audit:
     """Finds ``model``'s dropout→norm and attention-dropout sites
     (:func:`dropmc.discovery.discover`), captures them in one more forward
-    and audits them (``samples`` masks per token from ``seed``;
+    (which also carries the linear-path search when it is an eval-mode one:
+    two model runs in all) and audits them (``samples`` masks per token from ``seed``;
     ``attention_samples`` draws per query, head and sampled coordinate for
     the attention sites' sampled check).
 
@@ -297,7 +298,9 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     _token_count(tokens)
     seconds = _seconds(time_budget)
     _show_progress(progress)
-    from .capture import capture_traced
+    from contextlib import nullcontext
+
+    from .capture import capture_traced, in_eval
     from .coverage import coverage
     from .discovery import call_inputs, discover
 
@@ -316,8 +319,16 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     mha = [a.call for a in picked if a.kind == "mha" and a.p > 0]
     if not found.dropouts and not found.attention:
         raise ValueError(_no_sites_message(found))
-    captures, attention_caps, counted, unreadable = capture_traced(
-        model, args, kw, found, clean, traced_attention, token_mask=token_mask)
+    from .linear_audit import search
+    from .linear_path import paths_of
+
+    paths, tracing = None, search(model, found, linear) if sites is None and in_eval(clean) else None
+    with tracing if tracing is not None else nullcontext() as tracer:  # one eval forward: capture, paths
+        captures, attention_caps, counted, unreadable = capture_traced(
+            model, args, kw, found, clean, traced_attention, token_mask=token_mask, inner=tracer)
+        if tracer is not None:
+            paths = paths_of(tracer)
+    del tracer
     if mha:
         attention_caps += capture_attention_sites(model, args, mha, kw)
     audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
@@ -325,8 +336,8 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                            time_budget=None if seconds is None else max(
                                seconds - (time.perf_counter() - start), 0.1 * seconds))
     from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
-    linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear)
-                        if sites is None else ([], {}))
+    linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear,
+                                         paths=paths) if sites is None else ([], {}))
     rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
                             [c["name"] for c in attention_caps], unreadable, attention, deferred)
     for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order

@@ -46,7 +46,9 @@ class Audit:
         self.discovery = None
         #: ``{"calls", "audited", "listed", "reasons": {kind: count}}``:
         #: every dropout call of the forward, audited or listed
-        #: (:mod:`dropmc.coverage`); None for an audit of captures.
+        #: (:mod:`dropmc.coverage`); None for an audit of captures. With
+        #: ``"paths_not_sampled"`` when audited attention calls' paths on to
+        #: a norm (the linear-path family) were found but not sampled.
         self.coverage: Optional[dict] = None
         #: Random draws discovery held at their likely side (LayerDrop,
         #: drop-path, rand masks): ``(draw, p, what)``.

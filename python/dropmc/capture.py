@@ -36,7 +36,7 @@ from .discovery import AttentionSite, Discovery, Site, Trace, run_neutral, site_
 from .masks import mask_groups
 from .paths import replay
 
-__all__ = ["capture_traced", "REBUILD_ROUNDINGS", "Unreadable", "token_mask_for"]
+__all__ = ["capture_traced", "in_eval", "REBUILD_ROUNDINGS", "Unreadable", "token_mask_for"]
 
 #: Rounding allowance of the SDPA rebuild check, in units of the call's
 #: unit roundoff u. The model's context is ``Σ_s a_s v_s`` in its dtype:
@@ -63,7 +63,9 @@ class Unreadable(ValueError):
 def _finite(site: str, what: str, t: torch.Tensor) -> None:
     if t.numel() == 0:
         raise ValueError(f"site {site!r}: the {what} is empty (an empty batch: no token to audit)")
-    if not torch.isfinite(t).all():
+    if torch.isfinite(t.sum()):  # NaN and ±inf carry through a sum: a finite sum, finite entries
+        return
+    if not torch.isfinite(t).all():  # the sum overflowed, or an entry is not finite
         bad = "NaN" if torch.isnan(t).any() else "inf"
         raise ValueError(f"site {site!r}: the captured {what} holds {bad} (check the inputs)")
 
@@ -252,8 +254,15 @@ def _attention_capture(site: AttentionSite, rec) -> dict:
     }
 
 
+def in_eval(sites: Sequence[Site]) -> bool:
+    """Whether the capture forward of ``sites`` is an eval-mode one: yes
+    unless a site's mask is drawn with ``torch.rand`` (the model draws it
+    only in training: then the neutral train-mode forward)."""
+    return not any(s.mask is not None and s.mask.source == "rand mask" for s in sites)
+
+
 def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Sequence[Site],
-                   attention: Sequence[AttentionSite], token_mask=None
+                   attention: Sequence[AttentionSite], token_mask=None, inner=None
                    ) -> Tuple[List[dict], List[dict], Dict[str, int], Dict[str, str]]:
     """``(captures, attention_captures, tokens, unreadable)`` of ``sites``
     and the eager/SDPA ``attention`` sites from one capture forward
@@ -261,15 +270,20 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
     ``torch.rand`` (the model draws it only in training), the neutral
     train-mode forward of :mod:`dropmc.trace`. ``tokens`` has ``audited``
     and ``total`` (the largest over the norm sites); ``unreadable`` maps an
-    attention call the capture cannot read to why (listed, not audited)."""
+    attention call the capture cannot read to why (listed, not audited).
+    ``inner``: a ``TorchFunctionMode`` for an eval forward that runs inside
+    the capture forward (:meth:`dropmc.trace.Trace.run`) when that is in
+    eval mode (:func:`in_eval`); a ValueError otherwise."""
     keep = set()
     for s in sites:
         keep.update(c for c in s.as_tuple())
     keep.update(a.call for a in attention)
     norm_modules = {found.norm_modules[c] for s in sites for c in s.as_tuple()[1:]}
     trace = Trace(model, keep)
-    training = any(s.mask is not None and s.mask.source == "rand mask" for s in sites)
-    run_neutral(model, trace, args, kwargs, training=training, norm_modules=norm_modules)
+    training = not in_eval(sites)
+    if training and inner is not None:
+        raise ValueError("the capture forward runs in train mode (a rand-mask site): no eval-mode tracer inside")
+    run_neutral(model, trace, args, kwargs, training=training, norm_modules=norm_modules, inner=inner)
     captures, tokens = [], {"audited": 0, "total": 0}
     corrected = getattr(model, "_dropmc_correction", None)  # issue 41: dropmc.correct's record
     for s in sites:

@@ -92,14 +92,25 @@ def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], select
         rows.append({"name": call, "form": form, "p": p, "reason": reason, "kind": kind})
     counts = {"calls": len(calls), "audited": len(done & set(calls)), "listed": listed,
               "reasons": dict(kinds)}
+    # An attention call the attention family audited whose path on to a norm (its value product,
+    # o_proj, the residual add: the linear-path family) was found but not sampled: listed as well.
+    paths = [c for c in calls if c in done and c in (deferred or {})]
+    for call in paths:
+        rows.append({"name": call, "form": "attention path", "p": found.dropouts.get(call, 0.0),
+                     "reason": deferred[call], "kind": "linear path not sampled"})
+    if paths:
+        counts["paths_not_sampled"] = len(paths)
     return rows, counts
 
 
 def summary_line(counts: dict) -> str:
     """``"N dropout calls: a audited, b listed (reason: count, …)"``."""
     reasons = ", ".join(f"{k}: {v}" for k, v in sorted(counts["reasons"].items(), key=lambda kv: -kv[1]))
+    paths = counts.get("paths_not_sampled", 0)
     return (f"{counts['calls']} dropout calls: {counts['audited']} audited, {counts['listed']} listed"
-            + (f" ({reasons})" if reasons else ""))
+            + (f" ({reasons})" if reasons else "")
+            + (f"; {paths} audited attention calls' paths on through the output projection to a norm "
+               "listed (linear path not sampled)" if paths else ""))
 
 
 def collapse_warnings(table: str, names: Sequence[str]) -> str:

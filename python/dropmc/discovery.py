@@ -297,11 +297,12 @@ def _attention_of(trace: Trace) -> List[AttentionSite]:
     return out
 
 
-def run_neutral(model: nn.Module, trace: Trace, args, kwargs, training: bool, norm_modules=None):
+def run_neutral(model: nn.Module, trace: Trace, args, kwargs, training: bool, norm_modules=None, inner=None):
     """``trace.run`` with the model in train (or eval) mode, no grad; in
     train mode torch's own stateful modules (BatchNorm's running
     statistics, ``nn.MultiheadAttention``'s fused paths) stay in eval mode,
-    so the neutral forward changes no buffer. The modes are restored."""
+    so the neutral forward changes no buffer. The modes are restored.
+    ``inner``: see :meth:`Trace.run`."""
     modes = {m: m.training for m in model.modules()}
     model.train(training)
     if training:
@@ -310,7 +311,7 @@ def run_neutral(model: nn.Module, trace: Trace, args, kwargs, training: bool, no
                 m.eval()
     try:
         with torch.no_grad():
-            return trace.run(args, kwargs, norm_modules=norm_modules)
+            return trace.run(args, kwargs, norm_modules=norm_modules, inner=inner)
     finally:
         for m, t in modes.items():
             m.training = t

@@ -3,10 +3,11 @@ table for every dropout call discovery lists as reaching its norm through
 a linear layer, or every attention dropout whose value product reaches a
 norm through ``o_proj`` (docs/linear-path.md).
 
-:func:`add_linear_sites` runs :func:`dropmc.linear_path.audit_linear` (one
-more eval forward under the linear-path tracer, then the Rust audit of each
-captured path: the truth from ``samples`` masks per token sampled through
-the path, the eval and first-order outputs) and gives the
+:func:`add_linear_sites` audits the paths the linear-path tracer found
+(inside the audit's eval-mode capture forward, :func:`search`; else in one
+more eval forward) with the Rust audit of each captured path (the truth
+from ``samples`` masks per token sampled through the path, the eval and
+first-order outputs) and gives the
 :class:`~dropmc.audit_report.Audit` one row per site in
 ``audit.linear_sites`` (their truths, tokens × d, and SEs in
 ``audit.linear_truths``) and in its table: the same keys as the engine's
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-__all__ = ["add_linear_sites", "wanted"]
+__all__ = ["add_linear_sites", "search", "wanted"]
 
 
 def wanted(found) -> bool:
@@ -77,19 +78,35 @@ def table(rows: List[dict]) -> str:
 LINEAR_AUDIT_WORK = 2e10
 
 
+def search(model, found, linear=None):
+    """The path tracer (:func:`dropmc.linear_path.path_tracer`, a context)
+    to run inside the audit's eval-mode capture forward, or None when the
+    audit has no linear-path family to look for (``linear=False``, or no
+    call it may reach: :func:`wanted`)."""
+    from .linear_path import path_tracer, rates_of
+
+    if linear is False or not wanted(found):
+        return None
+    return path_tracer(model, rates_of(found))
+
+
 def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: int,
-                     linear=None) -> Tuple[List[str], Dict[str, str]]:
+                     linear=None, paths=None) -> Tuple[List[str], Dict[str, str]]:
     """Audits the model's linear-path sites and appends their rows, truths
     and table to ``audit``; returns the dropout calls audited (discovery's
     names) for the coverage line, and the calls of sites found but not
     audited with the reason (``linear=False``, or ``None`` and more work
-    than :data:`LINEAR_AUDIT_WORK`)."""
-    from .linear_path import audit_sites, find_linear_paths, sampling_work
+    than :data:`LINEAR_AUDIT_WORK`). ``paths``: the sites the capture
+    forward's path tracer found (:func:`search`); None runs one more eval
+    forward to find them."""
+    from .linear_path import audit_sites, find_linear_paths, rates_of, sampling_work
 
     if linear is False or not wanted(found):
         return [], {}
     known = set(found.dropouts) | {a.call for a in found.attention}
-    sites = [s for s in find_linear_paths(model, args, kwargs) if s["dropout"] in known]
+    if paths is None:
+        paths = find_linear_paths(model, args, kwargs, rates_of(found))
+    sites = [s for s in paths if s["dropout"] in known]
     work = sum(sampling_work(s, samples) for s in sites)
     if linear is None and work > LINEAR_AUDIT_WORK:
         seconds = work / 3.6e9

@@ -15,20 +15,24 @@ output ``β + c (LN(ȳ) − β)`` with
 once, then ``c`` per token from ``u`` alone (no ``d × d`` matrix), ready to
 be wired into ``dropmc.correct``.
 
-The tracer is self-contained on purpose, so that ``dropmc.audit`` can later
-take its sites.
+The tracer is self-contained: :func:`find_linear_paths` runs it in an eval
+forward of its own; ``dropmc.torch.audit`` enters it (:func:`path_tracer`)
+inside its capture forward and reads the sites with :func:`paths_of`, the
+rates of the dropout calls from discovery (:func:`rates_of`).
 """
 
 from __future__ import annotations
 
 import json as _json
+from contextlib import contextmanager
 from typing import Any, Dict, List, Optional
 
 import numpy as _np
 
 from . import _dropmc
 
-__all__ = ["LinearPathSite", "find_linear_paths", "audit_linear", "first_order_torch"]
+__all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear",
+           "first_order_torch"]
 
 
 #: Relative agreement of the captured path's eval forward with the norm's
@@ -44,7 +48,17 @@ class LinearPathSite(dict):
     d), ``w`` (d × m), ``b`` (d), ``gamma``, ``beta`` (``None`` for RMSNorm),
     ``eps``, ``norm`` ('layer' or 'rms'); after ``audit_linear`` also
     ``truth``, ``truth_se``, ``eval``, ``first_order``, ``eval_gap``,
-    ``first_order_gap`` (numpy arrays, tokens × d; gaps per token)."""
+    ``first_order_gap`` (numpy arrays, tokens × d; gaps per token).
+    An attention site's ``probs`` and ``values`` become float64 arrays on
+    first access (``site["probs"]``): a site listed without sampling never
+    pays for the copy (BERT-base at 4 × 256: 12 × 4 M entries)."""
+
+    def __missing__(self, key):
+        t = self.__dict__.get("tensors", {}).pop(key, None)
+        if t is None:
+            raise KeyError(key)
+        self[key] = value = t.detach().to("cpu").double().contiguous().reshape(-1).numpy()
+        return value
 
 
 def _tracer_class():
@@ -62,8 +76,9 @@ def _tracer_class():
     class Tracer(TorchFunctionMode):
         """Records the producer of every tensor the recorded ops return."""
 
-        def __init__(self):
+        def __init__(self, rates=None):
             super().__init__()
+            self.rates: Dict[str, tuple] = dict(rates or {})  # call -> (p, attention): discovery's
             self.nodes: List[Dict[str, Any]] = []
             self.producer: Dict[int, Dict[str, Any]] = {}
             self.attention_p: Optional[float] = None  # set while an attention module runs
@@ -97,11 +112,15 @@ def _tracer_class():
             out = func(*args, **kwargs)
             if func is F.dropout:
                 p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
-                # An attention module passes p = 0 in eval: its own rate counts.
+                # An attention module passes p = 0 in eval: its own rate counts (discovery's
+                # train-mode rate when given: BERT's reads self.dropout.p only in training).
+                call = self.dropout_call()
                 attention = self.attention_p is not None
                 p = self.attention_p if attention else float(p)
+                if call in self.rates:
+                    p, attention = self.rates[call]
                 # In eval a dropout returns its input itself: keep that tensor's producer.
-                self._node(out, op="dropout", x=args[0], p=p, attention=attention, call=self.dropout_call(),
+                self._node(out, op="dropout", x=args[0], p=p, attention=attention, call=call,
                            before=self.producer.get(id(out)) if out is args[0] else None)
             elif func in passes and args and isinstance(args[0], torch.Tensor) and out is not args[0]:
                 self._node(out, op="pass", x=args[0])
@@ -203,26 +222,58 @@ def _as_rows(t, width: int) -> _np.ndarray:
     return t.detach().to("cpu", copy=True).double().reshape(-1, width).numpy()
 
 
-def find_linear_paths(model, inputs, kwargs: Optional[dict] = None) -> List[LinearPathSite]:
+def rates_of(found) -> Dict[str, tuple]:
+    """``{call: (p, is_attention)}`` of every dropout call a
+    :class:`~dropmc.discovery.Discovery` saw (its neutral train-mode
+    forward reads the rate the model uses in training), for
+    :func:`find_linear_paths`."""
+    eager = {a.call for a in found.attention if a.kind == "eager"}
+    return {call: (float(p), call in eager) for call, p in found.dropouts.items()}
+
+
+def find_linear_paths(model, inputs, kwargs: Optional[dict] = None, rates: Optional[dict] = None
+                      ) -> List[LinearPathSite]:
     """Runs one eval forward of ``model(*inputs)`` (``inputs`` a tensor or a
     tuple) under the tracer and returns every ``Dropout → Linear → (+h) →
     norm`` and ``attention dropout → values → o_proj → (+h) → norm`` path
     it saw, captured (an attention site has ``kind`` 'attention' and
-    ``probs``, ``values``, ``shape`` in place of ``u``)."""
+    ``probs``, ``values``, ``shape`` in place of ``u``). ``rates`` maps
+    dropout calls (discovery's names) to ``(p, is_attention)`` as the
+    train-mode forward showed them: an eval forward's call may pass
+    ``p = 0`` (``dropout=0.0 if not self.training else p``, BERT's and most
+    Hugging Face attentions) where the module has no ``attention_dropout``
+    rate to read instead (:func:`rates_of`)."""
     import torch
 
     args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     was_training = model.training
     model.eval()
-    tracer = _tracer_class()()
+    try:
+        with torch.no_grad(), path_tracer(model, rates) as tracer, tracer:
+            model(*args, **(kwargs or {}))
+    finally:
+        model.train(was_training)
+    return paths_of(tracer)
+
+
+@contextmanager
+def path_tracer(model, rates: Optional[dict] = None):
+    """The path tracer (a ``TorchFunctionMode``, not yet entered) with its
+    hooks on ``model``, removed on exit: whoever runs the eval forward
+    enters it — :func:`find_linear_paths`, or the audit's capture forward
+    (:func:`dropmc.capture.capture_traced`), so that one forward serves
+    both; :func:`paths_of` then reads what it recorded."""
+    tracer = _tracer_class()(rates)
     handles = _hooks(model, tracer)
     try:
-        with torch.no_grad(), tracer:
-            model(*args, **(kwargs or {}))
+        yield tracer
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
+
+
+def paths_of(tracer) -> List[LinearPathSite]:
+    """The captured sites of a forward the :func:`path_tracer` saw."""
     norms = [n for n in tracer.nodes if n["op"] == "norm"] + tracer.norm_inputs
     sites: List[LinearPathSite] = []
     for k, node in enumerate(norms):
@@ -270,36 +321,56 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
         eps=float(eps), norm=node["kind"],
     )
     if matmul is None:
+        if not _reproduces(drop["x"], lin, h, y):
+            return None
         site.update(kind="linear", u=_as_rows(drop["x"], m))
-        return site if _reproduces(site, _as_rows(y, d)) else None
+        return site
     probs, values = drop["x"], matmul["v"]
-    if probs.dim() != 4 or values.dim() != 4:
+    if probs.dim() != 4 or values.dim() != 4 or matmul["x"].shape != probs.shape or not _same(matmul["x"], probs):
         return None
     batch, heads, queries, keys = probs.shape
     dh = values.shape[-1]
     if heads * dh != m or values.shape[:3] != (batch, heads, keys) or batch * queries != tokens:
         return None
-    flat = lambda t: t.detach().to("cpu").double().contiguous().reshape(-1).numpy()  # noqa: E731
-    site.update(kind="attention", shape=(batch, heads, queries, keys, dh),
-                probs=flat(probs), values=flat(values))
-    return site if _reproduces(site, _as_rows(y, d)) else None
+    if not _reproduces(matmul["out"].transpose(1, 2), lin, h, y):
+        return None
+    site.update(kind="attention", shape=(batch, heads, queries, keys, dh))
+    site.tensors = {"probs": probs, "values": values}  # float64 on first access (class docs)
+    return site
 
 
-def _reproduces(site, y) -> bool:
+def _same(a, b, h=None) -> bool:
+    """``a`` and ``b`` (or ``b + h``) equal to rounding, row for row
+    (``REPRODUCE_TOLERANCE`` of the sum of absolute terms)."""
+    import torch
+
+    if a is b or (h is None and a.dtype == b.dtype and torch.equal(a, b)) or (
+            h is not None and a.dtype == b.dtype == h.dtype and torch.equal(a, b + h)):
+        return True  # the same values: the forward's own add gives the same bits
+    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    scale = a.abs() + b.abs()
+    if h is not None:
+        h = h.detach().to(torch.float64)
+        b, scale = b + h, scale + h.abs()
+    return bool(((a - b).abs() <= REPRODUCE_TOLERANCE * scale + torch.finfo(torch.float64).tiny).all())
+
+
+def _reproduces(x, lin, h, y) -> bool:
     """Whether the captured path's eval forward gives the norm's input
-    ``y`` (tokens × d) row for row, to rounding: an op the tracer passed as
-    the identity but that moved tokens (a window transpose) or changed
-    values leaves no site rather than a wrong one."""
-    if site["kind"] == "linear":
-        x = site["u"]
-    else:
-        b, h, l, s, j = site["shape"]
-        a = site["probs"].reshape(b, h, l, s)
-        v = site["values"].reshape(b, h, s, j)
-        x = _np.einsum("bhls,bhsj->blhj", a, v).reshape(b * l, h * j)
-    mean = x @ site["w"].T + site["b"] + site["h"]
-    scale = _np.abs(x) @ _np.abs(site["w"]).T + _np.abs(site["b"]) + _np.abs(site["h"])
-    return bool(_np.all(_np.abs(mean - y) <= REPRODUCE_TOLERANCE * (scale + _np.finfo(float).tiny)))
+    ``y`` row for row, to rounding: the linear layer's input is ``x`` (the
+    dropout's input, or an attention site's value product with its heads
+    joined: ``(B, L, H, J)``) as rows of ``m``, and ``y`` is its output plus
+    ``h`` as rows of ``d`` — so an op the tracer passed as the identity but
+    that moved tokens (a window transpose) or changed values leaves no site
+    rather than a wrong one. The layer's own ``x Wᵀ + b`` is the forward's:
+    compared as tensors, the check costs O(tokens · (m + d)), not a second
+    pass through ``W``."""
+    d, m = lin["w"].shape
+    rows = lambda t, n: t.reshape(-1, n)  # noqa: E731
+    if x.numel() != lin["x"].numel() or lin["out"].numel() != y.numel():
+        return False
+    return _same(rows(x, m), rows(lin["x"], m)) and _same(
+        rows(y, d), rows(lin["out"], d), None if h is None else rows(h, d))
 
 
 def audit_linear(model, inputs, samples: int = 20_000, seed: int = 1,

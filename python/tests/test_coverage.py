@@ -77,9 +77,12 @@ def test_wav2vec2_layerdrop_gives_the_same_sites_under_every_rng_state():
     audit = A.audit_torch(model, {"input_values": x}, samples=1024, attention_samples=256)
     assert len(audit.sites) == 24
     assert "LayerDrop / drop-path keep every layer" in str(audit)
-    # the feed-forward's inner dropout reaches final_layer_norm through output_dense: a linear-path row
-    inner = audit.linear_sites
+    # the feed-forward's inner dropout reaches final_layer_norm through output_dense: a linear-path row;
+    # the attention dropout (p = 0 in eval, its rate discovery's) reaches layer_norm through out_proj
+    inner = [s for s in audit.linear_sites if s["form"] == "linear"]
     assert len(inner) == 12 and all(s["dropout"].endswith("intermediate_dropout") for s in inner)
+    paths = [s["name"] for s in audit.linear_sites if s["form"] == "attention path"]
+    assert paths == [f"encoder.layers.{i}.attention:dropout->encoder.layers.{i}.layer_norm" for i in range(12)], paths
     assert not [o for o in audit.other_sites if o["name"].endswith("intermediate_dropout")]
 
 

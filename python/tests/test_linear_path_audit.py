@@ -71,6 +71,21 @@ def test_the_toy_site_is_an_audited_row_and_counts_as_audited(toy_audit):
     assert not [o for o in audit.other_sites if o["name"] == "drop"]
 
 
+def test_the_audit_runs_the_model_twice():
+    # discovery's neutral train-mode forward, then one eval forward for the
+    # capture that also carries the linear-path search (issue 43: it was a
+    # third forward of its own)
+    model, x = _toy()
+    runs = []
+    hook = model.register_forward_pre_hook(lambda m, a: runs.append(m.training))
+    try:
+        audit = dropmc.torch.audit(model, x, samples=1024, seed=3)
+    finally:
+        hook.remove()
+    assert [r["name"] for r in audit.linear_sites] == ["drop->ln"]
+    assert runs == [True, False], runs
+
+
 def test_the_toy_truth_agrees_with_its_own_monte_carlo(toy_audit):
     model, x, audit = toy_audit
     [(truth, se)] = audit.linear_truths

@@ -40,9 +40,14 @@ def _mistral():
 
 def _norm_mc(model, ids, n, chunk=10_000):
     """Mean and SE of layer 0's post_attention_layernorm output in train mode."""
+    return norm_mc(model, ids, model.layers[0].post_attention_layernorm, n, chunk)
+
+
+def norm_mc(model, ids, norm, n, chunk=10_000):
+    """Mean and SE (tokens × d) of the module ``norm``'s output in train
+    mode, over ``n`` forwards of ``ids`` (``chunk`` at a time, seed 7)."""
     outs = []
-    hook = model.layers[0].post_attention_layernorm.register_forward_hook(
-        lambda m, a, o: outs.append(o.detach()))
+    hook = norm.register_forward_hook(lambda m, a, o: outs.append(o.detach()))
     model.train()
     torch.manual_seed(7)
     total, total2 = 0.0, 0.0
@@ -59,7 +64,8 @@ def _norm_mc(model, ids, n, chunk=10_000):
         model.eval()
     mean = total / n
     var = (total2 / n - mean * mean) * n / (n - 1)
-    return mean.numpy().reshape(L, -1), (var / n).sqrt().numpy().reshape(L, -1)
+    tokens = ids.shape[1]
+    return mean.numpy().reshape(tokens, -1), (var / n).sqrt().numpy().reshape(tokens, -1)
 
 
 @pytest.fixture(scope="module")
