@@ -70,6 +70,29 @@ pub struct TokenValues {
     pub rho2: f64,
 }
 
+impl TokenValues {
+    /// A token with its truth `(truth, truth_se)`, eval output and first
+    /// order only (no second-order, c1-only or two-point estimate): what
+    /// every site form fills in its own extras over.
+    pub fn first_order(
+        (truth, truth_se): (Vec<f64>, Vec<f64>),
+        eval: Vec<f64>,
+        first: Vec<f64>,
+        rho2: f64,
+    ) -> TokenValues {
+        TokenValues {
+            truth,
+            truth_se,
+            eval,
+            first,
+            second: None,
+            c1_only: None,
+            two_point: None,
+            rho2,
+        }
+    }
+}
+
 /// The token `y = h + dropout_p(v)` through `norm`; `bypass` says which
 /// first-order form applies (a plain site has `h = 0`).
 pub fn token_values(
@@ -108,19 +131,13 @@ pub fn token_values(
             (first, second)
         }
     };
-    let (truth, truth_se) = truth(&site, norm, budget)?;
+    let truth = truth(&site, norm, budget)?;
     let (_, s2) = crate::ops::mean_and_variance(&x);
     let v2 = v.iter().map(|a| a * a).sum::<f64>() / d as f64;
     let rho2 = if s2 > 0.0 { v2 / s2 } else { f64::INFINITY };
     Ok(TokenValues {
-        truth,
-        truth_se,
-        eval,
-        first,
         second: Some(second),
-        c1_only: None,
-        two_point: None,
-        rho2,
+        ..TokenValues::first_order(truth, eval, first, rho2)
     })
 }
 
@@ -137,7 +154,7 @@ pub fn compound_token_values(
     let first = compound::corrected(v, ln1, ln2, rate)?;
     let c1_only = compound::c1_only(v, ln1, ln2, rate)?;
     let eval = compound::uncorrected(v, ln1, ln2)?;
-    let (truth, truth_se) = if d <= EXACT_AUDIT_D {
+    let truth = if d <= EXACT_AUDIT_D {
         let site = Site::new(vec![0.0; d], vec![(v.to_vec(), rate.p())])?;
         let mut u = vec![0.0; d];
         let oracle = site_expectation(&site, d, |y, out| {
@@ -157,14 +174,8 @@ pub fn compound_token_values(
         }
     };
     Ok(TokenValues {
-        truth,
-        truth_se,
-        eval,
-        first,
-        second: None,
         c1_only: Some(c1_only),
-        two_point: None,
-        rho2: parts.rho2,
+        ..TokenValues::first_order(truth, eval, first, parts.rho2)
     })
 }
 
