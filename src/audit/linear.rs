@@ -17,6 +17,7 @@ use nalgebra::{DMatrix, DVector};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::token::sampled_truth;
 use super::{Gap, TokenValues};
 use crate::claims::fn_claim::sample_means;
 use crate::claims::linear_path::sample_path;
@@ -255,11 +256,12 @@ pub fn audit_tokens(
             let mut eval = vec![0.0; d];
             norm.forward(mean.as_slice(), &mut eval)?;
             let first = first(t, &path)?;
-            let truth = (
-                truth.iter().map(|e| e.value).collect(),
-                truth.iter().map(|e| e.stderr).collect(),
-            );
-            Ok(TokenValues::first_order(truth, eval, first, f64::NAN))
+            Ok(TokenValues::first_order(
+                sampled_truth(&truth),
+                eval,
+                first,
+                f64::NAN,
+            ))
         })
         .collect::<Result<_, Error>>()?;
     Ok(LinearAudit {

@@ -30,7 +30,7 @@ use crate::exact::enumerate_masks;
 use crate::formulas::shared_mask::{self as sm, MaskGroups};
 use crate::ops::{AnyNorm, Rate};
 
-use super::token::{EXACT_AUDIT_D, TokenValues};
+use super::token::{EXACT_AUDIT_D, TokenValues, sampled_truth};
 
 /// The token `y = h + m_{g(k)} v / q` through `norm` (module docs).
 pub fn token_values(
@@ -105,11 +105,7 @@ fn truth(token: &GroupMaskSampler<'_>, budget: Budget) -> Result<(Vec<f64>, Vec<
         })?;
         return Ok((oracle.values, vec![0.0; d]));
     }
-    let estimates = estimate(token, budget)?.estimates();
-    Ok((
-        estimates.iter().map(|e| e.value).collect(),
-        estimates.iter().map(|e| e.stderr).collect(),
-    ))
+    Ok(sampled_truth(&estimate(token, budget)?.estimates()))
 }
 
 /// One token of a grouped site: as a [`Sampler`], draws one keep bit per

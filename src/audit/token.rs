@@ -43,6 +43,7 @@ use crate::formulas::second_order::{self as so, NoisyUnits};
 use crate::formulas::{bypass, compound, layernorm};
 use crate::ops::fast::{FastCompound, FastSite};
 use crate::ops::{AnyNorm, LayerNorm, Rate, Site};
+use crate::stats::Estimate;
 
 /// The largest width whose truth is enumerated exactly (`2^d` masks).
 pub const EXACT_AUDIT_D: usize = 16;
@@ -166,10 +167,7 @@ pub fn compound_token_values(
     } else {
         let zeros = vec![0.0; d];
         match FastCompound::new(v, rate.p(), ln1, ln2, &zeros, &zeros)?.estimate(budget)? {
-            Some(e) => (
-                e.out.iter().map(|e| e.value).collect(),
-                e.out.iter().map(|e| e.stderr).collect(),
-            ),
+            Some(e) => sampled_truth(&e.out),
             None => return Err(unsampleable()),
         }
     };
@@ -177,6 +175,14 @@ pub fn compound_token_values(
         c1_only: Some(c1_only),
         ..TokenValues::first_order(truth, eval, first, parts.rho2)
     })
+}
+
+/// A sampled truth `(truth, truth_se)` from its per-unit estimates.
+pub fn sampled_truth(estimates: &[Estimate]) -> (Vec<f64>, Vec<f64>) {
+    (
+        estimates.iter().map(|e| e.value).collect(),
+        estimates.iter().map(|e| e.stderr).collect(),
+    )
 }
 
 /// A token the fast samplers refuse.
@@ -201,10 +207,7 @@ fn truth(site: &Site, norm: &AnyNorm, budget: Budget) -> Result<(Vec<f64>, Vec<f
     }
     let kernel = FastSite::new(site, norm, true)?.with_control_variate(site);
     match kernel.estimate(budget)? {
-        Some(e) => Ok((
-            e.out.iter().map(|e| e.value).collect(),
-            e.out.iter().map(|e| e.stderr).collect(),
-        )),
+        Some(e) => Ok(sampled_truth(&e.out)),
         None => Err(unsampleable()),
     }
 }
