@@ -50,6 +50,7 @@ use crate::claims::{PyClaim, PyDropout, failed_in, failed_low};
 use crate::forward::{Dtype, PyForward};
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
+use dropmc::claims::fn_claim::PassClaim;
 
 /// The id of the rule only the binding states (every returned row is
 /// dropped right): no Rust claim has it.

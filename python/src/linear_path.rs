@@ -6,7 +6,8 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use dropmc::Error;
-use dropmc::audit::linear::{LinearAudit, LinearCapture, LinearToken, audit_linear};
+use dropmc::audit::TokenValues;
+use dropmc::audit::linear::{LinearAudit, LinearCapture, audit_linear};
 use dropmc::audit::linear_attention::{
     AttentionPathCapture, audit_attention_path as audit_attention,
 };
@@ -81,12 +82,12 @@ fn run(
             PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
         })?
         .map_err(to_py)?;
-    let pick = |g: fn(&LinearToken) -> Vec<f64>| audit.tokens.iter().map(g).collect::<Vec<_>>();
+    let pick = |g: fn(&TokenValues) -> Vec<f64>| audit.tokens.iter().map(g).collect::<Vec<_>>();
     Ok((
         pick(|t| t.truth.clone()),
         pick(|t| t.truth_se.clone()),
         pick(|t| t.eval.clone()),
-        pick(|t| t.first_order.clone()),
+        pick(|t| t.first.clone()),
         serde_json::to_string(&audit.gaps())
             .map_err(|e| PyRuntimeError::new_err(format!("the gaps' JSON: {e}")))?,
     ))

@@ -62,6 +62,7 @@ use crate::forward::PyForward;
 use crate::small_calls;
 use crate::to_py;
 use dropmc::claims::dropout::{Draw, PairSampler};
+use dropmc::claims::fn_claim::PassClaim;
 
 /// The id of the claim only the binding states (the entries' mean under
 /// any mask shape): no Rust claim has it.

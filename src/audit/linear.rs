@@ -2,8 +2,8 @@
 //! norm`): per token, the truth `E[norm(y)]` by sampling masks through the
 //! path, its standard error, the eval output `norm(ȳ)`, the first-order
 //! output `β + c (LN(ȳ) − β)` (or `c_rms RMS(ȳ)`,
-//! [`crate::formulas::linear_path`]) and the two gaps
-//! `mean_k |· − truth_k|`.
+//! [`crate::formulas::linear_path`]), one [`TokenValues`] a token; the
+//! site's gaps to the truth are [`LinearAudit::gaps`].
 //!
 //! Each draw is one mask of `u` through the subject's reference dropout,
 //! one mat-vec (`d × m`) and the norm: budget `samples · d · m` flops per
@@ -17,47 +17,58 @@ use nalgebra::{DMatrix, DVector};
 use rayon::prelude::*;
 use serde::Serialize;
 
+use super::token::sampled_truth;
 use super::{Gap, TokenValues};
 use crate::claims::fn_claim::sample_means;
 use crate::claims::linear_path::sample_path;
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
 use crate::formulas::linear_path::{
-    self as f, Path, Source, Step, ln_first_order_linear, rms_first_order_linear,
+    self as f, Path, Source, Step, linear_dropout_traces, ln_first_order_linear,
+    rms_first_order_linear,
 };
 use crate::ops::{AnyNorm, Rate, Subject};
 
 /// One linear-path site's capture: per token the dropout's input `u`
-/// (width `m`) and the added term `h` (width `d`), and the path's weights.
+/// (width `m`), and what follows the dropout ([`LinearTail`]).
 #[derive(Debug, Clone)]
 pub struct LinearCapture {
     pub name: String,
     pub rate: Rate,
     pub u: Vec<Vec<f64>>,
-    pub h: Vec<Vec<f64>>,
+    pub tail: LinearTail,
+}
+
+/// What follows a captured path's dropped source, the same for the linear
+/// and the attention paths: `Linear(W, b) → (+h_t) → norm`, with `h` one
+/// row per token (width `d`).
+#[derive(Debug, Clone)]
+pub struct LinearTail {
     pub w: DMatrix<f64>,
     pub b: DVector<f64>,
+    pub h: Vec<Vec<f64>>,
     pub norm: AnyNorm,
 }
 
-/// One token's numbers.
-#[derive(Debug, Clone, Serialize)]
-pub struct LinearToken {
-    pub truth: Vec<f64>,
-    pub truth_se: Vec<f64>,
-    pub eval: Vec<f64>,
-    pub first_order: Vec<f64>,
-    /// `mean_k |eval_k − truth_k|`.
-    pub eval_gap: f64,
-    /// `mean_k |first_order_k − truth_k|`.
-    pub first_order_gap: f64,
+impl LinearTail {
+    /// Token `t`'s path from its dropped `source`.
+    pub fn path(&self, source: Source, t: usize) -> Path {
+        Path::linear_then_add(
+            source,
+            self.w.clone(),
+            self.b.clone(),
+            DVector::from_column_slice(&self.h[t]),
+        )
+    }
 }
 
-/// A capture's audit, token by token.
-#[derive(Debug, Clone, Serialize)]
+/// A capture's audit, token by token: each token's truth, eval output and
+/// first order ([`TokenValues::first_order`]; no `ρ²` is defined for a
+/// path, so its `rho2` is NaN).
+#[derive(Debug, Clone)]
 pub struct LinearAudit {
     pub name: String,
-    pub tokens: Vec<LinearToken>,
+    pub tokens: Vec<TokenValues>,
 }
 
 /// A linear-path site's row as the ordinary audit table reports it: the
@@ -74,20 +85,6 @@ pub struct LinearGaps {
 impl LinearAudit {
     /// The site's [`LinearGaps`] (at least one token).
     pub fn gaps(&self) -> LinearGaps {
-        let values: Vec<TokenValues> = self
-            .tokens
-            .iter()
-            .map(|t| TokenValues {
-                truth: t.truth.clone(),
-                truth_se: t.truth_se.clone(),
-                eval: t.eval.clone(),
-                first: t.first_order.clone(),
-                second: None,
-                c1_only: None,
-                two_point: None,
-                rho2: f64::NAN,
-            })
-            .collect();
         let (sum, count) = self.tokens.iter().fold((0.0, 0usize), |(s, n), t| {
             (
                 s + t.truth_se.iter().map(|e| e * e).sum::<f64>(),
@@ -95,8 +92,8 @@ impl LinearAudit {
             )
         });
         LinearGaps {
-            uncorrected: Gap::over(&values, |t| &t.eval),
-            first_order: Gap::over(&values, |t| &t.first),
+            uncorrected: Gap::over(&self.tokens, |t| &t.eval),
+            first_order: Gap::over(&self.tokens, |t| &t.first),
             resolution: (sum / count.max(1) as f64).sqrt(),
         }
     }
@@ -133,10 +130,12 @@ impl LinearCapture {
             name,
             rate: Rate::new(p)?,
             u,
-            h,
-            w: DMatrix::from_fn(w.len(), m, |i, j| w[i][j]),
-            b: DVector::from_vec(b),
-            norm,
+            tail: LinearTail {
+                w: DMatrix::from_fn(w.len(), m, |i, j| w[i][j]),
+                b: DVector::from_vec(b),
+                h,
+                norm,
+            },
         };
         capture.validate()?;
         Ok(capture)
@@ -144,16 +143,15 @@ impl LinearCapture {
 
     /// `ȳ = W u + b + h` of token `t`.
     pub fn mean(&self, t: usize) -> DVector<f64> {
-        &self.w * DVector::from_column_slice(&self.u[t])
-            + &self.b
-            + DVector::from_column_slice(&self.h[t])
+        let LinearTail { w, b, h, .. } = &self.tail;
+        w * DVector::from_column_slice(&self.u[t]) + b + DVector::from_column_slice(&h[t])
     }
 
     /// The first-order output of every token (the live correction): `W`'s
     /// column norms once, then `O(m + d)` per token beyond `ȳ`.
     pub fn first_order_tokens(&self) -> Result<Vec<Vec<f64>>, Error> {
         self.validate()?;
-        let norms = f::column_norms(&self.w);
+        let norms = f::column_norms(&self.tail.w);
         (0..self.u.len())
             .map(|t| first_order(self, &norms, &self.u[t], self.mean(t).as_slice()))
             .collect()
@@ -162,7 +160,8 @@ impl LinearCapture {
     /// Checks the shapes: every `u` of width `W.ncols()`, every `h` and `b`
     /// and the norm of width `W.nrows()`, as many `h` as `u`.
     pub fn validate(&self) -> Result<(), Error> {
-        let (d, m) = (self.w.nrows(), self.w.ncols());
+        let LinearTail { w, b, h, norm } = &self.tail;
+        let (d, m) = (w.nrows(), w.ncols());
         let mismatch = |what, expected, got| Error::LengthMismatch {
             what,
             expected,
@@ -171,16 +170,16 @@ impl LinearCapture {
         if self.u.is_empty() {
             return Err(Error::Empty { what: "u (tokens)" });
         }
-        if self.h.len() != self.u.len() {
-            return Err(mismatch("h (tokens)", self.u.len(), self.h.len()));
+        if h.len() != self.u.len() {
+            return Err(mismatch("h (tokens)", self.u.len(), h.len()));
         }
-        if self.b.len() != d {
-            return Err(mismatch("b", d, self.b.len()));
+        if b.len() != d {
+            return Err(mismatch("b", d, b.len()));
         }
-        if self.norm.dim() != d {
-            return Err(mismatch("norm width", d, self.norm.dim()));
+        if norm.dim() != d {
+            return Err(mismatch("norm width", d, norm.dim()));
         }
-        for (u, h) in self.u.iter().zip(&self.h) {
+        for (u, h) in self.u.iter().zip(h) {
             crate::error::check_finite_vec("u", u)?;
             crate::error::check_finite_vec("h", h)?;
             if u.len() != m {
@@ -194,21 +193,12 @@ impl LinearCapture {
     }
 
     fn path(&self, t: usize) -> Path {
-        Path::linear_then_add(
-            Source::Dropped {
-                u: self.u[t].clone(),
-                rate: self.rate,
-            },
-            self.w.clone(),
-            self.b.clone(),
-            DVector::from_column_slice(&self.h[t]),
-        )
+        let source = Source::Dropped {
+            u: self.u[t].clone(),
+            rate: self.rate,
+        };
+        self.tail.path(source, t)
     }
-}
-
-/// `mean_k |a_k − b_k|`.
-fn gap(a: &[f64], b: &[f64]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).sum::<f64>() / a.len() as f64
 }
 
 /// The first-order output of one token from the column norms.
@@ -218,9 +208,10 @@ pub fn first_order(
     u: &[f64],
     mean: &[f64],
 ) -> Result<Vec<f64>, Error> {
-    match &capture.norm {
-        AnyNorm::Layer(ln) => ln_first_order_linear(norms, u, mean, ln, capture.rate),
-        AnyNorm::Rms(rms) => rms_first_order_linear(norms, u, mean, rms, capture.rate),
+    let (centered, trace) = linear_dropout_traces(norms, u, capture.rate);
+    match &capture.tail.norm {
+        AnyNorm::Layer(ln) => ln_first_order_linear(centered, mean, ln),
+        AnyNorm::Rms(rms) => rms_first_order_linear(trace, mean, rms),
     }
 }
 
@@ -231,31 +222,28 @@ pub fn audit_linear(
     seed: u64,
 ) -> Result<LinearAudit, Error> {
     capture.validate()?;
-    let norms = f::column_norms(&capture.w);
-    let tokens = audit_tokens(
-        (&capture.name, capture.u.len(), &capture.norm),
+    let norms = f::column_norms(&capture.tail.w);
+    audit_tokens(
+        (&capture.name, capture.u.len(), &capture.tail.norm),
         (samples, seed),
         |t| capture.path(t),
         |t, _| first_order(capture, &norms, &capture.u[t], capture.mean(t).as_slice()),
-    )?;
-    Ok(LinearAudit {
-        name: capture.name.clone(),
-        tokens,
-    })
+    )
 }
 
-/// The per-token loop every capture shares: token `t`'s path is
-/// `path_of(t)`, its first-order output `first(t, path)`; the eval output
-/// is the norm of the path's mean (the eval forward, every rule's `ȳ`).
+/// The per-token loop every capture shares, as the audit of the capture
+/// `name`: token `t`'s path is `path_of(t)`, its first-order output
+/// `first(t, path)`; the eval output is the norm of the path's mean (the
+/// eval forward, every rule's `ȳ`).
 pub fn audit_tokens(
     (name, count, norm): (&str, usize, &AnyNorm),
     (samples, seed): (u64, u64),
     path_of: impl Fn(usize) -> Path + Sync,
     first: impl Fn(usize, &Path) -> Result<Vec<f64>, Error> + Sync,
-) -> Result<Vec<LinearToken>, Error> {
+) -> Result<LinearAudit, Error> {
     let site_seed = derive_seed(seed, name);
     let d = norm.dim();
-    (0..count)
+    let tokens = (0..count)
         .into_par_iter()
         .map(|t| {
             let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
@@ -268,17 +256,18 @@ pub fn audit_tokens(
             let mut eval = vec![0.0; d];
             norm.forward(mean.as_slice(), &mut eval)?;
             let first = first(t, &path)?;
-            let values: Vec<f64> = truth.iter().map(|e| e.value).collect();
-            Ok(LinearToken {
-                truth_se: truth.iter().map(|e| e.stderr).collect(),
-                eval_gap: gap(&eval, &values),
-                first_order_gap: gap(&first, &values),
-                truth: values,
+            Ok(TokenValues::first_order(
+                sampled_truth(&truth),
                 eval,
-                first_order: first,
-            })
+                first,
+                f64::NAN,
+            ))
         })
-        .collect()
+        .collect::<Result<_, Error>>()?;
+    Ok(LinearAudit {
+        name: name.to_string(),
+        tokens,
+    })
 }
 
 /// `ȳ`: the source's mean through the steps (further dropouts are the
@@ -298,41 +287,52 @@ mod tests {
     use super::*;
     use crate::ops::LayerNorm;
 
+    /// `mean_k |eval_k − truth_k|` and `mean_k |first_k − truth_k|`.
+    fn gaps(t: &TokenValues) -> (f64, f64) {
+        let gap = |a: &[f64]| {
+            a.iter()
+                .zip(&t.truth)
+                .map(|(x, y)| (x - y).abs())
+                .sum::<f64>()
+                / a.len() as f64
+        };
+        (gap(&t.eval), gap(&t.first))
+    }
+
     fn capture(p: f64) -> LinearCapture {
         let (d, m) = (8, 12);
         LinearCapture {
             name: "toy".into(),
             rate: Rate::new(p).unwrap(),
             u: vec![(0..m).map(|j| 1.0 + (j % 5) as f64 * 0.3).collect()],
-            h: vec![(0..d).map(|k| (k % 3) as f64 * 0.5 - 0.5).collect()],
-            w: DMatrix::from_fn(d, m, |i, j| ((i * 7 + j * 3) % 11) as f64 / 5.0 - 1.0),
-            b: DVector::from_element(d, 0.1),
-            norm: AnyNorm::Layer(LayerNorm::new(vec![1.0; d], vec![0.0; d], 1e-5).unwrap()),
+            tail: LinearTail {
+                w: DMatrix::from_fn(d, m, |i, j| ((i * 7 + j * 3) % 11) as f64 / 5.0 - 1.0),
+                b: DVector::from_element(d, 0.1),
+                h: vec![(0..d).map(|k| (k % 3) as f64 * 0.5 - 0.5).collect()],
+                norm: AnyNorm::Layer(LayerNorm::new(vec![1.0; d], vec![0.0; d], 1e-5).unwrap()),
+            },
         }
     }
 
     #[test]
     fn at_p_zero_the_truth_is_the_eval_output_and_the_correction_is_none() {
         let a = audit_linear(&capture(0.0), 100, 1).unwrap();
-        let t = &a.tokens[0];
-        assert!(t.eval_gap < 1e-12 && t.first_order_gap < 1e-12, "{t:?}");
+        let (eval_gap, first_order_gap) = gaps(&a.tokens[0]);
+        assert!(eval_gap < 1e-12 && first_order_gap < 1e-12, "{a:?}");
     }
 
     #[test]
     fn the_first_order_output_is_closer_to_the_truth_than_the_eval_output() {
         let a = audit_linear(&capture(0.2), 200_000, 1).unwrap();
-        let t = &a.tokens[0];
-        println!(
-            "eval gap {:e}, first-order gap {:e}",
-            t.eval_gap, t.first_order_gap
-        );
-        assert!(t.first_order_gap < t.eval_gap / 3.0, "{t:?}");
+        let (eval_gap, first_order_gap) = gaps(&a.tokens[0]);
+        println!("eval gap {eval_gap:e}, first-order gap {first_order_gap:e}");
+        assert!(first_order_gap < eval_gap / 3.0, "{a:?}");
     }
 
     #[test]
     fn a_mismatched_h_is_a_typed_error() {
         let mut c = capture(0.2);
-        c.h[0].pop();
+        c.tail.h[0].pop();
         assert!(matches!(
             audit_linear(&c, 10, 1),
             Err(Error::LengthMismatch { .. })

@@ -10,22 +10,20 @@
 
 use nalgebra::{DMatrix, DVector};
 
-use super::linear::{LinearAudit, audit_tokens};
+use super::linear::{LinearAudit, LinearTail, audit_tokens};
 use crate::error::Error;
 use crate::formulas::linear_path::{Head, Path, Source, ln_corrected, rms_corrected};
 use crate::ops::{AnyNorm, Rate};
 
-/// One attention-path site: per token its heads (row `a`, values), the
-/// added term `h`, and `o_proj`.
+/// One attention-path site: per token its heads (row `a`, values), and
+/// what follows the dropout ([`LinearTail`]: `o_proj`, the added term `h`,
+/// the norm).
 #[derive(Debug, Clone)]
 pub struct AttentionPathCapture {
     pub name: String,
     pub rate: Rate,
     pub heads: Vec<Vec<Head>>,
-    pub h: Vec<Vec<f64>>,
-    pub w: DMatrix<f64>,
-    pub b: DVector<f64>,
-    pub norm: AnyNorm,
+    pub tail: LinearTail,
 }
 
 impl AttentionPathCapture {
@@ -96,29 +94,27 @@ impl AttentionPathCapture {
             name,
             rate: Rate::new(p)?,
             heads: tokens,
-            h,
-            w: DMatrix::from_fn(e, heads * dh, |i, j| w[i][j]),
-            b: DVector::from_vec(b),
-            norm,
+            tail: LinearTail {
+                w: DMatrix::from_fn(e, heads * dh, |i, j| w[i][j]),
+                b: DVector::from_vec(b),
+                h,
+                norm,
+            },
         })
     }
 
     fn path(&self, t: usize) -> Path {
-        Path::linear_then_add(
-            Source::Attention {
-                heads: self.heads[t].clone(),
-                rate: self.rate,
-            },
-            self.w.clone(),
-            self.b.clone(),
-            DVector::from_column_slice(&self.h[t]),
-        )
+        let source = Source::Attention {
+            heads: self.heads[t].clone(),
+            rate: self.rate,
+        };
+        self.tail.path(source, t)
     }
 
     /// The first-order output of every token (the live correction).
     pub fn first_order_tokens(&self) -> Result<Vec<Vec<f64>>, Error> {
         (0..self.heads.len())
-            .map(|t| first_order(&self.norm, &self.path(t)))
+            .map(|t| first_order(&self.tail.norm, &self.path(t)))
             .collect()
     }
 }
@@ -137,14 +133,10 @@ pub fn audit_attention_path(
     samples: u64,
     seed: u64,
 ) -> Result<LinearAudit, Error> {
-    let tokens = audit_tokens(
-        (&capture.name, capture.heads.len(), &capture.norm),
+    audit_tokens(
+        (&capture.name, capture.heads.len(), &capture.tail.norm),
         (samples, seed),
         |t| capture.path(t),
-        |_, path| first_order(&capture.norm, path),
-    )?;
-    Ok(LinearAudit {
-        name: capture.name.clone(),
-        tokens,
-    })
+        |_, path| first_order(&capture.tail.norm, path),
+    )
 }

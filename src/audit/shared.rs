@@ -30,7 +30,7 @@ use crate::exact::enumerate_masks;
 use crate::formulas::shared_mask::{self as sm, MaskGroups};
 use crate::ops::{AnyNorm, Rate};
 
-use super::token::{EXACT_AUDIT_D, TokenValues};
+use super::token::{EXACT_AUDIT_D, TokenValues, sampled_truth};
 
 /// The token `y = h + m_{g(k)} v / q` through `norm` (module docs).
 pub fn token_values(
@@ -64,35 +64,37 @@ pub fn token_values(
     } else {
         None
     };
-    let (truth, truth_se) = truth(h, v, groups, rate, norm, budget)?;
+    let token = GroupMaskSampler {
+        h,
+        v,
+        groups,
+        rate,
+        norm,
+    };
+    let truth = truth(&token, budget)?;
     let (_, s2) = crate::ops::mean_and_variance(&x);
     let noise = sm::variance_noise(v, groups, rate)?;
+    let rho2 = if s2 > 0.0 {
+        noise / (rate.odds() * s2)
+    } else {
+        f64::INFINITY
+    };
     Ok(TokenValues {
-        truth,
-        truth_se,
-        eval,
-        first,
-        second: None,
-        c1_only: None,
         two_point,
-        rho2: if s2 > 0.0 {
-            noise / (rate.odds() * s2)
-        } else {
-            f64::INFINITY
-        },
+        ..TokenValues::first_order(truth, eval, first, rho2)
     })
 }
 
 /// `E[norm(y)]` per channel and its standard error: every group mask
 /// weighted when `G ≤ EXACT_AUDIT_D`, else sampled.
-fn truth(
-    h: &[f64],
-    v: &[f64],
-    groups: &MaskGroups,
-    rate: Rate,
-    norm: &AnyNorm,
-    budget: Budget,
-) -> Result<(Vec<f64>, Vec<f64>), Error> {
+fn truth(token: &GroupMaskSampler<'_>, budget: Budget) -> Result<(Vec<f64>, Vec<f64>), Error> {
+    let GroupMaskSampler {
+        h,
+        v,
+        groups,
+        rate,
+        norm,
+    } = *token;
     let d = v.len();
     if groups.count() <= EXACT_AUDIT_D {
         let mut y = vec![0.0; d];
@@ -103,21 +105,12 @@ fn truth(
         })?;
         return Ok((oracle.values, vec![0.0; d]));
     }
-    let sampler = GroupMaskSampler {
-        h,
-        v,
-        groups,
-        rate,
-        norm,
-    };
-    let estimates = estimate(&sampler, budget)?.estimates();
-    Ok((
-        estimates.iter().map(|e| e.value).collect(),
-        estimates.iter().map(|e| e.stderr).collect(),
-    ))
+    Ok(sampled_truth(&estimate(token, budget)?.estimates()))
 }
 
-/// Draws one keep bit per group and writes `norm(h + m_g v / q)`.
+/// One token of a grouped site: as a [`Sampler`], draws one keep bit per
+/// group and writes `norm(h + m_g v / q)`.
+#[derive(Clone, Copy)]
 struct GroupMaskSampler<'a> {
     h: &'a [f64],
     v: &'a [f64],

@@ -43,6 +43,7 @@ use crate::formulas::second_order::{self as so, NoisyUnits};
 use crate::formulas::{bypass, compound, layernorm};
 use crate::ops::fast::{FastCompound, FastSite};
 use crate::ops::{AnyNorm, LayerNorm, Rate, Site};
+use crate::stats::Estimate;
 
 /// The largest width whose truth is enumerated exactly (`2^d` masks).
 pub const EXACT_AUDIT_D: usize = 16;
@@ -68,6 +69,29 @@ pub struct TokenValues {
     /// `ρ² = v̄²/σ²` of the token (`σ²` the spread of `x`); a compound
     /// site's is LN2's `ρ²` of [`compound::Compound`].
     pub rho2: f64,
+}
+
+impl TokenValues {
+    /// A token with its truth `(truth, truth_se)`, eval output and first
+    /// order only (no second-order, c1-only or two-point estimate): what
+    /// every site form fills in its own extras over.
+    pub fn first_order(
+        (truth, truth_se): (Vec<f64>, Vec<f64>),
+        eval: Vec<f64>,
+        first: Vec<f64>,
+        rho2: f64,
+    ) -> TokenValues {
+        TokenValues {
+            truth,
+            truth_se,
+            eval,
+            first,
+            second: None,
+            c1_only: None,
+            two_point: None,
+            rho2,
+        }
+    }
 }
 
 /// The token `y = h + dropout_p(v)` through `norm`; `bypass` says which
@@ -108,19 +132,13 @@ pub fn token_values(
             (first, second)
         }
     };
-    let (truth, truth_se) = truth(&site, norm, budget)?;
+    let truth = truth(&site, norm, budget)?;
     let (_, s2) = crate::ops::mean_and_variance(&x);
     let v2 = v.iter().map(|a| a * a).sum::<f64>() / d as f64;
     let rho2 = if s2 > 0.0 { v2 / s2 } else { f64::INFINITY };
     Ok(TokenValues {
-        truth,
-        truth_se,
-        eval,
-        first,
         second: Some(second),
-        c1_only: None,
-        two_point: None,
-        rho2,
+        ..TokenValues::first_order(truth, eval, first, rho2)
     })
 }
 
@@ -137,7 +155,7 @@ pub fn compound_token_values(
     let first = compound::corrected(v, ln1, ln2, rate)?;
     let c1_only = compound::c1_only(v, ln1, ln2, rate)?;
     let eval = compound::uncorrected(v, ln1, ln2)?;
-    let (truth, truth_se) = if d <= EXACT_AUDIT_D {
+    let truth = if d <= EXACT_AUDIT_D {
         let site = Site::new(vec![0.0; d], vec![(v.to_vec(), rate.p())])?;
         let mut u = vec![0.0; d];
         let oracle = site_expectation(&site, d, |y, out| {
@@ -149,23 +167,22 @@ pub fn compound_token_values(
     } else {
         let zeros = vec![0.0; d];
         match FastCompound::new(v, rate.p(), ln1, ln2, &zeros, &zeros)?.estimate(budget)? {
-            Some(e) => (
-                e.out.iter().map(|e| e.value).collect(),
-                e.out.iter().map(|e| e.stderr).collect(),
-            ),
+            Some(e) => sampled_truth(&e.out),
             None => return Err(unsampleable()),
         }
     };
     Ok(TokenValues {
-        truth,
-        truth_se,
-        eval,
-        first,
-        second: None,
         c1_only: Some(c1_only),
-        two_point: None,
-        rho2: parts.rho2,
+        ..TokenValues::first_order(truth, eval, first, parts.rho2)
     })
+}
+
+/// A sampled truth `(truth, truth_se)` from its per-unit estimates.
+pub fn sampled_truth(estimates: &[Estimate]) -> (Vec<f64>, Vec<f64>) {
+    (
+        estimates.iter().map(|e| e.value).collect(),
+        estimates.iter().map(|e| e.stderr).collect(),
+    )
 }
 
 /// A token the fast samplers refuse.
@@ -190,10 +207,7 @@ fn truth(site: &Site, norm: &AnyNorm, budget: Budget) -> Result<(Vec<f64>, Vec<f
     }
     let kernel = FastSite::new(site, norm, true)?.with_control_variate(site);
     match kernel.estimate(budget)? {
-        Some(e) => Ok((
-            e.out.iter().map(|e| e.value).collect(),
-            e.out.iter().map(|e| e.stderr).collect(),
-        )),
+        Some(e) => Ok(sampled_truth(&e.out)),
         None => Err(unsampleable()),
     }
 }

@@ -20,7 +20,7 @@
 //! [`forward_attention`]: crate::ops::DropoutLayer::forward_attention
 
 use super::dropout::range;
-use super::fn_claim::{FnClaim, half_squared_difference, indicator, pass_means, sample_means};
+use super::fn_claim::{FnClaim, PassClaim, half_squared_difference, indicator, sample_means};
 use super::{Card, Draw, Estimator, FastPath, Law, Shape};
 use super::{Claim, listed};
 use crate::engine::{Budget, Stream};
@@ -230,30 +230,11 @@ impl AttentionClaim {
         }
     }
 
-    /// Whether the per-draw statistic reads a second, independent row (the
-    /// variances' pair form).
-    pub fn reads_pair(&self) -> bool {
-        matches!(self.quantity.row_scalar(), Some((_, Moment::Variance)))
-    }
-
     /// The scalar `R` or `o` of one dropped row `b`.
     fn scalar(&self, scalar: RowScalar, b: &[f64]) -> f64 {
         match scalar {
             RowScalar::Sum => b.iter().sum(),
             RowScalar::Output => f::output_mean(b, &self.v),
-        }
-    }
-
-    /// The per-draw statistic on the dropped row `b` (and `b_alt`, an
-    /// independent second row, read only when [`AttentionClaim::reads_pair`]):
-    /// the row itself, `R`, `o`, or their pair forms `(R − R')²/2`.
-    pub fn draw_statistic(&self, b: &[f64], b_alt: &[f64], out: &mut [f64]) {
-        match self.quantity.row_scalar() {
-            None => out.copy_from_slice(b),
-            Some((scalar, Moment::Mean)) => out[0] = self.scalar(scalar, b),
-            Some((scalar, Moment::Variance)) => {
-                out[0] = half_squared_difference(self.scalar(scalar, b), self.scalar(scalar, b_alt))
-            }
         }
     }
 
@@ -272,7 +253,29 @@ impl AttentionClaim {
             Some((scalar, Moment::Variance)) => range::sum_pair_form(&self.terms(scalar), rate),
         })
     }
+}
 
+impl PassClaim for AttentionClaim {
+    fn statistic_dim(&self) -> usize {
+        self.dim()
+    }
+    /// Whether the per-draw statistic reads a second, independent row (the
+    /// variances' pair form).
+    fn reads_pair(&self) -> bool {
+        matches!(self.quantity.row_scalar(), Some((_, Moment::Variance)))
+    }
+    /// The per-draw statistic on the dropped row `b` (and `b_alt`, an
+    /// independent second row, read only when [`PassClaim::reads_pair`]):
+    /// the row itself, `R`, `o`, or their pair forms `(R − R')²/2`.
+    fn draw_statistic(&self, b: &[f64], b_alt: &[f64], out: &mut [f64]) {
+        match self.quantity.row_scalar() {
+            None => out.copy_from_slice(b),
+            Some((scalar, Moment::Mean)) => out[0] = self.scalar(scalar, b),
+            Some((scalar, Moment::Variance)) => {
+                out[0] = half_squared_difference(self.scalar(scalar, b), self.scalar(scalar, b_alt))
+            }
+        }
+    }
     /// One pass of the subject's attention dropout on the row.
     fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error> {
         let n = self.a.len();
@@ -314,14 +317,7 @@ impl Claim for AttentionClaim {
         }))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        pass_means(
-            subject,
-            budget,
-            self.dim(),
-            self.reads_pair(),
-            |s, rng| self.pass(s, rng),
-            |z, z_alt, out| self.draw_statistic(z, z_alt, out),
-        )
+        self.pass_means(subject, budget)
     }
     fn fast_path(&self) -> Option<FastPath> {
         Some(FastPath::Masks)

@@ -37,13 +37,9 @@ pub fn config() -> Result<Config, Error> {
     Ok(c)
 }
 
-fn x_and_rate(c: &Config) -> (Vec<f64>, crate::ops::Rate) {
-    (c.site.clean(), c.site.terms()[0].1)
-}
-
 const BASELINES: &[Baseline] = &[
     ("c1-only LN2(c1_hat)", |c| {
-        let (x, rate) = x_and_rate(c);
+        let (x, rate) = c.x_and_rate();
         f::c1_only(&x, &c.ln, &c.ln2, rate)
     }),
     ("uncorrected LN2(LN1(x))", |c| {
@@ -61,7 +57,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             config,
             Stat::LnLn,
             |c| {
-                let (x, rate) = x_and_rate(c);
+                let (x, rate) = c.x_and_rate();
                 f::corrected(&x, &c.ln, &c.ln2, rate)
             },
         )

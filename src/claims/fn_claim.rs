@@ -171,24 +171,36 @@ pub fn sample_means(
     Ok(estimate(&sampler, budget)?.estimates())
 }
 
-/// Means of `dim` per-draw statistics of one pass (`pass`) per draw, or of
-/// two independent passes when `pairs` (a pair form; the second is empty
-/// otherwise): the sampler of the claims whose statistic is a function of
-/// the dropped rows (attention, mask shape).
-pub fn pass_means(
-    subject: &Subject,
-    budget: Budget,
-    dim: usize,
-    pairs: bool,
-    pass: impl Fn(&Subject, &mut Stream) -> Result<Vec<f64>, Error> + Sync,
-    statistic: impl Fn(&[f64], &[f64], &mut [f64]) + Sync,
-) -> Result<Vec<Estimate>, Error> {
-    sample_means(subject, budget, dim, |s, rng, out| {
-        let z = pass(s, rng)?;
-        let z_alt = if pairs { pass(s, rng)? } else { Vec::new() };
-        statistic(&z, &z_alt, out);
-        Ok(())
-    })
+/// A claim whose per-draw statistic is a function of the dropped rows of
+/// one pass, or of two independent passes (a pair form): the attention and
+/// mask-shape families. [`PassClaim::pass_means`] is their sampler.
+pub trait PassClaim: Sync {
+    /// Components of the per-draw statistic.
+    fn statistic_dim(&self) -> usize;
+    /// Whether the per-draw statistic reads a second, independent pass
+    /// (the variances' pair form).
+    fn reads_pair(&self) -> bool;
+    /// One pass of the subject's dropout on the claim's input.
+    fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error>;
+    /// The per-draw statistic of the pass `z` (and `z_alt`, the second
+    /// pass, empty unless [`Self::reads_pair`]) into `out`.
+    fn draw_statistic(&self, z: &[f64], z_alt: &[f64], out: &mut [f64]);
+
+    /// Means of the per-draw statistic on `subject`: one pass per draw, or
+    /// two independent passes when [`Self::reads_pair`].
+    fn pass_means(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
+        let pairs = self.reads_pair();
+        sample_means(subject, budget, self.statistic_dim(), |s, rng, out| {
+            let z = self.pass(s, rng)?;
+            let z_alt = if pairs {
+                self.pass(s, rng)?
+            } else {
+                Vec::new()
+            };
+            self.draw_statistic(&z, &z_alt, out);
+            Ok(())
+        })
+    }
 }
 
 /// Total violations of `dim` rules over all draws, each as an estimate with

@@ -6,7 +6,7 @@ use super::norm::{Baseline, Config, NormClaim, Stat, two_groups};
 use super::{Claim, listed};
 use crate::error::Error;
 use crate::formulas::layernorm as f;
-use crate::ops::{LayerNorm, Rate, Site};
+use crate::ops::{LayerNorm, Site};
 
 /// Drop rate of the family.
 pub const P: f64 = 0.3;
@@ -40,10 +40,6 @@ pub fn sweep(d: usize) -> Result<Config, Error> {
     Config::plain(Site::plain(&two_groups(d, A, B)?, P)?)
 }
 
-fn x_and_rate(c: &Config) -> Result<(Vec<f64>, Rate), Error> {
-    Ok((c.site.clean(), c.site.terms()[0].1))
-}
-
 const UNCORRECTED: &[Baseline] = &[("uncorrected LN(x)", |c| {
     f::uncorrected(&c.site.clean(), &c.ln)
 })];
@@ -69,10 +65,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             20_000_000,
             config,
             Stat::VarM,
-            |c| {
-                let (x, rate) = x_and_rate(c)?;
-                Ok(vec![f::variance_of_m(&x, rate)?])
-            },
+            |c| c.scalar(f::variance_of_m),
         ),
         NormClaim::new(
             "layernorm.mean_of_v",
@@ -81,10 +74,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             10_000_000,
             config,
             Stat::V,
-            |c| {
-                let (x, rate) = x_and_rate(c)?;
-                Ok(vec![f::mean_of_v(&x, rate)?])
-            },
+            |c| c.scalar(f::mean_of_v),
         ),
         NormClaim::new(
             "layernorm.output",
@@ -94,7 +84,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             config,
             Stat::Ln,
             |c| {
-                let (x, rate) = x_and_rate(c)?;
+                let (x, rate) = c.x_and_rate();
                 f::corrected(&x, &c.ln, rate)
             },
         )

@@ -14,7 +14,7 @@
 //! [`MaskShapeClaim::draw_statistic`].
 
 use super::dropout::range;
-use super::fn_claim::{half_squared_difference, indicator, pass_means};
+use super::fn_claim::{PassClaim, half_squared_difference, indicator};
 use super::{Card, Draw, Estimator, FastPath, Law, Shape};
 use super::{Claim, listed};
 use crate::engine::{Budget, Stream, stream};
@@ -191,18 +191,6 @@ impl MaskShapeClaim {
         }
     }
 
-    /// The card, with the budget [`samples_for`] its statistic.
-    pub fn card_with(&self, statistic: Statistic) -> Card {
-        Card::new(
-            self.quantity.id(),
-            "mask_shape",
-            self.quantity.formula(),
-            Shape::Vector,
-            samples_for(statistic),
-        )
-        .with_statistic(statistic)
-    }
-
     /// The closed form at the claim's input, one component per feature.
     pub fn closed_form(&self) -> Result<Vec<f64>, Error> {
         let (rate, d) = (self.rate()?, self.features());
@@ -213,36 +201,6 @@ impl MaskShapeClaim {
                 f::zero_column_probability(self.positions, d, self.quantity.shared(), rate)
             }
         })
-    }
-
-    /// Whether the per-draw statistic reads a second, independent block
-    /// (the variances' pair form).
-    pub fn reads_pair(&self) -> bool {
-        self.quantity.is_variance()
-    }
-
-    /// The per-draw statistic on the dropped block `z` (and `z_alt`, an
-    /// independent second block, read only by the variances): per feature
-    /// `(S_k − S'_k)²/2`, or whether column `k` is all zero (an entry
-    /// whose `x` is 0 counts as zero whatever its mask).
-    pub fn draw_statistic(&self, z: &[f64], z_alt: &[f64], out: &mut [f64]) {
-        let d = self.features();
-        if self.reads_pair() {
-            let (a, b) = (column_sums(z, d), column_sums(z_alt, d));
-            for ((o, a), b) in out.iter_mut().zip(a).zip(b) {
-                *o = half_squared_difference(a, b);
-            }
-        } else {
-            for (k, o) in out.iter_mut().enumerate() {
-                *o = indicator(
-                    z.iter()
-                        .zip(&self.x)
-                        .skip(k)
-                        .step_by(d)
-                        .all(|(&z, &x)| z == 0.0 || x == 0.0),
-                );
-            }
-        }
     }
 
     /// The width of each feature's interval under the null, from `x` and
@@ -269,23 +227,6 @@ impl MaskShapeClaim {
         )
     }
 
-    /// One pass of the subject's dropout on the block, with the claim's
-    /// mask shape.
-    fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error> {
-        let n = self.x.len();
-        let (mut z, mut m) = (vec![0.0; n], vec![false; n]);
-        s.dropout.forward_positions(
-            BlockPass::new(
-                TrainPass::new(&self.x, &mut z, &mut m),
-                self.positions,
-                self.quantity.mask_shape(),
-            ),
-            self.p,
-            rng,
-        )?;
-        Ok(z)
-    }
-
     /// The mask bits of its shape: one per entry (independent), one per
     /// feature broadcast to every row (shared).
     fn mask_bits(&self) -> usize {
@@ -306,9 +247,68 @@ fn column_sums(z: &[f64], d: usize) -> Vec<f64> {
     s
 }
 
+impl PassClaim for MaskShapeClaim {
+    fn statistic_dim(&self) -> usize {
+        self.features()
+    }
+    /// Whether the per-draw statistic reads a second, independent block
+    /// (the variances' pair form).
+    fn reads_pair(&self) -> bool {
+        self.quantity.is_variance()
+    }
+    /// The per-draw statistic on the dropped block `z` (and `z_alt`, an
+    /// independent second block, read only by the variances): per feature
+    /// `(S_k − S'_k)²/2`, or whether column `k` is all zero (an entry
+    /// whose `x` is 0 counts as zero whatever its mask).
+    fn draw_statistic(&self, z: &[f64], z_alt: &[f64], out: &mut [f64]) {
+        let d = self.features();
+        if self.reads_pair() {
+            let (a, b) = (column_sums(z, d), column_sums(z_alt, d));
+            for ((o, a), b) in out.iter_mut().zip(a).zip(b) {
+                *o = half_squared_difference(a, b);
+            }
+        } else {
+            for (k, o) in out.iter_mut().enumerate() {
+                *o = indicator(
+                    z.iter()
+                        .zip(&self.x)
+                        .skip(k)
+                        .step_by(d)
+                        .all(|(&z, &x)| z == 0.0 || x == 0.0),
+                );
+            }
+        }
+    }
+    /// One pass of the subject's dropout on the block, with the claim's
+    /// mask shape.
+    fn pass(&self, s: &Subject, rng: &mut Stream) -> Result<Vec<f64>, Error> {
+        let n = self.x.len();
+        let (mut z, mut m) = (vec![0.0; n], vec![false; n]);
+        s.dropout.forward_positions(
+            BlockPass::new(
+                TrainPass::new(&self.x, &mut z, &mut m),
+                self.positions,
+                self.quantity.mask_shape(),
+            ),
+            self.p,
+            rng,
+        )?;
+        Ok(z)
+    }
+}
+
 impl Claim for MaskShapeClaim {
+    /// The card, with the budget [`samples_for`] its statistic.
     fn card(&self) -> Card {
-        self.card_with(self.statistic())
+        let statistic = self.statistic();
+        Card::new(
+            self.quantity.id(),
+            "mask_shape",
+            self.quantity.formula(),
+            Shape::Vector,
+            samples_for(statistic),
+        )
+        .with_statistic(statistic)
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
         self.closed_form()
@@ -348,14 +348,7 @@ impl Claim for MaskShapeClaim {
         )?))
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        pass_means(
-            subject,
-            budget,
-            self.features(),
-            self.reads_pair(),
-            |s, rng| self.pass(s, rng),
-            |z, z_alt, out| self.draw_statistic(z, z_alt, out),
-        )
+        self.pass_means(subject, budget)
     }
     fn null_range(&self) -> Option<Vec<f64>> {
         self.widths()

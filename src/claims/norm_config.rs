@@ -7,7 +7,7 @@
 use crate::error::Error;
 use crate::exact::Pipeline;
 use crate::formulas::mean_and_variance;
-use crate::ops::{LayerNorm, RmsNorm, Site};
+use crate::ops::{LayerNorm, Rate, RmsNorm, Site};
 
 /// A configuration: the site and the norms applied after it.
 #[derive(Debug, Clone)]
@@ -30,6 +30,19 @@ impl Config {
             ln2: LayerNorm::plain(d, 0.0)?,
             rms: RmsNorm::new(vec![1.0; d], 0.0)?,
         })
+    }
+
+    /// The site's clean input `x` and the rate of its one dropped term
+    /// (every family's site has one).
+    pub fn x_and_rate(&self) -> (Vec<f64>, Rate) {
+        (self.site.clean(), self.site.terms()[0].1)
+    }
+
+    /// A scalar closed form `g(x, rate)` ([`Self::x_and_rate`]) as a
+    /// claim's one component.
+    pub fn scalar(&self, g: fn(&[f64], Rate) -> Result<f64, Error>) -> Result<Vec<f64>, Error> {
+        let (x, rate) = self.x_and_rate();
+        Ok(vec![g(&x, rate)?])
     }
 
     pub(super) fn pipeline(&self, stat: Stat) -> Option<Pipeline<'_>> {

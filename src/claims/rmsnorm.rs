@@ -36,7 +36,7 @@ static CLAIMS: std::sync::LazyLock<Vec<NormClaim>> = std::sync::LazyLock::new(||
             10_000_000,
             config,
             Stat::R2,
-            |c| Ok(vec![f::mean_of_r2(&c.site.clean(), c.site.terms()[0].1)?]),
+            |c| c.scalar(f::mean_of_r2),
         ),
         NormClaim::new(
             "rmsnorm.output",

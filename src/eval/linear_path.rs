@@ -122,6 +122,12 @@ pub fn path(
     Ok(path)
 }
 
+/// The names of the three quantities `eval linear_path` reports through a
+/// LayerNorm: the spread `E[V]`, the factor `c`, the output.
+const LAYER_NAMES: [&str; 3] = ["E[V]", "c", "E[LN(y)]"];
+/// The same through an RMSNorm: `E[R²]`, `c_rms`, the output.
+const RMS_NAMES: [&str; 3] = ["E[R^2]", "c_rms", "E[RMSNorm(y)]"];
+
 /// `eval linear_path` on a checked path through `norm`.
 pub fn linear_path(path: &Path, norm: &AnyNorm, budget: Budget) -> Result<EvalOutput, Error> {
     let mc = monte_carlo(budget)?;
@@ -169,26 +175,24 @@ pub fn linear_path(path: &Path, norm: &AnyNorm, budget: Budget) -> Result<EvalOu
         .transpose()?;
     let mut eval = vec![0.0; d];
     norm.forward(m.mean.as_slice(), &mut eval)?;
-    let (spread, factor, output, corrected, c) = match norm {
+    let ([spread_name, factor, output], spread, corrected, c) = match norm {
         AnyNorm::Layer(ln) => (
-            ("E[V]", f::mean_of_v(&m)),
-            "c",
-            "E[LN(y)]",
+            LAYER_NAMES,
+            f::mean_of_v(&m),
             f::ln_corrected(&m, ln)?,
             f::ln_factor(&m, ln.eps())?,
         ),
         AnyNorm::Rms(rms) => (
-            ("E[R^2]", f::mean_of_r2(&m)),
-            "c_rms",
-            "E[RMSNorm(y)]",
+            RMS_NAMES,
+            f::mean_of_r2(&m),
             f::rms_corrected(&m, rms)?,
             f::rms_factor(&m, rms.eps())?,
         ),
     };
     let results = vec![
         EvalResult::exact(
-            spread.0,
-            Values::Scalar(spread.1),
+            spread_name,
+            Values::Scalar(spread),
             exact.as_ref().map(|e| vec![e[0]]),
         )
         .with_optional_estimates(est.as_ref().map(|e| &e[..1]), SamplerKind::Generic),

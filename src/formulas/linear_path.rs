@@ -410,32 +410,28 @@ pub fn linear_dropout_traces(norms: &[(f64, f64)], u: &[f64], rate: Rate) -> (f6
     (rate.odds() * c, rate.odds() * t)
 }
 
-/// `β + c (LN(ȳ) − β)` for `Dropout(u) → Linear(W, b) → (+h)` from `W`'s
-/// column norms ([`column_norms`]) and the token's `u` and `ȳ = W u + b + h`:
-/// the live correction, `O(m + d)` per token once the norms are known.
+/// `β + c (LN(ȳ) − β)` for `Dropout(u) → Linear(W, b) → (+h)` from the
+/// token's `tr(C Σ C)` (`centered`, the first of [`linear_dropout_traces`])
+/// and `ȳ = W u + b + h`: the live correction, `O(m + d)` per token once
+/// `W`'s column norms are known.
 pub fn ln_first_order_linear(
-    norms: &[(f64, f64)],
-    u: &[f64],
+    centered: f64,
     mean: &[f64],
     ln: &impl super::ShiftedNormParams,
-    rate: Rate,
 ) -> Result<Vec<f64>, Error> {
-    let (centered, _) = linear_dropout_traces(norms, u, rate);
     let v = super::mean_and_variance(mean).1;
     let c = ln_factor_from_trace(v, centered, mean.len(), ln.eps())?;
     let eval = super::layernorm::uncorrected(mean, ln)?;
     Ok(super::layernorm::shrink_towards_beta(&eval, ln.beta(), c))
 }
 
-/// `c_rms RMS(ȳ)` for the same path ([`ln_first_order_linear`]).
+/// `c_rms RMS(ȳ)` for the same path ([`ln_first_order_linear`]) from the
+/// token's `tr Σ` (`trace`, the second of [`linear_dropout_traces`]).
 pub fn rms_first_order_linear(
-    norms: &[(f64, f64)],
-    u: &[f64],
+    trace: f64,
     mean: &[f64],
     rms: &impl super::NormParams,
-    rate: Rate,
 ) -> Result<Vec<f64>, Error> {
-    let (_, trace) = linear_dropout_traces(norms, u, rate);
     let r2 = mean.iter().map(|x| x * x).sum::<f64>() / mean.len() as f64;
     let c = rms_factor_from_trace(r2, trace, mean.len(), rms.eps())?;
     let eval = super::rmsnorm::uncorrected(mean, rms)?;

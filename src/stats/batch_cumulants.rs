@@ -76,6 +76,13 @@ impl BatchCumulants {
         })
     }
 
+    /// `[k11, k12, k22, k111, k112, k122, k222]`.
+    pub fn to_array(&self) -> [f64; 7] {
+        [
+            self.k11, self.k12, self.k22, self.k111, self.k112, self.k122, self.k222,
+        ]
+    }
+
     /// `[κ₂, κ₃]` of `α k₁ + β k₂` (module docs, step 2).
     pub fn of_combination(&self, alpha: f64, beta: f64) -> [f64; 2] {
         let (a, b) = (alpha, beta);
@@ -164,16 +171,7 @@ mod tests {
         for n in [3, 4] {
             let formula = BatchCumulants::of_batch(&x, n).unwrap();
             let exact = enumerated(n);
-            let pairs = [
-                (formula.k11, exact.k11),
-                (formula.k12, exact.k12),
-                (formula.k22, exact.k22),
-                (formula.k111, exact.k111),
-                (formula.k112, exact.k112),
-                (formula.k122, exact.k122),
-                (formula.k222, exact.k222),
-            ];
-            for (f, e) in pairs {
+            for (f, e) in formula.to_array().iter().zip(exact.to_array()) {
                 // Both sides are sums of at most 81 terms of at most
                 // 3⁶ = 729 each, every term a few roundings: 10⁴ roundings
                 // of 729 bounds either side's error.

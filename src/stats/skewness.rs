@@ -78,6 +78,11 @@ pub struct CentralMoments {
 }
 
 impl CentralMoments {
+    /// `[μ₂, μ₃, μ₄, μ₅, μ₆]`.
+    pub fn to_array(&self) -> [f64; 5] {
+        [self.m2, self.m3, self.m4, self.m5, self.m6]
+    }
+
     /// From the raw moments `E X^r`, `r = 1 … 6` (`raw[r − 1]`), by the
     /// binomial expansion `μ_r = Σ_j C(r, j) E X^j (−μ)^{r−j}`. Subtractive:
     /// use it where the raw moments are exact in closed form and of the
@@ -180,7 +185,7 @@ impl CentralMoments {
     /// `κ₆ = μ₆ − 15μ₄μ₂ − 10μ₃² + 30μ₂³` (the moment–cumulant relations
     /// about the mean, where `κ₁` drops out).
     pub fn cumulants(&self) -> [f64; 5] {
-        let (m2, m3, m4, m5, m6) = (self.m2, self.m3, self.m4, self.m5, self.m6);
+        let [m2, m3, m4, m5, m6] = self.to_array();
         [
             m2,
             m3,

@@ -48,44 +48,37 @@ fn group(k: usize, d: usize) -> usize {
     usize::from(k >= d / 2)
 }
 
+/// The sweep path at width `d` ([`path`]): the dropout's input `u`, the
+/// eval mean `ȳ = W u + h` and `W`.
+#[derive(Debug, Clone)]
+pub struct SweepPath {
+    pub u: DVector<f64>,
+    pub mean: DVector<f64>,
+    pub w: DMatrix<f64>,
+}
+
 /// A closed form of `E[LN(y)]` on the sweep path at width `d`.
-pub type ClosedForm =
-    fn(&DVector<f64>, &DVector<f64>, &DMatrix<f64>, Rate) -> Result<Vec<f64>, Error>;
+pub type ClosedForm = fn(&SweepPath, Rate) -> Result<Vec<f64>, Error>;
 
 /// The first-order closed form through the live correction's own code:
 /// `ȳ = W u + b + h`, the traces from the column norms, `c`, `β + c (LN(ȳ) − β)`.
-pub fn first_order(
-    u: &DVector<f64>,
-    mean: &DVector<f64>,
-    w: &DMatrix<f64>,
-    rate: Rate,
-) -> Result<Vec<f64>, Error> {
-    let norms = f::column_norms(w);
-    f::ln_first_order_linear(
-        &norms,
-        u.as_slice(),
-        mean.as_slice(),
-        &norm(mean.len())?,
-        rate,
-    )
+pub fn first_order(path: &SweepPath, rate: Rate) -> Result<Vec<f64>, Error> {
+    let norms = f::column_norms(&path.w);
+    let (centered, _) = f::linear_dropout_traces(&norms, path.u.as_slice(), rate);
+    f::ln_first_order_linear(centered, path.mean.as_slice(), &norm(path.mean.len())?)
 }
 
 /// The eval output `LN(ȳ)`: the rival the first-order form must beat.
-pub fn eval_output(
-    _: &DVector<f64>,
-    mean: &DVector<f64>,
-    _: &DMatrix<f64>,
-    _: Rate,
-) -> Result<Vec<f64>, Error> {
-    layernorm::uncorrected(mean.as_slice(), &norm(mean.len())?)
+pub fn eval_output(path: &SweepPath, _: Rate) -> Result<Vec<f64>, Error> {
+    layernorm::uncorrected(path.mean.as_slice(), &norm(path.mean.len())?)
 }
 
 fn norm(d: usize) -> Result<LayerNorm, Error> {
     LayerNorm::new(vec![1.0; d], vec![0.0; d], 0.0)
 }
 
-/// `(u, ȳ, W)` of the sweep path at width `d`.
-pub fn path(d: usize) -> (DVector<f64>, DVector<f64>, DMatrix<f64>) {
+/// The sweep path at width `d`.
+pub fn path(d: usize) -> SweepPath {
     let u = DVector::from_fn(d, |k, _| U[group(k, d)]);
     let w = DMatrix::from_fn(d, d, |k, j| {
         let g = group(k, d);
@@ -99,7 +92,7 @@ pub fn path(d: usize) -> (DVector<f64>, DVector<f64>, DMatrix<f64>) {
     });
     let h = DVector::from_fn(d, |k, _| H[group(k, d)]);
     let mean = &w * &u + h;
-    (u, mean, w)
+    SweepPath { u, mean, w }
 }
 
 /// Per group, the exact `E[LN(y)_k]` of a unit of that group, and its
@@ -140,13 +133,13 @@ pub fn exact(d: usize) -> Result<([f64; 2], [f64; 2]), Error> {
 /// `mean_k |closed_k − exact_k|` at width `d` of each closed form, and
 /// the oracle's rounding bound in the same measure.
 pub fn gaps(closed: &[ClosedForm], d: usize) -> Result<(Vec<f64>, f64), Error> {
-    let (u, mean, w) = path(d);
+    let path = path(d);
     let rate = Rate::new(P)?;
     let (values, rounding) = exact(d)?;
     let gaps = closed
         .iter()
         .map(|c| {
-            let est = c(&u, &mean, &w, rate)?;
+            let est = c(&path, rate)?;
             Ok(est
                 .iter()
                 .enumerate()

@@ -193,10 +193,10 @@ fn the_first_order_output_passes_its_order_check_and_planted_forms_fail_it() {
     let order = real.order_check_with(sweep::first_order).unwrap();
     println!("first order: {}", order.summary());
     assert!(order.passed(), "{}", order.summary());
-    let squared: sweep::ClosedForm = |u, mean, w, rate| {
+    let squared: sweep::ClosedForm = |path, rate| {
         // c² in place of c.
-        let c = sweep::first_order(u, mean, w, rate)?;
-        let eval = sweep::eval_output(u, mean, w, rate)?;
+        let c = sweep::first_order(path, rate)?;
+        let eval = sweep::eval_output(path, rate)?;
         Ok(c.iter().zip(&eval).map(|(c, e)| c * c / e).collect())
     };
     for (what, plant) in [
@@ -219,7 +219,7 @@ fn the_sweeps_grouped_oracle_agrees_with_full_enumeration() {
     use crate::ops::LayerNorm;
     use crate::stats::tolerance::gamma_upper;
     for d in [4, 8, 12, 16] {
-        let (u, mean, w) = sweep::path(d);
+        let sweep::SweepPath { u, mean, w } = sweep::path(d);
         let h = &mean - &w * &u;
         let path = Path {
             source: Source::Dropped {
