@@ -56,6 +56,7 @@
 //! forms over the same rows and coordinates.
 
 mod capture;
+mod closed;
 mod rows;
 
 use rayon::prelude::*;
@@ -67,8 +68,9 @@ use crate::error::Error;
 use crate::ops::Rate;
 use crate::stats::critical_z;
 pub use capture::AttentionCapture;
+use closed::{BatchForms, batch_forms};
 pub use rows::SampledCheck;
-use rows::{RowSamples, RowValues, coordinates, row_samples, row_values};
+use rows::{RowSamples, coordinates, row_samples};
 
 /// Mask draws per query, head and sampled coordinate of the sampled check
 /// by default (the closed forms need none): at 4096 the check of a 64-token,
@@ -140,18 +142,15 @@ pub fn audit_attention_site(
 ) -> Result<AttentionAudit, Error> {
     let odds = Rate::new(c.p)?.odds();
     let site_seed = derive_seed(seed, &c.name);
-    let projected: Vec<Vec<f64>> = (0..c.batch)
-        .into_par_iter()
-        .map(|b| c.projected_values(b))
-        .collect();
     let rows: Vec<(usize, usize)> = (0..c.batch)
         .flat_map(|b| (0..c.queries).map(move |i| (b, i)))
         .collect();
     let ks = coordinates(c.embed);
-    let values: Vec<RowValues> = rows
-        .par_iter()
-        .map(|&(b, i)| row_values(c, &projected[b], b, i, odds))
-        .collect();
+    let mut forms: Vec<BatchForms> = Vec::with_capacity(c.batch);
+    for b in 0..c.batch {
+        crate::engine::cancel::checkpoint()?;
+        forms.push(batch_forms(c, b, odds, &ks));
+    }
     let chosen = rows_sampled.indices(rows.len(), derive_seed(site_seed, "row sample"));
     let mut sampled: Vec<RowSamples> = Vec::with_capacity(chosen.len());
     for batch in chosen.chunks(crate::audit::TOKEN_BATCH) {
@@ -160,23 +159,28 @@ pub fn audit_attention_site(
             .par_iter()
             .map(|&r| {
                 let (b, i) = rows[r];
-                row_samples(c, &projected[b], b, i, &ks, samples, site_seed)
+                row_samples(c, &forms[b].columns, b, i, &ks, samples, site_seed)
             })
             .collect::<Result<_, Error>>()?;
         sampled.extend(batch);
     }
     let n_rows = rows.len();
     let head_rows = n_rows * c.heads;
-    let all_row_sums = values.iter().flat_map(|v| v.row_sum_variance.iter());
+    let (mut mean, mut variance, mut row_sums) = (Vec::new(), Vec::new(), Vec::new());
+    for f in forms {
+        mean.extend(f.mean);
+        variance.extend(f.variance);
+        row_sums.extend(f.row_sum_variance);
+    }
+    let all_row_sums = row_sums.iter();
     let mean_row_sum_variance = all_row_sums.clone().sum::<f64>() / head_rows as f64;
     let max_row_sum_variance = all_row_sums.fold(0.0f64, |m, x| m.max(*x));
-    let mean_output_variance =
-        values.iter().flat_map(|v| v.variance.iter()).sum::<f64>() / (n_rows * c.embed) as f64;
+    let mean_output_variance = variance.iter().sum::<f64>() / (n_rows * c.embed) as f64;
     // The checks: the sampled rows' estimates against their own closed forms.
     let sampled_heads = chosen.len() * c.heads;
     let closed_row_sums = chosen
         .iter()
-        .flat_map(|&r| values[r].row_sum_variance.iter())
+        .flat_map(|&r| &row_sums[r * c.heads..(r + 1) * c.heads])
         .sum::<f64>()
         / sampled_heads as f64;
     let row_sum_check = SampledCheck::pooled(
@@ -188,7 +192,7 @@ pub fn audit_attention_site(
     let closed_on_ks = chosen
         .iter()
         .flat_map(|&r| {
-            let variance = &values[r].variance;
+            let variance = &variance[r * c.embed..(r + 1) * c.embed];
             ks.iter().map(move |&k| variance[k])
         })
         .sum::<f64>()
@@ -211,11 +215,8 @@ pub fn audit_attention_site(
         row_sum_check,
         output_check,
         warnings: Vec::new(),
-        mean: values.iter().flat_map(|v| v.mean.iter().copied()).collect(),
-        variance: values
-            .iter()
-            .flat_map(|v| v.variance.iter().copied())
-            .collect(),
+        mean,
+        variance,
     };
     audit.warnings = warnings(&audit);
     Ok(audit)
