@@ -24,17 +24,23 @@
 //!
 //! # Bits
 //!
-//! The rows are cut into blocks of [`ROW_BLOCK`] (a constant, not the
-//! thread count) and every block's products run in one thread, the heads
-//! accumulated in order, so the bits depend on neither the thread count
+//! The rows are cut into blocks of [`ROW_BLOCK`] and the variance's
+//! outputs into tiles of [`COLUMN_BLOCK`] coordinates (constants, not the
+//! thread count); every block's or tile's products run in one thread, the
+//! heads accumulated in order, so the bits depend on neither the thread count
 //! nor the scheduling.
 
 use rayon::prelude::*;
 
 use super::AttentionCapture;
 
-/// Query rows per block of products.
-const ROW_BLOCK: usize = 32;
+/// Query rows per block of products: each block's products pack the
+/// right-hand matrix once for this many rows.
+const ROW_BLOCK: usize = 128;
+
+/// Output coordinates per tile of the variance's product (so a short
+/// input still gives the threads several tiles).
+const COLUMN_BLOCK: usize = 256;
 
 /// A strided matrix in a slice: `rows × cols`, entry `(r, c)` at
 /// `r·strides.0 + c·strides.1`.
@@ -163,19 +169,22 @@ pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize
             (w.into_iter().map(|x| x * x).collect(), columns)
         })
         .collect();
-    let blocks: Vec<usize> = (0..l_n).step_by(ROW_BLOCK).collect();
-    let done: Vec<(Vec<f64>, Vec<f64>, Vec<f64>)> = blocks
+    let hj = hn * j_n;
+    let weights = |h: usize, i0: usize, n: usize| {
+        let start = ((b * hn + h) * l_n + i0) * s_n;
+        &c.weights[start..start + n * s_n]
+    };
+    let blocks: Vec<(usize, usize)> = (0..l_n)
+        .step_by(ROW_BLOCK)
+        .map(|i0| (i0, ROW_BLOCK.min(l_n - i0)))
+        .collect();
+    let rows: Vec<(Vec<f64>, Vec<f64>)> = blocks
         .par_iter()
-        .map(|&i0| {
-            let n = ROW_BLOCK.min(l_n - i0);
-            let hj = hn * j_n;
+        .map(|&(i0, n)| {
             let mut heads_out = vec![0.0; n * hj];
-            let mut variance = vec![0.0; n * e_n];
             let mut row_sum_variance = vec![0.0; n * hn];
-            let mut a2 = vec![0.0; n * s_n];
-            for (h, (w2, _)) in squared.iter().enumerate() {
-                let start = ((b * hn + h) * l_n + i0) * s_n;
-                let a = &c.weights[start..start + n * s_n];
+            for h in 0..hn {
+                let a = weights(h, i0, n);
                 let out = (&mut heads_out[h * j_n..], Shape::rows(n, j_n, hj));
                 gemm(
                     1.0,
@@ -184,19 +193,9 @@ pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize
                     0.0,
                     out,
                 );
-                for (sq, x) in a2.iter_mut().zip(a) {
-                    *sq = x * x;
+                for (i, row) in a.chunks(s_n).enumerate() {
+                    row_sum_variance[i * hn + h] = odds * row.iter().map(|x| x * x).sum::<f64>();
                 }
-                for (i, row) in a2.chunks(s_n).enumerate() {
-                    row_sum_variance[i * hn + h] = odds * row.iter().sum::<f64>();
-                }
-                gemm(
-                    odds,
-                    (&a2, Shape::rows(n, s_n, s_n)),
-                    (w2, Shape::rows(s_n, e_n, e_n)),
-                    1.0,
-                    (&mut variance, Shape::rows(n, e_n, e_n)),
-                );
             }
             let mut mean: Vec<f64> = (0..n).flat_map(|_| c.out_bias.iter().copied()).collect();
             gemm(
@@ -206,7 +205,35 @@ pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize
                 1.0,
                 (&mut mean, Shape::rows(n, e_n, e_n)),
             );
-            (mean, variance, row_sum_variance)
+            (mean, row_sum_variance)
+        })
+        .collect();
+    let column_blocks: Vec<(usize, usize)> = (0..e_n)
+        .step_by(COLUMN_BLOCK)
+        .map(|k0| (k0, COLUMN_BLOCK.min(e_n - k0)))
+        .collect();
+    let tiles: Vec<((usize, usize), (usize, usize))> = blocks
+        .iter()
+        .flat_map(|&r| column_blocks.iter().map(move |&k| (r, k)))
+        .collect();
+    let variance_tiles: Vec<Vec<f64>> = tiles
+        .par_iter()
+        .map(|&((i0, n), (k0, m))| {
+            let mut tile = vec![0.0; n * m];
+            let mut a2 = vec![0.0; n * s_n];
+            for (h, (w2, _)) in squared.iter().enumerate() {
+                for (sq, x) in a2.iter_mut().zip(weights(h, i0, n)) {
+                    *sq = x * x;
+                }
+                gemm(
+                    odds,
+                    (&a2, Shape::rows(n, s_n, s_n)),
+                    (&w2[k0..], Shape::rows(s_n, m, e_n)),
+                    1.0,
+                    (&mut tile, Shape::rows(n, m, m)),
+                );
+            }
+            tile
         })
         .collect();
     let mut forms = BatchForms {
@@ -215,10 +242,18 @@ pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize
         row_sum_variance: Vec::with_capacity(l_n * hn),
         columns: squared.into_iter().flat_map(|(_, col)| col).collect(),
     };
-    for (m, v, r) in done {
+    for (m, r) in rows {
         forms.mean.extend(m);
-        forms.variance.extend(v);
         forms.row_sum_variance.extend(r);
+    }
+    let mut tile = variance_tiles.iter().zip(&tiles);
+    for &(_, n) in &blocks {
+        let row_tiles: Vec<_> = tile.by_ref().take(column_blocks.len()).collect();
+        for i in 0..n {
+            for (t, (_, (_, m))) in &row_tiles {
+                forms.variance.extend(&t[i * m..(i + 1) * m]);
+            }
+        }
     }
     forms
 }

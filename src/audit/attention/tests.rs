@@ -199,13 +199,13 @@ fn plain_row(c: &AttentionCapture, b: usize, i: usize) -> [Vec<f64>; 5] {
     [mean, variance, row_sums, mean_size, Vec::new()]
 }
 
-/// A capture of random entries: 2 batch elements, 3 heads of width 3, 37
-/// queries (more than one block of rows), 5 keys, 7 outputs, softmax rows
+/// A capture of random entries: 2 batch elements, 3 heads of width 3, 131
+/// queries and 259 outputs (more than one block of rows and columns), 5 keys, softmax rows
 /// with a masked key.
 fn random_capture(seed: u64) -> AttentionCapture {
     use rand::{RngExt, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let (bn, hn, l_n, s_n, j_n, e_n) = (2, 3, 37, 5, 3, 7);
+    let (bn, hn, l_n, s_n, j_n, e_n) = (2, 3, 131, 5, 3, 259);
     let mut normal =
         |n: usize| -> Vec<f64> { (0..n).map(|_| rng.random::<f64>() * 2.0 - 1.0).collect() };
     let values = normal(bn * hn * s_n * j_n);
