@@ -30,6 +30,8 @@
 //! heads accumulated in order, so the bits depend on neither the thread count
 //! nor the scheduling.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::AttentionCapture;
@@ -113,13 +115,13 @@ fn gemm(alpha: f64, a: (&[f64], Shape), b: (&[f64], Shape), beta: f64, c: (&mut 
     }
 }
 
-/// The closed forms of batch element `b`'s `L` query rows.
+/// The closed forms of some of batch element `b`'s query rows.
 pub(super) struct BatchForms {
-    /// `E[out]`, `L × E`.
+    /// `E[out]`, `queries × E`.
     pub(super) mean: Vec<f64>,
-    /// `Var(out)`, `L × E`.
+    /// `Var(out)`, `queries × E`.
     pub(super) variance: Vec<f64>,
-    /// `Var R`, `L × H`.
+    /// `Var R`, `queries × H`.
     pub(super) row_sum_variance: Vec<f64>,
     /// `w_{h,s,k}` for the sampled coordinates `ks`, `H × |ks| × S`.
     pub(super) columns: Vec<f64>,
@@ -153,9 +155,16 @@ fn projected(c: &AttentionCapture, b: usize, h: usize) -> Vec<f64> {
     w
 }
 
-/// The closed forms of batch element `b` (`odds = p/q`), and the columns
+/// The closed forms of the query rows `queries` of batch element `b`
+/// (`odds = p/q`), and the columns
 /// `w_{h,·,k}` of the coordinates `ks` for the sampled check.
-pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize]) -> BatchForms {
+pub(super) fn batch_forms(
+    c: &AttentionCapture,
+    b: usize,
+    queries: Range<usize>,
+    odds: f64,
+    ks: &[usize],
+) -> BatchForms {
     let (hn, l_n, s_n, j_n, e_n) = (c.heads, c.queries, c.keys, c.head_dim, c.embed);
     let squared: Vec<(Vec<f64>, Vec<f64>)> = (0..hn)
         .into_par_iter()
@@ -174,9 +183,10 @@ pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize
         let start = ((b * hn + h) * l_n + i0) * s_n;
         &c.weights[start..start + n * s_n]
     };
-    let blocks: Vec<(usize, usize)> = (0..l_n)
+    let blocks: Vec<(usize, usize)> = queries
+        .clone()
         .step_by(ROW_BLOCK)
-        .map(|i0| (i0, ROW_BLOCK.min(l_n - i0)))
+        .map(|i0| (i0, ROW_BLOCK.min(queries.end - i0)))
         .collect();
     let rows: Vec<(Vec<f64>, Vec<f64>)> = blocks
         .par_iter()
@@ -237,9 +247,9 @@ pub(super) fn batch_forms(c: &AttentionCapture, b: usize, odds: f64, ks: &[usize
         })
         .collect();
     let mut forms = BatchForms {
-        mean: Vec::with_capacity(l_n * e_n),
-        variance: Vec::with_capacity(l_n * e_n),
-        row_sum_variance: Vec::with_capacity(l_n * hn),
+        mean: Vec::with_capacity(queries.len() * e_n),
+        variance: Vec::with_capacity(queries.len() * e_n),
+        row_sum_variance: Vec::with_capacity(queries.len() * hn),
         columns: squared.into_iter().flat_map(|(_, col)| col).collect(),
     };
     for (m, r) in rows {
