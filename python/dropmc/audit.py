@@ -297,7 +297,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     _check_budgets(samples, seed, attention_samples)
     _token_count(tokens)
     seconds = _seconds(time_budget)
-    _show_progress(progress)
+    show = _show_progress(progress)
     from .capture import capture_traced
     from .coverage import coverage
     from .discovery import call_inputs, discover
@@ -326,7 +326,8 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                            time_budget=None if seconds is None else max(
                                seconds - (time.perf_counter() - start), 0.1 * seconds))
     from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
-    linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear)
+    linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear,
+                                         progress=show)
                         if sites is None else ([], {}))
     rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
                             [c["name"] for c in attention_caps], unreadable, attention, deferred)

@@ -71,6 +71,14 @@ def test_the_toy_site_is_an_audited_row_and_counts_as_audited(toy_audit):
     assert not [o for o in audit.other_sites if o["name"] == "drop"]
 
 
+def test_the_linear_path_sites_have_a_progress_line(capfd):
+    model, x = _toy()
+    dropmc.torch.audit(model, x, samples=256, progress=True)
+    assert "dropmc audit: 1 linear-path sites, about" in capfd.readouterr().err
+    dropmc.torch.audit(model, x, samples=256, progress=False)
+    assert "linear-path" not in capfd.readouterr().err
+
+
 def test_the_toy_truth_agrees_with_its_own_monte_carlo(toy_audit):
     model, x, audit = toy_audit
     [(truth, se)] = audit.linear_truths
