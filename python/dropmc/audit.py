@@ -88,19 +88,20 @@ def _show_progress(progress):
 
 
 def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATTENTION_SAMPLES,
-                             seed: int = 0, tokens=DEFAULT_TOKENS):
+                             seed: int = 0, tokens=DEFAULT_TOKENS, progress=False):
     """``(table, json, moments)`` of captured attention sites, from dropmc's
     Rust engine (``samples`` draws per query, head and sampled coordinate
     for the sampled check, on every query row (``tokens="all"``) or a seeded
     sample of at most ``DEFAULT_ATTENTION_ROWS`` and ``tokens`` rows per
-    site; the closed forms cover every row)."""
+    site; the closed forms cover every row), with a progress line on stderr
+    when ``progress``)."""
     if not isinstance(samples, int) or samples < 256:
         raise ValueError(f"attention_samples must be an int of at least 256, got {samples!r}")
     rows = _token_count(tokens)
     rows = None if rows is None else min(rows, DEFAULT_ATTENTION_ROWS)
     if not captures:
         return "", "[]", []
-    return _dropmc.audit_attention_sites(captures, samples, seed, rows)
+    return _dropmc.audit_attention_sites(captures, samples, seed, rows, _show_progress(progress))
 
 
 def _check_budgets(samples, seed, attention_samples):
@@ -126,7 +127,7 @@ def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed
     _check_budgets(samples, seed, attention_samples)
     count, seconds, show = _token_count(tokens), _seconds(time_budget), _show_progress(progress)
     attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed,
-                                         tokens=tokens)
+                                         tokens=tokens, progress=show)
     if seconds is not None:  # what the attention checks left of the budget, at least a tenth of it
         seconds = max(seconds - (time.perf_counter() - start), 0.1 * seconds)
     if captures:
@@ -297,7 +298,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     _check_budgets(samples, seed, attention_samples)
     _token_count(tokens)
     seconds = _seconds(time_budget)
-    _show_progress(progress)
+    show = _show_progress(progress)
     from contextlib import nullcontext
 
     from .capture import capture_traced, in_eval
@@ -337,7 +338,8 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
                                seconds - (time.perf_counter() - start), 0.1 * seconds))
     from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
     linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear,
-                                         paths=paths) if sites is None else ([], {}))
+                                         paths=paths, progress=show)
+                        if sites is None else ([], {}))
     rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
                             [c["name"] for c in attention_caps], unreadable, attention, deferred)
     for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order

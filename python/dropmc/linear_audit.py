@@ -78,6 +78,11 @@ def table(rows: List[dict]) -> str:
 LINEAR_AUDIT_WORK = 2e10
 
 
+#: Multiply-adds of linear-path sampling per second on the 2-core machine
+#: (the time estimates of the deferral reason and the progress line).
+LINEAR_WORK_PER_SECOND = 3.6e9
+
+
 def search(model, found, linear=None):
     """The path tracer (:func:`dropmc.linear_path.path_tracer`, a context)
     to run inside the audit's eval-mode capture forward, or None when the
@@ -91,14 +96,15 @@ def search(model, found, linear=None):
 
 
 def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: int,
-                     linear=None, paths=None) -> Tuple[List[str], Dict[str, str]]:
+                     linear=None, paths=None, progress=False) -> Tuple[List[str], Dict[str, str]]:
     """Audits the model's linear-path sites and appends their rows, truths
     and table to ``audit``; returns the dropout calls audited (discovery's
     names) for the coverage line, and the calls of sites found but not
     audited with the reason (``linear=False``, or ``None`` and more work
     than :data:`LINEAR_AUDIT_WORK`). ``paths``: the sites the capture
     forward's path tracer found (:func:`search`); None runs one more eval
-    forward to find them."""
+    forward to find them. With ``progress`` a line on stderr
+    counts the sites and their estimated time, then the time taken."""
     from .linear_path import audit_sites, find_linear_paths, rates_of, sampling_work
 
     if linear is False or not wanted(found):
@@ -109,12 +115,21 @@ def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: i
     sites = [s for s in paths if s["dropout"] in known]
     work = sum(sampling_work(s, samples) for s in sites)
     if linear is None and work > LINEAR_AUDIT_WORK:
-        seconds = work / 3.6e9
+        seconds = work / LINEAR_WORK_PER_SECOND
         why = (f"a linear-path site, not audited by default at this size: {len(sites)} such sites need "
                f"{work:.1e} multiply-adds of sampling (about {seconds:.0f} s on 2 cores, over the default's "
                f"{LINEAR_AUDIT_WORK:.0e}); audit(..., linear=True) audits them, at a cost proportional to samples=")
         return [], {s["dropout"]: why for s in sites}
+    if progress and sites:
+        import sys
+        import time
+
+        start = time.perf_counter()
+        print(f"dropmc audit: {len(sites)} linear-path site{'' if len(sites) == 1 else 's'}, about {work / LINEAR_WORK_PER_SECOND:.0f} s ...",
+              end="", file=sys.stderr, flush=True)
     sites = audit_sites(sites, samples, seed)
+    if progress and sites:
+        print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     if not sites:
         return [], {}
     rows = [_row(s, samples) for s in sites]

@@ -147,16 +147,28 @@ fn token_choice(tokens: Option<usize>) -> PyResult<Tokens> {
     })
 }
 
+/// Runs `body` with the progress line on stderr (`what` names the sites
+/// counted) when `show`, ended by a newline.
+fn with_line<T>(show: bool, what: &'static str, body: impl FnOnce() -> T) -> T {
+    if !show {
+        return body();
+    }
+    let line = move |done, sites, fraction, left| stderr_line(what, done, sites, fraction, left);
+    let out = with_progress(Box::new(line), body);
+    eprintln!();
+    out
+}
+
 /// The progress line on stderr: `dropmc audit: 5/24 sites, 41 % done,
-/// about 12 s left`, rewritten in place (`\r`), ended by a newline.
-fn stderr_line(done: usize, sites: usize, fraction: f64, left: f64) {
+/// about 12 s left`, rewritten in place (`\r`).
+fn stderr_line(what: &str, done: usize, sites: usize, fraction: f64, left: f64) {
     let left = if left.is_finite() {
         format!("about {left:.0} s left")
     } else {
         "estimating the time left".into()
     };
     eprint!(
-        "\rdropmc audit: {done}/{sites} sites, {:.0} % done, {left}   ",
+        "\rdropmc audit: {done}/{sites} {what}, {:.0} % done, {left}   ",
         100.0 * fraction
     );
 }
@@ -186,15 +198,7 @@ pub fn audit_sites(
     }
     let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
     let run = || audit_all(&captures, samples, tokens, seconds, seed);
-    let audits = interruptible(py, || {
-        if progress {
-            let out = with_progress(Box::new(stderr_line), run);
-            eprintln!();
-            out
-        } else {
-            run()
-        }
-    })?;
+    let audits = interruptible(py, || with_line(progress, "sites", run))?;
     let truths = audits
         .iter()
         .map(|a| (a.truth.clone(), a.truth_se.clone()))
@@ -230,22 +234,25 @@ fn attention_capture(site: &Bound<'_, PyDict>) -> PyResult<AttentionCapture> {
 /// Audits attention `sites` (the sampled check at `samples` draws per
 /// query, head and coordinate, from `seed`, on every query row or a seeded
 /// sample of `rows` per site); returns `(table, json, moments)`, `moments`
-/// one `(E[out], Var(out))` pair of flat lists (`B·L × E`) per site.
+/// one `(E[out], Var(out))` pair of flat lists (`B·L × E`) per site; the
+/// progress line on stderr when `progress`.
 #[pyfunction]
-#[pyo3(signature = (sites, samples, seed, rows=None))]
+#[pyo3(signature = (sites, samples, seed, rows=None, progress=false))]
 pub fn audit_attention_sites(
     py: Python<'_>,
     sites: Vec<Bound<'_, PyDict>>,
     samples: u64,
     seed: u64,
     rows: Option<usize>,
+    progress: bool,
 ) -> PyResult<(String, String, Vec<Truth>)> {
     let rows = token_choice(rows)?;
     let captures: Vec<AttentionCapture> = sites
         .iter()
         .map(attention_capture)
         .collect::<PyResult<_>>()?;
-    let audits = interruptible(py, || attention_all(&captures, samples, rows, seed))?;
+    let run = || attention_all(&captures, samples, rows, seed);
+    let audits = interruptible(py, || with_line(progress, "attention sites", run))?;
     let moments = audits
         .iter()
         .map(|a| (a.mean.clone(), a.variance.clone()))

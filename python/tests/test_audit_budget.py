@@ -64,22 +64,37 @@ def test_a_small_time_budget_audits_fewer_tokens_a_uniform_sample():
     assert len(a.token_indices(0)) == s["tokens"]
 
 
-def test_ctrl_c_stops_a_long_audit_within_a_second_or_so():
+def _attention_site(batch, length, keys=None, heads=12, head_dim=64, embed=768, seed=0):
+    keys = length if keys is None else keys
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((batch, heads, length, keys))
+    weights = np.exp(logits)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return {"name": "mha", "p": 0.1, "shape": (batch, heads, length, keys, head_dim, embed),
+            "weights": weights.ravel(), "values": rng.standard_normal(batch * heads * keys * head_dim),
+            "out_weight": rng.standard_normal(embed * heads * head_dim) / embed ** 0.5,
+            "out_bias": np.zeros(embed)}
+
+
+def test_the_attention_sites_have_their_progress_line(capfd):
+    site = _attention_site(1, 8, heads=2, head_dim=4, embed=8)
+    A.audit_captures([_site(40)], samples=256, attention_captures=[site, site], progress=True)
+    err = capfd.readouterr().err
+    assert "dropmc audit: 2/2 attention sites" in err and "dropmc audit: 1/1 sites" in err
+    A.audit_captures([], attention_captures=[site], progress=False)
+    assert capfd.readouterr().err == ""
+
+
+def _interrupted_within(setup, call):
     # A real SIGINT to a child running an audit of many minutes: it must
     # raise KeyboardInterrupt soon after (the samplers ask between batches
-    # of 16 tokens). The bound is loose (a shared machine), the audit itself
-    # would take minutes.
-    code = textwrap.dedent("""
-        import sys, numpy as np
-        from dropmc import audit as A
-        rng = np.random.default_rng(0)
-        t, d = 20000, 768
-        site = {"name": "s", "form": "bypass", "p": 0.1, "d": d, "norm": "layer",
-                "v": rng.standard_normal(t * d), "h": rng.standard_normal(t * d),
-                "gamma": np.ones(d), "beta": np.zeros(d), "eps": 1e-5}
+    # of 16 tokens or rows, the attention closed forms between chunks of
+    # rows). The bound is loose (a shared machine), the audit itself would
+    # take minutes.
+    code = textwrap.dedent(setup) + textwrap.dedent(f"""
         print("ready", flush=True)
         try:
-            A.audit_captures([site], tokens="all")
+            {call}
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(0)
@@ -94,3 +109,27 @@ def test_ctrl_c_stops_a_long_audit_within_a_second_or_so():
     waited = time.perf_counter() - sent
     assert child.returncode == 0 and "interrupted" in out
     assert waited < 10.0, waited
+
+
+def test_ctrl_c_stops_a_long_audit_within_a_second_or_so():
+    _interrupted_within("""
+        import sys, numpy as np
+        from dropmc import audit as A
+        rng = np.random.default_rng(0)
+        t, d = 20000, 768
+        site = {"name": "s", "form": "bypass", "p": 0.1, "d": d, "norm": "layer",
+                "v": rng.standard_normal(t * d), "h": rng.standard_normal(t * d),
+                "gamma": np.ones(d), "beta": np.zeros(d), "eps": 1e-5}
+    """, 'A.audit_captures([site], tokens="all")')
+
+
+def test_ctrl_c_stops_a_long_attention_audit_within_a_second_or_so():
+    # BERT-base's heads at 4096 queries on 256 keys, every row checked: the
+    # closed forms alone take seconds, the check many minutes.
+    _interrupted_within(f"""
+        import sys, numpy as np
+        from dropmc import audit as A
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_audit_budget import _attention_site
+        site = _attention_site(1, 4096, keys=256)
+    """, 'A.audit_captures([], attention_captures=[site], tokens="all")')

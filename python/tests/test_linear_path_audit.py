@@ -86,6 +86,14 @@ def test_the_audit_runs_the_model_twice():
     assert runs == [True, False], runs
 
 
+def test_the_linear_path_sites_have_a_progress_line(capfd):
+    model, x = _toy()
+    dropmc.torch.audit(model, x, samples=256, progress=True)
+    assert "dropmc audit: 1 linear-path site, about" in capfd.readouterr().err
+    dropmc.torch.audit(model, x, samples=256, progress=False)
+    assert "linear-path" not in capfd.readouterr().err
+
+
 def test_the_toy_truth_agrees_with_its_own_monte_carlo(toy_audit):
     model, x, audit = toy_audit
     [(truth, se)] = audit.linear_truths

@@ -10,8 +10,9 @@
 //! # The estimate of the time left
 //!
 //! A site's work is `tokens × d × samples` mask-units (norm sites) or
-//! `rows × heads × coordinates × keys × samples` (the attention check): the
-//! samplers' cost is linear in each factor. After `w` of the `W` units in
+//! `rows × heads × coordinates × keys × samples` (the attention check) plus
+//! `rows × heads × keys × E` (the attention closed forms' products): the
+//! costs are linear in each factor. After `w` of the `W` units in
 //! `t` seconds the time left is estimated as `t (W − w)/w`.
 
 use std::cell::RefCell;

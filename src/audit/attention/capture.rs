@@ -92,26 +92,4 @@ impl AttentionCapture {
         let start = ((b * self.heads + h) * self.queries + i) * self.keys;
         &self.weights[start..start + self.keys]
     }
-
-    /// `w_{h,s,k} = Σ_j W_o[k, (h,j)] v_{h,s,j}` of batch `b`, laid out
-    /// `H × E × S` (key innermost: a coordinate's column is contiguous).
-    pub(super) fn projected_values(&self, b: usize) -> Vec<f64> {
-        let (hn, s_n, j_n, e_n) = (self.heads, self.keys, self.head_dim, self.embed);
-        let mut w = vec![0.0; hn * e_n * s_n];
-        for h in 0..hn {
-            let v = &self.values[(b * hn + h) * s_n * j_n..(b * hn + h + 1) * s_n * j_n];
-            for k in 0..e_n {
-                let wo = &self.out_weight[k * hn * j_n + h * j_n..k * hn * j_n + (h + 1) * j_n];
-                let column = &mut w[(h * e_n + k) * s_n..(h * e_n + k + 1) * s_n];
-                for (s, out) in column.iter_mut().enumerate() {
-                    *out = wo
-                        .iter()
-                        .zip(&v[s * j_n..(s + 1) * j_n])
-                        .map(|(a, b)| a * b)
-                        .sum();
-                }
-            }
-        }
-        w
-    }
 }

@@ -56,19 +56,22 @@
 //! forms over the same rows and coordinates.
 
 mod capture;
+mod closed;
 mod rows;
 
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::audit::budget::Tokens;
+use crate::audit::progress::Progress;
 use crate::engine::derive_seed;
 use crate::error::Error;
 use crate::ops::Rate;
 use crate::stats::critical_z;
 pub use capture::AttentionCapture;
+use closed::{BatchForms, batch_forms};
 pub use rows::SampledCheck;
-use rows::{RowSamples, RowValues, coordinates, row_samples, row_values};
+use rows::{RowSamples, coordinates, row_samples};
 
 /// Mask draws per query, head and sampled coordinate of the sampled check
 /// by default (the closed forms need none): at 4096 the check of a 64-token,
@@ -131,27 +134,76 @@ pub struct AttentionAudit {
 /// check compares the sampler with the closed forms on the same rows, so the
 /// row sample adds no error to it), each row from its own derived seed, so
 /// the bits do not depend on the thread count. The cancellation hook is
-/// asked between batches of [`crate::audit::TOKEN_BATCH`] sampled rows.
+/// asked (and the progress told) between chunks of [`QUERY_CHUNK`] rows
+/// of the closed forms and batches of [`crate::audit::TOKEN_BATCH`]
+/// sampled rows. (The tests' entry: the audit's is
+/// [`audit_attention_sites_rows`], one progress over every site.)
+#[cfg(test)]
 pub fn audit_attention_site(
     c: &AttentionCapture,
     samples: u64,
     rows_sampled: Tokens,
     seed: u64,
 ) -> Result<AttentionAudit, Error> {
+    let work = site_work(c, samples, rows_sampled);
+    audit_site_progress(c, samples, rows_sampled, seed, &mut Progress::new(1, work))
+}
+
+/// Query rows of one batch element per call of the closed forms: a
+/// checkpoint of the cancellation hook and a step of the progress after
+/// each (at BERT-base's shape about a tenth of a second of products).
+pub const QUERY_CHUNK: usize = 512;
+
+/// The closed forms' work on `rows` query rows, in the progress's units
+/// (mask-units of the sampler, [`crate::audit::progress`]): the variance's
+/// `rows · H · S · E` multiply-adds, counted as one unit each (a GEMM
+/// multiply-add costs about what a sampled key of one mask does, within a
+/// small factor: only the time-left estimate depends on it).
+fn closed_form_work(c: &AttentionCapture, rows: usize) -> f64 {
+    (rows * c.heads * c.keys * c.embed) as f64
+}
+
+/// The sampled check's work on `rows` rows: `rows · H · |K| · S · samples`.
+fn sampled_work(c: &AttentionCapture, rows: usize, samples: u64) -> f64 {
+    (rows * c.heads * coordinates(c.embed).len() * c.keys) as f64 * samples as f64
+}
+
+/// A site's planned work: the closed forms on every row, the check on the
+/// rows `rows` picks.
+fn site_work(c: &AttentionCapture, samples: u64, rows: Tokens) -> f64 {
+    let all = c.batch * c.queries;
+    closed_form_work(c, all) + sampled_work(c, rows.count(all), samples)
+}
+
+fn audit_site_progress(
+    c: &AttentionCapture,
+    samples: u64,
+    rows_sampled: Tokens,
+    seed: u64,
+    progress: &mut Progress,
+) -> Result<AttentionAudit, Error> {
     let odds = Rate::new(c.p)?.odds();
     let site_seed = derive_seed(seed, &c.name);
-    let projected: Vec<Vec<f64>> = (0..c.batch)
-        .into_par_iter()
-        .map(|b| c.projected_values(b))
-        .collect();
     let rows: Vec<(usize, usize)> = (0..c.batch)
         .flat_map(|b| (0..c.queries).map(move |i| (b, i)))
         .collect();
     let ks = coordinates(c.embed);
-    let values: Vec<RowValues> = rows
-        .par_iter()
-        .map(|&(b, i)| row_values(c, &projected[b], b, i, odds))
-        .collect();
+    let (mut mean, mut variance, mut row_sums) = (Vec::new(), Vec::new(), Vec::new());
+    let mut columns: Vec<Vec<f64>> = Vec::with_capacity(c.batch);
+    for b in 0..c.batch {
+        for i0 in (0..c.queries).step_by(QUERY_CHUNK) {
+            crate::engine::cancel::checkpoint()?;
+            let end = c.queries.min(i0 + QUERY_CHUNK);
+            let f: BatchForms = batch_forms(c, b, i0..end, odds, &ks);
+            mean.extend(f.mean);
+            variance.extend(f.variance);
+            row_sums.extend(f.row_sum_variance);
+            if i0 == 0 {
+                columns.push(f.columns);
+            }
+            progress.advance(closed_form_work(c, end - i0), false);
+        }
+    }
     let chosen = rows_sampled.indices(rows.len(), derive_seed(site_seed, "row sample"));
     let mut sampled: Vec<RowSamples> = Vec::with_capacity(chosen.len());
     for batch in chosen.chunks(crate::audit::TOKEN_BATCH) {
@@ -160,23 +212,23 @@ pub fn audit_attention_site(
             .par_iter()
             .map(|&r| {
                 let (b, i) = rows[r];
-                row_samples(c, &projected[b], b, i, &ks, samples, site_seed)
+                row_samples(c, &columns[b], b, i, &ks, samples, site_seed)
             })
             .collect::<Result<_, Error>>()?;
+        progress.advance(sampled_work(c, batch.len(), samples), false);
         sampled.extend(batch);
     }
     let n_rows = rows.len();
     let head_rows = n_rows * c.heads;
-    let all_row_sums = values.iter().flat_map(|v| v.row_sum_variance.iter());
+    let all_row_sums = row_sums.iter();
     let mean_row_sum_variance = all_row_sums.clone().sum::<f64>() / head_rows as f64;
     let max_row_sum_variance = all_row_sums.fold(0.0f64, |m, x| m.max(*x));
-    let mean_output_variance =
-        values.iter().flat_map(|v| v.variance.iter()).sum::<f64>() / (n_rows * c.embed) as f64;
+    let mean_output_variance = variance.iter().sum::<f64>() / (n_rows * c.embed) as f64;
     // The checks: the sampled rows' estimates against their own closed forms.
     let sampled_heads = chosen.len() * c.heads;
     let closed_row_sums = chosen
         .iter()
-        .flat_map(|&r| values[r].row_sum_variance.iter())
+        .flat_map(|&r| &row_sums[r * c.heads..(r + 1) * c.heads])
         .sum::<f64>()
         / sampled_heads as f64;
     let row_sum_check = SampledCheck::pooled(
@@ -188,7 +240,7 @@ pub fn audit_attention_site(
     let closed_on_ks = chosen
         .iter()
         .flat_map(|&r| {
-            let variance = &values[r].variance;
+            let variance = &variance[r * c.embed..(r + 1) * c.embed];
             ks.iter().map(move |&k| variance[k])
         })
         .sum::<f64>()
@@ -211,11 +263,8 @@ pub fn audit_attention_site(
         row_sum_check,
         output_check,
         warnings: Vec::new(),
-        mean: values.iter().flat_map(|v| v.mean.iter().copied()).collect(),
-        variance: values
-            .iter()
-            .flat_map(|v| v.variance.iter().copied())
-            .collect(),
+        mean,
+        variance,
     };
     audit.warnings = warnings(&audit);
     Ok(audit)
@@ -252,17 +301,22 @@ pub fn audit_attention_sites(
 }
 
 /// Audits every attention site (in order), the sampled check on the query
-/// rows `rows` picks.
+/// rows `rows` picks, the progress observer ([`crate::audit::progress`])
+/// told each chunk of rows and each site.
 pub fn audit_attention_sites_rows(
     captures: &[AttentionCapture],
     samples: u64,
     rows: Tokens,
     seed: u64,
 ) -> Result<Vec<AttentionAudit>, Error> {
-    captures
-        .iter()
-        .map(|c| audit_attention_site(c, samples, rows, seed))
-        .collect()
+    let total = captures.iter().map(|c| site_work(c, samples, rows)).sum();
+    let mut progress = Progress::new(captures.len(), total);
+    let mut audits = Vec::with_capacity(captures.len());
+    for c in captures {
+        audits.push(audit_site_progress(c, samples, rows, seed, &mut progress)?);
+        progress.advance(0.0, true);
+    }
+    Ok(audits)
 }
 
 #[cfg(test)]

@@ -1,5 +1,4 @@
-//! Per query row: the closed forms (`E[out]`, `Var(out)`, `Var R` per
-//! head) and the sampled check's estimates, and the pooled check of their
+//! Per sampled query row: the sampled check's estimates, and the pooled check of their
 //! means (the module docs of [`super`]).
 
 use serde::Serialize;
@@ -47,45 +46,6 @@ impl SampledCheck {
     }
 }
 
-/// The closed forms of one query row: `E[out]`, `Var(out)` (each `E`) and
-/// `Var R` per head.
-pub(super) struct RowValues {
-    pub(super) mean: Vec<f64>,
-    pub(super) variance: Vec<f64>,
-    pub(super) row_sum_variance: Vec<f64>,
-}
-
-pub(super) fn row_values(
-    c: &AttentionCapture,
-    w: &[f64],
-    b: usize,
-    i: usize,
-    odds: f64,
-) -> RowValues {
-    let (s_n, e_n) = (c.keys, c.embed);
-    let mut mean = c.out_bias.clone();
-    let mut variance = vec![0.0; e_n];
-    let mut row_sum_variance = Vec::with_capacity(c.heads);
-    for h in 0..c.heads {
-        let a = c.row(b, h, i);
-        row_sum_variance.push(odds * a.iter().map(|x| x * x).sum::<f64>());
-        for k in 0..e_n {
-            let column = &w[(h * e_n + k) * s_n..(h * e_n + k + 1) * s_n];
-            let (m, v) = a
-                .iter()
-                .zip(column)
-                .fold((0.0, 0.0), |(m, v), (a, w)| (m + a * w, v + a * a * w * w));
-            mean[k] += m;
-            variance[k] += odds * v;
-        }
-    }
-    RowValues {
-        mean,
-        variance,
-        row_sum_variance,
-    }
-}
-
 /// `SAMPLED_COORDINATES` coordinates evenly spaced over `0..embed`.
 pub(super) fn coordinates(embed: usize) -> Vec<usize> {
     let n = SAMPLED_COORDINATES.min(embed);
@@ -98,20 +58,21 @@ pub(super) type RowSamples = (Vec<(f64, f64)>, Vec<(f64, f64)>);
 
 pub(super) fn row_samples(
     c: &AttentionCapture,
-    w: &[f64],
+    columns: &[f64],
     b: usize,
     i: usize,
     ks: &[usize],
     samples: u64,
     seed: u64,
 ) -> Result<RowSamples, Error> {
-    let (s_n, e_n) = (c.keys, c.embed);
+    let s_n = c.keys;
     let mut row_sum = Vec::with_capacity(c.heads);
     let mut output = vec![(0.0, 0.0); ks.len()];
     for h in 0..c.heads {
         let a = c.row(b, h, i);
         for (slot, &k) in ks.iter().enumerate() {
-            let column = &w[(h * e_n + k) * s_n..(h * e_n + k + 1) * s_n];
+            let at = (h * ks.len() + slot) * s_n;
+            let column = &columns[at..at + s_n];
             let budget = Budget::new(samples, derive_seed(seed, &format!("{b}.{i}.{h}.{k}")))?;
             let e = row_sums(a, column, c.p, budget)?;
             if slot == 0 {

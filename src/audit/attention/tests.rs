@@ -166,3 +166,106 @@ fn one_hot_rows_warn_and_bad_captures_are_errors() {
     );
     assert!(matches!(negative, Err(Error::InvalidOption { .. })));
 }
+
+/// The closed forms the plain way, row by row (the sums of the module docs
+/// written out, no matrix products): `(E[out], Var(out), Var R per head)`
+/// of query `i` of batch element `b`, with the magnitudes `Σ |terms|` of
+/// each output's mean and variance.
+fn plain_row(c: &AttentionCapture, b: usize, i: usize) -> [Vec<f64>; 5] {
+    let odds = c.p / (1.0 - c.p);
+    let (hn, s_n, j_n, e_n) = (c.heads, c.keys, c.head_dim, c.embed);
+    let mut mean = c.out_bias.clone();
+    let mut variance = vec![0.0; e_n];
+    let mut mean_size: Vec<f64> = c.out_bias.iter().map(|x| x.abs()).collect();
+    let mut row_sums = Vec::new();
+    for h in 0..hn {
+        let a = c.row(b, h, i);
+        row_sums.push(odds * a.iter().map(|x| x * x).sum::<f64>());
+        for k in 0..e_n {
+            for (s, a) in a.iter().enumerate() {
+                let (mut w, mut w_size) = (0.0, 0.0);
+                for j in 0..j_n {
+                    let term = c.out_weight[k * hn * j_n + h * j_n + j]
+                        * c.values[((b * hn + h) * s_n + s) * j_n + j];
+                    w += term;
+                    w_size += term.abs();
+                }
+                mean[k] += a * w;
+                mean_size[k] += a * w_size;
+                variance[k] += odds * a * a * w * w;
+            }
+        }
+    }
+    [mean, variance, row_sums, mean_size, Vec::new()]
+}
+
+/// A capture of random entries: 2 batch elements, 3 heads of width 3, 131
+/// queries and 259 outputs (more than one block of rows and columns), 5 keys, softmax rows
+/// with a masked key.
+fn random_capture(seed: u64) -> AttentionCapture {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let (bn, hn, l_n, s_n, j_n, e_n) = (2, 3, 131, 5, 3, 259);
+    let mut normal =
+        |n: usize| -> Vec<f64> { (0..n).map(|_| rng.random::<f64>() * 2.0 - 1.0).collect() };
+    let values = normal(bn * hn * s_n * j_n);
+    let out_weight = normal(e_n * hn * j_n);
+    let out_bias = normal(e_n);
+    let mut weights = normal(bn * hn * l_n * s_n);
+    for row in weights.chunks_mut(s_n) {
+        row[s_n - 1] = 0.0;
+        let total: f64 = row.iter().map(|x| x.exp()).sum::<f64>() - 1.0;
+        for x in &mut row[..s_n - 1] {
+            *x = x.exp() / total;
+        }
+    }
+    AttentionCapture::new(
+        "random".into(),
+        0.2,
+        (bn, hn, l_n, s_n, j_n, e_n),
+        weights,
+        values,
+        out_weight,
+        out_bias,
+    )
+    .unwrap()
+}
+
+/// Roundings of a closed form, matrix products or plain loops: a `w` of
+/// `J` products (`2J`), times `a` (or `a²` and `w²`: 3 more), summed over
+/// `H·S` terms, the bias and `p/q`; both sides' counts together, doubled
+/// for the products' other order: `4 (2J + 4 + H·S)`, at most 100 here.
+const PRODUCT_ROUNDINGS: f64 = 100.0;
+
+#[test]
+fn matrix_products_match_the_plain_sums_on_random_captures() {
+    for seed in 0..3 {
+        let c = random_capture(seed);
+        let a = audit_attention_site(&c, 256, Tokens::Sample(2), seed).unwrap();
+        for b in 0..c.batch {
+            for i in 0..c.queries {
+                let [mean, variance, row_sums, mean_size, _] = plain_row(&c, b, i);
+                let r = b * c.queries + i;
+                for k in 0..c.embed {
+                    let at = r * c.embed + k;
+                    let (got_mean, got_var) = (a.mean[at], a.variance[at]);
+                    let mean_bound = tolerance::bound(PRODUCT_ROUNDINGS, mean_size[k]);
+                    assert!((got_mean - mean[k]).abs() <= mean_bound, "{b} {i} {k}");
+                    let var_bound = tolerance::bound(PRODUCT_ROUNDINGS, variance[k]);
+                    assert!((got_var - variance[k]).abs() <= var_bound, "{b} {i} {k}");
+                }
+                let max = row_sums.iter().fold(0.0f64, |m, x| m.max(*x));
+                assert!(max <= a.max_row_sum_variance);
+            }
+        }
+        let mean_row_sums = (0..c.batch * c.queries)
+            .flat_map(|r| plain_row(&c, r / c.queries, r % c.queries)[2].clone())
+            .sum::<f64>()
+            / (c.batch * c.queries * c.heads) as f64;
+        // A mean of positive terms, each within a few roundings: at most
+        // one rounding per term summed plus the products' count.
+        let terms = (c.batch * c.queries * c.heads * c.keys) as f64;
+        let bound = tolerance::bound(terms + PRODUCT_ROUNDINGS, mean_row_sums);
+        assert!((a.mean_row_sum_variance - mean_row_sums).abs() <= bound);
+    }
+}
