@@ -366,7 +366,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         plan, error = None, e
     from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
     wanted = linear or (linear is None and plan is None)
-    linear = linear_plan(model, inputs, sites, order, exclude, kwargs) if wanted else None
+    found = getattr(plan, "found", None)  # discovery's train-mode rates (BERT's eval attention passes p=0)
+    linear = linear_plan(model, inputs, sites, order, exclude, kwargs, found) if wanted else None
     if plan is None and (linear is None or not linear.sites):
         raise error
     if not inplace:

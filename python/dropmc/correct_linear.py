@@ -221,14 +221,17 @@ def _refusal(s: dict, modules: dict) -> Optional[str]:
     return None
 
 
-def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict) -> Optional[LinearPlan]:
+def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict, found=None) -> Optional[LinearPlan]:
     """The linear-path sites of the model on ``inputs`` (as ``correct``
     takes them) that can be corrected, and the refused ones with their
     reason; None when ``correct`` names its sites, has no inputs or
     ``order`` is 2 (the family has no second-order form). ``exclude``:
-    site names (``"dropout->norm"``), tuples or call names to leave alone."""
+    site names (``"dropout->norm"``), tuples or call names to leave alone.
+    ``found``: ``correct``'s :class:`~dropmc.discovery.Discovery`, whose
+    train-mode rates the tracer takes (:func:`dropmc.linear_path.rates_of`:
+    BERT's attention passes ``p = 0`` to ``F.dropout`` in eval)."""
     from .discovery import call_inputs
-    from .linear_path import find_linear_paths
+    from .linear_path import find_linear_paths, rates_of
 
     if sites is not None or inputs is None or order != 1:
         return None
@@ -236,7 +239,8 @@ def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict) -> Opti
     modules = dict(model.named_modules())
     skip = {str(e) if not isinstance(e, tuple) else "->".join(e) for e in exclude}
     chosen, refused = {}, {}
-    for s in find_linear_paths(model, args, kwargs):
+    rates = rates_of(found) if found is not None else None
+    for s in find_linear_paths(model, args, kwargs, rates=rates):
         if s["name"] in skip or s["dropout"] in skip or s["name"] in chosen:
             continue
         if not 0.0 < s["p"] < 1.0:
