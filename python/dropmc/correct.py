@@ -385,6 +385,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     if plan is not None:
         correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
     build = _Builder(plan, modules) if plan is not None else None
+    ordinary: Dict[str, Any] = {}
     from . import correct_fast as _fast
     try:
         for site in kept:
@@ -399,13 +400,14 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
                 hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):
                 build.norm(nname, call, hook)
+                ordinary[call] = hook  # a linear-path site at the same norm composes with it
             _fast.module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
         if build is not None:
             build.install(correction, model)
             _rehearse(model, plan)
         if linear is not None:
-            linear.install(correction, model)
+            linear.install(correction, model, ordinary)
     except BaseException:
         correction.undo()
         raise
