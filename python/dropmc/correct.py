@@ -345,7 +345,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     the model (a deep copy when ``inplace=False``); :func:`uncorrect` undoes
     it. ``linear``: the linear-path sites (:mod:`dropmc.correct_linear`):
     None corrects them when the model has no other site, True always (with
-    example inputs), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
+    example inputs; at a norm that is also another site's, both noises in
+    one factor), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
     at order 2, a model already corrected, and a model with nothing to
     correct."""
     import torch.nn as nn

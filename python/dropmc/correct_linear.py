@@ -23,7 +23,11 @@ and the weights only — no ``d × d`` matrix per token:
   (its ``F.dropout`` input and the ``matmul`` that reads its output).
 
 Sites are found by the linear-path tracer (:func:`dropmc.linear_path.
-find_linear_paths`) on the example inputs. Refused, with the reason: a
+find_linear_paths`) on the example inputs, with discovery's train-mode
+rates (BERT's attention passes ``p = 0`` to ``F.dropout`` in eval). A norm
+that is also an ordinary site's gets both noises in one first-order factor
+(:func:`_scaled`); an ordinary compound or token-level site there refuses
+the linear-path one. Refused too, with the reason: a
 dropout or norm module called more than once per forward (its call cannot be
 told apart live), a functional dropout that is not attention dropout. In
 train mode every hook returns at once (training is bit for bit unchanged);
