@@ -345,7 +345,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     the model (a deep copy when ``inplace=False``); :func:`uncorrect` undoes
     it. ``linear``: the linear-path sites (:mod:`dropmc.correct_linear`):
     None corrects them when the model has no other site, True always (with
-    example inputs), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
+    example inputs; at a norm that is also another site's, both noises in
+    one factor), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
     at order 2, a model already corrected, and a model with nothing to
     correct."""
     import torch.nn as nn
@@ -366,7 +367,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         plan, error = None, e
     from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
     wanted = linear or (linear is None and plan is None)
-    linear = linear_plan(model, inputs, sites, order, exclude, kwargs) if wanted else None
+    found = getattr(plan, "found", None)  # discovery's train-mode rates (BERT's eval attention passes p=0)
+    linear = linear_plan(model, inputs, sites, order, exclude, kwargs, found) if wanted else None
     if plan is None and (linear is None or not linear.sites):
         raise error
     if not inplace:
@@ -384,6 +386,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     if plan is not None:
         correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
     build = _Builder(plan, modules) if plan is not None else None
+    ordinary: Dict[str, Any] = {}
     from . import correct_fast as _fast
     try:
         for site in kept:
@@ -398,13 +401,14 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
                 hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):
                 build.norm(nname, call, hook)
+                ordinary[call] = hook  # a linear-path site at the same norm composes with it
             _fast.module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
         if build is not None:
             build.install(correction, model)
             _rehearse(model, plan)
         if linear is not None:
-            linear.install(correction, model)
+            linear.install(correction, model, ordinary)
     except BaseException:
         correction.undo()
         raise

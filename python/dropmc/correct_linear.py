@@ -23,7 +23,11 @@ and the weights only — no ``d × d`` matrix per token:
   (its ``F.dropout`` input and the ``matmul`` that reads its output).
 
 Sites are found by the linear-path tracer (:func:`dropmc.linear_path.
-find_linear_paths`) on the example inputs. Refused, with the reason: a
+find_linear_paths`) on the example inputs, with discovery's train-mode
+rates (BERT's attention passes ``p = 0`` to ``F.dropout`` in eval). A norm
+that is also an ordinary site's gets both noises in one first-order factor
+(:func:`_scaled`); an ordinary compound or token-level site there refuses
+the linear-path one. Refused too, with the reason: a
 dropout or norm module called more than once per forward (its call cannot be
 told apart live), a functional dropout that is not attention dropout. In
 train mode every hook returns at once (training is bit for bit unchanged);
@@ -46,20 +50,51 @@ def _column_norms(weight, layer: bool):
     return centred if layer else sq
 
 
-def _scaled(out, y, trace, p: float, eps: float, beta):
+def _scaled(out, y, trace, p: float, eps: float, beta, prior=None):
     """``β + c (out − β)`` / ``c · out`` with ``c`` per token from the
     norm's input ``y`` (tokens on the leading axes) and ``trace``
-    (``tr(CΣC)`` or ``tr Σ`` per token, before the factor ``p/q``)."""
+    (``tr(CΣC)`` or ``tr Σ`` per token, before the factor ``p/q``).
+
+    ``prior``: the ordinary site hook of another dropout at the same norm
+    (BERT's hidden dropout ``attention.output.dropout`` bypasses the
+    attention's output into ``attention.output.LayerNorm``), which ran
+    first: ``out`` is already ``β + c₀ (LN − β)``, ``c₀² = (V + ε) / (V +
+    s₀ + ε)``, ``s₀ = (p₀/q₀) mean v²`` (:func:`dropmc.correct_forms._factor`).
+    Both noises at once: with ``e₁`` the attention's noise after ``o_proj``
+    and ``m`` the hidden dropout's mask, independent, the norm's input is
+    ``h + (m/q₀) ⊙ (v + e₁)`` and its covariance ``(p₀/q₀) diag(v²) + Σ₁ +
+    (p₀/q₀) diag(Σ₁)`` (cross terms vanish, ``E e₁ = 0``); the last term is
+    of second order (``p₀ p₁``), so to first order the noise variances
+    add: ``c² = (V + ε) / (V + s₀ + s₁ + ε)``. This hook scales by ``c /
+    c₀``, i.e. its own factor with ``V + s₀`` in place of ``V``."""
     import torch
 
     q = 1.0 - p
     d = y.shape[-1]
     yy = y.detach().to(trace.dtype)
     v = yy.var(dim=-1, unbiased=False) if beta is not None else (yy * yy).mean(dim=-1)
+    if prior is not None:
+        v = v + _prior_noise(prior, y)
     c = torch.sqrt((v + eps) / (v + (p / q) * trace / d + eps)).unsqueeze(-1).to(out.dtype)
     if beta is None:
         return out * c
     return beta + c * (out - beta)
+
+
+def _prior_noise(hook, y):
+    """``s₀ = (p₀/q₀) mean_k v_k²`` per token of an ordinary site hook at
+    the norm whose input is ``y`` (its dropout's kept input ``v``), float64."""
+    v = hook.slot.take(hook.site, y, hook.steps)
+    return (hook.p / (1.0 - hook.p)) * (v.detach().double() ** 2).mean(dim=-1)
+
+
+def _composes(hook) -> bool:
+    """Whether an ordinary site hook's correction is the plain first-order
+    factor :func:`_scaled` composes with (not a compound site's, a
+    token-level mask's or a second-order one)."""
+    from .correct_hooks import _LayerNormSite, _RmsNormSite
+
+    return type(hook) in (_LayerNormSite, _RmsNormSite) and hook.order == 1 and getattr(hook, "state", None) is None
 
 
 class _Keep:
@@ -75,8 +110,9 @@ class _Keep:
 class _LinearNorm:
     """Forward hook on the norm of a ``Dropout → Linear → (+h)`` site."""
 
-    def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool) -> None:
+    def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool, prior=None) -> None:
         self.name, self.keep, self.linear, self.p, self.eps, self.layer = name, keep, linear, p, eps, layer
+        self.prior = prior
 
     def __call__(self, module, args, out):
         if module.training:
@@ -90,7 +126,7 @@ class _LinearNorm:
         norms = _column_norms(self.linear.weight, self.layer)
         trace = (u.detach().double().reshape(-1, m) ** 2) @ norms
         beta = getattr(module, "bias", None) if self.layer else None
-        return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta)
+        return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta, self.prior)
 
 
 class _AttentionKeep:
@@ -141,8 +177,10 @@ def _mode_class():
 class _AttentionNorm:
     """Forward hook on the norm of an attention → ``o_proj`` → (+h) site."""
 
-    def __init__(self, name: str, keep: _AttentionKeep, o_proj, p: float, eps: float, layer: bool) -> None:
+    def __init__(self, name: str, keep: _AttentionKeep, o_proj, p: float, eps: float, layer: bool,
+                 prior=None) -> None:
         self.name, self.keep, self.o_proj, self.p, self.eps, self.layer = name, keep, o_proj, p, eps, layer
+        self.prior = prior
 
     def __call__(self, module, args, out):
         import torch
@@ -166,7 +204,7 @@ class _AttentionNorm:
             n = n - z.sum(-1) ** 2 / w.shape[0]
         trace = torch.einsum("bhls,bhs->bl", a.detach().double() ** 2, n)
         beta = getattr(module, "bias", None) if self.layer else None
-        return _scaled(out, y, trace, self.p, self.eps, beta)
+        return _scaled(out, y, trace, self.p, self.eps, beta, self.prior)
 
 
 class LinearPlan:
@@ -177,15 +215,26 @@ class LinearPlan:
     def __init__(self, sites: Dict[str, dict], refused: Dict[str, str], call: Tuple[tuple, dict]) -> None:
         self.sites, self.refused, self.call = sites, refused, call
 
-    def install(self, correction, model) -> None:
+    def install(self, correction, model, ordinary: Optional[dict] = None) -> None:
         """Installs the hooks (their handles into ``correction``), adds the
         sites to ``correction.linear_sites`` (``(dropout, norm)``) and the refused
         ones to ``correction.refused``, then runs one eval forward on the
         example inputs (a site that cannot be corrected live is a
-        ValueError now, not at the user's first forward)."""
+        ValueError now, not at the user's first forward). ``ordinary``:
+        norm call → the ordinary site hook ``correct`` installed there (before
+        these): a plain first-order one is composed with (:func:`_scaled`),
+        any other refuses the linear-path site with the reason."""
         modules = dict(model.named_modules())
         correction.refused.update(self.refused)
+        installed = False
         for name, s in self.sites.items():
+            prior = (ordinary or {}).get(s["norm_call"])
+            if prior is not None and not _composes(prior):
+                correction.refused[name] = (f"its norm is also corrected for the ordinary site {prior.site!r} "
+                                            "(a compound or token-level site), whose correction does not "
+                                            "compose with this one's: exclude one of the two")
+                continue
+            installed = True
             norm = modules[s["norm_call"]]
             layer = s["norm"] == "layer"
             if s["kind"] == "attention":
@@ -193,14 +242,14 @@ class LinearPlan:
                 keep = _AttentionKeep()
                 correction._handles += [owner.register_forward_pre_hook(keep.enter),  # leave even on an error:
                                         owner.register_forward_hook(keep.leave, always_call=True)]
-                hook = _AttentionNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer)
+                hook = _AttentionNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
             else:
                 keep = _Keep()
                 correction._handles.append(modules[s["dropout"]].register_forward_pre_hook(keep))
-                hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer)
+                hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
             correction._handles.append(norm.register_forward_hook(hook))
             correction.linear_sites.append((s["dropout"], s["norm_call"]))
-        if self.sites:
+        if installed:
             from .correct_hooks import rehearse
 
             rehearse(model, self.call, "exclude it (exclude=[...])")
@@ -221,14 +270,17 @@ def _refusal(s: dict, modules: dict) -> Optional[str]:
     return None
 
 
-def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict) -> Optional[LinearPlan]:
+def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict, found=None) -> Optional[LinearPlan]:
     """The linear-path sites of the model on ``inputs`` (as ``correct``
     takes them) that can be corrected, and the refused ones with their
     reason; None when ``correct`` names its sites, has no inputs or
     ``order`` is 2 (the family has no second-order form). ``exclude``:
-    site names (``"dropout->norm"``), tuples or call names to leave alone."""
+    site names (``"dropout->norm"``), tuples or call names to leave alone.
+    ``found``: ``correct``'s :class:`~dropmc.discovery.Discovery`, whose
+    train-mode rates the tracer takes (:func:`dropmc.linear_path.rates_of`:
+    BERT's attention passes ``p = 0`` to ``F.dropout`` in eval)."""
     from .discovery import call_inputs
-    from .linear_path import find_linear_paths
+    from .linear_path import find_linear_paths, rates_of
 
     if sites is not None or inputs is None or order != 1:
         return None
@@ -236,7 +288,8 @@ def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict) -> Opti
     modules = dict(model.named_modules())
     skip = {str(e) if not isinstance(e, tuple) else "->".join(e) for e in exclude}
     chosen, refused = {}, {}
-    for s in find_linear_paths(model, args, kwargs):
+    rates = rates_of(found) if found is not None else None
+    for s in find_linear_paths(model, args, kwargs, rates=rates):
         if s["name"] in skip or s["dropout"] in skip or s["name"] in chosen:
             continue
         if not 0.0 < s["p"] < 1.0:

@@ -16,16 +16,16 @@ pytest.importorskip("transformers")
 nn = torch.nn
 
 import dropmc.torch  # noqa: E402
-from test_linear_path_mistral import L, N, _mistral, _norm_mc  # noqa: E402
+from test_linear_path_mistral import N, _mistral, _norm_mc  # noqa: E402
 
 torch.set_num_threads(1)
 
 
-def _outputs(model, ids, train_seed=None):
-    """Layer 0's post_attention_layernorm output of one forward (train mode
+def norm_output(model, ids, norm, train_seed=None):
+    """The module ``norm``'s output (tokens × d) of one forward (train mode
     with ``train_seed``)."""
     outs = []
-    h = model.layers[0].post_attention_layernorm.register_forward_hook(lambda m, a, o: outs.append(o.clone()))
+    h = norm.register_forward_hook(lambda m, a, o: outs.append(o.detach().clone()))
     model.train(train_seed is not None)
     if train_seed is not None:
         torch.manual_seed(train_seed)
@@ -35,7 +35,12 @@ def _outputs(model, ids, train_seed=None):
     finally:
         h.remove()
         model.eval()
-    return outs[0].reshape(L, -1)
+    return outs[0].reshape(ids.shape[-1], -1)
+
+
+def _outputs(model, ids, train_seed=None):
+    """Layer 0's post_attention_layernorm output of one forward."""
+    return norm_output(model, ids, model.layers[0].post_attention_layernorm, train_seed)
 
 
 def test_correct_brings_layer0_three_times_closer_to_the_models_monte_carlo():
