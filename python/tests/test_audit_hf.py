@@ -128,6 +128,7 @@ def test_a_site_of_each_form_matches_its_train_mode_forward(arch, dropout, norm,
     assert (s["form"], s["norm"]) == (form, kind)
     mean, se = _mc_norm(model, kw, dropout, norm)
     z, k = _max_z(audit, 0, mean, se, kw)
+    print(f"{arch}: max |z| {z:.2f} over {k} components (limit {bonferroni_z(k):.2f})")
     assert z < bonferroni_z(k), (arch, z, bonferroni_z(k))
 
 
