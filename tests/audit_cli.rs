@@ -38,6 +38,16 @@ const BETA2: [f64; D] = [0.2, 0.0, -0.1, 0.0];
 /// The capture's arrays (site 0 bypass, site 1 compound) at layout
 /// `version`, `skip` left out.
 fn write_npz(path: &std::path::Path, version: i64, skip: Option<&str>) {
+    write_npz_text(path, version, skip, None);
+}
+
+/// [`write_npz`] with the text member `text.0` holding `text.1` instead.
+fn write_npz_text(
+    path: &std::path::Path,
+    version: i64,
+    skip: Option<&str>,
+    text: Option<(&str, &str)>,
+) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
     let stored =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
@@ -73,6 +83,12 @@ fn write_npz(path: &std::path::Path, version: i64, skip: Option<&str>) {
         if Some(name) == skip {
             continue;
         }
+        let bytes = match text {
+            Some((member, word)) if member == name => {
+                npy("|u1", &format!("({},)", word.len()), word.as_bytes())
+            }
+            _ => bytes,
+        };
         zip.start_file(format!("{name}.npy"), stored).unwrap();
         zip.write_all(&bytes).unwrap();
     }
@@ -141,6 +157,10 @@ fn a_damaged_capture_is_an_exit_2_error_naming_the_array() {
     write_npz(&old, 1, None);
     let text = temp("text.npz");
     std::fs::write(&text, "not a zip").unwrap();
+    let form = temp("form.npz");
+    write_npz_text(&form, LAYOUT_VERSION, None, Some(("site1_form", "bypas")));
+    let norm = temp("norm.npz");
+    write_npz_text(&norm, LAYOUT_VERSION, None, Some(("site0_norm", "batch")));
     for (path, message) in [
         (partial, "array site0_h: missing"),
         (no_ln2, "array site1_gamma2: missing"),
@@ -149,6 +169,14 @@ fn a_damaged_capture_is_an_exit_2_error_naming_the_array() {
             "layout version 1; this dropmc reads version 2 (an older dropmc's capture",
         ),
         (text, "not an .npz"),
+        (
+            form,
+            r#"array site1_form: "bypas", expected "plain", "bypass" or "compound""#,
+        ),
+        (
+            norm,
+            r#"array site0_norm: "batch", expected "layer" or "rms""#,
+        ),
         (temp("absent.npz"), "cannot open"),
     ] {
         let (code, _, err) = common::dropmc(&["audit", "--activations", path.to_str().unwrap()]);

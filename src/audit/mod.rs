@@ -329,22 +329,16 @@ pub fn audit_sites_within(
     seconds: Option<f64>,
     seed: u64,
 ) -> Result<Vec<SiteAudit>, Error> {
-    let planned: Vec<f64> = captures
-        .iter()
-        .map(|c| site_work(c, samples, tokens))
-        .collect();
-    let mut left: f64 = planned.iter().sum();
-    let mut progress = Progress::new(captures.len(), left);
-    let mut audits = Vec::with_capacity(captures.len());
-    for (c, plan) in captures.iter().zip(&planned) {
-        let share = seconds.map(|s| (s - progress.elapsed()).max(0.0) * plan / left.max(1.0));
-        let audit = audit_site_within(c, samples, tokens, share, &mut progress, seed)?;
-        progress.replan(*plan, (audit.tokens * c.d) as f64 * samples as f64);
-        progress.advance(0.0, true);
-        left -= plan;
-        audits.push(audit);
-    }
-    Ok(audits)
+    progress::audit_in_turn(
+        captures,
+        |c| site_work(c, samples, tokens),
+        seconds,
+        |c, share, progress| {
+            let audit = audit_site_within(c, samples, tokens, share, progress, seed)?;
+            let done = (audit.tokens * c.d) as f64 * samples as f64;
+            Ok((audit, Some(done)))
+        },
+    )
 }
 
 #[cfg(test)]

@@ -275,6 +275,23 @@ impl Archive {
         }
     }
 
+    /// The value whose word the text member `name` holds, among `options`
+    /// (word, value); any other word is an error naming the member and the
+    /// words it may hold (`"a", "b" or "c"`).
+    fn choice<T: Copy>(&mut self, name: &str, options: &[(&str, T)]) -> Result<T, Error> {
+        let text = self.text(name)?;
+        if let Some((_, value)) = options.iter().find(|(word, _)| *word == text) {
+            return Ok(*value);
+        }
+        let words: Vec<String> = options.iter().map(|(w, _)| format!("{w:?}")).collect();
+        let expected = match words.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        Err(self.error(name, format!("{text:?}, expected {expected}")))
+    }
+
     fn text(&mut self, name: &str) -> Result<String, Error> {
         let a = self.array(name)?;
         match a.values {
@@ -353,27 +370,15 @@ fn norm_sites(archive: &mut Archive, count: i64) -> Result<Vec<SiteCapture>, Err
         .map(|i| {
             let key = |field: &str| format!("site{i}_{field}");
             let name = archive.text(&key("name"))?;
-            let form = match archive.text(&key("form"))?.as_str() {
-                "plain" => Form::Plain,
-                "bypass" => Form::Bypass,
-                "compound" => Form::Compound,
-                other => {
-                    return Err(archive.error(
-                        &key("form"),
-                        format!("{other:?}, expected \"plain\", \"bypass\" or \"compound\""),
-                    ));
-                }
-            };
-            let layer = match archive.text(&key("norm"))?.as_str() {
-                "layer" => true,
-                "rms" => false,
-                other => {
-                    return Err(archive.error(
-                        &key("norm"),
-                        format!("{other:?}, expected \"layer\" or \"rms\""),
-                    ));
-                }
-            };
+            let form = archive.choice(
+                &key("form"),
+                &[
+                    ("plain", Form::Plain),
+                    ("bypass", Form::Bypass),
+                    ("compound", Form::Compound),
+                ],
+            )?;
+            let layer = archive.choice(&key("norm"), &[("layer", true), ("rms", false)])?;
             let p = archive.scalar(&key("p"))?;
             let eps = archive.scalar(&key("eps"))?;
             let (shape, v) = archive.float_array(&key("v"), 2)?;

@@ -18,6 +18,8 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
+use crate::error::Error;
+
 /// An observer of `(sites done, sites, fraction of the work done, seconds
 /// left)`.
 pub type Observer = Box<dyn Fn(usize, usize, f64, f64)>;
@@ -91,6 +93,35 @@ impl Progress {
     pub fn replan(&mut self, planned: f64, given: f64) {
         self.total -= planned - given;
     }
+}
+
+/// Audits `sites` in order as one run: `plan(site)` is a site's planned
+/// work (its share of the total the observer is told); with `seconds`, each
+/// site is given the share of the time left that its plan is of the planned
+/// work left. `audit(site, seconds given, progress)` returns the site's
+/// audit and, when it stopped short of its plan, the work it did, which
+/// replaces the plan in the total.
+pub fn audit_in_turn<S, A>(
+    sites: &[S],
+    plan: impl Fn(&S) -> f64,
+    seconds: Option<f64>,
+    mut audit: impl FnMut(&S, Option<f64>, &mut Progress) -> Result<(A, Option<f64>), Error>,
+) -> Result<Vec<A>, Error> {
+    let planned: Vec<f64> = sites.iter().map(plan).collect();
+    let mut left: f64 = planned.iter().sum();
+    let mut progress = Progress::new(sites.len(), left);
+    let mut audits = Vec::with_capacity(sites.len());
+    for (site, plan) in sites.iter().zip(&planned) {
+        let share = seconds.map(|s| (s - progress.elapsed()).max(0.0) * plan / left.max(1.0));
+        let (a, done) = audit(site, share, &mut progress)?;
+        if let Some(done) = done {
+            progress.replan(*plan, done);
+        }
+        progress.advance(0.0, true);
+        left -= plan;
+        audits.push(a);
+    }
+    Ok(audits)
 }
 
 #[cfg(test)]

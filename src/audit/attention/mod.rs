@@ -63,7 +63,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::audit::budget::Tokens;
-use crate::audit::progress::Progress;
+use crate::audit::progress::{Progress, audit_in_turn};
 use crate::engine::derive_seed;
 use crate::error::Error;
 use crate::ops::Rate;
@@ -309,14 +309,12 @@ pub fn audit_attention_sites_rows(
     rows: Tokens,
     seed: u64,
 ) -> Result<Vec<AttentionAudit>, Error> {
-    let total = captures.iter().map(|c| site_work(c, samples, rows)).sum();
-    let mut progress = Progress::new(captures.len(), total);
-    let mut audits = Vec::with_capacity(captures.len());
-    for c in captures {
-        audits.push(audit_site_progress(c, samples, rows, seed, &mut progress)?);
-        progress.advance(0.0, true);
-    }
-    Ok(audits)
+    audit_in_turn(
+        captures,
+        |c| site_work(c, samples, rows),
+        None,
+        |c, _, progress| Ok((audit_site_progress(c, samples, rows, seed, progress)?, None)),
+    )
 }
 
 #[cfg(test)]
