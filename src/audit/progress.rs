@@ -148,4 +148,56 @@ mod tests {
         Progress::new(1, 1.0).advance(1.0, true);
         assert_eq!(seen.get(), (1, 2, 1.0));
     }
+
+    /// The time split of `audit_in_turn`: with a budget of `T` seconds each
+    /// site is given the share of the time left that its plan is of the
+    /// planned work left (plans 1 and 3 of `T = 1000`: about 250, then
+    /// about all that is left, ~1000 − 0, since the first site took no
+    /// time), and a site that stops short of its plan lowers the total, so
+    /// the observer's fraction still ends at 1. The bounds leave 1 s for
+    /// the test's own elapsed time: no result depends on the clock beyond it.
+    #[test]
+    fn each_site_gets_its_plans_share_of_the_time_left_and_a_short_site_replans() {
+        let last = Rc::new(Cell::new(0.0));
+        let inner = Rc::clone(&last);
+        let mut given = Vec::new();
+        let audits = with_progress(
+            Box::new(move |_, _, fraction, _| inner.set(fraction)),
+            || {
+                audit_in_turn(
+                    &[1.0, 3.0],
+                    |plan| *plan,
+                    Some(1000.0),
+                    |plan, share, progress| {
+                        given.push(share.expect("a budget gives every site a share"));
+                        // The first site stops at half its plan; the second does all of it.
+                        let done = if *plan == 1.0 { 0.5 } else { *plan };
+                        progress.advance(done, false);
+                        Ok((*plan, (done < *plan).then_some(done)))
+                    },
+                )
+            },
+        )
+        .expect("no site fails");
+        assert_eq!(audits, vec![1.0, 3.0]);
+        assert!(
+            (249.0..=250.0).contains(&given[0]),
+            "first share {}",
+            given[0]
+        );
+        assert!(
+            (999.0..=1000.0).contains(&given[1]),
+            "second share {}",
+            given[1]
+        );
+        assert_eq!(
+            last.get(),
+            1.0,
+            "the short site's plan must leave the total"
+        );
+        // Without a budget no site is given a time.
+        let shares = audit_in_turn(&[1.0], |p| *p, None, |_, share, _| Ok((share, None)))
+            .expect("no site fails");
+        assert_eq!(shares, vec![None]);
+    }
 }
