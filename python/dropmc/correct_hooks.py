@@ -226,10 +226,7 @@ class _LayerNormSite:
         eps = self.params.eps(x)
         if self.order == 2:
             return _forms._second_order(v, x, self.p, True, eps, self.params, out)
-        c = _forms._factor(v, x, self.p, True, eps)
-        if self.state is not None:
-            self.state.keep(x, c, self.params)
-        return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
+        return self._apply(x, _forms._factor(v, x, self.p, True, eps), out)
 
     def fused(self, x, out, rstd):
         """The same correction given the norm's own output and ``rstd``
@@ -239,7 +236,10 @@ class _LayerNormSite:
         if self.order == 2 or self.steps or v is None or v.shape != x.shape or v.dtype != x.dtype \
                 or x.dtype.itemsize < 4:  # the general path (and its errors)
             return self(None, (x,), out)
-        c = _forms._factor(v, x, self.p, True, 0.0, rstd)
+        return self._apply(x, _forms._factor(v, x, self.p, True, 0.0, rstd), out)
+
+    def _apply(self, x, c, out):
+        """``β + c (out − β)``, and a compound site's LN1 pieces kept."""
         if self.state is not None:
             self.state.keep(x, c, self.params)
         return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
