@@ -76,6 +76,15 @@ def _seconds(time_budget):
     return float(time_budget)
 
 
+def _budget_left(seconds, start):
+    """What is left of a ``time_budget`` of ``seconds`` (None: no budget)
+    since ``time.perf_counter()`` read ``start``, at least a tenth of it
+    (the sites still get a share when the earlier steps overran)."""
+    import time
+
+    return None if seconds is None else max(seconds - (time.perf_counter() - start), 0.1 * seconds)
+
+
 def _show_progress(progress):
     """``progress=``: True or False, or None for "when stderr is a terminal"."""
     if progress is None:
@@ -128,8 +137,7 @@ def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed
     count, seconds, show = _token_count(tokens), _seconds(time_budget), _show_progress(progress)
     attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed,
                                          tokens=tokens, progress=show)
-    if seconds is not None:  # what the attention checks left of the budget, at least a tenth of it
-        seconds = max(seconds - (time.perf_counter() - start), 0.1 * seconds)
+    seconds = _budget_left(seconds, start)  # what the attention checks left of it
     if captures:
         table, text, truths = _dropmc.audit_sites(captures, samples, seed, count, seconds, show)
     else:
@@ -334,8 +342,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         attention_caps += capture_attention_sites(model, args, mha, kw)
     audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
                            attention_samples=attention_samples, tokens=tokens, progress=progress,
-                           time_budget=None if seconds is None else max(
-                               seconds - (time.perf_counter() - start), 0.1 * seconds))
+                           time_budget=_budget_left(seconds, start))
     from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
     linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear,
                                          paths=paths, progress=show)

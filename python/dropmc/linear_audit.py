@@ -70,17 +70,16 @@ def table(rows: List[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-#: Multiply-adds the default audit spends on linear-path sites before it
-#: lists them instead (``linear=None``). Measured on the 2-core machine: a
-#: 6-layer d = 512 encoder's six feed-forward sites, 64 tokens × 4096 masks ×
-#: 512 × 2048 = 1.6·10¹² multiply-adds, took 460 s (≈ 3.6·10⁹ per second), so
-#: 2·10¹⁰ is about 5 s — the order of the rest of a default audit.
-LINEAR_AUDIT_WORK = 2e10
-
-
 #: Multiply-adds of linear-path sampling per second on the 2-core machine
 #: (the time estimates of the deferral reason and the progress line).
+#: Measured: a 6-layer d = 512 encoder's six feed-forward sites, 64 tokens ×
+#: 4096 masks × 512 × 2048 = 1.6·10¹² multiply-adds, took 460 s.
 LINEAR_WORK_PER_SECOND = 3.6e9
+
+#: Multiply-adds the default audit spends on linear-path sites before it
+#: lists them instead (``linear=None``): at :data:`LINEAR_WORK_PER_SECOND`
+#: about 5 s — the order of the rest of a default audit.
+LINEAR_AUDIT_WORK = 2e10
 
 
 def search(model, found, linear=None):
@@ -125,7 +124,8 @@ def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: i
         import time
 
         start = time.perf_counter()
-        print(f"dropmc audit: {len(sites)} linear-path site{'' if len(sites) == 1 else 's'}, about {work / LINEAR_WORK_PER_SECOND:.0f} s ...",
+        noun = "linear-path site" if len(sites) == 1 else "linear-path sites"
+        print(f"dropmc audit: {len(sites)} {noun}, about {work / LINEAR_WORK_PER_SECOND:.0f} s ...",
               end="", file=sys.stderr, flush=True)
     sites = audit_sites(sites, samples, seed)
     if progress and sites:
