@@ -16,10 +16,10 @@ correct: assess"):
 Every variant's per-unit values are compared with plain's on the same
 units (``d_u = metric(variant)_u − metric(plain)_u``, lower is better) and
 the rows on all units form one Holm family at ``alpha``. The
-recommendation: the units are split in two halves by a seeded permutation;
-the sites whose "alone" row is "better" on half A (Holm over the sites at
-``alpha``) are chosen, and that set is then tested once on half B, which
-did not choose it. ``result.recommended`` is the chosen set when half B
+recommendation: the units are split in two halves by a seeded
+permutation; the sites whose "alone" row is "better" on half A at
+:data:`~dropmc.assess_stats.SCREEN_LEVEL` are chosen, and that set is then
+tested once, at ``alpha``, on half B, which did not choose it. ``result.recommended`` is the chosen set when half B
 confirms it "better", else ``[]`` (leave the model uncorrected).
 
 Cost: each distinct site set is one pass of ``k`` batches — ``variants ×
@@ -43,7 +43,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .assess_report import Assessment, site_name
-from .assess_stats import MIN_UNITS_PER_TEST, holm, paired, suite_alpha, suite_power, verdict
+from .assess_stats import MIN_UNITS_PER_TEST, SCREEN_LEVEL, holm, paired, suite_alpha, suite_power, verdict
 from .audit import _seconds, _show_progress
 from .correct import correct, uncorrect
 
@@ -308,7 +308,7 @@ def assess(model, data, metric, *, inputs=None, sites=None, scope=None, alpha=No
         plain = np.concatenate(run.values[None][:run.limit])
         diff = {k: np.concatenate(v[:run.limit]) - plain for k, v in by_key.items()}
         half_a, half_b = _halves(len(plain), seed)
-        tests = _tests(rows, diff, half_a, half_b, level, len(found))
+        tests = _tests(rows, diff, half_a, half_b, level)
         chosen = [s for s, r in zip(found, [t for t in tests if t["kind"] == "alone"]) if r["verdict_a"] == "better"]
         confirmation = None
         if chosen:
@@ -341,22 +341,31 @@ def _halves(n: int, seed: int):
     return np.sort(order[: n // 2]), np.sort(order[n // 2:])
 
 
-def _tests(rows, diff, half_a, half_b, level: float, sites: int) -> List[dict]:
-    """Each row's test on all units (one Holm family of every row), on
-    half A (the "alone" rows a Holm family of ``sites`` tests: the
-    selection) and on half B (shown; only the recommended set is tested
-    there). MDEs at the Bonferroni level of each family (Holm's first step)."""
+def _screen(test: dict) -> str:
+    """A site's verdict on half A at :data:`SCREEN_LEVEL` (the choice)."""
+    if test["t"] is None:  # SE 0, Δ ≠ 0: every unit moved the same way
+        return "better" if test["delta"] < 0 else "worse"
+    if test["p"] > SCREEN_LEVEL:
+        return "no effect"
+    return "better" if test["delta"] < 0 else "worse"
+
+
+def _tests(rows, diff, half_a, half_b, level: float) -> List[dict]:
+    """Each row's test on all units (one Holm family of every row, MDE at
+    its Bonferroni level α / rows, Holm's first step), on half A (the
+    "alone" rows screened at :data:`SCREEN_LEVEL`: the choice) and on half
+    B (shown; only the chosen set is tested there, by the caller)."""
     power = suite_power()
     out = []
     for label, kind, key, kw in rows:
         d = diff[_key(key, kw)]
         out.append({"label": label, "kind": kind, "sites": sorted(site_name(s) for s in key),
                     "all": paired(d.tolist(), level / len(rows), power),
-                    "a": paired(d[half_a].tolist(), level / sites, power),
+                    "a": paired(d[half_a].tolist(), SCREEN_LEVEL, power),
                     "b": paired(d[half_b].tolist(), level, power)})
     for t, (rejected, adjusted) in zip(out, holm([t["all"]["p"] for t in out], level)):
         t["verdict"], t["p_holm"] = verdict(t["all"], rejected), adjusted
-    alone = [t for t in out if t["kind"] == "alone"]
-    for t, (rejected, _) in zip(alone, holm([t["a"]["p"] for t in alone], level)):
-        t["verdict_a"] = verdict(t["a"], rejected)
+    for t in out:
+        if t["kind"] == "alone":
+            t["verdict_a"] = _screen(t["a"])
     return out

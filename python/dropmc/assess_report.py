@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .assess_stats import suite_power, t_quantile
+from .assess_stats import SCREEN_LEVEL, suite_power, t_quantile
 
 __all__ = ["Assessment", "site_name"]
 
@@ -63,8 +63,10 @@ class Assessment:
                 "seconds": self.seconds, "sites": [site_name(s) for s in self.sites], "rows": self.rows,
                 "chosen": [site_name(s) for s in self.chosen], "confirmation": self.confirmation,
                 "recommended": [site_name(s) for s in self.recommended], "notes": list(self.notes),
-                "test": "paired, Student t with n-1 df, two-sided; Holm over the rows on all units; "
-                        "Holm over the single-site rows on half A (the choice); one test on half B"}
+                "screen_level": SCREEN_LEVEL,
+                "test": "paired, Student t with n-1 df, two-sided; Holm over the rows on all units at alpha; "
+                        "each site alone screened on half A at screen_level (the choice); the chosen set "
+                        "tested once on half B at alpha (the claim)"}
 
     def _short(self, row: dict) -> str:
         """A row's label with its sites as ``[k]``, the legend's numbers."""
@@ -92,8 +94,9 @@ class Assessment:
         lines.append("-" * len(head))
         lines += [f"[{k + 1}] {site_name(s)}" for k, s in enumerate(self.sites)]
         lines.append(f"verdicts at family level α = {self.alpha:.3g}, Holm over the {len(self.rows)} rows "
-                     "(all units); choice: Holm over the single-site rows on half A; paired Student t, "
-                     f"n − 1 df; MDE at power {suite_power():.2f} and α / rows (A: α / sites)")
+                     "(all units); paired Student t, n − 1 df; MDE at power "
+                     f"{suite_power():.2f} and α / rows; choice: each site alone on half A at two-sided "
+                     f"{SCREEN_LEVEL:g} (a screen, not a claim); the claim: the chosen set on half B at α")
         lines.append(self._recommendation())
         lines.append(f"cost: {self.forwards} metric forwards (distinct variants × {self.batches} batches), "
                      f"{self.model_forwards} model forwards in all (with correct's discovery and rehearsal), "

@@ -45,6 +45,16 @@ from typing import Dict, List, Optional, Sequence
 MIN_UNITS_PER_TEST = 2
 
 
+#: The level of the screen on half A that chooses the sites to recommend
+#: (two-sided, per site, no multiplicity). The screen is not a claim:
+#: whichever sites it picks, the claim is the one test of the picked set on
+#: half B, whose units the screen never saw, so the chance of recommending
+#: a set that is not better is at most ``alpha`` at any screen level. A
+#: strict screen would only drop sites with a real but modest effect; a
+#: lenient one lets them be confirmed (or not) on half B.
+SCREEN_LEVEL = 0.05
+
+
 def suite_alpha() -> float:
     """The suite's two-sided per-assertion level, read off its critical
     ``|z|`` (:func:`dropmc.critical_z`): ``α = 2 (1 − Φ(z_c)) = erfc(z_c / √2)``

@@ -118,6 +118,7 @@ def test_a_planted_harmful_correction_is_flagged_worse(monkeypatch):
     model, data = _setup(1, windows=64)
     honest = dt.assess(model, data, squared_gap, progress=False)
     assert honest.row("drop2->ln2 alone")["verdict"] == "better", str(honest)
+    assert SITE_2 in honest.recommended, str(honest)
     _invert_factor_at(monkeypatch, SITE_2)
     result = dt.assess(model, data, squared_gap, progress=False)
     assert result.row("drop2->ln2 alone")["verdict"] == "worse", str(result)
@@ -148,17 +149,36 @@ def _no_op_at(monkeypatch, site):
 def test_a_planted_no_op_site_gets_no_effect(monkeypatch):
     """40 seeds at the suite's level: the no-op site's row is "no effect"
     in at least 95 % of them (38); a false "better"/"worse" has chance at
-    most α = 1e-10 per run."""
+    most α = 1e-10 per run. 64 units: the critical t at 63 df is near the
+    normal's, so a test whose SE is too small (z inflated) is caught."""
     _no_op_at(monkeypatch, SITE_1)
     no_effect = 0
     for seed in range(40):
-        model, data = _setup(100 + seed, windows=16, ensemble=4)  # any target: the site changes nothing
+        model, data = _setup(100 + seed, windows=64, batch=32, ensemble=4)  # any target: the site changes nothing
         g = torch.Generator().manual_seed(seed)
         result = dt.assess(model, data, _noisy(squared_gap, g), progress=False, seed=seed)
         row = result.row("drop1->ln1 alone")
         assert row["all"]["se"] > 0  # the noise makes d_u vary: not the degenerate SE = 0 path
         no_effect += row["verdict"] == "no effect"
     assert no_effect >= 38, no_effect
+
+
+def test_the_t_tail_and_holm_against_hand_values():
+    """Tabulated Student t values and a Holm family worked by hand."""
+    from dropmc.assess_stats import holm, t_quantile, t_two_sided
+
+    assert math.isclose(t_two_sided(2.0, 10), 0.073388, rel_tol=1e-4)  # tables: P(|T_10| > 2) = 0.07339
+    assert math.isclose(t_two_sided(12.706, 1), 0.05, rel_tol=1e-4)  # t_{0.975, 1} = 12.706
+    assert math.isclose(t_quantile(0.975, 5), 2.5706, rel_tol=1e-4)
+    assert math.isclose(t_quantile(0.8, 30), 0.8538, rel_tol=1e-3)
+    # deep tail, many df: the normal's two-sided 1e-10 point, z = 6.4670
+    assert math.isclose(t_two_sided(6.4670, 1e9), 1e-10, rel_tol=1e-3)
+    # p = (0.01, 0.04, 0.03, 0.5), α = 0.05: 0.01 ≤ 0.05/4 rejected; 0.03 > 0.05/3 stops.
+    # adjusted: 4·0.01, max(0.04, 3·0.03), max(0.09, 2·0.04), max(0.09, 0.5)
+    got = holm([0.01, 0.04, 0.03, 0.5], 0.05)
+    want = [(True, 0.04), (False, 0.09), (False, 0.09), (False, 0.5)]
+    assert [r for r, _ in got] == [r for r, _ in want]
+    assert all(math.isclose(a, b, rel_tol=1e-12) for (_, a), (_, b) in zip(got, want))
 
 
 #: Level of the null-metric check: a user's usual α, so that false alarms
