@@ -109,9 +109,9 @@ class Assessment:
             return "recommended: [] (no site is better alone on half A: leave the model uncorrected)"
         c = self.confirmation
         names = ", ".join(f"[{self.sites.index(s) + 1}]" for s in self.chosen)
-        return (f"chosen on half A: [{names}]; on half B: Δ {_num(c['delta'])} ± {c['se']:.3g}, z {_z(c)}, "
+        return (f"chosen on half A: {names}; on half B: Δ {_num(c['delta'])} ± {c['se']:.3g}, z {_z(c)}, "
                 f"p {c['p']:.2g}, {c['verdict']} at α → recommended: "
-                f"{'[' + names + ']' if self.recommended else '[] (not confirmed)'}")
+                f"{names if self.recommended else '[] (not confirmed)'}")
 
     def __repr__(self) -> str:
         return f"<Assessment: {len(self.rows)} variants, {self.units} units, recommended {self.recommended}>"

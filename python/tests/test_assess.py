@@ -249,6 +249,11 @@ def test_bad_input_is_a_value_error_naming_the_argument():
                          ({"seed": -1}, "seed")):
         with pytest.raises(ValueError, match=name):
             dt.assess(model, data, per_window, progress=False, **kwargs)
+    import inspect
+
+    if "scope" not in inspect.signature(dt.correct).parameters:  # until correct takes a scope
+        with pytest.raises(ValueError, match="scope"):
+            dt.assess(model, data, per_window, progress=False, scope="network")
     with dt.corrected(model, data[0][0]):
         with pytest.raises(ValueError, match="model is already corrected"):
             dt.assess(model, data, per_window, progress=False)
@@ -278,6 +283,23 @@ def test_ctrl_c_leaves_the_model_uncorrected_and_in_its_mode():
     with dt.corrected(model, x):  # correct works again: nothing of the interrupted run is left
         assert not torch.equal(_eval(model, x), plain)
     assert torch.equal(_eval(model, x), plain)
+
+
+def test_time_budget_caps_the_batches():
+    """Each forward sleeps 50 ms: 20 batches × 4 passes need over 4 s, so a
+    1 s budget must stop early, yet keep at least the 4 units a test needs."""
+    import time
+
+    model, data = _setup(6, windows=40, batch=2, ensemble=4)
+
+    def slow(output, target):
+        time.sleep(0.05)
+        return squared_gap(output, target)
+
+    result = dt.assess(model, data, slow, progress=False, time_budget=1.0)
+    assert 2 <= result.batches < len(data), result.batches
+    assert any("time_budget" in n for n in result.notes)
+    assert result.units == 2 * result.batches
 
 
 def test_print_plot_and_json(tmp_path):
