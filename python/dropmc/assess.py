@@ -6,12 +6,14 @@ Variants, each run over the same batches (docs/correct.md, "When to
 correct: assess"):
 
 * ``plain``: the eval forward;
-* ``corrected``: every site ``correct(model, inputs)`` corrects (with
-  ``scope`` passed through when ``correct`` takes one, and the per-site
-  scope as a second row; without it the per-site corrections of today,
-  said so in ``result.notes``);
-* ``site alone``: ``correct(model, inputs, sites=[s])`` for each site;
-* ``all but site``: every site except ``s`` (no row with one site: it is plain).
+* ``corrected``: every site ``correct(model, inputs, sites=sites)``
+  corrects — norm, BatchNorm and linear-path sites alike (with ``scope``
+  passed through when ``correct`` takes one, and the per-site scope as a
+  second row; without it the per-site corrections of today, said so in
+  ``result.notes``);
+* ``[k] alone``: the same call with every other site in ``exclude=``;
+* ``all but [k]``: with ``exclude=[site k]`` (no such row with one site:
+  it is plain).
 
 Every variant's per-unit values are compared with plain's on the same
 units (``d_u = metric(variant)_u − metric(plain)_u``, lower is better) and
@@ -19,8 +21,9 @@ the rows on all units form one Holm family at ``alpha``. The
 recommendation: the units are split in two halves by a seeded
 permutation; the sites whose "alone" row is "better" on half A at
 :data:`~dropmc.assess_stats.SCREEN_LEVEL` are chosen, and that set is then
-tested once, at ``alpha``, on half B, which did not choose it. ``result.recommended`` is the chosen set when half B
-confirms it "better", else ``[]`` (leave the model uncorrected).
+tested once, at ``alpha``, on half B, which did not choose it.
+``result.recommended`` is the chosen set when half B confirms it
+"better", else ``[]`` (leave the model uncorrected).
 
 Cost: each distinct site set is one pass of ``k`` batches — ``variants ×
 k`` forwards of the metric (``result.forwards``), plus per variant the

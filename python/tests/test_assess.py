@@ -94,6 +94,9 @@ def test_delta_and_se_equal_a_direct_paired_computation():
         assert row["n"] == n == 32
         assert math.isclose(row["delta"], mean, rel_tol=SUM_TOLERANCE), (label, row, mean)
         assert math.isclose(row["se"], se, rel_tol=SUM_TOLERANCE), (label, row, se)
+    # a one-shot iterator: read once, the same units for every variant, the same numbers
+    once = dt.assess(model, iter(data), squared_gap, alpha=0.05, progress=False)
+    assert [r["all"] for r in once.rows] == [r["all"] for r in result.rows]
     # the halves partition the units, and the cost is (distinct variants) x batches:
     # plain, all, drop1 alone, drop2 alone (all-but-one of two sites is the other alone)
     assert result.halves == (16, 16)
