@@ -83,6 +83,16 @@ class _Batches:
         return self.kept[i] if i < len(self.kept) else None
 
 
+def _unit_count(target) -> Optional[int]:
+    """The units a batch's target holds: its first dimension (a tensor or
+    array), its length (a list or tuple); None for anything else (a dict,
+    a scalar), whose count only the metric knows."""
+    shape = getattr(target, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) > 0 else None
+    return len(target) if isinstance(target, (list, tuple)) else None
+
+
 def _units(values, target, batch: int, label: str):
     """The metric's per-unit values as a float64 numpy vector, checked."""
     import numpy as np
@@ -94,7 +104,7 @@ def _units(values, target, batch: int, label: str):
     if values.dim() != 1:
         raise ValueError(f"metric must return a 1-D tensor, one value per unit (lower is better); got shape "
                          f"{tuple(values.shape)} ({where}){': a scalar' if values.dim() == 0 else ''}")
-    expected = len(target) if hasattr(target, "__len__") and getattr(target, "dim", lambda: 1)() > 0 else None
+    expected = _unit_count(target)
     if expected is not None and values.numel() != expected:
         raise ValueError(f"metric returned {values.numel()} values but the target of {where} holds {expected} "
                          "units (its first dimension): one value per unit")
