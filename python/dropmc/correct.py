@@ -357,7 +357,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         network_arguments(inputs, sites, order, linear, kwargs)
         linear = False  # the ledger carries the linear paths' noise too
     try:
-        plan, error = _plan(model, inputs, sites, norms, kwargs), None
+        plan, error = _plan(model, inputs, sites, norms, kwargs, need_sites=scope == "site"), None
     except ValueError as e:
         plan, error = None, e
     from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)
