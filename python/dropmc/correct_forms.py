@@ -81,8 +81,9 @@ def _rho(x, centred: bool, eps: float, rstd=None):
 
 def _network_factor(x, kappa, centred: bool, eps: float, rstd=None, v=None, p: float = 0.0):
     """The network factor per token (last dim kept), for an upstream noise
-    ``s̄ = κ V`` (:mod:`dropmc.network_correct` derives it; ``κ`` a number
-    or a tensor of the positions, ``(L, 1)``, broadcast over the tokens):
+    ``s̄ = κ V`` (:mod:`dropmc.network_correct` derives it; ``κ`` a number,
+    or per position the pair ``(κ, 1 + κ)`` of ``(L, 1)`` tensors,
+    broadcast over the tokens):
 
     ``c² = (V + ε) / (V (1 + κ) + ε)``. Step by step: dividing through by
     ``V + ε``, ``c² = 1 / (1 + κ V / (V + ε))``, and with ``ρ = (V +
@@ -100,7 +101,10 @@ def _network_factor(x, kappa, centred: bool, eps: float, rstd=None, v=None, p: f
     if x.dtype.itemsize < 4 or (v is not None and v.dtype.itemsize < 4):  # half: statistics in float32
         x = x.to(_stats_dtype(x))
     rho = _rho(x, centred, eps, rstd)
-    base = rho.square().mul_(kappa * -eps).add_(kappa + 1.0)
+    if isinstance(kappa, tuple):  # (κ, 1 + κ) per position: 1 + κ − κ ε ρ² in one addcmul
+        base = torch.addcmul(kappa[1], rho.square(), kappa[0], value=-eps)
+    else:
+        base = rho.square().mul_(-eps * kappa).add_(1.0 + kappa)
     if v is None:
         return base.rsqrt_()
     a = torch.linalg.vector_norm(v.to(x.dtype), dim=-1, keepdim=True).mul_(rho)

@@ -105,9 +105,9 @@ class NetworkSite:
         self._live = {}
 
     def kappa_for(self, x):
-        """``κ`` for the input ``x``: its positions' (``(L, 1)``, in ``x``'s
-        dtype and device; positions past the example's the pooled ``κ``), or
-        the pooled number."""
+        """``κ`` for the input ``x``: its positions', as the pair ``(κ, 1 +
+        κ)`` of ``(L, 1)`` tensors in ``x``'s dtype and device (positions past
+        the example's the pooled ``κ``), or the pooled number."""
         if self.profile is None or x.dim() < 3:
             return self.kappa
         key = (x.shape[-2], x.dtype, x.device)
@@ -119,8 +119,8 @@ class NetworkSite:
             prof = self.profile[:n]
             if prof.numel() < n:
                 prof = torch.cat([prof, prof.new_full((n - prof.numel(),), self.kappa)])
-            dt = _forms._stats_dtype(x)
-            k = self._live[key] = prof.to(dtype=dt, device=x.device).reshape(n, 1)
+            k = prof.to(dtype=_forms._stats_dtype(x), device=x.device).reshape(n, 1)
+            k = self._live[key] = (k, 1.0 + k)
         return k
 
     def __call__(self, module, args, out):
@@ -135,7 +135,8 @@ class NetworkSite:
         v = None if self.slot is None else self.slot.v
         if x.dtype.itemsize < 4 or (self.slot is not None and (v is None or v.shape != x.shape)):
             return self(None, (x,), out)  # the general path (and its errors)
-        return self._apply(_forms._network_factor(x, self.kappa_for(x), True, 0.0, rstd, v, self.p), out)
+        eps = self.params.eps(x)  # the κ term needs ε itself (V/(V + ε) = 1 − ε ρ²), not only ρ
+        return self._apply(_forms._network_factor(x, self.kappa_for(x), True, eps, rstd, v, self.p), out)
 
     def _apply(self, c, out):
         if not self.centred:
