@@ -134,8 +134,8 @@ def run(arch, draws, held_out=False):
         print(f"| {c} | {done.network.get(c, 0):.3g} | {gp:.3g} | {gs:.3g} | {gn:.3g} | "
               f"{'>' if fs else ''}{rs:.2f} | {'>' if fn else ''}{rn:.2f} |")
     if ratios:
-        print(f"plain/network over {len(ratios)} norms with a resolved plain gap: median {statistics.median(ratios):.2f}, "
-              f"min {min(ratios):.2f}; farther than plain: {farther or 'none'}")
+        print(f"plain/network over {len(ratios)} norms with a resolved plain gap: "
+              f"median {statistics.median(ratios):.2f}, min {min(ratios):.2f}; farther than plain: {farther or 'none'}")
     print(f"not covered by the ledger: {sorted(set(done.network_uncovered)) or 'none'}\n")
 
 

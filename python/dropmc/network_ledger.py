@@ -164,7 +164,10 @@ class LedgerMode(TorchFunctionMode):
         if _inplace(name) and args and isinstance(args[0], torch.Tensor):
             with torch._C.DisableTorchFunction():
                 before = (args[0].clone(),) + tuple(args[1:])
-        out = func(*args, **kwargs)
+        run = kwargs
+        if name == "multi_head_attention_forward" and kwargs.get("training"):
+            run = dict(kwargs, training=False)  # neutral: its inner dropout is below the trace's reach
+        out = func(*args, **run)
         with torch._C.DisableTorchFunction(), torch.no_grad():
             self._after(func, name, before, kwargs, out, args)
         return out
@@ -173,6 +176,14 @@ class LedgerMode(TorchFunctionMode):
         target = original[0] if _inplace(name) and original else out
         if func is F.dropout:
             self._dropout(args, kwargs, target)
+            return
+        if name == "multi_head_attention_forward":
+            from .network_mha import mha_variance
+
+            s = mha_variance(_rules.Op(func, name, args, kwargs, out), self.s_of)
+            if s is None:
+                self._uncovered(name)
+            self._set(tensors(out)[0], s)
             return
         if name in _rules.INJECTING:
             self._uncovered(name)
