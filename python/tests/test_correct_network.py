@@ -177,9 +177,10 @@ def _ledger_failures(model, x, mc, rules=None):
     ledger = network_ledger(model, (x,), {}, discover(model, x), rules)
     bad = {}
     for k, (inputs, _) in mc.items():
-        flat = inputs.reshape(inputs.shape[0], -1)
-        u = (1 - 1 / D) / D * (flat - flat.mean(0)).square().sum(1) * DRAWS / (DRAWS - 1)
-        mc_noise, se = float(u.mean()), float(u.std() / math.sqrt(DRAWS))
+        n, d = inputs.shape[0], inputs.shape[-1]
+        flat = inputs.reshape(n, -1)
+        u = (1 - 1 / d) / d * (flat - flat.mean(0)).square().sum(1) * n / (n - 1)
+        mc_noise, se = float(u.mean()), float(u.std() / math.sqrt(n))
         if mc_noise == 0:
             continue
         ratio = float(ledger.norms[k].noise.sum()) / mc_noise
@@ -191,6 +192,20 @@ def _ledger_failures(model, x, mc, rules=None):
 def test_ledger_noise_matches_mc_to_leading_order(setup):
     model, x, mc, _ = setup
     assert _ledger_failures(model, x, mc) == {}
+
+
+def test_ledger_follows_multihead_attention():
+    """A post-LN ``nn.TransformerEncoder`` (d = 16, its attention by
+    ``multi_head_attention_forward``, dropout 0.2 in the attention, after it
+    and in the feed-forward block): the ledger at every norm as above, and
+    nothing listed as not covered."""
+    torch.manual_seed(2)
+    layer = nn.TransformerEncoderLayer(D, 2, 2 * D, dropout=P, batch_first=True)
+    model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 8, D)
+    mc = _capture(model, x, True, DRAWS // 2)
+    assert _ledger_failures(model, x, mc) == {}
+    assert correct(model, x, scope="network")._dropmc_correction.network_uncovered == []
 
 
 def _planted(monkeypatch, names, rule):
