@@ -104,29 +104,34 @@ class NetworkSite:
         self.__dict__.update(state)
         self._live = {}
 
-    def kappa_for(self, x):
-        """``κ`` for the input ``x``: its positions', as the pair ``(κ, 1 +
-        κ)`` of ``(L, 1)`` tensors in ``x``'s dtype and device (positions past
-        the example's the pooled ``κ``), or the pooled number."""
-        if self.profile is None or x.dim() < 3:
-            return self.kappa
-        key = (x.shape[-2], x.dtype, x.device)
-        k = self._live.get(key)
-        if k is None:
+    def terms(self, x, eps: float):
+        """``(1 + κ, −κ ε)`` for the input ``x`` (:func:`dropmc.correct_forms.
+        _network_factor`), in ``x``'s dtype and device: per position as
+        ``(L, 1)`` tensors (positions past the example's the pooled ``κ``)
+        when there is a profile and ``x`` has a position axis, else 0-d;
+        made once per input shape, dtype and device."""
+        key = (x.shape[-2] if x.dim() >= 3 else 0, x.dtype, x.device, eps)
+        t = self._live.get(key)
+        if t is None:
             import torch
 
-            n = x.shape[-2]
-            prof = self.profile[:n]
-            if prof.numel() < n:
-                prof = torch.cat([prof, prof.new_full((n - prof.numel(),), self.kappa)])
-            k = prof.to(dtype=_forms._stats_dtype(x), device=x.device).reshape(n, 1)
-            k = self._live[key] = (k, 1.0 + k)
-        return k
+            dt = _forms._stats_dtype(x)
+            if self.profile is None or key[0] == 0:
+                kappa = torch.tensor(self.kappa, dtype=dt, device=x.device)
+            else:
+                n = key[0]
+                prof = self.profile[:n]
+                if prof.numel() < n:
+                    prof = torch.cat([prof, prof.new_full((n - prof.numel(),), self.kappa)])
+                kappa = prof.to(dtype=dt, device=x.device).reshape(n, 1)
+            t = self._live[key] = (1.0 + kappa, kappa * -eps)
+        return t
 
     def __call__(self, module, args, out):
         x = args[0]
         v = None if self.slot is None else self.slot.take(self.site, x)
-        c = _forms._network_factor(x, self.kappa_for(x), self.centred, self.params.eps(x), v=v, p=self.p)
+        eps = self.params.eps(x)
+        c = _forms._network_factor(x, self.terms(x, eps), self.centred, eps, v=v, p=self.p)
         return self._apply(c, out)
 
     def fused(self, x, out, rstd):
@@ -136,7 +141,7 @@ class NetworkSite:
         if x.dtype.itemsize < 4 or (self.slot is not None and (v is None or v.shape != x.shape)):
             return self(None, (x,), out)  # the general path (and its errors)
         eps = self.params.eps(x)  # the κ term needs ε itself (V/(V + ε) = 1 − ε ρ²), not only ρ
-        return self._apply(_forms._network_factor(x, self.kappa_for(x), True, eps, rstd, v, self.p), out)
+        return self._apply(_forms._network_factor(x, self.terms(x, eps), True, eps, rstd, v, self.p), out)
 
     def _apply(self, c, out):
         if not self.centred:
