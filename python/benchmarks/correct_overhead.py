@@ -5,6 +5,8 @@ torch.no_grad(), one torch thread, batch 1, at d = 64 and d = 768:
            feed-forward 4d, 4 layers; 8 sites), 64 / 128 tokens
   bert     a Hugging Face BertModel of the same shape (random weights from
            a config; 8 sites), which has no fused eval path
+  llama    a Hugging Face LlamaModel of the same shape, attention dropout 0.1
+           (its sites are attention → o_proj → RMSNorm linear-path sites)
 
 Variants, interleaved round by round so that machine load hits them alike:
 
@@ -44,6 +46,15 @@ LAYERS = 4
 def _encoder(d, heads):
     layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
     return torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).eval()
+
+
+def _llama(d, heads):
+    import transformers as T
+
+    c = T.LlamaConfig(hidden_size=d, intermediate_size=4 * d, num_hidden_layers=LAYERS, num_attention_heads=heads,
+                      num_key_value_heads=heads, vocab_size=100, max_position_embeddings=256, attention_dropout=0.1)
+    c._attn_implementation = "eager"
+    return T.LlamaModel(c).eval()
 
 
 def _bert(d, heads):
@@ -110,6 +121,16 @@ def measure(d, rounds):
                         "network": lambda: bert_n(**ids)}, rounds)
     print(f"d = {d}, bert ({LAYERS} layers, 1 x {s['tokens']} tokens, "
           f"{len(bert_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
+          + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
+          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
+          f"  network/plain {med['network'] / med['plain']:.3f}")
+    llama = _llama(d, s["heads"])
+    llama_c = dt.correct(llama, ids, inplace=False).eval()
+    llama_n = dt.correct(llama, ids, inplace=False, scope="network").eval()
+    med, reps = _timed({"plain": lambda: llama(**ids), "corrected": lambda: llama_c(**ids),
+                        "network": lambda: llama_n(**ids)}, rounds)
+    print(f"d = {d}, llama ({LAYERS} layers, 1 x {s['tokens']} tokens, "
+          f"{len(llama_c._dropmc_correction.linear_sites)} linear-path sites, {rounds} rounds of {reps} calls): "
           + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
           + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
           f"  network/plain {med['network'] / med['plain']:.3f}")
