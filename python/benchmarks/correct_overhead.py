@@ -5,6 +5,8 @@ torch.no_grad(), one torch thread, batch 1, at d = 64 and d = 768:
            feed-forward 4d, 4 layers; 8 sites), 64 / 128 tokens
   bert     a Hugging Face BertModel of the same shape (random weights from
            a config; 8 sites), which has no fused eval path
+  llama    a Hugging Face LlamaModel of the same shape, attention dropout 0.1
+           (its sites are attention → o_proj → RMSNorm linear-path sites)
 
 Variants, interleaved round by round so that machine load hits them alike:
 
@@ -15,6 +17,8 @@ Variants, interleaved round by round so that machine load hits them alike:
              path, which a hooked model must take (the corrected encoder
              runs its own eval forward instead, dropmc.correct_fast)
   corrected  dropmc.torch.correct(model, x): the correction
+  network    dropmc.torch.correct(model, x, scope="network"): every norm the
+             noise reaches, for the noise of every dropout upstream
 
 Prints the median time of each and the ratios to ``plain`` (and, for
 the encoder, of ``corrected`` to ``module``). ``--clock wall`` (the
@@ -42,6 +46,15 @@ LAYERS = 4
 def _encoder(d, heads):
     layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True)
     return torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).eval()
+
+
+def _llama(d, heads):
+    import transformers as T
+
+    c = T.LlamaConfig(hidden_size=d, intermediate_size=4 * d, num_hidden_layers=LAYERS, num_attention_heads=heads,
+                      num_key_value_heads=heads, vocab_size=100, max_position_embeddings=256, attention_dropout=0.1)
+    c._attn_implementation = "eager"
+    return T.LlamaModel(c).eval()
 
 
 def _bert(d, heads):
@@ -80,6 +93,7 @@ def measure(d, rounds):
     torch.manual_seed(0)
     enc, x = _encoder(d, s["heads"]), torch.randn(1, s["tokens"], d)
     enc_c = dt.correct(enc, x, inplace=False).eval()
+    enc_n = dt.correct(enc, x, inplace=False, scope="network").eval()
 
     def module():
         torch.backends.mha.set_fastpath_enabled(False)
@@ -88,23 +102,38 @@ def measure(d, rounds):
         finally:
             torch.backends.mha.set_fastpath_enabled(True)
 
-    med, reps = _timed({"plain": lambda: enc(x), "module": module, "corrected": lambda: enc_c(x)}, rounds)
+    med, reps = _timed({"plain": lambda: enc(x), "module": module, "corrected": lambda: enc_c(x),
+                        "network": lambda: enc_n(x)}, rounds)
     print(f"d = {d}, encoder ({LAYERS} layers, 1 x {s['tokens']} tokens, "
           f"{len(enc_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
           + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
           + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
-          f"  corrected/module {med['corrected'] / med['module']:.3f}")
+          f"  corrected/module {med['corrected'] / med['module']:.3f}"
+          f"  network/plain {med['network'] / med['plain']:.3f}  network/module {med['network'] / med['module']:.3f}")
     try:
         bert = _bert(d, s["heads"])
     except ImportError:
         return
     ids = {"input_ids": torch.randint(4, 100, (1, s["tokens"]), generator=torch.Generator().manual_seed(1))}
     bert_c = dt.correct(bert, ids, inplace=False).eval()
-    med, reps = _timed({"plain": lambda: bert(**ids), "corrected": lambda: bert_c(**ids)}, rounds)
+    bert_n = dt.correct(bert, ids, inplace=False, scope="network").eval()
+    med, reps = _timed({"plain": lambda: bert(**ids), "corrected": lambda: bert_c(**ids),
+                        "network": lambda: bert_n(**ids)}, rounds)
     print(f"d = {d}, bert ({LAYERS} layers, 1 x {s['tokens']} tokens, "
           f"{len(bert_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
           + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
-          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}")
+          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
+          f"  network/plain {med['network'] / med['plain']:.3f}")
+    llama = _llama(d, s["heads"])
+    llama_c = dt.correct(llama, ids, inplace=False).eval()
+    llama_n = dt.correct(llama, ids, inplace=False, scope="network").eval()
+    med, reps = _timed({"plain": lambda: llama(**ids), "corrected": lambda: llama_c(**ids),
+                        "network": lambda: llama_n(**ids)}, rounds)
+    print(f"d = {d}, llama ({LAYERS} layers, 1 x {s['tokens']} tokens, "
+          f"{len(llama_c._dropmc_correction.linear_sites)} linear-path sites, {rounds} rounds of {reps} calls): "
+          + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
+          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
+          f"  network/plain {med['network'] / med['plain']:.3f}")
 
 
 def main():

@@ -21,9 +21,9 @@ no norm, a misspelt site or ``exclude`` entry.
 from __future__ import annotations
 
 import difflib
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from .correct_forms import _norm_kind
+from .correct_forms import _norm_kind, _NormParams
 
 
 def _module_name(call: str) -> str:
@@ -191,8 +191,11 @@ def _check_finite(args, kw) -> None:
                              "on these inputs; give finite example inputs")
 
 
-def _nothing_found(found) -> None:
-    """A forward with nothing ``correct`` could act on: its own message."""
+def _nothing_found(found, need_sites: bool = True) -> None:
+    """A forward with nothing ``correct`` could act on: its own message
+    (``need_sites`` False: a dropout and a norm are enough, as for
+    ``scope="network"``, whose noise may reach the norms only through
+    other ops)."""
     if not found.dropouts:
         raise ValueError("no site to correct: the model made no dropout call (nn.Dropout or F.dropout) "
                          f"in a train-mode forward on these inputs. The forward's {found.summary()}")
@@ -200,14 +203,15 @@ def _nothing_found(found) -> None:
         raise ValueError("no site to correct: the model made no LayerNorm/RMSNorm call in a train-mode "
                          f"forward on these inputs. The forward's {found.summary()}. A norm it does not "
                          "read: norms={name: dropmc.norms.NormSpec(...)}")
-    if not found.sites:
+    if need_sites and not found.sites:
         raise ValueError("no site to correct: no dropout call's output reaches a norm directly or as "
                          f"h + dropout(v). The forward's {found.summary()}")
 
 
-def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
+def _plan(model, inputs=None, sites=None, norms=None, kwargs=None, need_sites: bool = True) -> _Plan:
     """The one place site discovery enters ``correct`` (see
-    :func:`dropmc.correct.resolve_sites`)."""
+    :func:`dropmc.correct.resolve_sites`; ``need_sites``: see
+    :func:`_nothing_found`)."""
     from .audit import Audit, _select_sites
     from .discovery import Site, call_inputs, discover
 
@@ -235,7 +239,7 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
     _check_finite(args, kw)
     found = discover(model, *args, norms=norms, **kw)
     if sites is None:
-        _nothing_found(found)
+        _nothing_found(found, need_sites)
         plan = _split_discovered(found, found.sites, named=False)
         plan.sites += _batchnorm_sites(model)
     else:
@@ -319,3 +323,34 @@ def _check_sites(modules: dict, plan: _Plan, exclude) -> List[Tuple[str, ...]]:
                                  "correct refuses (exclude all but one)")
             seen_norms[n] = s
     return kept
+
+
+def _norm_params(plan: _Plan, modules: dict, call: str) -> Tuple[str, Any, _NormParams]:
+    """``(module name, module, params)`` of a norm call."""
+    if plan.found is not None and call in plan.found.norms:
+        name = plan.found.norm_modules[call]
+        return name, modules[name], _NormParams.of_spec(modules[name], plan.found.norms[call])
+    name = _module_name(call)
+    return name, modules[name], _NormParams.of_module(modules[name])
+
+
+def _p_of(plan: _Plan, modules: dict, call: str) -> float:
+    if plan.found is not None and call in plan.found.dropouts:
+        return float(plan.found.dropouts[call])
+    return float(modules[_module_name(call)].p)
+
+
+def _calls_per_forward(plan: _Plan, module: str, kind: str) -> int:
+    """How many times the discovery forward called ``module`` (a dropout,
+    a functional-dropout owner or a norm; for ``kind="owner"``, ``module``
+    is a mask product's call base, one per call of its value owner); 1 for
+    module-named sites."""
+    if plan.found is None:
+        return 1
+    if kind == "dropout":
+        return sum(1 for c in plan.found.dropouts if _module_name(c) == module and ":" not in c)
+    if kind == "owner":  # a mask product's value owner: one call per call of the mask (module)
+        return sum(1 for c in plan.found.dropouts if _module_name(c) == module)
+    if kind == "functional":
+        return sum(1 for c in plan.found.dropouts if plan.is_functional(c) and plan.found.module_of(c) == module)
+    return sum(1 for m in plan.found.norm_modules.values() if m == module)
