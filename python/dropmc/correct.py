@@ -69,7 +69,8 @@ import numpy as _np
 from . import _dropmc
 from .correct_forms import _NormParams
 from .correct_masks import refuse_unchecked
-from .correct_sites import _call_index, _check_sites, _is_site_list, _module_name, _plan, _Plan
+from .correct_sites import (_call_index, _calls_per_forward, _check_sites, _excluded, _is_site_list, _module_name,
+                            _norm_params, _p_of, _plan, _Plan)
 
 __all__ = ["correct", "uncorrect", "corrected", "resolve_sites", "norm_outputs", "Correction"]
 
@@ -79,8 +80,11 @@ _ATTRIBUTE = "_dropmc_correction"
 
 class Correction:
     """What :func:`correct` changed on a model (``model._dropmc_correction``):
-    ``sites`` (the corrected LN/RMS sites), ``folded`` (the BatchNorm sites
-    folded), ``unfolded`` (``{batchnorm_name: [reason per channel left as
+    ``sites`` (the corrected LN/RMS sites; none at ``scope="network"``),
+    ``network`` (``scope="network"``: norm call → its upstream noise ratio
+    κ), ``network_uncovered`` (``(op, module)`` of each op with a noisy
+    input the network ledger has no rule for, and each random draw it
+    could not follow), ``folded`` (the BatchNorm sites folded), ``unfolded`` (``{batchnorm_name: [reason per channel left as
     is]}``), ``refused`` (``{site name: reason}``: entangled, ``p = 1``
     sites), ``skipped`` (``p = 0`` sites), and what :func:`uncorrect` needs to undo it."""
 
@@ -91,6 +95,9 @@ class Correction:
         self.refused: Dict[str, str] = {}
         self.skipped: Dict[str, str] = {}
         self.linear_sites: List[Tuple[str, str]] = []  # linear-path sites (correct_linear.py)
+        self.scope = "site"
+        self.network: Dict[str, float] = {}  # scope="network": norm call -> κ (dropmc.network_correct)
+        self.network_uncovered: List[Tuple[str, str]] = []  # (op, module) the ledger could not follow
         self._handles: list = []
         self._attributes: list = []  # (module, name, original value)
         self._added: list = []  # (module, name) of attributes correct added (dropmc.correct_fast.swap)
@@ -167,31 +174,6 @@ def resolve_sites(model, sites=None, inputs=None, *, norms=None, **kwargs) -> Li
 # The API
 
 
-def _calls_per_forward(plan: _Plan, module: str, kind: str) -> int:
-    """How many times the discovery forward called ``module`` (a dropout,
-    a functional-dropout owner or a norm; for ``kind="owner"``, ``module``
-    is a mask product's call base, one per call of its value owner); 1 for
-    module-named sites."""
-    if plan.found is None:
-        return 1
-    if kind == "dropout":
-        return sum(1 for c in plan.found.dropouts if _module_name(c) == module and ":" not in c)
-    if kind == "owner":  # a mask product's value owner: one call per call of the mask (module)
-        return sum(1 for c in plan.found.dropouts if _module_name(c) == module)
-    if kind == "functional":
-        return sum(1 for c in plan.found.dropouts if plan.is_functional(c) and plan.found.module_of(c) == module)
-    return sum(1 for m in plan.found.norm_modules.values() if m == module)
-
-
-def _norm_params(plan: _Plan, modules: dict, call: str) -> Tuple[str, Any, _NormParams]:
-    """``(module name, module, params)`` of a norm call."""
-    if plan.found is not None and call in plan.found.norms:
-        name = plan.found.norm_modules[call]
-        return name, modules[name], _NormParams.of_spec(modules[name], plan.found.norms[call])
-    name = _module_name(call)
-    return name, modules[name], _NormParams.of_module(modules[name])
-
-
 class _Builder:
     """Collects the hooks of one :func:`correct` call: per dropout call a
     shared :class:`_Slot`, per hooked module a call counter, per norm the
@@ -243,7 +225,7 @@ class _Builder:
 
         scopes = []
         handles = correction._handles
-        if self.slots:  # none when every site is a BatchNorm fold (no per-forward cost)
+        if self.slots or self.norm_hooks:  # none when every site is a BatchNorm fold (no per-forward cost)
             handles.append(model.register_forward_pre_hook(
                 _FreshForward(list(self.slots.values()), self.counters, scopes)))
         for dname, by_index in self.dropout_slots.items():
@@ -272,12 +254,6 @@ class _Builder:
                            _dropmc_norm=_fast._FusedPerCall(self.counters[nname], by_index))
             else:
                 handles.append(module.register_forward_hook(_PerCall(self.counters[nname], by_index)))
-
-
-def _p_of(plan: _Plan, modules: dict, call: str) -> float:
-    if plan.found is not None and call in plan.found.dropouts:
-        return float(plan.found.dropouts[call])
-    return float(modules[_module_name(call)].p)
 
 
 def _rehearse(model, plan: _Plan) -> None:
@@ -311,7 +287,7 @@ def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int, mas
 
 
 def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence[Any] = (),
-            inplace: bool = True, norms=None, linear=None, **kwargs):
+            inplace: bool = True, norms=None, linear=None, scope: str = "site", **kwargs):
     """Corrects ``model``'s dropout→norm sites so that in eval mode each
     norm outputs the first-order estimate of its train-mode expectation;
     BatchNorm sites ``(dropout, batchnorm)`` get their running variance
@@ -348,19 +324,38 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     example inputs; at a norm that is also another site's, both noises in
     one factor), False never. Refuses (ValueError) ``order`` other than 1 or 2, a compound site
     at order 2, a model already corrected, and a model with nothing to
-    correct."""
+    correct.
+
+    ``scope``: ``"site"`` corrects each dropout→norm site for its own
+    dropout's noise (all of the above); ``"network"`` corrects every norm
+    call any dropout's noise reaches for the noise of every dropout
+    upstream (:mod:`dropmc.network_correct`: the ratio ``κ`` of each
+    norm's upstream noise to its input's spread, measured once on
+    ``inputs`` by the noise ledger of :mod:`dropmc.network_ledger`, applied
+    live to each token). It needs example inputs, takes no ``sites`` and
+    ``order=1`` only; ``exclude`` names norm calls or modules (or sites,
+    for their norm) to leave alone; BatchNorm sites are folded as at
+    ``"site"``; the ops the ledger cannot follow are in
+    ``Correction.network_uncovered``."""
     import torch.nn as nn
 
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order!r}")
+    if scope not in ("site", "network"):
+        raise ValueError(f"scope must be 'site' or 'network', got {scope!r}")
     if getattr(model, _ATTRIBUTE, None) is not None:
         raise ValueError("the model is already corrected: dropmc.torch.uncorrect(model) first")
     if sites is None and _is_site_list(inputs):  # correct(model, sites): the signature before inputs
         inputs, sites = None, inputs
     if linear is not None and not isinstance(linear, bool):
         raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
+    if scope == "network":
+        from .network_correct import network_arguments
+
+        network_arguments(inputs, sites, order, linear, kwargs)
+        linear = False  # the ledger carries the linear paths' noise too
     try:
         plan, error = _plan(model, inputs, sites, norms, kwargs), None
     except ValueError as e:
@@ -374,12 +369,23 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     if not inplace:
         model = _copy.deepcopy(model)
     modules = dict(model.named_modules())
-    kept = refuse_unchecked(plan, modules, model, _check_sites(modules, plan, exclude)) if plan is not None else []
+    network = None
+    if scope == "network":
+        from .network_correct import network_plan
+
+        network = network_plan(model, plan, exclude)
+        kept = [s for s in plan.sites if _norm_params(plan, modules, s[-1])[2].kind == "batch"
+                and not _excluded(s, {e if isinstance(e, str) else tuple(e) for e in exclude})]
+    else:
+        kept = refuse_unchecked(plan, modules, model, _check_sites(modules, plan, exclude)) if plan is not None else []
     if order == 2 and any(len(s) == 3 for s in kept):
         raise ValueError(f"order=2: a compound site {[s for s in kept if len(s) == 3][0]!r} has no "
                          "second-order closed form (src/formulas/second_order.rs covers LN, RMSNorm "
                          "and the bypass): exclude it or use order=1")
-    if not kept and not (linear and linear.sites):
+    if network is not None and not kept and not network[0]:
+        raise ValueError("no norm to correct: the network ledger saw no dropout noise reach a LayerNorm/RMSNorm "
+                         "call on these inputs (or every such norm is excluded)")
+    if network is None and not kept and not (linear and linear.sites):
         why = "; ".join(f"{k}: {v}" for k, v in {**plan.refused, **plan.skipped}.items())
         raise ValueError("no site to correct" + (f" ({why})" if why else " (every site excluded)"))
     correction = Correction()
@@ -395,6 +401,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             if named[0][2].kind == "batch":
                 _fold_batchnorm(correction, site, modules[_module_name(site[0])], named[0][1])
                 continue
+            if network is not None:
+                continue
             mask = plan.masks.get(site[0])
             hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order, mask)
             if site in plan.tapes:
@@ -404,6 +412,10 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
                 ordinary[call] = hook  # a linear-path site at the same norm composes with it
             _fast.module_path(correction, modules, [plan.dropout_owner(site[0])] + [n[0] for n in named])
             correction.sites.append(site)
+        if network is not None:
+            from .network_correct import install_network
+
+            _fast.module_path(correction, modules, install_network(correction, build, plan, modules, network))
         if build is not None:
             build.install(correction, model)
             _rehearse(model, plan)

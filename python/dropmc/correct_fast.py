@@ -87,12 +87,13 @@ def swappable_norm(module, hooks) -> bool:
     kind whose ε is the module's (hooks that call the norm's forward again,
     such as a token-level mask's, keep the hook path)."""
     from .correct_hooks import _CompoundSecond, _LayerNormSite
+    from .network_correct import NetworkSite
 
     if type(module) is not nn.LayerNorm or len(module.normalized_shape) != 1:
         return False
     for h in hooks.values():
-        params = h.params if isinstance(h, _LayerNormSite) else getattr(h, "ln2", None)
-        if not isinstance(h, (_LayerNormSite, _CompoundSecond)) or params._eps != float(module.eps):
+        params = h.params if isinstance(h, (_LayerNormSite, NetworkSite)) else getattr(h, "ln2", None)
+        if not isinstance(h, (_LayerNormSite, _CompoundSecond, NetworkSite)) or params._eps != float(module.eps):
             return False
     return True
 

@@ -60,14 +60,50 @@ def _factor(v, x, p: float, centred: bool, eps: float, rstd=None):
     elif v.dtype != x.dtype:
         v = v.to(x.dtype)
     d = x.shape[-1]
-    if rstd is not None:
-        rho = rstd
-    elif centred:
-        rho = torch.native_layer_norm(x, (d,), None, None, eps)[2]
-    else:
-        rho = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
+    rho = _rho(x, centred, eps, rstd)
     a = torch.linalg.vector_norm(v, dim=-1, keepdim=True).mul_(rho)
     return torch.addcmul(_one(x.dtype), a, a, value=p / ((1.0 - p) * d)).rsqrt_()
+
+
+def _rho(x, centred: bool, eps: float, rstd=None):
+    """``ρ = (s + ε)^(-1/2)`` per token, ``s`` the spread of ``x``
+    (``centred``) or its mean square: ``rstd`` when given, else torch's own
+    layer-norm statistics or the vector norm (see :func:`_factor`)."""
+    import torch
+
+    if rstd is not None:
+        return rstd
+    d = x.shape[-1]
+    if centred:
+        return torch.native_layer_norm(x, (d,), None, None, eps)[2]
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
+
+
+def _network_factor(x, kappa: float, centred: bool, eps: float, rstd=None, v=None, p: float = 0.0):
+    """The network factor per token (last dim kept), for an upstream noise
+    ``s̄ = κ V`` (:mod:`dropmc.network_correct` derives it):
+
+    ``c² = (V + ε) / (V (1 + κ) + ε)``. Step by step: dividing through by
+    ``V + ε``, ``c² = 1 / (1 + κ V / (V + ε))``, and with ``ρ = (V +
+    ε)^(-1/2)``, ``V / (V + ε) = 1 − ε ρ²``, so ``c = (1 + κ − κ ε
+    ρ²)^(-1/2)``: one square, one fused multiply-add and one ``rsqrt`` on
+    the per-token ``ρ`` (:func:`_rho`, the norm's own ``rstd`` when it
+    returned it).
+
+    With the norm's own site live (``v`` its dropout's input, rate ``p``):
+    ``c² = (V + ε) / (V (1 + κ) + (p/q) mean_k v_k² + ε)``, ``κ`` then the
+    rest's ratio; dividing through as above, the site's term adds ``(p / (q
+    d)) a²`` with ``a = ‖v‖ ρ``, as in :func:`_factor` (one ``addcmul``)."""
+    import torch
+
+    if x.dtype.itemsize < 4 or (v is not None and v.dtype.itemsize < 4):  # half: statistics in float32
+        x = x.to(_stats_dtype(x))
+    rho = _rho(x, centred, eps, rstd)
+    base = rho.square().mul_(-kappa * eps).add_(1.0 + kappa)
+    if v is None:
+        return base.rsqrt_()
+    a = torch.linalg.vector_norm(v.to(x.dtype), dim=-1, keepdim=True).mul_(rho)
+    return base.addcmul_(a, a, value=p / ((1.0 - p) * x.shape[-1])).rsqrt_()
 
 
 _ONES: dict = {}

@@ -21,9 +21,9 @@ no norm, a misspelt site or ``exclude`` entry.
 from __future__ import annotations
 
 import difflib
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from .correct_forms import _norm_kind
+from .correct_forms import _norm_kind, _NormParams
 
 
 def _module_name(call: str) -> str:
@@ -319,3 +319,34 @@ def _check_sites(modules: dict, plan: _Plan, exclude) -> List[Tuple[str, ...]]:
                                  "correct refuses (exclude all but one)")
             seen_norms[n] = s
     return kept
+
+
+def _norm_params(plan: _Plan, modules: dict, call: str) -> Tuple[str, Any, _NormParams]:
+    """``(module name, module, params)`` of a norm call."""
+    if plan.found is not None and call in plan.found.norms:
+        name = plan.found.norm_modules[call]
+        return name, modules[name], _NormParams.of_spec(modules[name], plan.found.norms[call])
+    name = _module_name(call)
+    return name, modules[name], _NormParams.of_module(modules[name])
+
+
+def _p_of(plan: _Plan, modules: dict, call: str) -> float:
+    if plan.found is not None and call in plan.found.dropouts:
+        return float(plan.found.dropouts[call])
+    return float(modules[_module_name(call)].p)
+
+
+def _calls_per_forward(plan: _Plan, module: str, kind: str) -> int:
+    """How many times the discovery forward called ``module`` (a dropout,
+    a functional-dropout owner or a norm; for ``kind="owner"``, ``module``
+    is a mask product's call base, one per call of its value owner); 1 for
+    module-named sites."""
+    if plan.found is None:
+        return 1
+    if kind == "dropout":
+        return sum(1 for c in plan.found.dropouts if _module_name(c) == module and ":" not in c)
+    if kind == "owner":  # a mask product's value owner: one call per call of the mask (module)
+        return sum(1 for c in plan.found.dropouts if _module_name(c) == module)
+    if kind == "functional":
+        return sum(1 for c in plan.found.dropouts if plan.is_functional(c) and plan.found.module_of(c) == module)
+    return sum(1 for m in plan.found.norm_modules.values() if m == module)
