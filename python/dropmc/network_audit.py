@@ -86,12 +86,31 @@ def reached_norms(model, args, kwargs, found) -> List[dict]:
     """``[{"norm": call, "module": name, "kind", "dropouts": [calls]}]``:
     the norm calls (discovery's recognised norms, ``found``) whose input
     depends on a dropout call with ``p > 0``, in forward order, from the
-    dependencies of one neutral traced forward."""
+    dependencies of one neutral traced forward (an ``nn.MultiheadAttention``
+    with ``dropout > 0`` counts as a dropout call of its own name: its
+    output is tagged with it)."""
     from .discovery import Trace, run_neutral
 
+    import torch.nn as nn
+
     trace = Trace(model)
-    run_neutral(model, trace, args, kwargs, training=True, norm_modules=set(found.norm_modules.values()))
-    rates = _rates(trace)
+    mha = {n: m for n, m in model.named_modules() if isinstance(m, nn.MultiheadAttention) and m.dropout > 0}
+
+    def mark(name):  # its attention dropout is inside the module, not a traced call: tag its output
+        def hook(module, a, out):
+            t = out[0] if isinstance(out, tuple) else out
+            deps, paths, origin = trace.rec(t)
+            trace.tag(t, deps | {name}, paths, origin)
+
+        return hook
+
+    handles = [m.register_forward_hook(mark(n)) for n, m in mha.items()]
+    try:
+        run_neutral(model, trace, args, kwargs, training=True, norm_modules=set(found.norm_modules.values()))
+    finally:
+        for h in handles:
+            h.remove()
+    rates = {**_rates(trace), **{n: float(m.dropout) for n, m in mha.items()}}
     out = []
     for call, name, _, deps, _ in trace.norm_calls:
         live = sorted(d for d in deps if rates.get(d, 0.0) > 0)

@@ -155,7 +155,7 @@ def test_plain_gap_resolved_and_table_printed():
     audit = dt.audit(model, x, network=True, samples=256, attention=False)
     assert len(audit.network_sites) == 4
     assert all(r["gap_plain"]["resolved"] for r in audit.network_sites), audit.network_table
-    assert all(r["gap_site"] is not None for r in audit.network_sites)
+    assert all(r["gap_site"] is not None and r["gap_network"] is not None for r in audit.network_sites)
     assert 16 <= audit.network_forwards <= NA.NETWORK_FORWARDS
     assert f"network: 4 norms, {audit.network_forwards} train-mode forwards" in str(audit)
     assert [len(r["dropouts"]) for r in audit.network_sites] == [1, 2, 3, 4]
@@ -204,3 +204,22 @@ def test_time_budget_and_bad_arguments():
         NA.audit_network(model, x, forwards=3)
     with pytest.raises(TypeError, match="network"):
         dt.audit(model, x, network="yes")
+
+
+def test_a_norm_reached_only_by_multihead_attention_dropout_is_listed():
+    """nn.MultiheadAttention's dropout runs inside the module (no traced
+    dropout call): the norm after it is still reached (planted: the MHA
+    output not tagged, no row)."""
+
+    class Attn(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(D, 2, dropout=0.3, batch_first=True)
+            self.ln = nn.LayerNorm(D)
+
+        def forward(self, x):
+            return self.ln(x + self.attn(x, x, x, need_weights=False)[0])
+
+    torch.manual_seed(0)
+    audit = NA.audit_network(Attn(), torch.randn(1, 8, D), forwards=NA.BATCH, adaptive=False)
+    assert [(r["norm"], r["dropouts"]) for r in audit.network_sites] == [("ln", ["attn"])]
