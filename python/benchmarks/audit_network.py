@@ -17,7 +17,14 @@ trunk (tiny config of python/tests/hf_models.py, p 0.25, no recycle).
 alphafold3-pytorch's ``PairformerStack`` is tried and reported as not
 importable when it is not.
 
-    python python/benchmarks/audit_network.py [forwards] [-v]   # default 512; -v: the tables
+With ``--check`` each model's truths are also compared with a second,
+independent run (another seed, both at exactly ``forwards`` draws): per
+element ``z = (T̂₁ − T̂₂)/sqrt(SE₁² + SE₂²)``, mean z² over the elements of
+each norm (≈ 1; its spread is not bounded here, the tokens of an attention
+model being correlated) and max |z| against the Bonferroni limit of the
+suite's level over every element (python/tests/mc_checks.py).
+
+    python python/benchmarks/audit_network.py [forwards] [-v] [--check]   # default 512; -v: the tables
 """
 
 import os
@@ -31,7 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 import dropmc.network_audit as NA  # noqa: E402
 
 torch.set_num_threads(1)
-ARGS = [a for a in sys.argv[1:] if a != "-v"]
+ARGS = [a for a in sys.argv[1:] if not a.startswith("-")]
 FORWARDS = int(ARGS[0]) if ARGS else 512
 TOKENS = 64
 
@@ -102,6 +109,25 @@ def run(name, build):
     return audit
 
 
+def check(name, build):
+    """Two independent runs of exactly FORWARDS draws: mean z² per norm, max |z| vs the Bonferroni limit."""
+    import numpy as np
+    from mc_checks import bonferroni_z
+
+    runs = []
+    for seed in (1, 2):
+        torch.manual_seed(0)
+        model, kw = build()
+        runs.append(NA.audit_network(model, kw, seed=seed, forwards=FORWARDS, adaptive=False, progress=False))
+    z = [(a[0] - b[0]) / np.sqrt(a[1] ** 2 + b[1] ** 2)
+         for a, b in zip(*[[r.network_truth(i) for i in range(len(r.network_sites))] for r in runs])]
+    z = [x[~np.isnan(x)] for x in z]  # 0/0: an element no noise reaches (both SEs 0, equal truths)
+    count = sum(x.size for x in z)
+    means = [float((x ** 2).mean()) for x in z]
+    print(f"{name} check: {len(z)} norms, mean z² per norm {min(means):.3f} to {max(means):.3f}; max |z| "
+          f"{max(float(np.abs(x).max()) for x in z):.2f} (Bonferroni limit {bonferroni_z(count):.2f} over {count})")
+
+
 def pairformer():
     try:
         from alphafold3_pytorch import PairformerStack  # noqa: F401
@@ -117,4 +143,6 @@ if __name__ == "__main__":
         audit = run(name, build)
         if "-v" in sys.argv:
             print(audit.network_table)
+        if "--check" in sys.argv:
+            check(name, build)
     pairformer()

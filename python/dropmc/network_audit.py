@@ -36,21 +36,23 @@ when ``G² > 3 SE(G²)`` and else reported as the bound ``G < G⁺``.
 Which norms: every call of a norm module (recognised by
 :func:`dropmc.norms.recognize_norm` via discovery) whose input depends on a
 dropout call with ``p > 0`` (the data-flow dependencies of a
-:class:`dropmc.trace.Trace` forward): a norm no dropout reaches has
-``T = eval`` exactly and is not listed.
+:class:`dropmc.trace.Trace` forward; an ``nn.MultiheadAttention`` with
+``dropout > 0`` counts as one): a norm no dropout reaches has ``T`` equal
+to its eval output when dropout is the model's only train/eval difference,
+and is not listed.
 
-Budget (no control variate): the loop runs batches of :data:`BATCH`
-forwards and stops once every gap of every norm is resolved, at
-``forwards`` (default :data:`NETWORK_FORWARDS`) or when ``time_budget``
-ends (checked after every forward once the first batch is done; the first
-batch always runs, the SEs need it). A control variate (the first-order
-linear response, one jvp per forward) would cost about two forwards per
-draw, so it pays only when it removes more than two thirds of the
-variance; plain Monte Carlo already resolves every plain gap of BERT-base
-within 128 forwards (docs/audit.md), so it is not used.
+Budget: the loop runs batches of :data:`BATCH` forwards and stops once
+every gap of every norm is resolved, at ``forwards`` (default
+:data:`NETWORK_FORWARDS`) or when ``time_budget`` ends (checked after
+every forward once the first batch is done; the first batch always runs,
+the SEs need it). No control variate was tried: plain Monte Carlo resolves
+every eval gap of BERT-base in its first batch (docs/audit.md), and a
+first-order linear response (one jvp per draw) would add at least a
+forward's cost per draw.
 
 Not covered (named): functional norm calls (``F.layer_norm`` outside a
-norm module: discovery reads norms as modules), and forwards whose norm
+norm module: discovery reads norms as modules), padding (every token
+counts, padded ones too), and forwards whose norm
 calls change from draw to draw (LayerDrop, drop-path skipping a layer): a
 ValueError naming the norm call that did not run.
 """
