@@ -122,9 +122,12 @@ def check(name, build):
     z = [(a[0] - b[0]) / np.sqrt(a[1] ** 2 + b[1] ** 2)
          for a, b in zip(*[[r.network_truth(i) for i in range(len(r.network_sites))] for r in runs])]
     z = [x[~np.isnan(x)] for x in z]  # 0/0: an element no noise reaches (both SEs 0, equal truths)
+    silent = sum(x.size == 0 for x in z)  # e.g. ESMFold's recycle norms on zeros_like(noisy) at 0 recycles
+    z = [x for x in z if x.size]
     count = sum(x.size for x in z)
     means = [float((x ** 2).mean()) for x in z]
-    print(f"{name} check: {len(z)} norms, mean z² per norm {min(means):.3f} to {max(means):.3f}; max |z| "
+    print(f"{name} check: {len(z)} norms ({silent} without noise left out), mean z² per norm "
+          f"{min(means):.3f} to {max(means):.3f}; max |z| "
           f"{max(float(np.abs(x).max()) for x in z):.2f} (Bonferroni limit {bonferroni_z(count):.2f} over {count})")
 
 
