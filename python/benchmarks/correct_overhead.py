@@ -15,6 +15,8 @@ Variants, interleaved round by round so that machine load hits them alike:
              path, which a hooked model must take (the corrected encoder
              runs its own eval forward instead, dropmc.correct_fast)
   corrected  dropmc.torch.correct(model, x): the correction
+  network    dropmc.torch.correct(model, x, scope="network"): every norm the
+             noise reaches, for the noise of every dropout upstream
 
 Prints the median time of each and the ratios to ``plain`` (and, for
 the encoder, of ``corrected`` to ``module``). ``--clock wall`` (the
@@ -80,6 +82,7 @@ def measure(d, rounds):
     torch.manual_seed(0)
     enc, x = _encoder(d, s["heads"]), torch.randn(1, s["tokens"], d)
     enc_c = dt.correct(enc, x, inplace=False).eval()
+    enc_n = dt.correct(enc, x, inplace=False, scope="network").eval()
 
     def module():
         torch.backends.mha.set_fastpath_enabled(False)
@@ -88,23 +91,28 @@ def measure(d, rounds):
         finally:
             torch.backends.mha.set_fastpath_enabled(True)
 
-    med, reps = _timed({"plain": lambda: enc(x), "module": module, "corrected": lambda: enc_c(x)}, rounds)
+    med, reps = _timed({"plain": lambda: enc(x), "module": module, "corrected": lambda: enc_c(x),
+                        "network": lambda: enc_n(x)}, rounds)
     print(f"d = {d}, encoder ({LAYERS} layers, 1 x {s['tokens']} tokens, "
           f"{len(enc_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
           + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
           + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
-          f"  corrected/module {med['corrected'] / med['module']:.3f}")
+          f"  corrected/module {med['corrected'] / med['module']:.3f}"
+          f"  network/plain {med['network'] / med['plain']:.3f}  network/module {med['network'] / med['module']:.3f}")
     try:
         bert = _bert(d, s["heads"])
     except ImportError:
         return
     ids = {"input_ids": torch.randint(4, 100, (1, s["tokens"]), generator=torch.Generator().manual_seed(1))}
     bert_c = dt.correct(bert, ids, inplace=False).eval()
-    med, reps = _timed({"plain": lambda: bert(**ids), "corrected": lambda: bert_c(**ids)}, rounds)
+    bert_n = dt.correct(bert, ids, inplace=False, scope="network").eval()
+    med, reps = _timed({"plain": lambda: bert(**ids), "corrected": lambda: bert_c(**ids),
+                        "network": lambda: bert_n(**ids)}, rounds)
     print(f"d = {d}, bert ({LAYERS} layers, 1 x {s['tokens']} tokens, "
           f"{len(bert_c._dropmc_correction.sites)} sites, {rounds} rounds of {reps} calls): "
           + "  ".join(f"{k} {m * 1e3:.3f} ms" for k, m in med.items())
-          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}")
+          + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
+          f"  network/plain {med['network'] / med['plain']:.3f}")
 
 
 def main():

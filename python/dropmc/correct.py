@@ -80,11 +80,12 @@ _ATTRIBUTE = "_dropmc_correction"
 
 class Correction:
     """What :func:`correct` changed on a model (``model._dropmc_correction``):
-    ``sites`` (the corrected LN/RMS sites; none at ``scope="network"``),
-    ``network`` (``scope="network"``: norm call → its upstream noise ratio
-    κ), ``network_uncovered`` (``(op, module)`` of each op with a noisy
-    input the network ledger has no rule for, and each random draw it
-    could not follow), ``folded`` (the BatchNorm sites folded), ``unfolded`` (``{batchnorm_name: [reason per channel left as
+    ``scope``, ``sites`` (the corrected LN/RMS sites; none at
+    ``scope="network"``), ``network`` (``scope="network"``: norm call → its
+    upstream noise ratio κ), ``network_uncovered`` (``(op, module)`` of each
+    op with a noisy input the network ledger has no rule for, and each
+    random draw it could not follow), ``folded`` (the BatchNorm sites
+    folded), ``unfolded`` (``{batchnorm_name: [reason per channel left as
     is]}``), ``refused`` (``{site name: reason}``: entangled, ``p = 1``
     sites), ``skipped`` (``p = 0`` sites), and what :func:`uncorrect` needs to undo it."""
 
@@ -357,7 +358,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         network_arguments(inputs, sites, order, linear, kwargs)
         linear = False  # the ledger carries the linear paths' noise too
     try:
-        plan, error = _plan(model, inputs, sites, norms, kwargs), None
+        plan, error = _plan(model, inputs, sites, norms, kwargs, need_sites=scope == "site"), None
     except ValueError as e:
         plan, error = None, e
     from .correct_linear import linear_plan  # linear-path sites (docs/linear-path.md)

@@ -79,31 +79,36 @@ def _rho(x, centred: bool, eps: float, rstd=None):
     return torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
 
 
-def _network_factor(x, kappa: float, centred: bool, eps: float, rstd=None, v=None, p: float = 0.0):
+def _network_factor(x, terms, centred: bool, eps: float, rstd=None, v=None, p: float = 0.0):
     """The network factor per token (last dim kept), for an upstream noise
-    ``s̄ = κ V`` (:mod:`dropmc.network_correct` derives it):
+    ``s̄ = κ V`` (:mod:`dropmc.network_correct` derives it), from ``terms =
+    (1 + κ, −κ ε)``: two tensors broadcast over the tokens (0-d, or ``(L,
+    1)`` for a ``κ`` per position), made once per norm and input shape.
 
     ``c² = (V + ε) / (V (1 + κ) + ε)``. Step by step: dividing through by
     ``V + ε``, ``c² = 1 / (1 + κ V / (V + ε))``, and with ``ρ = (V +
-    ε)^(-1/2)``, ``V / (V + ε) = 1 − ε ρ²``, so ``c = (1 + κ − κ ε
-    ρ²)^(-1/2)``: one square, one fused multiply-add and one ``rsqrt`` on
-    the per-token ``ρ`` (:func:`_rho`, the norm's own ``rstd`` when it
-    returned it).
+    ε)^(-1/2)``, ``V / (V + ε) = 1 − ε ρ²``, so ``c^(-2) = (1 + κ) + ρ²
+    t`` with ``t = −κ ε``: one product and one fused multiply-add on the
+    per-token ``ρ`` (:func:`_rho`, the norm's own ``rstd`` when it
+    returned it), then an ``rsqrt``.
 
     With the norm's own site live (``v`` its dropout's input, rate ``p``):
     ``c² = (V + ε) / (V (1 + κ) + (p/q) mean_k v_k² + ε)``, ``κ`` then the
-    rest's ratio; dividing through as above, the site's term adds ``(p / (q
-    d)) a²`` with ``a = ‖v‖ ρ``, as in :func:`_factor` (one ``addcmul``)."""
+    rest's ratio; dividing through as above, ``t = −κ ε + (p / (q d))
+    ‖v‖²``: one ``vector_norm`` and one ``addcmul`` more — five kernels,
+    against the per-site factor's four (:func:`_factor`)."""
     import torch
 
     if x.dtype.itemsize < 4 or (v is not None and v.dtype.itemsize < 4):  # half: statistics in float32
         x = x.to(_stats_dtype(x))
     rho = _rho(x, centred, eps, rstd)
-    base = rho.square().mul_(-kappa * eps).add_(1.0 + kappa)
+    one_kappa, t = terms
     if v is None:
-        return base.rsqrt_()
-    a = torch.linalg.vector_norm(v.to(x.dtype), dim=-1, keepdim=True).mul_(rho)
-    return base.addcmul_(a, a, value=p / ((1.0 - p) * x.shape[-1])).rsqrt_()
+        t = t * rho
+    else:
+        n = torch.linalg.vector_norm(v.to(x.dtype), dim=-1, keepdim=True)
+        t = torch.addcmul(t, n, n, value=p / ((1.0 - p) * x.shape[-1])).mul_(rho)
+    return torch.addcmul(one_kappa, t, rho).rsqrt_()
 
 
 _ONES: dict = {}

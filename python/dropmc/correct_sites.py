@@ -191,8 +191,11 @@ def _check_finite(args, kw) -> None:
                              "on these inputs; give finite example inputs")
 
 
-def _nothing_found(found) -> None:
-    """A forward with nothing ``correct`` could act on: its own message."""
+def _nothing_found(found, need_sites: bool = True) -> None:
+    """A forward with nothing ``correct`` could act on: its own message
+    (``need_sites`` False: a dropout and a norm are enough, as for
+    ``scope="network"``, whose noise may reach the norms only through
+    other ops)."""
     if not found.dropouts:
         raise ValueError("no site to correct: the model made no dropout call (nn.Dropout or F.dropout) "
                          f"in a train-mode forward on these inputs. The forward's {found.summary()}")
@@ -200,14 +203,15 @@ def _nothing_found(found) -> None:
         raise ValueError("no site to correct: the model made no LayerNorm/RMSNorm call in a train-mode "
                          f"forward on these inputs. The forward's {found.summary()}. A norm it does not "
                          "read: norms={name: dropmc.norms.NormSpec(...)}")
-    if not found.sites:
+    if need_sites and not found.sites:
         raise ValueError("no site to correct: no dropout call's output reaches a norm directly or as "
                          f"h + dropout(v). The forward's {found.summary()}")
 
 
-def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
+def _plan(model, inputs=None, sites=None, norms=None, kwargs=None, need_sites: bool = True) -> _Plan:
     """The one place site discovery enters ``correct`` (see
-    :func:`dropmc.correct.resolve_sites`)."""
+    :func:`dropmc.correct.resolve_sites`; ``need_sites``: see
+    :func:`_nothing_found`)."""
     from .audit import Audit, _select_sites
     from .discovery import Site, call_inputs, discover
 
@@ -235,7 +239,7 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None) -> _Plan:
     _check_finite(args, kw)
     found = discover(model, *args, norms=norms, **kw)
     if sites is None:
-        _nothing_found(found)
+        _nothing_found(found, need_sites)
         plan = _split_discovered(found, found.sites, named=False)
         plan.sites += _batchnorm_sites(model)
     else:

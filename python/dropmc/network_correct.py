@@ -44,6 +44,19 @@ the ratio ``κ = s̄ / V``:
    computes it from the norm's own ``rstd``, the same cost as the per-site
    factor).
 
+7. By position. The ratio of step 3 still differs from one position of a
+   sequence to the next: the attention dropout's noise at a query is
+   ``(p/q) Σ_s a_s² v_s²``, and ``Σ_s a_s²`` — the inverse breadth of its
+   attention — is ``≈ 1/(t + 1)`` for diffuse causal attention at position
+   ``t`` (the first token, attending to itself alone, takes a whole
+   dropout's noise). So ``κ`` is pooled as in step 4 per position (the
+   input's last-but-one axis) over the example's other leading axes (its
+   batch rows): ``κ_t = Σ_b s̄_bt / Σ_b V_bt``; an input longer than the
+   example takes the pooled ``κ`` past its length, and a 2-d input the
+   pooled ``κ`` everywhere. (On a Llama-style model with attention
+   dropout, ``s̄/V`` spans a factor 10 over positions and the per-position
+   ``κ`` reaches the per-token ledger's correction; see docs/correct.md.)
+
 6. A norm that is a plain or bypass site of one dropout (``h +
    dropout(v)``) keeps that dropout's noise live per token, as the
    per-site correction does: its ``(p/q) mean_k v_k²`` is exact per token
@@ -78,14 +91,47 @@ class NetworkSite:
     mean v² + ε)``, ``κ`` then the rest's. ``site`` names the norm call
     (or the site)."""
 
-    def __init__(self, site, params, kappa: float, slot=None, p: float = 0.0) -> None:
+    def __init__(self, site, params, kappa: float, profile=None, slot=None, p: float = 0.0) -> None:
         self.site, self.params, self.kappa, self.slot, self.p = site, params, float(kappa), slot, float(p)
+        self.profile = profile  # κ per position (float64, step 7), or None: κ everywhere
         self.centred = params.kind == "layer"
+        self._live: Dict[tuple, object] = {}
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_live"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._live = {}
+
+    def terms(self, x, eps: float):
+        """``(1 + κ, −κ ε)`` for the input ``x`` (:func:`dropmc.correct_forms.
+        _network_factor`), in ``x``'s dtype and device: per position as
+        ``(L, 1)`` tensors (positions past the example's the pooled ``κ``)
+        when there is a profile and ``x`` has a position axis, else 0-d;
+        made once per input shape, dtype and device."""
+        key = (x.shape[-2] if x.dim() >= 3 else 0, x.dtype, x.device, eps)
+        t = self._live.get(key)
+        if t is None:
+            import torch
+
+            dt = _forms._stats_dtype(x)
+            if self.profile is None or key[0] == 0:
+                kappa = torch.tensor(self.kappa, dtype=dt, device=x.device)
+            else:
+                n = key[0]
+                prof = self.profile[:n]
+                if prof.numel() < n:
+                    prof = torch.cat([prof, prof.new_full((n - prof.numel(),), self.kappa)])
+                kappa = prof.to(dtype=dt, device=x.device).reshape(n, 1)
+            t = self._live[key] = (1.0 + kappa, kappa * -eps)
+        return t
 
     def __call__(self, module, args, out):
         x = args[0]
         v = None if self.slot is None else self.slot.take(self.site, x)
-        c = _forms._network_factor(x, self.kappa, self.centred, self.params.eps(x), v=v, p=self.p)
+        eps = self.params.eps(x)
+        c = _forms._network_factor(x, self.terms(x, eps), self.centred, eps, v=v, p=self.p)
         return self._apply(c, out)
 
     def fused(self, x, out, rstd):
@@ -94,7 +140,8 @@ class NetworkSite:
         v = None if self.slot is None else self.slot.v
         if x.dtype.itemsize < 4 or (self.slot is not None and (v is None or v.shape != x.shape)):
             return self(None, (x,), out)  # the general path (and its errors)
-        return self._apply(_forms._network_factor(x, self.kappa, True, 0.0, rstd, v, self.p), out)
+        eps = self.params.eps(x)  # the κ term needs ε itself (V/(V + ε) = 1 − ε ρ²), not only ρ
+        return self._apply(_forms._network_factor(x, self.terms(x, eps), True, eps, rstd, v, self.p), out)
 
     def _apply(self, c, out):
         if not self.centred:
@@ -175,10 +222,11 @@ def install_network(correction, build, plan, modules: dict, network) -> List[str
         noise = ledger.norms[call]
         own = noise.own_site
         if own is not None and own in plan.sites:
-            hook = NetworkSite(own, params, noise.kappa_rest, build.slot(own[0]), _p_of(plan, modules, own[0]))
+            hook = NetworkSite(own, params, noise.kappa_rest, noise.kappa_by_position(rest=True),
+                               build.slot(own[0]), _p_of(plan, modules, own[0]))
             owners = [plan.dropout_owner(own[0]), nname]
         else:
-            hook, owners = NetworkSite(call, params, kappa), [nname]
+            hook, owners = NetworkSite(call, params, kappa, noise.kappa_by_position()), [nname]
         build.norm(nname, call, hook)
         hooked += owners
         correction.network[call] = kappa

@@ -57,11 +57,13 @@ _QUIET = {"size", "dim", "numel", "stride", "is_contiguous", "__len__", "data_pt
 class NormNoise:
     """The noise at one norm call's input: ``kind`` (``"layer"``/``"rms"``),
     ``noise`` (``s̄`` per token) and ``spread`` (``V`` per token), float64
-    tensors of the tokens (the leading axes flattened), ``d`` the width;
-    ``own`` (per token, or None) and ``own_site`` (module docs)."""
+    tensors of the tokens (the leading axes flattened), ``d`` the width,
+    ``positions`` the length of the input's position axis (its last but
+    one; 1 for a 1-d input); ``own`` (per token, or None) and ``own_site``
+    (module docs)."""
 
-    def __init__(self, kind: str, noise: torch.Tensor, spread: torch.Tensor, d: int) -> None:
-        self.kind, self.noise, self.spread, self.d = kind, noise, spread, d
+    def __init__(self, kind: str, noise: torch.Tensor, spread: torch.Tensor, d: int, positions: int = 1) -> None:
+        self.kind, self.noise, self.spread, self.d, self.positions = kind, noise, spread, d, positions
         self.own: Optional[torch.Tensor] = None
         self.own_site: Optional[Tuple[str, str]] = None  # (dropout call, norm call) of ``own``
 
@@ -81,6 +83,19 @@ class NormNoise:
         total = float(self.spread.sum())
         rest = float(self.noise.sum() - self.own.sum())
         return max(rest, 0.0) / total if total > 0 else 0.0
+
+    def kappa_by_position(self, rest: bool = False) -> torch.Tensor:
+        """``κ`` pooled per position (the input's last-but-one axis) over
+        the other leading axes: ``Σ s̄ / Σ V`` of each position (``rest``:
+        ``max(0, Σ (s̄ − own)) / Σ V``, the own site taken out), float64,
+        of length ``positions``; a position with ``Σ V = 0`` takes the
+        pooled ``κ``."""
+        noise = self.noise if not rest or self.own is None else self.noise - self.own
+        by = noise.reshape(-1, self.positions).sum(0).clamp_min(0.0)
+        spread = self.spread.reshape(-1, self.positions).sum(0)
+        pooled = self.kappa_rest if rest else self.kappa
+        return torch.where(spread > 0, by / spread.clamp_min(torch.finfo(spread.dtype).tiny),
+                           torch.full_like(spread, pooled))
 
 
 class NetworkLedger:
@@ -149,7 +164,10 @@ class LedgerMode(TorchFunctionMode):
         if _inplace(name) and args and isinstance(args[0], torch.Tensor):
             with torch._C.DisableTorchFunction():
                 before = (args[0].clone(),) + tuple(args[1:])
-        out = func(*args, **kwargs)
+        run = kwargs
+        if name == "multi_head_attention_forward" and kwargs.get("training"):
+            run = dict(kwargs, training=False)  # neutral: its inner dropout is below the trace's reach
+        out = func(*args, **run)
         with torch._C.DisableTorchFunction(), torch.no_grad():
             self._after(func, name, before, kwargs, out, args)
         return out
@@ -158,6 +176,14 @@ class LedgerMode(TorchFunctionMode):
         target = original[0] if _inplace(name) and original else out
         if func is F.dropout:
             self._dropout(args, kwargs, target)
+            return
+        if name == "multi_head_attention_forward":
+            from .network_mha import mha_variance
+
+            s = mha_variance(_rules.Op(func, name, args, kwargs, out), self.s_of)
+            if s is None:
+                self._uncovered(name)
+            self._set(tensors(out)[0], s)
             return
         if name in _rules.INJECTING:
             self._uncovered(name)
@@ -217,7 +243,8 @@ class LedgerMode(TorchFunctionMode):
                 spread = xx.var(-1, unbiased=False)
             else:
                 noise, spread = s.mean(-1), xx.square().mean(-1)
-            self.ledger.norms[call] = NormNoise(kind, noise.reshape(-1), spread.reshape(-1), d)
+            positions = xx.shape[-2] if xx.dim() >= 2 else 1
+            self.ledger.norms[call] = NormNoise(kind, noise.reshape(-1), spread.reshape(-1), d, positions)
 
 
 class _NormHook:

@@ -93,20 +93,10 @@ def _tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def _scalar(x) -> Optional[float]:
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    if _tensor(x) and x.dim() == 0 and x.is_floating_point():
-        return None  # a 0-d tensor is an operand like any other
-    return None
-
-
 # -- sums and products
 
 
-def _add(op: Op, s_of: SOf, sign_alpha: bool = True):
+def _add(op: Op, s_of: SOf):
     a, b = op.arg(0, "input"), op.arg(1, "other")
     alpha = op.kwargs.get("alpha", op.args[2] if len(op.args) > 2 and not _tensor(op.args[2]) else 1)
     terms = []
@@ -414,10 +404,11 @@ def sdpa_variance(op: Op, s_of: SOf):
     return out
 
 
-#: Dropout-like calls whose injection the ledger does not model (grouped or
-#: alpha masks): listed as not covered whenever they run.
+#: Calls that inject noise of their own: grouped or alpha dropouts, whose
+#: injection the ledger does not model (listed as not covered whenever they
+#: run), and ``nn.MultiheadAttention``'s attention.
 INJECTING = {"dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
-             "multi_head_attention_forward"}
+             "multi_head_attention_forward"}  # the last has its own rule: dropmc.network_mha
 
 
 RULES: Dict[str, Callable] = {}
@@ -428,7 +419,7 @@ def _register(names, rule) -> None:
         RULES[n] = rule
 
 
-_register("add __add__ __radd__ add_ __iadd__ sub __sub__ sub_ __isub__", _add)
+_register("add __add__ __radd__ add_ __iadd__ sub __sub__ sub_ __isub__ rsub __rsub__", _add)
 _register("mul __mul__ __rmul__ mul_ __imul__ multiply", _mul)
 _register("div __truediv__ div_ __itruediv__ true_divide divide", _div)
 _register("addcmul addcmul_", _addcmul)
