@@ -58,6 +58,12 @@ class Audit:
         self.linear_sites: List[dict] = []
         self.linear_truths: list = []
         self.linear_table = ""
+        #: Network mode (``network=True``, :mod:`dropmc.network_audit`): one
+        #: row per norm call a dropout reaches, gaps to the every-dropout truth.
+        self.network_sites: List[dict] = []
+        self.network_truths: list = []
+        self.network_forwards = 0
+        self.network_table = ""
 
     def _other_table(self) -> str:
         if not self.other_sites:
@@ -91,7 +97,8 @@ class Audit:
     def __str__(self) -> str:
         names = [s["name"] for s in self.sites] + [s["name"] for s in self.attention_sites]
         parts = (self._head_lines(), self._token_line(), collapse_warnings(self._table, names),
-                 self.linear_table, collapse_warnings(self._attention_table, names), self._other_table())
+                 self.linear_table, collapse_warnings(self._attention_table, names), self._other_table(),
+                 self.network_table)
         return "\n".join(t for t in parts if t)
 
     def engine_text(self) -> str:
@@ -116,6 +123,8 @@ class Audit:
             out["tokens"] = self.tokens
         if self.coverage is not None:
             out["coverage"] = self.coverage
+        if self.network_table:
+            out["network_sites"] = self.network_sites
         return _json.dumps(out, indent=2)
 
     def attention_moments(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
@@ -132,6 +141,11 @@ class Audit:
         d = self.sites[i]["d"]
         e, se = self._truths[i]
         return _np.asarray(e).reshape(-1, d), _np.asarray(se).reshape(-1, d)
+
+    def network_truth(self, i: int) -> Tuple[_np.ndarray, _np.ndarray]:
+        """Network row ``i``'s truth ``E[norm output]`` over every mask of
+        the forward and its SE, each tokens × d (:mod:`dropmc.network_audit`)."""
+        return self.network_truths[i]
 
     def token_indices(self, i: int) -> _np.ndarray:
         """The indices, among site ``i``'s tokens (flattened over the batch,
