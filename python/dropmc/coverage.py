@@ -7,8 +7,10 @@ the audit captured and what it could not read, and returns the rows of
 the calls listed without numbers and the counts; :func:`summary_line`
 prints ``"N dropout calls: a audited, b listed (reason: count, …)"``.
 
-A call's reason, first that applies: not selected (``sites=`` named
-others), ``p = 0``, entangled (its only sites' bypass depends on its own
+A call's reason, first that applies: its site row's own (a site the
+capture could not read: its error, e.g. eval and train paths differ),
+``p = 0``, not inverted dropout (alpha dropout), a mask not readable
+against the norm's rows, not selected (``sites=`` named others), entangled (its only sites' bypass depends on its own
 mask), an attention call whose weights could not be read (how they were used),
 attention skipped (``attention=False``), the op that stops its path to the
 first norm it reaches (a linear layer: the linear-path family), or no norm
@@ -62,8 +64,15 @@ def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], select
         p = found.dropouts.get(call, att[call].p if call in att else 0.0)
         sites = [s for s in found.sites if s.dropout == call]
         paths = [x for x in found.paths if x.dropout == call and not x.site]
-        if p == 0:
+        unread = [r for k, r in getattr(found, "unread", {}).items() if k.split("->")[0] == call]
+        if site_listed.get(call, {}).get("kind"):  # its site row's own reason (audit._split, a capture error)
+            kind, reason = site_listed[call]["kind"], site_listed[call]["reason"]
+        elif p == 0:
             kind, reason = "p = 0", "no dropout at this rate (p = 0)"
+        elif call in getattr(found, "reasons", {}):
+            kind, reason = "not inverted dropout", found.reasons[call]
+        elif unread and not sites:
+            kind, reason = "mask not readable", unread[0]
         elif call in att:
             if not attention_on:
                 kind, reason = "attention skipped", "attention sites skipped (attention=False)"

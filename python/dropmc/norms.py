@@ -63,6 +63,7 @@ class NormSpec:
     beta: _np.ndarray
     eps: float
     weight_offset: float = 0.0
+    axis: int = -1  # the normalized axis of the module's input (-3 for channels-first (N, C, H, W))
 
     @property
     def d(self) -> int:
@@ -139,12 +140,15 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
     import torch
 
     label = f"{name!r} ({type(module).__name__})" if name else type(module).__name__
-    d = int(x.shape[-1])
+    d, axis = int(x.shape[-1]), -1
     weight = _vector(getattr(module, "weight", None))
     bias = _vector(getattr(module, "bias", None)) if isinstance(getattr(module, "bias", None), torch.Tensor) else None
-    if weight is not None and weight.shape[0] != d:
-        raise ValueError(f"{label} is not a norm over the last axis: weight of length {weight.shape[0]}, "
-                         f"input's last axis {d}")
+    if weight is not None and weight.shape[0] != d:  # channels-first: the first axis of the weight's length
+        axes = [a for a in range(1, x.dim() - 1) if x.shape[a] == weight.shape[0]]
+        if not axes:
+            raise ValueError(f"{label} is not a norm over one axis of its input: weight of length "
+                             f"{weight.shape[0]}, input of shape {tuple(x.shape)}")
+        d, axis = int(weight.shape[0]), axes[0] - x.dim()
     eps = _eps_of(module)
     if eps is None:
         raise ValueError(f"{label}: no eps / variance_epsilon / epsilon attribute; pass its NormSpec "
@@ -154,8 +158,8 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
         y = getattr(module, "_dropmc_own_forward", module.forward)(x)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         raise ValueError(f"{label} is not a norm: its output is not a tensor of its input's shape")
-    xs = x.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
-    ys = y.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
+    xs = x.detach().movedim(axis, -1).to(torch.float64).cpu().numpy().reshape(-1, d)
+    ys = y.detach().movedim(axis, -1).to(torch.float64).cpu().numpy().reshape(-1, d)
     finite = _np.isfinite(xs).all(-1) & _np.isfinite(ys).all(-1)  # a NaN row is the capture's to name
     xs, ys = xs[finite], ys[finite]
     if xs.shape[0] == 0:
@@ -164,9 +168,9 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
     u = float(torch.finfo(y.dtype).eps) / 2 if y.dtype.is_floating_point else 0.0
     zero = _np.zeros(d)
     w = _np.ones(d) if weight is None else weight
-    candidates = [NormSpec("layer", w, zero if bias is None else bias, eps)]
+    candidates = [NormSpec("layer", w, zero if bias is None else bias, eps, axis=axis)]
     if bias is None:
-        candidates += [NormSpec("rms", w, zero, eps), NormSpec("rms", 1.0 + w, zero, eps, 1.0)]
+        candidates += [NormSpec("rms", w, zero, eps, axis=axis), NormSpec("rms", 1.0 + w, zero, eps, 1.0, axis)]
     closest = None
     for spec in candidates:
         ref = spec.apply(xs)
