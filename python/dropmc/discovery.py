@@ -234,7 +234,7 @@ def _identity_ops() -> set:
     """The ops that are the identity per token (and the adds)."""
     from .paths import _AXES, _INDEX, _SHAPE
 
-    return CASTS | _SHAPE | _AXES | _INDEX | {"roll"} | _STOP_FREE
+    return CASTS | _SHAPE | _AXES | _INDEX | {"roll", "gate"} | _STOP_FREE
 
 
 def beyond_linear(ops: Tuple[str, ...]) -> Optional[str]:

@@ -199,6 +199,10 @@ class Trace(MaskDraws):
         first = outs[0] if outs else None
         origin, out = self.origin_of(name, func, args, kwargs, out, first)
         paths = self._paths(ins, op_label(name, self.owner())) if name not in _SHAPE_ONLY else {}
+        if origin[0] == "dropout" and origin[2] and origin[2][-1][0] is func and origin[1] in paths \
+                and (name in MUL or name in DIV):  # a gate step on the site's own path (gate_step)
+            labels, n = paths[origin[1]]
+            paths[origin[1]] = (labels[:-1] + ("gate",), n) if len(labels) == n else (labels, n)
         if origin[0] == "dropout" and origin[2] == () and origin[1] in self.sources:
             deps = deps | {origin[1]}
             paths[origin[1]] = ((), 0)

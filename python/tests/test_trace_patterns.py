@@ -415,3 +415,9 @@ def test_a_channels_first_site_truth_matches_the_models_monte_carlo():
     runs = runs.reshape(RUNS, 2, D, 12).transpose(0, 1, 3, 2).reshape(RUNS, -1, D)
     zz = projected_z(truth, se, runs)
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
+
+
+def test_a_channels_first_norm_is_recognised_when_its_width_equals_its_channels():
+    x = torch.randn(2, D, 3, D, generator=torch.Generator().manual_seed(20), dtype=torch.float64)
+    found = discover(_ConvStage(by_ops=True).double(), x)  # the last axis has the weight's length too
+    assert found.norms["norm"].axis == -3 and [s.form for s in found.sites] == ["bypass"]
