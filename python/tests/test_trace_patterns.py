@@ -122,6 +122,15 @@ def test_a_gate_that_carries_the_mask_is_not_absorbed():
     assert found.sites == []
 
 
+def test_a_gated_path_that_stops_later_names_the_op_that_stops_it():
+    class _GatedThenCumsum(_Gated):
+        def forward(self, x):
+            return self.norm((self.drop(self.lin(x)) * torch.sigmoid(self.gate(x))).cumsum(-1))
+
+    audit = A.audit_torch(_GatedThenCumsum().double(), _x(), samples=1024)
+    assert audit.sites == [] and audit.coverage["reasons"] == {"through cumsum": 1}
+
+
 # -- 2. train-only dropouts, eval-only branches ---------------------------------------------------
 
 
