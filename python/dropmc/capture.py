@@ -58,7 +58,8 @@ def _f64(t) -> _np.ndarray:
 
 class Unreadable(ValueError):
     """A site the capture cannot read (listed with this reason, never
-    aborting the audit)."""
+    aborting the audit). Errors of the inputs (NaN/inf activations, a
+    ``token_mask`` of the wrong shape, an empty batch) stay ValueErrors."""
 
 
 def _finite(site: str, what: str, t: torch.Tensor) -> None:
@@ -151,7 +152,7 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
     _finite(site.name, f"norm input of {site.norm!r}", z)
     va = replay(tape, v.to(torch.float64))
     if va.shape != z.shape:
-        raise ValueError(f"site {site.name!r}: dropout output {tuple(va.shape)} (after its reshapes) and "
+        raise Unreadable(f"site {site.name!r}: dropout output {tuple(va.shape)} (after its reshapes) and "
                          f"norm input {tuple(z.shape)} differ in shape")
     spec = found.norms[site.norm]
     d = spec.d
@@ -167,11 +168,13 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
         keep = ~constant if keep is None else keep & ~constant
     if keep is not None:
         vv, zz = vv[keep], zz[keep]
+    if vv.shape[0] == 0 and dropped:
+        raise Unreadable(f"site {site.name!r}: every token is constant or padding (σ = 0: no closed form)")
     if vv.shape[0] == 0:
-        raise ValueError(f"site {site.name!r}: every token is padding or constant (no token to audit)")
+        raise ValueError(f"site {site.name!r}: every token is padding (an empty batch)")
     plain = site.form in ("plain", "compound")
     if plain and not _np.allclose(vv, zz, rtol=1e-6, atol=0):
-        raise ValueError(f"site {site.name!r}: traced as plain, but the eval-mode norm input is not "
+        raise Unreadable(f"site {site.name!r}: traced as plain, but the eval-mode norm input is not "
                          "the dropout's output")
     capture = {
         "name": site.name, "form": "plain" if plain else "bypass", "p": float(site.p), "d": d,
@@ -190,7 +193,7 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
     if site.form == "compound":
         out1, in2 = rec.get(("output", site.norm)), rec.get(("input", site.norm2))
         if out1 is None or in2 is None or not torch.equal(out1, in2):
-            raise ValueError(f"site {site.name!r}: in eval mode {site.norm!r}'s output is not "
+            raise Unreadable(f"site {site.name!r}: in eval mode {site.norm!r}'s output is not "
                              f"{site.norm2!r}'s input")
         spec2 = found.norms[site.norm2]
         capture.update(form="compound", gamma2=_np.ascontiguousarray(spec2.gamma, dtype=_np.float64),
@@ -318,7 +321,7 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
             got[s.name] = _norm_capture(s, found, trace, kwargs, token_mask, fixed)
         except MissingCall as e:
             (unreadable.__setitem__(s.name, str(e)) if training else retry.append(s))
-        except ValueError as e:  # one site's error is that site's listed row, never the audit's end
+        except Unreadable as e:  # one site's error is that site's listed row, never the audit's end
             unreadable[s.name] = str(e)
     if retry:  # dropouts the eval forward does not call: their eval values from the neutral train forward
         again = _capture_forward(model, args, kwargs, {c for s in retry for c in s.as_tuple()},
@@ -327,7 +330,7 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
             fixed = corrected is not None and s.as_tuple() in corrected.sites
             try:
                 got[s.name] = _norm_capture(s, found, again, kwargs, token_mask, fixed)
-            except ValueError as e:
+            except Unreadable as e:
                 unreadable[s.name] = str(e)
     captures, tokens = [], {"audited": 0, "total": 0}
     for s in sites:

@@ -26,7 +26,15 @@ axis, transposes, ``roll``, ``detach``, casts, …),
   ``nn.LayerNorm``, *compound* ``D → LN1 → LN2`` instead;
 * ``a + b`` with ``a`` a dropout call ``D``'s output: *bypass* ``D → norm``
   with ``h = b`` — unless ``b`` itself depends on ``D``'s mask, which makes
-  it *entangled*.
+  it *entangled*. A sum of several terms is read as its summands, whatever
+  the bracketing (a parallel residual ``x + a + b``: two bypass sites); a
+  summand below the top add only when the others carry no draw of it.
+
+"Up to ops" means the layout steps of :mod:`dropmc.paths` (on any axis)
+and gate steps (``dropout(v) ⊙ g``, :meth:`dropmc.trace.Trace.gate_step`);
+which draws meet each row of the norm is read by
+:func:`dropmc.masks.mask_info` (a row whose draws cannot be read is in
+``Discovery.unread``).
 
 A *mask product* is a dropout too: ``x · dropout(ones(shape))`` (ESMFold's
 row/column dropout) and ``x · mask`` with a mask drawn by ``torch.rand`` /

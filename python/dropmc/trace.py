@@ -13,6 +13,14 @@ with forward hooks on its modules. Every tensor carries
   ``ones``, ``rand``, ``keepmask``, ``maskdrop``, ``other``) and the tape of
   identity-per-token steps after it (:mod:`dropmc.paths`).
 
+Data flow, not op names: an op whose tensor arguments give only their
+shape (``new_ones``, ``*_like``: :data:`_SHAPE_ONLY`) passes on no
+dependence; a dropout's output times or over a number or a tensor that
+carries no draw of its mask is the same site with ``v' = v ⊙ g``
+(:meth:`Trace.gate_step`); every dropout function is a dropout call
+(:data:`_DROPOUTS`), and every draw and mask product is followed by
+:mod:`dropmc.trace_masks`.
+
 *Neutral* forwards. The trace never draws a mask: ``F.dropout`` returns
 its input (its ``p`` is recorded), an SDPA call runs with ``dropout_p =
 0``, and a random draw (``torch.rand``/``rand_like``/``bernoulli``) is held
