@@ -323,15 +323,17 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
             (unreadable.__setitem__(s.name, str(e)) if training else retry.append(s))
         except Unreadable as e:  # one site's error is that site's listed row, never the audit's end
             unreadable[s.name] = str(e)
-    if retry:  # dropouts the eval forward does not call: their eval values from the neutral train forward
-        again = _capture_forward(model, args, kwargs, {c for s in retry for c in s.as_tuple()},
+    late = [a for a in attention if a.kind == "eager" and ("input", a.call) not in trace.recorded and not training]
+    again = None
+    if retry or late:  # dropouts the eval forward does not call: their eval values from the neutral train forward
+        again = _capture_forward(model, args, kwargs, {c for s in retry for c in s.as_tuple()} | {a.call for a in late},
                                  {found.norm_modules[c] for s in retry for c in s.as_tuple()[1:]}, True, None)
-        for s in retry:
-            fixed = corrected is not None and s.as_tuple() in corrected.sites
-            try:
-                got[s.name] = _norm_capture(s, found, again, kwargs, token_mask, fixed)
-            except Unreadable as e:
-                unreadable[s.name] = str(e)
+    for s in retry:
+        fixed = corrected is not None and s.as_tuple() in corrected.sites
+        try:
+            got[s.name] = _norm_capture(s, found, again, kwargs, token_mask, fixed)
+        except Unreadable as e:
+            unreadable[s.name] = str(e)
     captures, tokens = [], {"audited": 0, "total": 0}
     for s in sites:
         if s.name in got:
@@ -343,7 +345,7 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
     attention_caps = []
     for a in attention:
         try:
-            attention_caps.append(_attention_capture(a, trace.recorded))
+            attention_caps.append(_attention_capture(a, (again if a in late else trace).recorded))
         except Unreadable as e:
             unreadable[a.call] = str(e)
     return captures, attention_caps, tokens, unreadable

@@ -240,9 +240,9 @@ _STOP_FREE = {"add", "__add__", "__radd__", "add_", "__iadd__"}
 
 def _identity_ops() -> set:
     """The ops that are the identity per token (and the adds)."""
-    from .paths import _AXES, _INDEX, _SHAPE
+    from .paths import _AXES, _INDEX, _REPEAT, _SHAPE
 
-    return CASTS | _SHAPE | _AXES | _INDEX | {"roll", "gate"} | _STOP_FREE
+    return CASTS | _SHAPE | _AXES | _INDEX | _REPEAT | {"roll", "gate"} | _STOP_FREE
 
 
 def beyond_linear(ops: Tuple[str, ...]) -> Optional[str]:

@@ -11,7 +11,8 @@ touches — the norm's rows are what the capture replays the steps to:
   ``unsqueeze``/``view_as``/``reshape_as`` (the same entries, any last
   size: heads joined or split), ``expand`` (entries repeated: the draws'
   sharing is read by :func:`dropmc.masks.mask_info` on the replayed draw
-  ids), ``transpose``/``permute``/``movedim``/``swapaxes`` (channels-first
+  ids; ``repeat``/``tile``/``repeat_interleave`` likewise),
+  ``transpose``/``permute``/``movedim``/``swapaxes`` (channels-first
   ↔ last included), ``roll`` (Swin's shifted windows; window partitions
   are views and permutes);
 * values unchanged: ``contiguous``/``clone``/``detach`` and the dtype
@@ -44,6 +45,8 @@ _SHAPE = {"view", "reshape", "flatten", "unflatten", "squeeze", "unsqueeze", "vi
           "expand", "expand_as"}
 _AXES = {"transpose", "swapaxes", "swapdims", "permute", "movedim", "moveaxis", "t"}
 _INDEX = {"__getitem__"}
+#: Ops that repeat entries (the draws' sharing is read on the replayed ids).
+_REPEAT = {"repeat", "tile", "repeat_interleave"}
 
 #: Op labels kept per dropout on a tensor's path (the first ones: the op
 #: that stops a path is the first that is not an identity per token).
@@ -68,7 +71,7 @@ def step_of(name: str, func, args, kwargs, out) -> Tuple[Optional[tuple], Option
     per token of its first argument (module docs), ``(None, why)`` when it
     is one of the layout ops but mixes the normalized axis, ``(None,
     None)`` when it is no layout op at all."""
-    if name not in _SHAPE | _AXES | _INDEX | CASTS | {"roll"}:
+    if name not in _SHAPE | _AXES | _INDEX | _REPEAT | CASTS | {"roll"}:
         return None, None
     if not args or not isinstance(args[0], torch.Tensor) or not isinstance(out, torch.Tensor):
         return None, None

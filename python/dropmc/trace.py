@@ -217,7 +217,7 @@ class Trace(MaskDraws):
         inplace = (name.endswith("_") and not name.startswith("__")) or "out" in kwargs \
             or name in ("__setitem__", "__iadd__", "__imul__", "__itruediv__", "__isub__")
         if inplace and args and isinstance(args[0], torch.Tensor):
-            self.tag(args[0], deps, paths, origin if name in ADD or origin[0] in ("keepmask", "rand")
+            self.tag(args[0], deps, paths, origin if name in ADD or origin[0] in ("keepmask", "rand", "softmax")
                      else OTHER)
         in_ids = {id(t) for t in ins}
         for t in tensors(out):
@@ -237,6 +237,10 @@ class Trace(MaskDraws):
             return ("add", ((self.origin(a), self.deps(a)), (self.origin(b), self.deps(b))), ()), out
         if name in _SOFTMAX:
             return ("softmax", None, ()), out
+        if name in ("masked_fill", "masked_fill_") and len(args) > 2 and isinstance(args[0], torch.Tensor) \
+                and self.origin(args[0])[0] == "softmax" and scalar(args[2]) == 0.0 \
+                and not (isinstance(args[1], torch.Tensor) and self.origin(args[1])[0] in _MASK_KINDS):
+            return ("softmax", None, ()), out  # masked keys zeroed (DeBERTa's XSoftmax): still the rows
         if name in _ONES:
             return ("ones", None, ()), out
         o0 = self.origin(args[0]) if args and isinstance(args[0], torch.Tensor) else OTHER

@@ -141,7 +141,8 @@ class MaskDraws:
                     out.div_(f)  # neutral: the product is y, its eval value
             call = self.next_call(self.functional_base("rand_mask"))
             self.dropout_p[call] = p
-            self.dropout_origin[call] = OTHER
+            ox = self.origin(x)  # a mask on softmax rows is an attention dropout (SEW-D's XDropout)
+            self.dropout_origin[call] = ox if ox[0] == "softmax" and not ox[2] else OTHER
             self.mask_draws.add(draw)
         self.sources[call] = {"mask_shape": tuple(mask.shape), "value_shape": tuple(x.shape),
                               "out_shape": tuple(out.shape) if out is not None else (), "scale": scale,

@@ -242,6 +242,42 @@ def test_a_hand_written_dropout_truth_matches_the_models_monte_carlo(how):
     _agrees_with_monte_carlo(_HandWritten(how).double(), _x(), ("rand_mask", "norm"), "norm")
 
 
+class _XAttention(nn.Module):
+    """SEW-D's eager attention: DeBERTa's XSoftmax (``masked_fill`` of the
+    masked keys, softmax, ``masked_fill_`` of them with 0), the rows
+    dropped by XDropout in training only, ``bmm`` with the values, then
+    ``norm(x + o_proj(context))``."""
+
+    def __init__(self, heads=3):
+        super().__init__()
+        torch.manual_seed(21)
+        self.heads = heads
+        self.qkv, self.o_proj = nn.Linear(D, 3 * D), nn.Linear(D, D)
+        self.norm = _seeded_norm(nn.LayerNorm(D))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = (t.reshape(b, n, self.heads, -1).transpose(1, 2).reshape(b * self.heads, n, -1)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        keys = torch.ones(b * self.heads, n, n, dtype=torch.bool)
+        keys[:, :, -1] = False  # the last key masked
+        rows = torch.softmax((q @ k.transpose(1, 2)).masked_fill(~keys, -1e9), -1)
+        rows.masked_fill_(~keys, 0)
+        if self.training:
+            rows = _XDropout.apply(rows, P)
+        context = torch.bmm(rows, v).reshape(b, self.heads, n, -1).transpose(1, 2).reshape(b, n, D)
+        return self.norm(x + self.o_proj(context))
+
+
+def test_a_custom_attention_dropout_is_an_attention_site_audited():
+    model = _XAttention().double()
+    found = discover(model, _x())
+    assert [(a.call, a.kind, a.p) for a in found.attention] == [("rand_mask", "eager", pytest.approx(P))]
+    audit = A.audit_torch(model, _x(), samples=1024, attention_samples=256)
+    assert [a["name"] for a in audit.attention_sites] == ["rand_mask"]
+    assert audit.coverage["calls"] == 1 and audit.coverage["audited"] == 1
+
+
 class _ChannelFirst(nn.Module):
     """A conv-net stage: ``x (N, C, H, W)`` → ``nn.Dropout2d`` → channels
     last → ``LayerNorm(C)`` (and the 1d analogue): per row of the norm each
