@@ -34,7 +34,14 @@ def _stop_reason(paths) -> Tuple[str, str]:
     beyond = beyond_linear(first.ops) if op.startswith("linear") else None
     if beyond is not None:  # past the linear layer, an op the linear-path family cannot take
         kind = f"through {beyond.split(':', 1)[0]}"
-        what = f"through {op}, then {beyond} (a nonlinearity: no closed form on this path)"
+        product = beyond.split(":", 1)[0] in ("bmm", "matmul", "__matmul__", "einsum")
+        what = f"through {op}, then {beyond} " + ("(a product of two tensors, which the linear-path family does "
+                                                   "not follow)" if product else
+                                                   "(a nonlinearity: no closed form on this path)")
+    elif op.startswith("linear") and first.length > len(first.ops):  # the rest of the path not recorded
+        kind = "through a linear layer"
+        what = (f"through {op}, then {first.length - len(first.ops)} more ops not recorded (whether the path "
+                "stays linear is not known)")
     elif op.startswith("linear"):
         kind = "through a linear layer"
         what = f"through {op} (a linear path the linear-path family did not audit: docs/linear-path.md)"

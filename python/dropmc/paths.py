@@ -49,8 +49,10 @@ _INDEX = {"__getitem__"}
 _REPEAT = {"repeat", "tile", "repeat_interleave"}
 
 #: Op labels kept per dropout on a tensor's path (the first ones: the op
-#: that stops a path is the first that is not an identity per token).
-MAX_LABELS = 8
+#: that stops a path is the first that is not a layout step; past a linear
+#: layer, the next one that is not linear — SEW-D's relative-position path
+#: reaches its bmm 10 ops after its key projection).
+MAX_LABELS = 32
 
 
 def _rearranges(name: str, x: torch.Tensor, out: torch.Tensor) -> Optional[str]:

@@ -131,6 +131,18 @@ def test_a_gated_path_that_stops_later_names_the_op_that_stops_it():
     assert audit.sites == [] and audit.coverage["reasons"] == {"through cumsum": 1}
 
 
+def test_a_long_path_past_a_linear_layer_names_the_nonlinearity_that_stops_it():
+    class _LongPath(_Gated):
+        def forward(self, x):
+            y = self.lin(self.drop(x))
+            for _ in range(10):  # layout steps: more labels than the old cap of 8
+                y = y.transpose(0, 1).contiguous()
+            return self.norm(F.gelu(y))
+
+    audit = A.audit_torch(_LongPath().double(), _x(), samples=1024, linear=False)
+    assert audit.coverage["reasons"] == {"through gelu": 1}, audit.other_sites
+
+
 # -- 2. train-only dropouts, eval-only branches ---------------------------------------------------
 
 
