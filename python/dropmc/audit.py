@@ -309,7 +309,7 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     show = _show_progress(progress)
     from contextlib import nullcontext
 
-    from .capture import capture_traced, in_eval
+    from .capture import capture_traced, failure_row, in_eval
     from .coverage import coverage
     from .discovery import call_inputs, discover
 
@@ -338,6 +338,9 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         if tracer is not None:
             paths = paths_of(tracer)
     del tracer
+    failed = [s for s in clean if s.name in unreadable]  # a site's capture error: its listed row
+    other += [failure_row(s, unreadable.pop(s.name)) for s in failed]
+    clean = [s for s in clean if s not in failed]
     if mha:
         attention_caps += capture_attention_sites(model, args, mha, kw)
     audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,

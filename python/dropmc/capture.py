@@ -36,7 +36,8 @@ from .discovery import AttentionSite, Discovery, Site, Trace, run_neutral, site_
 from .masks import mask_groups
 from .paths import replay
 
-__all__ = ["capture_traced", "in_eval", "REBUILD_ROUNDINGS", "Unreadable", "token_mask_for"]
+__all__ = ["capture_traced", "in_eval", "REBUILD_ROUNDINGS", "Unreadable", "token_mask_for", "failure_row",
+           "PATHS_DIFFER"]
 
 #: Rounding allowance of the SDPA rebuild check, in units of the call's
 #: unit roundoff u. The model's context is ``Σ_s a_s v_s`` in its dtype:
@@ -57,7 +58,8 @@ def _f64(t) -> _np.ndarray:
 
 class Unreadable(ValueError):
     """A site the capture cannot read (listed with this reason, never
-    aborting the audit)."""
+    aborting the audit). Errors of the inputs (NaN/inf activations, a
+    ``token_mask`` of the wrong shape, an empty batch) stay ValueErrors."""
 
 
 def _finite(site: str, what: str, t: torch.Tensor) -> None:
@@ -89,10 +91,11 @@ def token_mask_for(site_norm_module: str, kwargs: dict, token_mask=None):
     return kwargs.get("attention_mask")
 
 
-def _token_keep(site: str, mask, v: torch.Tensor, tape, explicit: bool) -> Optional[_np.ndarray]:
+def _token_keep(site: str, mask, v: torch.Tensor, tape, explicit: bool, axis: int = -1) -> Optional[_np.ndarray]:
     """Which of the norm input's tokens are real: the mask (one entry per
     token of the dropout's input, or of its ``(batch · length, d)``
-    flattening) carried along the site's tape."""
+    flattening) carried along the site's tape to the norm's rows (its
+    ``axis``); a row with a padded entry is left out."""
     if not isinstance(mask, torch.Tensor):
         return None
     if v.dim() == 2 and mask.dim() == 2 and v.shape[0] == mask.numel():
@@ -103,49 +106,75 @@ def _token_keep(site: str, mask, v: torch.Tensor, tape, explicit: bool) -> Optio
                              f"tokens are {tuple(v.shape[:-1])}")
         return None  # not this site's sequence
     spread = (mask != 0).to(torch.float64)[..., None].expand(v.shape)
-    return (replay(tape, spread)[..., 0] != 0).reshape(-1).cpu().numpy()
+    rows = replay(tape, spread).movedim(axis, -1)  # a row of the norm is kept when all its entries are
+    return (rows != 0).all(-1).reshape(-1).cpu().numpy()
+
+
+class MissingCall(Unreadable):
+    """The capture forward made no call the train-mode discovery forward
+    made (a dropout or norm the model runs only in training)."""
+
+
+#: The reason of a site whose norm input is, in the eval forward, not made
+#: from its dropout as in the train-mode one (an eval-only branch).
+PATHS_DIFFER = "eval and train paths differ"
 
 
 def _term(trace: Trace, site: Site):
-    """The eval trace's tape from the site's dropout to its norm input."""
+    """The capture trace's tape from the site's dropout to its norm input."""
     for call, _, origin, _, _ in trace.norm_calls:
         if call == site.norm:
             for d, form, tape, _ in site_terms(origin):
                 if d == site.dropout:
                     return form, tape
-            raise ValueError(f"site {site.name!r}: in the capture forward {site.norm!r}'s input is not "
-                             f"{site.dropout!r}'s output (nor h + it) as in the discovery forward")
-    raise ValueError(f"site {site.name!r}: the capture forward made no call {site.norm!r} (the "
-                     "train-mode one did): the model calls it only in training")
+            raise Unreadable(f"{PATHS_DIFFER}: in the {trace.mode} forward {site.norm!r}'s input is not "
+                             f"{site.dropout!r}'s output (nor h + it) as in the train-mode one")
+    raise MissingCall(f"the {trace.mode} forward made no call {site.norm!r} (the train-mode one did)")
+
+
+def _degenerate(spec, rows: _np.ndarray) -> _np.ndarray:
+    """Which rows no closed form reads: constant ones (σ = 0) for a
+    LayerNorm, all-zero ones for an RMSNorm (a zero-initialised CLS token,
+    a padded token)."""
+    if spec.kind == "layer":
+        return (rows == rows[:, :1]).all(1)
+    return (rows == 0).all(1)
 
 
 def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask,
-                  corrected: bool = False) -> Tuple[dict, int, int]:
+                  corrected: bool = False) -> Tuple[dict, int, int, int]:
     rec = trace.recorded
     v, z = rec.get(("input", site.dropout)), rec.get(("input", site.norm))
     if v is None:
-        raise ValueError(f"site {site.name!r}: the capture forward made no call {site.dropout!r} (the "
-                         "train-mode one did): the model calls it only in training")
+        raise MissingCall(f"the {trace.mode} forward made no call {site.dropout!r} (the train-mode one did)")
     form, tape = _term(trace, site)
     _finite(site.name, f"dropout input of {site.dropout!r}", v)
     _finite(site.name, f"norm input of {site.norm!r}", z)
     va = replay(tape, v.to(torch.float64))
     if va.shape != z.shape:
-        raise ValueError(f"site {site.name!r}: dropout output {tuple(va.shape)} (after its reshapes) and "
+        raise Unreadable(f"site {site.name!r}: dropout output {tuple(va.shape)} (after its reshapes) and "
                          f"norm input {tuple(z.shape)} differ in shape")
-    d = int(z.shape[-1])
+    spec = found.norms[site.norm]
+    d = spec.d
     mask = token_mask_for(found.norm_modules.get(site.norm, ""), kwargs, token_mask)
-    keep = _token_keep(site.name, mask, v, tape, token_mask is not None)
-    vv, zz = _f64(va).reshape(-1, d), _f64(z).reshape(-1, d)
+    keep = _token_keep(site.name, mask, v, tape, token_mask is not None, spec.axis)
+    vv, zz = _f64(va.movedim(spec.axis, -1)).reshape(-1, d), _f64(z.movedim(spec.axis, -1)).reshape(-1, d)
     total = vv.shape[0]
+    constant = _degenerate(spec, zz) | _degenerate(spec, vv)
+    if keep is not None:
+        constant &= keep
+    dropped = int(constant.sum())
+    if dropped:
+        keep = ~constant if keep is None else keep & ~constant
     if keep is not None:
         vv, zz = vv[keep], zz[keep]
+    if vv.shape[0] == 0 and dropped:
+        raise Unreadable(f"site {site.name!r}: every token is constant or padding (σ = 0: no closed form)")
     if vv.shape[0] == 0:
         raise ValueError(f"site {site.name!r}: every token is padding (an empty batch)")
-    spec = found.norms[site.norm]
     plain = site.form in ("plain", "compound")
     if plain and not _np.allclose(vv, zz, rtol=1e-6, atol=0):
-        raise ValueError(f"site {site.name!r}: traced as plain, but the eval-mode norm input is not "
+        raise Unreadable(f"site {site.name!r}: traced as plain, but the eval-mode norm input is not "
                          "the dropout's output")
     capture = {
         "name": site.name, "form": "plain" if plain else "bypass", "p": float(site.p), "d": d,
@@ -155,7 +184,8 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
         "beta": _np.ascontiguousarray(spec.beta, dtype=_np.float64), "eps": float(spec.eps),
     }
     if corrected:  # issue 41: the norm's recorded output is what a corrected model outputs
-        out = _f64(rec[("output", site.as_tuple()[-1])]).reshape(-1, d)
+        last = site.as_tuple()[-1]
+        out = _f64(rec[("output", last)].movedim(found.norms[last].axis, -1)).reshape(-1, d)
         capture.update(eval_output=_np.ascontiguousarray(out[keep] if keep is not None else out).ravel(), corrected=True)
     groups = mask_groups(site.mask, d)
     if groups is not None:
@@ -163,12 +193,12 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
     if site.form == "compound":
         out1, in2 = rec.get(("output", site.norm)), rec.get(("input", site.norm2))
         if out1 is None or in2 is None or not torch.equal(out1, in2):
-            raise ValueError(f"site {site.name!r}: in eval mode {site.norm!r}'s output is not "
+            raise Unreadable(f"site {site.name!r}: in eval mode {site.norm!r}'s output is not "
                              f"{site.norm2!r}'s input")
         spec2 = found.norms[site.norm2]
         capture.update(form="compound", gamma2=_np.ascontiguousarray(spec2.gamma, dtype=_np.float64),
                        beta2=_np.ascontiguousarray(spec2.beta, dtype=_np.float64), eps2=float(spec2.eps))
-    return capture, int(vv.shape[0]), total
+    return capture, int(vv.shape[0]), total, dropped
 
 
 def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -279,22 +309,58 @@ def capture_traced(model, args: tuple, kwargs: dict, found: Discovery, sites: Se
         keep.update(c for c in s.as_tuple())
     keep.update(a.call for a in attention)
     norm_modules = {found.norm_modules[c] for s in sites for c in s.as_tuple()[1:]}
-    trace = Trace(model, keep)
     training = not in_eval(sites)
     if training and inner is not None:
         raise ValueError("the capture forward runs in train mode (a rand-mask site): no eval-mode tracer inside")
-    run_neutral(model, trace, args, kwargs, training=training, norm_modules=norm_modules, inner=inner)
-    captures, tokens = [], {"audited": 0, "total": 0}
+    trace = _capture_forward(model, args, kwargs, keep, norm_modules, training, inner)
     corrected = getattr(model, "_dropmc_correction", None)  # issue 41: dropmc.correct's record
+    got, unreadable, retry = {}, {}, []
     for s in sites:
         fixed = corrected is not None and s.as_tuple() in corrected.sites
-        c, n, total = _norm_capture(s, found, trace, kwargs, token_mask, fixed)
-        captures.append(c)
-        tokens = {"audited": max(tokens["audited"], n), "total": max(tokens["total"], total)}
-    attention_caps, unreadable = [], {}
+        try:
+            got[s.name] = _norm_capture(s, found, trace, kwargs, token_mask, fixed)
+        except MissingCall as e:
+            (unreadable.__setitem__(s.name, str(e)) if training else retry.append(s))
+        except Unreadable as e:  # one site's error is that site's listed row, never the audit's end
+            unreadable[s.name] = str(e)
+    late = [a for a in attention if a.kind == "eager" and ("input", a.call) not in trace.recorded and not training]
+    again = None
+    if retry or late:  # dropouts the eval forward does not call: their eval values from the neutral train forward
+        again = _capture_forward(model, args, kwargs, {c for s in retry for c in s.as_tuple()} | {a.call for a in late},
+                                 {found.norm_modules[c] for s in retry for c in s.as_tuple()[1:]}, True, None)
+    for s in retry:
+        fixed = corrected is not None and s.as_tuple() in corrected.sites
+        try:
+            got[s.name] = _norm_capture(s, found, again, kwargs, token_mask, fixed)
+        except Unreadable as e:
+            unreadable[s.name] = str(e)
+    captures, tokens = [], {"audited": 0, "total": 0}
+    for s in sites:
+        if s.name in got:
+            c, n, total, constant = got[s.name]
+            captures.append(c)
+            tokens = {**tokens, "audited": max(tokens["audited"], n), "total": max(tokens["total"], total)}
+            if constant:
+                tokens["constant"] = max(tokens.get("constant", 0), constant)
+    attention_caps = []
     for a in attention:
         try:
-            attention_caps.append(_attention_capture(a, trace.recorded))
+            attention_caps.append(_attention_capture(a, (again if a in late else trace).recorded))
         except Unreadable as e:
             unreadable[a.call] = str(e)
     return captures, attention_caps, tokens, unreadable
+
+
+def _capture_forward(model, args, kwargs, keep, norm_modules, training: bool, inner) -> Trace:
+    """One neutral forward recording the ``keep`` calls (module docs)."""
+    trace = Trace(model, keep)
+    trace.mode = "train-mode" if training else "eval-mode"
+    run_neutral(model, trace, args, kwargs, training=training, norm_modules=norm_modules, inner=inner)
+    return trace
+
+
+def failure_row(site: Site, reason: str) -> dict:
+    """The listed row of a norm site the capture could not read (its
+    ``reason`` from :func:`capture_traced`'s ``unreadable``)."""
+    kind = PATHS_DIFFER if reason.startswith(PATHS_DIFFER) else "not readable"
+    return {"name": site.name, "form": site.form, "p": site.p, "reason": reason, "kind": kind}

@@ -56,6 +56,9 @@ def mask_refusal(found, site) -> Optional[str]:
     """Why a mask-product site has no correction here (None: it has one,
     pending :func:`check_owners`)."""
     mask = site.mask
+    if mask.source not in ("dropout of ones", "rand mask"):  # a channel dropout, a dropout's entries repeated
+        return (f"its mask ({mask.text}) is not a mask product of ones or of a draw: correct has no hook for "
+                "it (the audit reads it); correct refuses it (exclude the site)")
     if mask.kind == "groups":
         return (f"its dropout mask is shared over groups of the normalized channels ({mask.text}): correct "
                 "has no per-call closed form for grouped masks (src/formulas/shared_mask.rs gives the "

@@ -137,6 +137,10 @@ def _refusal(site, found=None):
 
     if site.form == "entangled":
         return f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
+    norms = getattr(found, "norms", {}) if found is not None else {}
+    if any(getattr(norms.get(n), "axis", -1) != -1 for n in site.as_tuple()[1:]):
+        return ("its norm normalizes a channels-first axis (not the last): correct applies its factor "
+                "along the last axis only (the audit reads it)")
     if getattr(site, "mask", None) is not None and found is not None:  # a mask product (MaskInfo)
         reason = mask_refusal(found, site)
         if reason is not None:

@@ -7,8 +7,10 @@ the audit captured and what it could not read, and returns the rows of
 the calls listed without numbers and the counts; :func:`summary_line`
 prints ``"N dropout calls: a audited, b listed (reason: count, …)"``.
 
-A call's reason, first that applies: not selected (``sites=`` named
-others), ``p = 0``, entangled (its only sites' bypass depends on its own
+A call's reason, first that applies: its site row's own (a site the
+capture could not read: its error, e.g. eval and train paths differ),
+``p = 0``, not inverted dropout (alpha dropout), a mask not readable
+against the norm's rows, not selected (``sites=`` named others), entangled (its only sites' bypass depends on its own
 mask), an attention call whose weights could not be read (how they were used),
 attention skipped (``attention=False``), the op that stops its path to the
 first norm it reaches (a linear layer: the linear-path family), or no norm
@@ -32,7 +34,14 @@ def _stop_reason(paths) -> Tuple[str, str]:
     beyond = beyond_linear(first.ops) if op.startswith("linear") else None
     if beyond is not None:  # past the linear layer, an op the linear-path family cannot take
         kind = f"through {beyond.split(':', 1)[0]}"
-        what = f"through {op}, then {beyond} (a nonlinearity: no closed form on this path)"
+        product = beyond.split(":", 1)[0] in ("bmm", "matmul", "__matmul__", "einsum")
+        what = f"through {op}, then {beyond} " + ("(a product of two tensors, which the linear-path family does "
+                                                   "not follow)" if product else
+                                                   "(a nonlinearity: no closed form on this path)")
+    elif op.startswith("linear") and first.length > len(first.ops):  # the rest of the path not recorded
+        kind = "through a linear layer"
+        what = (f"through {op}, then {first.length - len(first.ops)} more ops not recorded (whether the path "
+                "stays linear is not known)")
     elif op.startswith("linear"):
         kind = "through a linear layer"
         what = f"through {op} (a linear path the linear-path family did not audit: docs/linear-path.md)"
@@ -62,8 +71,15 @@ def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], select
         p = found.dropouts.get(call, att[call].p if call in att else 0.0)
         sites = [s for s in found.sites if s.dropout == call]
         paths = [x for x in found.paths if x.dropout == call and not x.site]
-        if p == 0:
+        unread = [r for k, r in getattr(found, "unread", {}).items() if k.split("->")[0] == call]
+        if site_listed.get(call, {}).get("kind"):  # its site row's own reason (audit._split, a capture error)
+            kind, reason = site_listed[call]["kind"], site_listed[call]["reason"]
+        elif p == 0:
             kind, reason = "p = 0", "no dropout at this rate (p = 0)"
+        elif call in getattr(found, "reasons", {}):
+            kind, reason = "not inverted dropout", found.reasons[call]
+        elif unread and not sites:
+            kind, reason = "mask not readable", unread[0]
         elif call in att:
             if not attention_on:
                 kind, reason = "attention skipped", "attention sites skipped (attention=False)"

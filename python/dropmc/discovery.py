@@ -26,7 +26,15 @@ axis, transposes, ``roll``, ``detach``, casts, …),
   ``nn.LayerNorm``, *compound* ``D → LN1 → LN2`` instead;
 * ``a + b`` with ``a`` a dropout call ``D``'s output: *bypass* ``D → norm``
   with ``h = b`` — unless ``b`` itself depends on ``D``'s mask, which makes
-  it *entangled*.
+  it *entangled*. A sum of several terms is read as its summands, whatever
+  the bracketing (a parallel residual ``x + a + b``: two bypass sites); a
+  summand below the top add only when the others carry no draw of it.
+
+"Up to ops" means the layout steps of :mod:`dropmc.paths` (on any axis)
+and gate steps (``dropout(v) ⊙ g``, :meth:`dropmc.trace.Trace.gate_step`);
+which draws meet each row of the norm is read by
+:func:`dropmc.masks.mask_info` (a row whose draws cannot be read is in
+``Discovery.unread``).
 
 A *mask product* is a dropout too: ``x · dropout(ones(shape))`` (ESMFold's
 row/column dropout) and ``x · mask`` with a mask drawn by ``torch.rand`` /
@@ -122,8 +130,11 @@ class Discovery:
     (norm call → :class:`~dropmc.norms.NormSpec`), ``norm_modules`` (norm
     call → module name), ``refused`` (norm-like module → why it is not read
     as a norm), ``dropout_modules``, ``call_modules`` (call → module; see
-    :meth:`module_of`) and ``draws`` (random draws held at their likely
-    side: ``(draw, p, what)``; LayerDrop and drop-path among them)."""
+    :meth:`module_of`), ``draws`` (random draws held at their likely
+    side that made no mask product: ``(draw, p, what)``; LayerDrop and
+    drop-path among them), ``reasons`` (a dropout call no family reads →
+    why: alpha dropout) and ``unread`` (``"dropout->norm"`` → why the path
+    was found but its mask cannot be read against the norm's rows)."""
 
     sites: List[Site] = field(default_factory=list)
     attention: List[AttentionSite] = field(default_factory=list)
@@ -135,6 +146,8 @@ class Discovery:
     dropout_modules: List[str] = field(default_factory=list)
     call_modules: Dict[str, str] = field(default_factory=dict)
     draws: List[Tuple[str, float, str]] = field(default_factory=list)
+    reasons: Dict[str, str] = field(default_factory=dict)
+    unread: Dict[str, str] = field(default_factory=dict)
 
     def module_of(self, call: str) -> str:
         """The module name of a dropout, norm or attention call (a
@@ -186,22 +199,39 @@ def call_inputs(inputs=None, kwargs=None) -> Tuple[tuple, dict]:
     return (inputs if isinstance(inputs, tuple) else (inputs,)), kwargs
 
 
+def _leaves(origin: tuple, deps, after: tuple, depth: int = 0) -> List[tuple]:
+    """The terms of a sum tree: ``(origin, deps, tape after it, depth)``
+    per summand that is not itself an add (``(a + b) + c`` and ``a + (b +
+    c)`` alike; depth 1: a summand of the top add)."""
+    kind, payload, tape = origin
+    if kind != "add":
+        return [(origin, deps, after, depth)]
+    return [leaf for o, d in payload for leaf in _leaves(o, d, tape + after, depth + 1)]
+
+
 def site_terms(origin: tuple) -> List[tuple]:
     """The dropout terms of a norm input with this origin: ``(call, form,
     tape, other_deps)`` with ``form`` ``plain`` or ``bypass`` and ``tape``
-    the identity-per-token steps from the dropout's output (or mask
-    product) to the norm input; ``other_deps`` the dropout calls the rest
-    of the input depends on (module docs)."""
+    the steps from the dropout's output (or mask product) to the norm
+    input; ``other_deps`` the dropout calls the rest of the input depends
+    on. A sum of any bracketing is read as its summands: a dropout term is
+    a bypass site whose ``h`` is the other summands — a term nested deeper
+    than the top add only when they carry no draw of it (an earlier layer's
+    dropout that every later layer reads is not reported again at every
+    later norm: module docs)."""
     kind, payload, tape = origin
     if kind == "dropout":
         return [(payload, "plain", tape, frozenset())]
     if kind != "add":
         return []
-    (oa, da), (ob, db) = payload
+    leaves = _leaves(origin, frozenset(), ())
     out = []
-    for o, other in ((oa, db), (ob, da)):
-        if o[0] == "dropout":
-            out.append((o[1], "bypass", o[2] + tape, other))
+    for i, (o, _, after, depth) in enumerate(leaves):
+        if o[0] != "dropout":
+            continue
+        other = frozenset().union(*(d for j, (_, d, _, _) in enumerate(leaves) if j != i))
+        if depth == 1 or o[1] not in other:
+            out.append((o[1], "bypass", o[2] + after, other))
     return out
 
 
@@ -210,9 +240,9 @@ _STOP_FREE = {"add", "__add__", "__radd__", "add_", "__iadd__"}
 
 def _identity_ops() -> set:
     """The ops that are the identity per token (and the adds)."""
-    from .paths import _AXES, _INDEX, _SHAPE
+    from .paths import _AXES, _INDEX, _REPEAT, _SHAPE
 
-    return CASTS | _SHAPE | _AXES | _INDEX | {"roll"} | _STOP_FREE
+    return CASTS | _SHAPE | _AXES | _INDEX | _REPEAT | {"roll", "gate"} | _STOP_FREE
 
 
 def beyond_linear(ops: Tuple[str, ...]) -> Optional[str]:
@@ -238,9 +268,24 @@ def _stop(ops: Tuple[str, ...]) -> str:
     return "an op that mixes the normalized axis"
 
 
-def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, str]) -> List[Site]:
+def _mask_of(trace: Trace, call: str, spec: NormSpec, tape) -> Optional[MaskInfo]:
+    """How ``call``'s draws meet the norm's rows (:func:`dropmc.masks.mask_info`):
+    a mask product's or channel dropout's record, else an elementwise mask
+    of the dropout's input shape (None when each row holds distinct draws
+    and no axis shares them: the plain elementwise case)."""
+    if call in trace.sources:
+        return mask_info(trace.sources[call], spec.d, tape, spec.axis)
+    shape, p = trace.dropout_shape[call], trace.dropout_p[call]
+    info = mask_info({"mask_shape": shape, "value_shape": shape, "out_shape": shape, "kind": "dropout",
+                      "scale": 1.0 / (1.0 - p) if p < 1 else float("inf"), "p": p}, spec.d, tape, spec.axis)
+    return None if info.kind == "elementwise" and not info.shared else info
+
+
+def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, str],
+              unread: Dict[str, str]) -> List[Site]:
     def is_site_dropout(call):
-        return call in trace.dropout_p and trace.dropout_origin.get(call, ("other",))[0] != "softmax"
+        return call in trace.dropout_p and trace.dropout_origin.get(call, ("other",))[0] != "softmax" \
+            and call not in trace.dropout_reason
 
     calls = [c for c in trace.norm_calls if c[0] in norms]
     modules = trace._modules
@@ -256,7 +301,11 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
             if not is_site_dropout(d):
                 continue
             p = trace.dropout_p[d]
-            mask = mask_info(trace.sources[d], norms[call].d) if d in trace.sources else None
+            try:
+                mask = _mask_of(trace, d, norms[call], tape)
+            except ValueError as e:
+                unread[f"{d}->{call}"] = f"{d} reaches {call}, but {e}"
+                continue
             if d in other:
                 out.append(Site(d, call, "entangled", p, mask=mask, reason=(
                     f"the bypass h of {call} also depends on {d}'s mask (h is not fixed "
@@ -349,10 +398,11 @@ def discover(model: nn.Module, *args, norms: Optional[Dict[str, NormSpec]] = Non
     for call in list(trace.dropout_p) + list(trace.sdpa_p):
         found.call_modules[call] = trace.dropout_module.get(call, call.rsplit(":", 1)[0] if ":" in call else "")
     found.call_modules.update(found.norm_modules)
-    found.sites = _sites_of(trace, found.norms, found.norm_modules)
+    found.sites = _sites_of(trace, found.norms, found.norm_modules, found.unread)
+    found.reasons = dict(trace.dropout_reason)
     found.paths = _paths_of(trace, found.norms, found.sites)
     found.attention = _attention_of(trace)
     for a in found.attention:
         found.call_modules.setdefault(a.call, a.owner)
-    found.draws = list(trace.draws)
+    found.draws = [w for w in trace.draws if w[0] not in trace.mask_draws]
     return found

@@ -68,27 +68,44 @@ class MaskInfo:
         return q > 0 and abs(self.scale * q - 1.0) <= 1e-6
 
 
-def mask_info(source: dict, d: int) -> MaskInfo:
-    """The :class:`MaskInfo` of a traced mask product (``source``: the
-    trace's record) read against a norm over ``d`` channels."""
-    out = source["out_shape"] or source["value_shape"]
+def mask_info(source: dict, d: int, tape=(), axis: int = -1) -> MaskInfo:
+    """The :class:`MaskInfo` of a traced mask (``source``: the trace's
+    record) read against a norm over ``d`` channels whose input the mask's
+    value reaches through ``tape`` (:mod:`dropmc.paths`). Each draw gets an
+    id; the ids are broadcast to the value's shape and replayed through the
+    tape's layout steps: per row of the norm's input, ``d`` distinct ids is
+    an elementwise mask, one id a token-level mask, else groups of channels
+    (the same pattern in every row, or a ValueError); ``axis``: the norm's
+    axis of its input (channels-first norms). An axis along which
+    the ids do not change shares its draws (correlated tokens)."""
+    import torch
+
+    from .paths import replay
+
+    out = tuple(source["out_shape"] or source["value_shape"])
     m = (1,) * (len(out) - len(source["mask_shape"])) + tuple(source["mask_shape"])
-    k = len(source.get("merged", ())) or 1  # trailing axes joined into the normalized one
-    shared = tuple(i for i in range(len(out) - k) if m[i] == 1 and out[i] > 1)
-    drawn = [m[i] > 1 or out[i] == 1 for i in range(len(out) - k, len(out))]
+    ids = torch.arange(int(_np.prod(m)), dtype=torch.float64).reshape(m).expand(out).contiguous()
+    ids = replay(tape, ids, layout_only=True).movedim(axis, -1)  # the norm's axis last
+    if ids.dim() == 0 or ids.shape[-1] != d:
+        raise ValueError(f"the mask's value reaches the norm as {tuple(ids.shape)}, not rows of {d} channels")
+    rows = ids.reshape(-1, d).numpy()
+    ranked = _np.sort(rows, axis=1)
+    distinct = 1 + (_np.diff(ranked, axis=1) != 0).sum(1)
     groups = None
-    if all(drawn):
+    if (distinct == d).all():
         kind = "elementwise"
-    elif not any(m[i] > 1 for i in range(len(out) - k, len(out))) and d > 1:
+    elif (distinct == 1).all():
         kind = "token"
-    else:  # channel (i1, …, ik) draws with the mask's index on the axes it is not shared along
-        idx = _np.indices(out[len(out) - k:]).reshape(k, -1)
-        keep = [j for j in range(k) if drawn[j]]
-        groups = _np.ravel_multi_index(tuple(idx[keep]), tuple(out[len(out) - k + j] for j in keep))
-        kind = "groups"
-    return MaskInfo(kind, shared, tuple(source["mask_shape"]), tuple(out), source["kind"],
-                    float(source["scale"]), float(source.get("p", 0.0)),
-                    None if groups is None else tuple(int(g) for g in groups))
+    else:
+        pattern = _np.unique(rows[0], return_inverse=True)[1]
+        for row in rows[1:]:
+            if not _np.array_equal(_np.unique(row, return_inverse=True)[1], pattern):
+                raise ValueError("the mask's draws are shared by different channels in different rows of the norm")
+        kind, groups = "groups", tuple(int(g) for g in pattern)
+    shared = tuple(i for i in range(ids.dim() - 1) if ids.shape[i] > 1
+                   and bool((ids.narrow(i, 0, 1) == ids).all()))
+    return MaskInfo(kind, shared, tuple(source["mask_shape"]), out, source["kind"], float(source["scale"]),
+                    float(source.get("p", 0.0)), groups)
 
 
 def mask_groups(info: Optional[MaskInfo], d: int) -> Optional[_np.ndarray]:

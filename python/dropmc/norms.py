@@ -63,6 +63,7 @@ class NormSpec:
     beta: _np.ndarray
     eps: float
     weight_offset: float = 0.0
+    axis: int = -1  # the normalized axis of the module's input (-3 for channels-first (N, C, H, W))
 
     @property
     def d(self) -> int:
@@ -131,20 +132,23 @@ def norm_candidate(module) -> bool:
 
 
 def recognize_norm(module, x, name: str = "") -> NormSpec:
-    """The :class:`NormSpec` of ``module`` from its output on ``x`` (a
-    tensor whose last axis is the normalised one; the module runs once under
+    """The :class:`NormSpec` of ``module`` from its output on ``x`` (the
+    module's input: its last axis normalized, or, channels-first, an inner
+    axis of the weight's length, each tried; the module runs once under
     ``torch.no_grad``). Raises ValueError naming the module (``name``, or
     its class) when the output is neither a LayerNorm nor an RMSNorm of its
     own parameters to rounding (module docs)."""
     import torch
 
     label = f"{name!r} ({type(module).__name__})" if name else type(module).__name__
-    d = int(x.shape[-1])
     weight = _vector(getattr(module, "weight", None))
     bias = _vector(getattr(module, "bias", None)) if isinstance(getattr(module, "bias", None), torch.Tensor) else None
-    if weight is not None and weight.shape[0] != d:
-        raise ValueError(f"{label} is not a norm over the last axis: weight of length {weight.shape[0]}, "
-                         f"input's last axis {d}")
+    # the normalized axis: the last, or (channels-first) an inner axis of the weight's length
+    axes = [-1] if weight is None or weight.shape[0] == x.shape[-1] else []
+    axes += [a - x.dim() for a in range(1, x.dim() - 1) if weight is not None and x.shape[a] == weight.shape[0]]
+    if not axes:
+        raise ValueError(f"{label} is not a norm over one axis of its input: weight of length "
+                         f"{weight.shape[0]}, input of shape {tuple(x.shape)}")
     eps = _eps_of(module)
     if eps is None:
         raise ValueError(f"{label}: no eps / variance_epsilon / epsilon attribute; pass its NormSpec "
@@ -154,32 +158,34 @@ def recognize_norm(module, x, name: str = "") -> NormSpec:
         y = getattr(module, "_dropmc_own_forward", module.forward)(x)
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         raise ValueError(f"{label} is not a norm: its output is not a tensor of its input's shape")
-    xs = x.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
-    ys = y.detach().to(torch.float64).cpu().numpy().reshape(-1, d)
-    finite = _np.isfinite(xs).all(-1) & _np.isfinite(ys).all(-1)  # a NaN row is the capture's to name
-    xs, ys = xs[finite], ys[finite]
-    if xs.shape[0] == 0:
-        raise ValueError(f"{label}: no token with a finite input and output to recognise it by "
-                         "(an empty batch, or NaN/inf in every token)")
-    u = float(torch.finfo(y.dtype).eps) / 2 if y.dtype.is_floating_point else 0.0
-    zero = _np.zeros(d)
-    w = _np.ones(d) if weight is None else weight
-    candidates = [NormSpec("layer", w, zero if bias is None else bias, eps)]
-    if bias is None:
-        candidates += [NormSpec("rms", w, zero, eps), NormSpec("rms", 1.0 + w, zero, eps, 1.0)]
-    closest = None
-    for spec in candidates:
-        ref = spec.apply(xs)
-        xhat = spec.apply_unit(xs)
-        rms = _np.sqrt((xs * xs).mean(-1, keepdims=True))
-        scale = rms / _np.sqrt(spec.scale2(xs))
-        bound = (d + MATCH_ROUNDINGS) * u * (_np.abs(spec.gamma) * (_np.abs(xhat) + scale)
-                                             + _np.abs(spec.beta)) + _np.finfo(float).tiny
-        excess = float(_np.max(_np.abs(ys - ref) / bound))
-        if excess <= 1.0:
-            return spec
-        if closest is None or excess < closest[0]:
-            closest = (excess, spec)
+    closest, candidates = None, []
+    for axis in axes:
+        d = int(x.shape[axis])
+        xs = x.detach().movedim(axis, -1).to(torch.float64).cpu().numpy().reshape(-1, d)
+        ys = y.detach().movedim(axis, -1).to(torch.float64).cpu().numpy().reshape(-1, d)
+        finite = _np.isfinite(xs).all(-1) & _np.isfinite(ys).all(-1)  # a NaN row is the capture's to name
+        xs, ys = xs[finite], ys[finite]
+        if xs.shape[0] == 0:
+            raise ValueError(f"{label}: no token with a finite input and output to recognise it by "
+                             "(an empty batch, or NaN/inf in every token)")
+        u = float(torch.finfo(y.dtype).eps) / 2 if y.dtype.is_floating_point else 0.0
+        zero = _np.zeros(d)
+        w = _np.ones(d) if weight is None else weight
+        candidates = [NormSpec("layer", w, zero if bias is None else bias, eps, axis=axis)]
+        if bias is None:
+            candidates += [NormSpec("rms", w, zero, eps, axis=axis), NormSpec("rms", 1.0 + w, zero, eps, 1.0, axis)]
+        for spec in candidates:
+            ref = spec.apply(xs)
+            xhat = spec.apply_unit(xs)
+            rms = _np.sqrt((xs * xs).mean(-1, keepdims=True))
+            scale = rms / _np.sqrt(spec.scale2(xs))
+            bound = (d + MATCH_ROUNDINGS) * u * (_np.abs(spec.gamma) * (_np.abs(xhat) + scale)
+                                                 + _np.abs(spec.beta)) + _np.finfo(float).tiny
+            excess = float(_np.max(_np.abs(ys - ref) / bound))
+            if excess <= 1.0:
+                return spec
+            if closest is None or excess < closest[0]:
+                closest = (excess, spec)
     kinds = " or ".join(sorted({f"{s.kind}" + (" (1 + weight)" if s.weight_offset else "") for s in candidates}))
     raise ValueError(f"{label} is not a LayerNorm or RMSNorm of its own weight/bias/eps: its output "
                      f"differs from the {kinds} formula by up to {closest[0]:.3g} times the rounding "

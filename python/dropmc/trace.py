@@ -13,6 +13,14 @@ with forward hooks on its modules. Every tensor carries
   ``ones``, ``rand``, ``keepmask``, ``maskdrop``, ``other``) and the tape of
   identity-per-token steps after it (:mod:`dropmc.paths`).
 
+Data flow, not op names: an op whose tensor arguments give only their
+shape (``new_ones``, ``*_like``: :data:`_SHAPE_ONLY`) passes on no
+dependence; a dropout's output times or over a number or a tensor that
+carries no draw of its mask is the same site with ``v' = v ⊙ g``
+(:meth:`Trace.gate_step`); every dropout function is a dropout call
+(:data:`_DROPOUTS`), and every draw and mask product is followed by
+:mod:`dropmc.trace_masks`.
+
 *Neutral* forwards. The trace never draws a mask: ``F.dropout`` returns
 its input (its ``p`` is recorded), an SDPA call runs with ``dropout_p =
 0``, and a random draw (``torch.rand``/``rand_like``/``bernoulli``) is held
@@ -38,24 +46,22 @@ from torch.utils._pytree import tree_flatten
 
 from .norms import norm_candidate
 from .paths import MAX_LABELS, op_label, step_of
+from .trace_masks import ADD, BERNOULLI, DIV, MUL, OTHER, RAND, MaskDraws, scalar
 
-__all__ = ["Trace", "tensors"]
+__all__ = ["Trace", "tensors", "ALPHA_REASON"]
 
-_ADD = {"add", "__add__", "__radd__", "add_", "__iadd__"}
-_MUL = {"mul", "__mul__", "__rmul__", "mul_", "__imul__"}
-_DIV = {"div", "__truediv__", "div_", "__itruediv__", "true_divide"}
 _SOFTMAX = {"softmax", "_softmax"}
 _MATMUL = {"matmul", "__matmul__", "bmm"}
 _ONES = {"ones", "ones_like", "new_ones"}
-_RAND = {"rand", "rand_like"}
-_BERNOULLI = {"bernoulli", "bernoulli_"}
-_COMPARE = {"ge": ">=", "__ge__": ">=", "gt": ">", "__gt__": ">", "le": "<=", "__le__": "<=",
-            "lt": "<", "__lt__": "<"}
-_NOT = {"logical_not", "__invert__", "bitwise_not"}
+#: Ops that read only the shape, dtype and device of their tensor
+#: arguments: their output depends on no data (a mask drawn for
+#: ``z[:, :, 0:1, 0:1].shape`` or ``t.new_ones(shape)`` carries no draw of
+#: ``z`` or ``t``).
+_SHAPE_ONLY = {"ones_like", "zeros_like", "empty_like", "full_like", "new_ones", "new_zeros", "new_empty",
+               "new_full", "randn_like", "randint_like"}
 _METADATA = {"__get__", "size", "dim", "numel", "stride", "is_contiguous", "__len__", "data_ptr",
              "is_floating_point", "element_size", "get_device", "__format__", "__repr__"}
-#: A uniform draw held at its likely side: the largest float32 below 1.
-HELD_UNIFORM = 1.0 - 2.0 ** -24
+_MASK_KINDS = ("rand", "keepmask", "dropmask", "maskdrop")
 
 
 #: Token rows of a norm's first input kept to recognise the norm by
@@ -88,21 +94,21 @@ def _name_of(func) -> str:
     return getattr(func, "__name__", "")
 
 
-def _scalar(x) -> Optional[float]:
-    if isinstance(x, bool):
-        return None
-    if isinstance(x, (int, float)):
-        return float(x)
-    return None
-
-
 _DROPOUT_SIG = inspect.signature(lambda input, p=0.5, training=True, inplace=False: None)
+_ALPHA_SIG = inspect.signature(lambda input, p=0.5, training=False, inplace=False: None)
+#: The dropout functions: ``(kind, spatial axes)``. A channel dropout
+#: (``dropout1d/2d/3d``) draws one mask entry per channel of the input's
+#: ``(N, C, *spatial)`` layout; alpha dropout is not inverted dropout.
+_DROPOUTS = {F.dropout: ("inverted", 0), F.dropout1d: ("channel", 1), F.dropout2d: ("channel", 2),
+             F.dropout3d: ("channel", 3), F.alpha_dropout: ("alpha", 0), F.feature_alpha_dropout: ("alpha", 0)}
+#: Why an alpha dropout has no site (listed with it).
+ALPHA_REASON = ("alpha dropout: not inverted dropout (a dropped entry is set to α' and an affine map "
+                "a·x + b follows), so the closed forms of norm(h + m ⊙ v / q) do not apply")
 _SDPA_SIG = inspect.signature(lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                               scale=None, enable_gqa=False: None)
-_OTHER: tuple = ("other", None, ())
 
 
-class Trace:
+class Trace(MaskDraws):
     """The trace of one neutral forward (module docs). ``keep`` names the
     dropout, norm and attention calls whose tensors to record."""
 
@@ -118,6 +124,9 @@ class Trace:
         self.dropout_p: Dict[str, float] = {}
         self.dropout_origin: Dict[str, tuple] = {}
         self.dropout_module: Dict[str, str] = {}
+        self.dropout_shape: Dict[str, tuple] = {}  # a dropout call's input shape
+        self.dropout_reason: Dict[str, str] = {}  # a dropout call no family reads -> why
+        self.mask_draws: set = set()  # draws that made a mask product (a dropout call, not LayerDrop)
         self.sources: Dict[str, dict] = {}  # mask-product sites: call -> mask description
         self.draws: List[Tuple[str, float, str]] = []  # (draw, P(unlikely side), what)
         self.sdpa_p: Dict[str, float] = {}
@@ -129,10 +138,11 @@ class Trace:
         self.attention_use: Dict[str, str] = {}  # eager attention dropout -> how its output was used
         self.recorded: Dict[Any, Any] = {}
         self.quiet = False
+        self.mode = "train-mode"  # the forward's mode, for messages (set by the capture)
 
     # -- bookkeeping
     def rec(self, t) -> tuple:
-        return self.info.get(id(t)) or (frozenset(), {}, _OTHER)
+        return self.info.get(id(t)) or (frozenset(), {}, OTHER)
 
     def deps(self, t) -> frozenset:
         return self.rec(t)[0]
@@ -159,11 +169,8 @@ class Trace:
     def copy(self, t, rows: Optional[int] = None):
         """A copy of ``t`` outside the trace; with ``rows``, of at most that
         many of its token rows (:func:`some_rows`)."""
-        self.quiet = True
-        try:
+        with self.quietly():
             return (t if rows is None else some_rows(t, rows)).detach().clone()
-        finally:
-            self.quiet = False
 
     def _paths(self, ins, label) -> dict:
         out: dict = {}
@@ -178,11 +185,11 @@ class Trace:
         if self.quiet:
             return func(*args, **kwargs)
         name = _name_of(func)
-        if func is F.dropout:
+        if func in _DROPOUTS:
             return self.on_dropout(func, args, kwargs)
         if func is F.scaled_dot_product_attention:
             return self.on_sdpa(func, args, kwargs)
-        if name in _RAND or name in _BERNOULLI:
+        if name in RAND or name in BERNOULLI:
             return self.on_draw(name, func, args, kwargs)
         ins = tensors((args, kwargs))
         if name not in _METADATA:
@@ -195,19 +202,23 @@ class Trace:
         out = func(*args, **kwargs)
         if name in _METADATA:
             return out
-        deps = frozenset().union(*(self.deps(t) for t in ins)) if ins else frozenset()
+        deps = frozenset().union(*(self.deps(t) for t in ins)) if ins and name not in _SHAPE_ONLY else frozenset()
         outs = tensors(out)
         first = outs[0] if outs else None
         origin, out = self.origin_of(name, func, args, kwargs, out, first)
-        paths = self._paths(ins, op_label(name, self.owner()))
+        paths = self._paths(ins, op_label(name, self.owner())) if name not in _SHAPE_ONLY else {}
+        if origin[0] == "dropout" and origin[2] and origin[2][-1][0] is func and origin[1] in paths \
+                and (name in MUL or name in DIV):  # a gate step on the site's own path (gate_step)
+            labels, n = paths[origin[1]]
+            paths[origin[1]] = (labels[:-1] + ("gate",), n) if len(labels) == n else (labels, n)
         if origin[0] == "dropout" and origin[2] == () and origin[1] in self.sources:
             deps = deps | {origin[1]}
             paths[origin[1]] = ((), 0)
-        inplace = name.endswith("_") or name in ("__setitem__", "__iadd__", "__imul__", "__itruediv__") \
-            or "out" in kwargs
+        inplace = (name.endswith("_") and not name.startswith("__")) or "out" in kwargs \
+            or name in ("__setitem__", "__iadd__", "__imul__", "__itruediv__", "__isub__")
         if inplace and args and isinstance(args[0], torch.Tensor):
-            self.tag(args[0], deps, paths, origin if name in _ADD or origin[0] in ("keepmask", "rand")
-                     else _OTHER)
+            self.tag(args[0], deps, paths, origin if name in ADD or origin[0] in ("keepmask", "rand", "softmax")
+                     else OTHER)
         in_ids = {id(t) for t in ins}
         for t in tensors(out):
             if id(t) in in_ids and not inplace:
@@ -221,51 +232,75 @@ class Trace:
         """The output's origin (module docs) and the output (a keep mask
         replaced by ones)."""
         two = len(args) >= 2 and all(isinstance(a, torch.Tensor) for a in args[:2])
-        if name in _ADD and two and kwargs.get("alpha", 1) == 1:
+        if name in ADD and two and kwargs.get("alpha", 1) == 1:
             a, b = args[0], args[1]
             return ("add", ((self.origin(a), self.deps(a)), (self.origin(b), self.deps(b))), ()), out
         if name in _SOFTMAX:
             return ("softmax", None, ()), out
+        if name in ("masked_fill", "masked_fill_") and len(args) > 2 and isinstance(args[0], torch.Tensor) \
+                and self.origin(args[0])[0] == "softmax" and scalar(args[2]) == 0.0 \
+                and not (isinstance(args[1], torch.Tensor) and self.origin(args[1])[0] in _MASK_KINDS):
+            return ("softmax", None, ()), out  # masked keys zeroed (DeBERTa's XSoftmax): still the rows
         if name in _ONES:
             return ("ones", None, ()), out
-        o0 = self.origin(args[0]) if args and isinstance(args[0], torch.Tensor) else _OTHER
-        o1 = self.origin(args[1]) if len(args) > 1 and isinstance(args[1], torch.Tensor) else _OTHER
-        if name in _MUL and two:
+        o0 = self.origin(args[0]) if args and isinstance(args[0], torch.Tensor) else OTHER
+        o1 = self.origin(args[1]) if len(args) > 1 and isinstance(args[1], torch.Tensor) else OTHER
+        met = self.mask_meets_value(name, args, kwargs, first)
+        if met is not None:
+            return met, out
+        if name in MUL and two:
             for m, x, om in ((args[0], args[1], o0), (args[1], args[0], o1)):
                 if om[0] in ("maskdrop", "keepmask") and self.origin(x)[0] not in ("maskdrop", "keepmask"):
                     return self.on_mask_product(om, m, x, first), out
         if o0[0] in ("rand", "keepmask", "dropmask") or o1[0] in ("rand", "keepmask", "dropmask"):
             return self.on_draw_op(name, args, o0, o1, out)
-        c = _scalar(args[1]) if len(args) > 1 else None
-        if c and isinstance(args[0], torch.Tensor) and (name in _MUL or name in _DIV):
-            return ("scaled", c if name in _MUL else 1.0 / c, ()), out  # drop-path's input.div(q)
+        folded = self.fold_scale(name, args, o0 if o0[0] == "dropout" else o1, first)
+        if folded is not None:
+            return folded, out
+        gated = self.gate_step(name, func, args, kwargs, first)
+        if gated is not None:
+            return gated, out
+        c = scalar(args[1]) if len(args) > 1 else None
+        if c and isinstance(args[0], torch.Tensor) and (name in MUL or name in DIV):
+            return ("scaled", c if name in MUL else 1.0 / c, ()), out  # drop-path's input.div(q)
         step, _ = step_of(name, func, args, kwargs, first)
         if step is not None and o0[0] != "other":
             return (o0[0], o0[1], o0[2] + (step,)), out
-        merged = self.merge_step(name, func, args, kwargs, first, o0)
-        if merged is not None:
-            return merged, out
-        return _OTHER, out
+        return OTHER, out
 
-    def merge_step(self, name, func, args, kwargs, out, o0) -> Optional[tuple]:
-        """A mask product's own ``(…, a1, …, ak) → (…, a1·…·ak)`` reshape
-        right after the product (heads joined back into channels): the
-        identity per token with the channels regrouped, which the mask's
-        groups record (:func:`dropmc.masks.mask_info`)."""
-        if o0[0] != "dropout" or o0[2] or o0[1] not in self.sources or name not in ("view", "reshape", "flatten"):
+    def gate_step(self, name, func, args, kwargs, out) -> Optional[tuple]:
+        """``dropout(v) ⊙ g`` or ``dropout(v) / g`` with ``g`` a number or a
+        tensor that carries no draw of this dropout's mask (a gate, a layer
+        scale, ``1/(1 − p)``): ``m ⊙ v ⊙ g = m ⊙ (v ⊙ g)``, the same site
+        with ``v' = v ⊙ g``. A step of the site's tape (the capture replays
+        it with the eval forward's ``g``), provided the product keeps the
+        masked operand's shape (a broadcast would share one draw over
+        channels)."""
+        if not (name in MUL or name in DIV) or len(args) < 2 or not isinstance(out, torch.Tensor):
             return None
-        x = args[0]
-        if not isinstance(out, torch.Tensor) or out.dim() >= x.dim() or out.numel() != x.numel():
-            return None
-        k = x.dim() - out.dim() + 1
-        if tuple(out.shape[:-1]) != tuple(x.shape[:-k]):
-            return None
-        self.sources[o0[1]]["merged"] = tuple(x.shape[-k:])
-        return (o0[0], o0[1], ((func, tuple(args), dict(kwargs), 0),))
+        for pos in ((0, 1) if name in MUL else (0,)):
+            x, g = args[pos], args[1 - pos]
+            if not isinstance(x, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
+                continue
+            o = self.origin(x)
+            if o[0] != "dropout":
+                continue
+            if isinstance(g, torch.Tensor):
+                if o[1] in self.deps(g) or self.origin(g)[0] in _MASK_KINDS:
+                    continue
+            elif scalar(g) is None:
+                continue
+            return (o[0], o[1], o[2] + ((func, tuple(args), dict(kwargs), pos),))
+        return None
 
     # -- dropout calls and mask products
     def on_dropout(self, func, args, kwargs):
-        b = _DROPOUT_SIG.bind(*args, **kwargs)
+        """A dropout call (:data:`_DROPOUTS`), run neutral: its output is
+        its input. A channel dropout's output is a mask product (its mask
+        ``(N, C, 1, …)``, one draw per channel); an alpha dropout is counted
+        with its reason (:data:`ALPHA_REASON`)."""
+        kind, spatial = _DROPOUTS[func]
+        b = (_ALPHA_SIG if kind == "alpha" else _DROPOUT_SIG).bind(*args, **kwargs)
         b.apply_defaults()
         x, p, training = b.arguments["input"], float(b.arguments["p"]), bool(b.arguments["training"])
         owner = self.owner()
@@ -273,118 +308,32 @@ class Trace:
             call = self.next_call(owner)
             self.dropout_module[call] = owner
         else:
-            call = self.next_call(self.functional_base("dropout"))
+            call = self.next_call(self.functional_base(_name_of(func)))
         p = p if training else 0.0
         self.dropout_p[call] = p
+        self.dropout_shape[call] = tuple(x.shape)
         in_origin = self.origin(x)
         self.dropout_origin[call] = in_origin
+        if kind == "alpha":
+            self.dropout_reason[call] = ALPHA_REASON
         if call in self.keep and in_origin[0] != "ones":
             self.recorded[("input", call)] = self.copy(x)
         deps, paths = self.deps(x), dict(self.rec(x)[1])
         out = x if b.arguments["inplace"] else x.view_as(x)  # neutral: the eval output
-        if in_origin[0] == "ones":  # x * dropout(ones): the product is the site's source
+        if in_origin[0] == "ones" and kind == "inverted":  # x * dropout(ones): the product is the site's source
             self.tag(out, deps, paths, ("maskdrop", (call, p, tuple(x.shape)), ()))
             return out
+        if kind == "channel" and p > 0:
+            lead = max(x.dim() - spatial, 1)
+            self.sources[call] = {"mask_shape": tuple(x.shape[:lead]) + (1,) * (x.dim() - lead),
+                                  "value_shape": tuple(x.shape), "out_shape": tuple(x.shape),
+                                  "scale": 1.0 / (1.0 - p) if p < 1 else float("inf"),
+                                  "kind": f"channel dropout ({_name_of(func)})", "p": p, "mask_tape": ()}
         if p > 0:
             deps = deps | {call}
             paths[call] = ((), 0)
         self.tag(out, deps, paths, ("dropout", call, ()))
         return out
-
-    def on_mask_product(self, om, mask, x, out) -> tuple:
-        """``mask · x`` with a mask from a dropout of ones or from a draw:
-        the product is a site's source (module docs of dropmc.masks)."""
-        if om[0] == "maskdrop":
-            call, p, _ = om[1]
-            scale = 1.0 / (1.0 - p) if p < 1 else float("inf")
-        else:
-            draw, p, scale = om[1]
-            ox = self.origin(x)
-            if ox[0] == "scaled" and out is not None:  # x = y · f: the mask keeps y at scale · f
-                scale *= ox[1]
-                self.quiet = True
-                try:
-                    with torch.no_grad():
-                        out.div_(ox[1])  # neutral: the product is y, its eval value
-                finally:
-                    self.quiet = False
-            call = self.next_call(self.functional_base("rand_mask"))
-            self.dropout_p[call] = p
-            self.dropout_origin[call] = _OTHER
-        self.sources[call] = {"mask_shape": tuple(mask.shape), "value_shape": tuple(x.shape),
-                              "out_shape": tuple(out.shape) if out is not None else (), "scale": scale,
-                              "kind": "dropout of ones" if om[0] == "maskdrop" else "rand mask", "p": p,
-                              "mask_tape": om[2]}
-        if call in self.keep and out is not None:
-            self.recorded[("input", call)] = self.copy(out)  # neutral: mask · x is x
-        return ("dropout", call, ())
-
-    # -- random draws, held at their likely side
-    def on_draw(self, name, func, args, kwargs):
-        out = func(*args, **kwargs)
-        draw = self.functional_base("draw")
-        with torch.no_grad():
-            self.quiet = True
-            try:
-                if name in _RAND:
-                    out.fill_(HELD_UNIFORM)
-                    origin = ("rand", (draw, 0.0), ())
-                else:
-                    prob = kwargs.get("p", args[1] if len(args) > 1 else None)
-                    prob = float(prob) if _scalar(prob) is not None else (
-                        float(args[0].float().mean()) if name == "bernoulli" else 0.5)
-                    target = args[0] if name == "bernoulli_" else out
-                    target.fill_(1.0)
-                    self.draws.append((draw, 1.0 - prob, "bernoulli"))
-                    origin = ("keepmask", (draw, 1.0 - prob, 1.0), ())
-            finally:
-                self.quiet = False
-        self.tag(out, frozenset(), {}, origin)
-        return out
-
-    def on_draw_op(self, name, args, o0, o1, out) -> Tuple[tuple, Any]:
-        """An op on a draw: comparisons make masks, scalars scale them."""
-        o = o0 if o0[0] in ("rand", "keepmask", "dropmask") else o1
-        c = _scalar(args[1]) if len(args) > 1 else None
-        kind, payload, _ = o
-        if kind == "rand" and name in _ADD and c is not None:
-            return ("rand", (payload[0], payload[1] + c), ()), out
-        if kind == "rand" and name in ("floor", "floor_"):  # floor(c + U) = 1 with probability c
-            p_keep = min(max(payload[1], 0.0), 1.0)
-            return self.held_mask(payload[0], 1.0 - p_keep, out), out
-        if kind == "rand" and name in _COMPARE and c is not None and o is o0:
-            op, t = _COMPARE[name], c - payload[1]
-            p_true = min(max(t, 0.0), 1.0) if op in ("<", "<=") else min(max(1.0 - t, 0.0), 1.0)
-            if isinstance(out, torch.Tensor) and out.numel() == 1:
-                self.draws.append((payload[0], min(p_true, 1 - p_true), "a one-draw decision (stochastic depth)"))
-            if p_true >= 0.5:
-                return self.held_mask(payload[0], 1.0 - p_true, out), out
-            return ("dropmask", (payload[0], p_true, 1.0), ()), out
-        if kind == "dropmask" and (name in _NOT or name in ("rsub", "__rsub__")):
-            return self.held_mask(payload[0], payload[1], out), out
-        if kind == "keepmask":
-            scale = payload[2]
-            if name in _MUL and c is not None:
-                scale *= c
-            elif name in _DIV and c is not None and o is o0:
-                scale /= c
-            elif name not in ("to", "float", "half", "double", "bfloat16", "type_as", "contiguous",
-                              "clone", "expand", "expand_as", "view", "reshape", "type"):
-                return _OTHER, out
-            if isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
-                self.quiet = True
-                try:
-                    with torch.no_grad():
-                        out.fill_(1.0)  # neutral: the mask's eval value
-                finally:
-                    self.quiet = False
-            return ("keepmask", (payload[0], payload[1], scale), ()), out
-        return _OTHER, out
-
-    def held_mask(self, draw, p_drop, out) -> tuple:
-        if isinstance(out, torch.Tensor) and out.numel() > 1:
-            self.draws.append((draw, p_drop, "a mask"))
-        return ("keepmask", (draw, p_drop, 1.0), ())
 
     # -- attention
     def on_product(self, name, args):
@@ -392,13 +341,13 @@ class Trace:
         if name == "einsum":
             for t in tensors(args):
                 o = self.origin(t)
-                if o[0] == "dropout" and self.dropout_origin.get(o[1], _OTHER)[0] == "softmax":
+                if o[0] == "dropout" and self.dropout_origin.get(o[1], OTHER)[0] == "softmax":
                     self.attention_use.setdefault(o[1], "einsum (not read)")
             return
         if len(args) < 2 or not isinstance(args[1], torch.Tensor):
             return
         o = self.origin(args[0])
-        if o[0] == "dropout" and self.dropout_origin.get(o[1], _OTHER)[0] == "softmax":
+        if o[0] == "dropout" and self.dropout_origin.get(o[1], OTHER)[0] == "softmax":
             self.attention_use.setdefault(o[1], name)
             if o[1] in self.keep:
                 self.recorded.setdefault(("values", o[1]), (self.copy(args[1]), o[2]))
@@ -421,7 +370,7 @@ class Trace:
         out = func(*args, **kwargs)
         if call in self.keep:
             self.recorded[("sdpa", call)] = dict(a, output=self.copy(out))
-        self.tag(out, deps | ({call} if p > 0 else set()), self._paths(ins, "sdpa"), _OTHER)
+        self.tag(out, deps | ({call} if p > 0 else set()), self._paths(ins, "sdpa"), OTHER)
         return out
 
     # -- module hooks
@@ -448,7 +397,9 @@ class Trace:
                     d0, p0, o0 = self.rec(x)
                     self.norm_calls.append((call, name, o0, d0, p0))
                     if name not in self.first_input:
-                        self.first_input[name] = self.copy(x, RECOGNITION_ROWS)
+                        w = getattr(module, "weight", None)  # channels-first (weight not along the last axis): whole
+                        last = not isinstance(w, torch.Tensor) or w.dim() != 1 or w.shape[0] == x.shape[-1]
+                        self.first_input[name] = self.copy(x, RECOGNITION_ROWS if last else None)
                     if call in self.keep:
                         self.recorded[("input", call)] = self.copy(x)
                     module._dropmc_call = call
