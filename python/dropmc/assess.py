@@ -51,7 +51,6 @@ from .assess_report import Assessment, site_name
 from .assess_stats import MIN_UNITS_PER_TEST, SCREEN_LEVEL, holm, paired, suite_alpha, suite_power, verdict
 from .audit import _seconds, _show_progress
 from .correct import correct, uncorrect
-from .correct_scope import default_scope
 
 __all__ = ["assess", "MIN_UNITS"]
 
@@ -142,24 +141,29 @@ def _check_arguments(model, metric, alpha, seed) -> float:
     return float(alpha)
 
 
-def _scope_arguments(scope, example, sites) -> Tuple[List[Tuple[str, dict]], str]:
+def _scope_arguments(model, example, sites, scope) -> Tuple[List[Tuple[str, dict]], str]:
     """``([(row label, correct's scope kwargs)], note)`` for the corrected
-    rows: the scope asked for (None: the one ``correct`` applies by
-    default to these inputs and sites, :func:`dropmc.correct_scope.default_scope`),
-    each label naming it, and the per-site scope as a second row when the
-    first is the network's."""
+    rows: the scope asked for (None: the one ``correct(model, example,
+    sites=sites)`` applies by default, read from one correct/uncorrect:
+    :mod:`dropmc.correct_scope`), each label naming it, and the per-site
+    scope as a second row when the first is the network's."""
     if scope not in (None, "site", "network"):
         raise ValueError(f"scope must be 'site', 'network' or None (correct's default), got {scope!r}")
-    chosen, why = ("named", "") if scope is not None else default_scope(example, sites)
-    chosen = scope or chosen
-    if chosen == "network" and sites is not None:
+    if scope == "network" and sites is not None:
         raise ValueError("scope='network' corrects every norm the noise reaches and takes no sites: "
                          "scope='site' (or None) with sites=")
+    chosen, why = scope, "named"
+    if scope is None:
+        correct(model, example, sites=sites)
+        try:
+            chosen, why = model._dropmc_correction.scope, model._dropmc_correction.scope_reason
+        finally:
+            uncorrect(model)
     rows = [(f"corrected ({chosen} scope)", {"scope": chosen})]
     if chosen != "site":
         rows.append(("corrected (site scope)", {"scope": "site"}))
-    note = f"scope: {chosen}" + (f" ({why})" if scope is None else "")
-    return rows, note + "; the per-site rows (alone, all but, recommended) are per-site corrections"
+    return rows, (f"scope: {chosen} ({why}); the per-site rows (alone, all but, recommended) are per-site "
+                  "corrections")
 
 
 class _Run:
@@ -306,12 +310,12 @@ def assess(model, data, metric, *, inputs=None, sites=None, scope=None, alpha=No
     if batches.get(0) is None:
         raise ValueError("data yielded no batch: assess needs (inputs, target) batches")
     example = batches.get(0)[0] if inputs is None else inputs
-    scoped, scope_note = _scope_arguments(scope, example, sites)
     counted = [0]
     handle = model.register_forward_pre_hook(lambda *a: counted.__setitem__(0, counted[0] + 1))
     was_training = model.training
     try:
         model.eval()
+        scoped, scope_note = _scope_arguments(model, example, sites, scope)
         found, other = _sites_of(model, example, sites, _SITE)
         rows = _variants(found, scoped)
         run = _Run(model, batches, metric, example, sites, seconds, show)

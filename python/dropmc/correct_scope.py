@@ -1,12 +1,17 @@
-"""The scope ``dropmc.torch.correct(..., scope=None)`` applies
-(:func:`default_scope`), shared by :mod:`dropmc.correct` and
-:mod:`dropmc.assess` (which names its rows by it)."""
+"""The scope ``dropmc.torch.correct(..., scope=None)`` applies:
+:func:`default_scope` from the arguments (shared with :mod:`dropmc.assess`,
+which names its rows by it), and :func:`by_default`, which applies it and
+falls back to the per-site scope when the network scope finds no norm."""
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Callable, Tuple
 
-__all__ = ["default_scope"]
+__all__ = ["default_scope", "by_default"]
+
+#: How :func:`dropmc.correct.correct` begins the refusal of a network scope
+#: that found no LayerNorm/RMSNorm call the noise reaches.
+NO_NORM = "no norm to correct"
 
 
 def default_scope(inputs=None, sites=None, order: int = 1, linear=None, kwargs=None) -> Tuple[str, str]:
@@ -34,3 +39,22 @@ def default_scope(inputs=None, sites=None, order: int = 1, linear=None, kwargs=N
     if linear:
         return "site", "the default with linear=True (linear-path sites are per-site corrections)"
     return "network", "the default"
+
+
+def by_default(call: Callable, inputs, sites, order: int, linear, kwargs):
+    """``call(scope=...)`` (``correct`` with every other argument bound)
+    at :func:`default_scope`'s scope; when that is the network's and it
+    finds no norm the noise reaches (the ledger could not follow the
+    dropout's noise, e.g. a drop-path draw, or only BatchNorm or
+    linear-path sites), the per-site scope instead, which may still find
+    sites. Sets ``Correction.scope_reason``."""
+    scope, reason = default_scope(inputs, sites, order, linear, kwargs)
+    try:
+        model = call(scope=scope)
+    except ValueError as e:
+        if scope != "network" or not str(e).startswith(NO_NORM):
+            raise
+        scope, reason = "site", f"the default's fall-back: the network scope refused ({e})"
+        model = call(scope=scope)
+    model._dropmc_correction.scope_reason = reason
+    return model
