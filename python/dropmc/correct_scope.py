@@ -45,9 +45,10 @@ def by_default(call: Callable, inputs, sites, order: int, linear, kwargs):
     """``call(scope=...)`` (``correct`` with every other argument bound)
     at :func:`default_scope`'s scope; when that is the network's and it
     finds no norm the noise reaches (the ledger could not follow the
-    dropout's noise, e.g. a drop-path draw, or only BatchNorm or
-    linear-path sites), the per-site scope instead, which may still find
-    sites. Sets ``Correction.scope_reason``."""
+    dropout's noise, e.g. a drop-path draw: ``Correction.network_uncovered``
+    of that attempt), the per-site scope instead, which may still find
+    sites. Any other refusal is raised as it is. Sets
+    ``Correction.scope_reason``."""
     scope, reason = default_scope(inputs, sites, order, linear, kwargs)
     try:
         model = call(scope=scope)
