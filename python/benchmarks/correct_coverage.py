@@ -1,4 +1,4 @@
-"""Which sites ``dropmc.torch.correct(model, inputs)`` (no other argument)
+"""Which sites ``dropmc.torch.correct(model, inputs, scope="site")`` (per-site scope, no other argument)
 corrects and which it refuses, per architecture: a markdown table of
 corrected / refused (with the reasons, counted) per model.
 
@@ -79,7 +79,7 @@ def _reason(text: str) -> str:
 def row(name):
     model, kw = MODELS[name]()
     try:
-        dt.correct(model, kw)
+        dt.correct(model, kw, scope="site")
     except ValueError as e:
         return f"| {name} | 0 | raised: {str(e)[:90]} |"
     c = model._dropmc_correction

@@ -50,12 +50,12 @@ def main():
     print(f"one site at a time (audit {time.perf_counter() - t0:.1f} s wall)")
     print(f"{'site':36s} {'gap eval':>10s} {'1st-order bound':>16s} {'corrected':>12s}")
     for i, site in enumerate(sites):
-        with dt.corrected(model, [site]) as m:
+        with dt.corrected(model, [site], scope="site") as m:
             out = C.norm_outputs(m, x, [site[-1]])[site[-1]]
         s = before.sites[i]
         print(f"{s['name']:36s} {fmt(s['uncorrected']):>10s} {fmt(s['first_order']):>16s} "
               f"{fmt(gap(before, i, out)):>12s}")
-    with dt.corrected(model, x) as m:
+    with dt.corrected(model, x, scope="site") as m:
         after = dt.audit(m, x, sites=sites, seed=2)
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
     print("every site corrected, against the corrected model's own truth")

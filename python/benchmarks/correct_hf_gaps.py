@@ -1,4 +1,4 @@
-"""Per-site gaps before and after dropmc.torch.correct(model, inputs) on the
+"""Per-site gaps before and after dropmc.torch.correct(model, inputs, scope="site") on the
 small Hugging Face models of python/tests/test_correct_hf.py (BERT, ESM,
 T5 encoder, ViT from its builders, norm gains and shifts moved off their
 init; GPT-2 the same at d = 256 in float64), with no
@@ -34,7 +34,7 @@ def main():
         model = T._model(arch) if arch != "gpt2" else T._trained_like(build("gpt2", layers=2, d=256)).double().eval()
         x = T._inputs(arch)
         audit = A.audit_torch(model, x, seed=3)
-        done = dt.correct(model, x, inplace=False)._dropmc_correction
+        done = dt.correct(model, x, inplace=False, scope="site")._dropmc_correction
         print(f"## {arch}: {len(audit.discovery.sites)} sites found, {len(done.sites)} corrected, "
               f"refused {list(done.refused)}, skipped {list(done.skipped)}")
         for i, s in enumerate(audit.sites):

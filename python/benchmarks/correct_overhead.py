@@ -16,7 +16,7 @@ Variants, interleaved round by round so that machine load hits them alike:
              (torch.backends.mha.set_fastpath_enabled(False)): the module
              path, which a hooked model must take (the corrected encoder
              runs its own eval forward instead, dropmc.correct_fast)
-  corrected  dropmc.torch.correct(model, x): the correction
+  corrected  dropmc.torch.correct(model, x, scope="site"): the correction
   network    dropmc.torch.correct(model, x, scope="network"): every norm the
              noise reaches, for the noise of every dropout upstream
 
@@ -92,7 +92,7 @@ def measure(d, rounds):
     s = SHAPES[d]
     torch.manual_seed(0)
     enc, x = _encoder(d, s["heads"]), torch.randn(1, s["tokens"], d)
-    enc_c = dt.correct(enc, x, inplace=False).eval()
+    enc_c = dt.correct(enc, x, inplace=False, scope="site").eval()
     enc_n = dt.correct(enc, x, inplace=False, scope="network").eval()
 
     def module():
@@ -115,7 +115,7 @@ def measure(d, rounds):
     except ImportError:
         return
     ids = {"input_ids": torch.randint(4, 100, (1, s["tokens"]), generator=torch.Generator().manual_seed(1))}
-    bert_c = dt.correct(bert, ids, inplace=False).eval()
+    bert_c = dt.correct(bert, ids, inplace=False, scope="site").eval()
     bert_n = dt.correct(bert, ids, inplace=False, scope="network").eval()
     med, reps = _timed({"plain": lambda: bert(**ids), "corrected": lambda: bert_c(**ids),
                         "network": lambda: bert_n(**ids)}, rounds)
@@ -125,7 +125,7 @@ def measure(d, rounds):
           + f"  | corrected/plain {med['corrected'] / med['plain']:.3f}"
           f"  network/plain {med['network'] / med['plain']:.3f}")
     llama = _llama(d, s["heads"])
-    llama_c = dt.correct(llama, ids, inplace=False).eval()
+    llama_c = dt.correct(llama, ids, inplace=False, scope="site").eval()
     llama_n = dt.correct(llama, ids, inplace=False, scope="network").eval()
     med, reps = _timed({"plain": lambda: llama(**ids), "corrected": lambda: llama_c(**ids),
                         "network": lambda: llama_n(**ids)}, rounds)

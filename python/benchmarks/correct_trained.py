@@ -5,10 +5,10 @@ with Python — the source of the standard library's own modules (no
 download) — and compares, on held-out text:
 
   plain      the eval forward (dropout off)
-  corrected  dropmc.torch.correct(model, x, linear=False) (first order, the
+  corrected  dropmc.torch.correct(model, x, linear=False, scope="site") (first order, the
              norm sites reached through the identity or one add)
-  order 2    dropmc.torch.correct(model, x, order=2, linear=False)
-  + linear   dropmc.torch.correct(model, x, linear=True): also the
+  order 2    dropmc.torch.correct(model, x, order=2, linear=False, scope="site")
+  + linear   dropmc.torch.correct(model, x, linear=True, scope="site"): also the
              linear-path sites (docs/linear-path.md) the tracer finds — here
              the feed-forward's inner dropout → linear2 → (dropout2) → add →
              norm. The attention dropout of ``nn.MultiheadAttention`` is not
@@ -146,15 +146,15 @@ def evaluate(name, model, heldout, samples, head_exclude=None):
     x, y = heldout
     variants = {"plain": log_probs(model, x)}
     for label, kw in (("corrected", {}), ("order 2", {"order": 2})):
-        m = dt.correct(model, x, inplace=False, linear=False, **kw)
+        m = dt.correct(model, x, inplace=False, linear=False, **kw, scope="site")
         variants[label] = log_probs(m, x)
         sites = len(m._dropmc_correction.sites)
         refused = len(m._dropmc_correction.refused)
-    m = dt.correct(model, x, inplace=False, linear=True)
+    m = dt.correct(model, x, inplace=False, linear=True, scope="site")
     variants["+ linear"] = log_probs(m, x)
     linear = m._dropmc_correction.linear_sites
     if head_exclude is not None:
-        m = dt.correct(model, x, inplace=False, exclude=[head_exclude])
+        m = dt.correct(model, x, inplace=False, exclude=[head_exclude], scope="site")
         variants["no head"] = log_probs(m, x)
     variants["ensemble"] = ensemble_log_probs(model, x, samples, seed=11)
     ens = variants["ensemble"]

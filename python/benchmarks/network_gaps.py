@@ -109,7 +109,7 @@ def run(arch, draws, held_out=False):
     truths = truth(model, x, calls, draws)
     t_mc = time.time() - t0
     plain = norm_outputs(model, x, calls)
-    site = norm_outputs(dt.correct(copy.deepcopy(model), example), x, calls)
+    site = norm_outputs(dt.correct(copy.deepcopy(model), example, scope="site"), x, calls)
     net_model = dt.correct(copy.deepcopy(model), example, scope="network")
     network = norm_outputs(net_model, x, calls)
     done = net_model._dropmc_correction

@@ -6,14 +6,17 @@ Variants, each run over the same batches (docs/correct.md, "When to
 correct: assess"):
 
 * ``plain``: the eval forward;
-* ``corrected``: every site ``correct(model, inputs, sites=sites)``
-  corrects — norm, BatchNorm and linear-path sites alike (with ``scope``
-  passed through when ``correct`` takes one, and the per-site scope as a
-  second row; without it the per-site corrections of today, said so in
-  ``result.notes``);
-* ``[k] alone``: the same call with every other site in ``exclude=``;
+* ``corrected (network scope)``: ``correct(model, inputs)`` at
+  ``correct``'s default scope (the network's, or ``scope`` when named),
+  and ``corrected (site scope)``: every site ``correct(model, inputs,
+  sites=sites, scope="site")`` corrects — norm, BatchNorm and linear-path
+  sites alike (one row, labelled by its scope, when the scope is the
+  site's: ``scope="site"``, or ``sites`` named, which the network scope
+  does not take);
+* ``[k] alone``: the per-site call with every other site in ``exclude=``;
 * ``all but [k]``: with ``exclude=[site k]`` (no such row with one site:
-  it is plain).
+  it is plain). These rows and the recommendation are per-site
+  corrections: sites are what the per-site scope names.
 
 Every variant's per-unit values are compared with plain's on the same
 units (``d_u = metric(variant)_u − metric(plain)_u``, lower is better) and
@@ -40,7 +43,6 @@ propagates after the cleanup).
 
 from __future__ import annotations
 
-import inspect
 import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -55,6 +57,11 @@ __all__ = ["assess", "MIN_UNITS"]
 #: The fewest units ``assess`` accepts: each half needs
 #: :data:`~dropmc.assess_stats.MIN_UNITS_PER_TEST` for its own test.
 MIN_UNITS = 2 * MIN_UNITS_PER_TEST
+
+#: ``correct``'s keyword for the per-site rows: a site alone, all sites
+#: but one, the recommendation. Sites are dropout→norm pairs, which only
+#: the per-site scope names (the network scope corrects every norm).
+_SITE = {"scope": "site"}
 
 
 class _Batches:
@@ -134,18 +141,29 @@ def _check_arguments(model, metric, alpha, seed) -> float:
     return float(alpha)
 
 
-def _scope_arguments(scope) -> Tuple[List[Tuple[str, dict]], str]:
-    """``([(row label, correct's scope kwargs)], note)`` for the corrected rows."""
-    takes = "scope" in inspect.signature(correct).parameters
-    if not takes:
-        if scope is not None:
-            raise ValueError(f"scope={scope!r}: this dropmc's correct has no scope argument yet; "
-                             "use scope=None (per-site corrections)")
-        return [("corrected", {})], "scope: correct has no scope argument here; every row is per-site corrections"
-    rows = [(f"corrected ({scope or 'default'} scope)", {"scope": scope} if scope is not None else {})]
-    if scope != "site":
+def _scope_arguments(model, example, sites, scope) -> Tuple[List[Tuple[str, dict]], str]:
+    """``([(row label, correct's scope kwargs)], note)`` for the corrected
+    rows: the scope asked for (None: the one ``correct(model, example,
+    sites=sites)`` applies by default, read from one correct/uncorrect:
+    :mod:`dropmc.correct_scope`), each label naming it, and the per-site
+    scope as a second row when the first is the network's."""
+    if scope not in (None, "site", "network"):
+        raise ValueError(f"scope must be 'site', 'network' or None (correct's default), got {scope!r}")
+    if scope == "network" and sites is not None:
+        raise ValueError("scope='network' corrects every norm the noise reaches and takes no sites: "
+                         "scope='site' (or None) with sites=")
+    chosen, why = scope, "named"
+    if scope is None:
+        correct(model, example, sites=sites)
+        try:
+            chosen, why = model._dropmc_correction.scope, model._dropmc_correction.scope_reason
+        finally:
+            uncorrect(model)
+    rows = [(f"corrected ({chosen} scope)", {"scope": chosen})]
+    if chosen != "site":
         rows.append(("corrected (site scope)", {"scope": "site"}))
-    return rows, f"scope: {scope or 'the default of correct'} (rows with one site use it too)"
+    return rows, (f"scope: {chosen} ({why}); the per-site rows (alone, all but, recommended) are per-site "
+                  "corrections")
 
 
 class _Run:
@@ -248,10 +266,9 @@ def _sites_of(model, example, sites, kw) -> Tuple[List[tuple], dict]:
 def _variants(found: List[tuple], scoped: List[Tuple[str, dict]]) -> List[Tuple[str, str, frozenset, dict]]:
     """``(label, kind, site set, scope kwargs)`` of every row but plain."""
     rows = [(label, "corrected", frozenset(found), kw) for label, kw in scoped]
-    base = scoped[0][1]
-    rows += [(f"{site_name(s)} alone", "alone", frozenset([s]), base) for s in found]
+    rows += [(f"{site_name(s)} alone", "alone", frozenset([s]), _SITE) for s in found]
     if len(found) > 1:
-        rows += [(f"all but {site_name(s)}", "all but", frozenset(found) - {s}, base) for s in found]
+        rows += [(f"all but {site_name(s)}", "all but", frozenset(found) - {s}, _SITE) for s in found]
     return rows
 
 
@@ -273,8 +290,8 @@ def assess(model, data, metric, *, inputs=None, sites=None, scope=None, alpha=No
     are independent of one another), lower is better. ``inputs``: the
     example inputs ``correct`` discovers the sites on (default: the first
     batch's). ``sites``: the sites to consider (as ``correct`` takes them;
-    default every site it corrects). ``scope``: passed to ``correct`` when
-    it takes one. ``alpha``: the family level of the verdicts (default the
+    default every site it corrects). ``scope``: the scope of the first
+    corrected row (None: ``correct``'s default; ``"network"`` refuses ``sites``). ``alpha``: the family level of the verdicts (default the
     suite's per-assertion level, :func:`dropmc.assess_stats.suite_alpha`).
     ``time_budget`` (seconds): caps the batches used. ``progress``: a line
     per variant on stderr (None: when stderr is a terminal). ``seed``: the
@@ -289,7 +306,6 @@ def assess(model, data, metric, *, inputs=None, sites=None, scope=None, alpha=No
 
     level = _check_arguments(model, metric, alpha, seed)
     seconds, show = _seconds(time_budget), _show_progress(progress)
-    scoped, scope_note = _scope_arguments(scope)
     batches = _Batches(data)
     if batches.get(0) is None:
         raise ValueError("data yielded no batch: assess needs (inputs, target) batches")
@@ -299,7 +315,8 @@ def assess(model, data, metric, *, inputs=None, sites=None, scope=None, alpha=No
     was_training = model.training
     try:
         model.eval()
-        found, other = _sites_of(model, example, sites, scoped[0][1])
+        scoped, scope_note = _scope_arguments(model, example, sites, scope)
+        found, other = _sites_of(model, example, sites, _SITE)
         rows = _variants(found, scoped)
         run = _Run(model, batches, metric, example, sites, seconds, show)
         run.plain(pending=len({_key(r[2], r[3]) for r in rows}) + 1)
@@ -325,9 +342,9 @@ def assess(model, data, metric, *, inputs=None, sites=None, scope=None, alpha=No
         chosen = [s for s, r in zip(found, [t for t in tests if t["kind"] == "alone"]) if r["verdict_a"] == "better"]
         confirmation = None
         if chosen:
-            k = _key(frozenset(chosen), scoped[0][1])
+            k = _key(frozenset(chosen), _SITE)
             if k not in by_key:
-                run.variant(k, [s for s in found if s not in chosen], "recommended", scoped[0][1], 0)
+                run.variant(k, [s for s in found if s not in chosen], "recommended", _SITE, 0)
                 by_key[k] = run.values[k]
             d = np.concatenate(by_key[k][:run.limit])[half_b] - plain[half_b]
             confirmation = paired(d.tolist(), level, suite_power())

@@ -37,31 +37,26 @@ sites, grouped masks and ``p = 1`` refused with the reason.
 Without inputs: module-named sites, or only the dropout→BatchNorm pairs
 ``torch.fx`` finds (:mod:`dropmc.correct_sites`, the one switch point).
 
-How (:mod:`dropmc.correct_hooks`): a forward pre-hook on an ``nn.Dropout``
-keeps its input ``v``; for a functional call, the owner module's pre-hook
-enters a ``TorchFunctionMode`` that keeps the input of the owner's own
-``F.dropout`` calls and its forward hook leaves it; a forward hook on the
-norm replaces the norm's output in eval mode (in train mode every hook
-returns at once, so training is bit for bit what it was). A module called
-more than once per forward has a call counter (reset by a pre-hook on the
-model): its ``k``-th call is the site ``name#k``, so each call's
-correction uses that call's own ``v``. The hooks are module-level callable
-objects, so a corrected model pickles, deep-copies and traces. A plain
-``nn.Dropout``/``nn.LayerNorm`` (its type exactly) gets no hook but its class
-swapped to a small subclass doing the same in one call
-(:mod:`dropmc.correct_fast`: the eval overhead). The norm stays the same
-object with the same parameters, so ``state_dict()`` and ``dropmc.audit``
-see the model they saw before. ``nn.TransformerEncoderLayer``'s fused eval
-kernel cannot be corrected: every layer holding a corrected site leaves it
-(and its ``nn.TransformerEncoder`` nested tensors) for a dedicated eval
-forward (:class:`dropmc.correct_fast._CorrectedEncoderLayer`), and
-``uncorrect`` restores all. See docs/correct.md.
+How: forward hooks that keep each dropout's input and replace the norm's
+output in eval mode only (train mode is bit for bit what it was), one per
+call of a module called more than once (``name#k``); plain
+``nn.Dropout``/``nn.LayerNorm`` swapped to a subclass instead
+(:mod:`dropmc.correct_fast`); the fused ``nn.TransformerEncoderLayer``
+path left for a dedicated eval forward. :mod:`dropmc.correct_hooks` and
+docs/correct.md say how, and what ``uncorrect`` restores.
+
+Scope: the above is ``scope="site"`` (each site for its own dropout's
+noise). ``scope="network"`` corrects every norm for the noise of every
+dropout upstream (:mod:`dropmc.network_correct`); it is the default
+whenever it can run (:func:`dropmc.correct_scope.default_scope`: with
+example inputs, no ``sites``, ``order=1`` and no ``linear=True``).
 """
 
 from __future__ import annotations
 
 import contextlib as _contextlib
 import copy as _copy
+import functools as _functools
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as _np
@@ -69,10 +64,11 @@ import numpy as _np
 from . import _dropmc
 from .correct_forms import _NormParams
 from .correct_masks import refuse_unchecked
+from .correct_scope import by_default, default_scope
 from .correct_sites import (_call_index, _calls_per_forward, _check_sites, _excluded, _is_site_list, _module_name,
                             _norm_params, _p_of, _plan, _Plan)
 
-__all__ = ["correct", "uncorrect", "corrected", "resolve_sites", "norm_outputs", "Correction"]
+__all__ = ["correct", "uncorrect", "corrected", "resolve_sites", "norm_outputs", "Correction", "default_scope"]
 
 #: The attribute of a corrected model that holds its :class:`Correction`.
 _ATTRIBUTE = "_dropmc_correction"
@@ -80,7 +76,7 @@ _ATTRIBUTE = "_dropmc_correction"
 
 class Correction:
     """What :func:`correct` changed on a model (``model._dropmc_correction``):
-    ``scope``, ``sites`` (the corrected LN/RMS sites; none at
+    ``scope`` (the one applied), ``scope_reason`` (why), ``sites`` (the corrected LN/RMS sites; none at
     ``scope="network"``), ``network`` (``scope="network"``: norm call → its
     upstream noise ratio κ), ``network_uncovered`` (``(op, module)`` of each
     op with a noisy input the network ledger has no rule for, and each
@@ -97,6 +93,7 @@ class Correction:
         self.skipped: Dict[str, str] = {}
         self.linear_sites: List[Tuple[str, str]] = []  # linear-path sites (correct_linear.py)
         self.scope = "site"
+        self.scope_reason = ""  # why this scope (dropmc.correct.default_scope)
         self.network: Dict[str, float] = {}  # scope="network": norm call -> κ (dropmc.network_correct)
         self.network_uncovered: List[Tuple[str, str]] = []  # (op, module) the ledger could not follow
         self._handles: list = []
@@ -125,7 +122,6 @@ class Correction:
             for buffer, original in self._buffers:
                 buffer.copy_(original)
         self._handles, self._attributes, self._buffers, self._added = [], [], [], []
-
 
 
 # --------------------------------------------------------------------------
@@ -168,7 +164,6 @@ def resolve_sites(model, sites=None, inputs=None, *, norms=None, **kwargs) -> Li
     pairs of the fx graph (a ValueError asking for inputs when there are
     none)."""
     return _plan(model, inputs, sites, norms, kwargs).sites
-
 
 
 # --------------------------------------------------------------------------
@@ -288,7 +283,7 @@ def _site_hooks(site, slot, p: float, params: List[_NormParams], order: int, mas
 
 
 def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence[Any] = (),
-            inplace: bool = True, norms=None, linear=None, scope: str = "site", **kwargs):
+            inplace: bool = True, norms=None, linear=None, scope=None, **kwargs):
     """Corrects ``model``'s dropout→norm sites so that in eval mode each
     norm outputs the first-order estimate of its train-mode expectation;
     BatchNorm sites ``(dropout, batchnorm)`` get their running variance
@@ -337,21 +332,26 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     ``order=1`` only; ``exclude`` names norm calls or modules (or sites,
     for their norm) to leave alone; BatchNorm sites are folded as at
     ``"site"``; the ops the ledger cannot follow are in
-    ``Correction.network_uncovered``."""
+    ``Correction.network_uncovered``. ``None`` (the default): ``"network"``
+    when it can run and finds a norm, else ``"site"`` (:mod:`dropmc.correct_scope`; see ``.scope_reason``)."""
     import torch.nn as nn
 
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     if isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order!r}")
-    if scope not in ("site", "network"):
-        raise ValueError(f"scope must be 'site' or 'network', got {scope!r}")
+    if scope not in (None, "site", "network"):
+        raise ValueError(f"scope must be 'site', 'network' or None (the default), got {scope!r}")
     if getattr(model, _ATTRIBUTE, None) is not None:
         raise ValueError("the model is already corrected: dropmc.torch.uncorrect(model) first")
     if sites is None and _is_site_list(inputs):  # correct(model, sites): the signature before inputs
         inputs, sites = None, inputs
     if linear is not None and not isinstance(linear, bool):
         raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
+    if scope is None:  # the network's when it runs and finds a norm, else the site's (dropmc.correct_scope)
+        call = _functools.partial(correct, model, inputs, sites, order=order, exclude=exclude, inplace=inplace,
+                                  norms=norms, linear=linear, **kwargs)
+        return by_default(call, inputs, sites, order, linear, kwargs)
     if scope == "network":
         from .network_correct import network_arguments
 
@@ -390,6 +390,7 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         why = "; ".join(f"{k}: {v}" for k, v in {**plan.refused, **plan.skipped}.items())
         raise ValueError("no site to correct" + (f" ({why})" if why else " (every site excluded)"))
     correction = Correction()
+    correction.scope_reason = "named by the caller"
     if plan is not None:
         correction.refused, correction.skipped = dict(plan.refused), dict(plan.skipped)
     build = _Builder(plan, modules) if plan is not None else None

@@ -201,8 +201,10 @@ def _eval_outputs(model, args, kwargs, calls, scope: Optional[str], norms):
 
     if scope is None:
         return norm_outputs(model, args, calls, **kwargs), None
-    if getattr(model, _ATTRIBUTE, None) is not None:
-        return None, "the model is already corrected (its eval output is gap_plain)"
+    done = getattr(model, _ATTRIBUTE, None)
+    if done is not None:  # docs/correct.md, "The audit of a corrected model"
+        return None, (f"the model is already corrected (scope {done.scope!r}): gap eval is its corrected output's gap "
+                      "to this truth")
     takes_scope = _correct_takes_scope()
     if scope == "network" and not takes_scope:
         return None, "this dropmc's correct has no network scope"

@@ -83,8 +83,10 @@ def test_delta_and_se_equal_a_direct_paired_computation():
     model, data = _setup(0)
     result = dt.assess(model, data, squared_gap, alpha=0.05, progress=False)
     plain = torch.cat([squared_gap(_eval(model, x), y) for x, y in data])
-    for label, sites in (("corrected", None), ("drop2->ln2 alone", [SITE_2])):
-        with dt.corrected(model, data[0][0], sites=sites):
+    rows = (("corrected (network scope)", None, "network"), ("corrected (site scope)", None, "site"),
+            ("drop2->ln2 alone", [SITE_2], "site"))
+    for label, sites, scope in rows:
+        with dt.corrected(model, data[0][0], sites=sites, scope=scope):
             variant = torch.cat([squared_gap(_eval(model, x), y) for x, y in data])
         d = (variant - plain).tolist()
         n = len(d)
@@ -97,10 +99,15 @@ def test_delta_and_se_equal_a_direct_paired_computation():
     # a one-shot iterator: read once, the same units for every variant, the same numbers
     once = dt.assess(model, iter(data), squared_gap, alpha=0.05, progress=False)
     assert [r["all"] for r in once.rows] == [r["all"] for r in result.rows]
-    # the halves partition the units, and the cost is (distinct variants) x batches:
-    # plain, all, drop1 alone, drop2 alone (all-but-one of two sites is the other alone)
+    # the halves partition the units, and the cost is (distinct variants) x batches: plain, all at
+    # network scope, all at site scope, drop1 alone, drop2 alone (all-but-one of two sites is the other alone)
     assert result.halves == (16, 16)
-    assert result.forwards == 4 * len(data)
+    assert result.forwards == 5 * len(data)
+    # the labels name the scope: the site scope's row alone when it is the scope asked for
+    assert [r["label"] for r in dt.assess(model, data, squared_gap, scope="site", progress=False).rows][0] == \
+        "corrected (site scope)"
+    assert "corrected (network scope)" not in [r["label"] for r in dt.assess(
+        model, data, squared_gap, sites=[SITE_1, SITE_2], progress=False).rows]
     assert getattr(model, "_dropmc_correction", None) is None
 
 
@@ -252,11 +259,9 @@ def test_bad_input_is_a_value_error_naming_the_argument():
                          ({"seed": -1}, "seed")):
         with pytest.raises(ValueError, match=name):
             dt.assess(model, data, per_window, progress=False, **kwargs)
-    import inspect
-
-    if "scope" not in inspect.signature(dt.correct).parameters:  # until correct takes a scope
+    for kwargs in ({"scope": "everywhere"}, {"scope": "network", "sites": [SITE_1]}):
         with pytest.raises(ValueError, match="scope"):
-            dt.assess(model, data, per_window, progress=False, scope="network")
+            dt.assess(model, data, per_window, progress=False, **kwargs)
     with dt.corrected(model, data[0][0]):
         with pytest.raises(ValueError, match="model is already corrected"):
             dt.assess(model, data, per_window, progress=False)

@@ -160,7 +160,7 @@ def test_pre_ln_sites_with_a_final_norm():
 def test_every_site_corrected_the_audit_runs_and_every_resolved_gap_shrinks(post_ln):
     model, x, sites, _ = post_ln
     plain = dt.audit(model, x, sites=sites, seed=11)
-    with dt.corrected(model, x) as m:
+    with dt.corrected(model, x, scope="site") as m:
         audit = dt.audit(m, x, sites=sites, seed=11)  # the corrected model's audit reads what it outputs
         outs = C.norm_outputs(m, x, [s[-1] for s in sites])
     assert [s["name"] for s in audit.sites] == ["->".join(s) for s in sites]
@@ -272,7 +272,7 @@ def test_fast_path_honours_the_correction_and_uncorrect_restores_it_bit_for_bit(
     with torch.no_grad():
         before = model(x)
     assert len(calls) == 2, "the uncorrected eval forward under no_grad should take the fused path"
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     with torch.no_grad():
         fast = model(x)  # the users' path
     assert len(calls) == 2, "the corrected model must not take the fused path (it skips the hooks)"
@@ -298,7 +298,7 @@ def test_training_mode_is_untouched():
     model.train()
     torch.manual_seed(4)
     plain = model(x)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     model.train()
     torch.manual_seed(4)
     corrected = model(x)
@@ -308,15 +308,15 @@ def test_training_mode_is_untouched():
 
 def test_copy_on_request_and_refusals():
     model, x = _encoder(d=32, layers=1), _input(d=32, tokens=3)
-    copy = dt.correct(model, x, inplace=False)
+    copy = dt.correct(model, x, inplace=False, scope="site")
     assert copy is not model and getattr(model, "_dropmc_correction", None) is None
     with pytest.raises(ValueError, match="already corrected"):
-        dt.correct(copy, x)
+        dt.correct(copy, x, scope="site")
     dt.uncorrect(copy)
     with pytest.raises(ValueError, match="not corrected"):
         dt.uncorrect(copy)
     with pytest.raises(ValueError, match="order must be 1 or 2"):
-        dt.correct(model, x, order=3)
+        dt.correct(model, x, order=3, scope="site")
     with pytest.raises(ValueError, match="the norm 'layers.0.norm1' sees more than one dropout site"):
         dt.correct(model, sites=[("layers.0.dropout1", "layers.0.norm1"), ("layers.0.dropout2", "layers.0.norm1")])
     with pytest.raises(ValueError, match=r"'dropout_3' is not a module of the model \(did you mean "
@@ -327,11 +327,11 @@ def test_copy_on_request_and_refusals():
     with pytest.raises(TypeError):
         dt.correct(model, sites="layers.0.dropout1")
     with pytest.raises(ValueError, match=r"no site to correct \(every site excluded\)"):
-        dt.correct(model, x, exclude=["layers.0.dropout1", "layers.0.dropout2"])
+        dt.correct(model, x, exclude=["layers.0.dropout1", "layers.0.dropout2"], scope="site")
     with pytest.raises(ValueError, match="exclude: 'layers.0.dropuot1' names no site"):
-        dt.correct(model, x, exclude=["layers.0.dropuot1"])
+        dt.correct(model, x, exclude=["layers.0.dropuot1"], scope="site")
     assert getattr(model, "_dropmc_correction", None) is None
-    m = dt.correct(model, x, exclude=[("layers.0.dropout1", "layers.0.norm1")])
+    m = dt.correct(model, x, exclude=[("layers.0.dropout1", "layers.0.norm1")], scope="site")
     assert m._dropmc_correction.sites == [("layers.0.dropout2", "layers.0.norm2")]
     dt.uncorrect(m)
 

@@ -74,7 +74,7 @@ def test_default_call_corrects_every_esmfold_site_training_and_uncorrect_bit_exa
         model.train()
         torch.manual_seed(5)
         train_plain = _tensors(model(**kw))
-    dt.correct(model, kw)
+    dt.correct(model, kw, scope="site")
     try:
         corr = model._dropmc_correction
         assert set(corr.sites) == set(expected_esmfold()) and len(corr.sites) == 42

@@ -86,7 +86,7 @@ def _check(which, monkeypatch):
     model, inputs = CASES[which]()
     with torch.no_grad():
         plain = _call(model, inputs)
-    fixed_model = dt.correct(model, inputs, inplace=False).eval()
+    fixed_model = dt.correct(model, inputs, inplace=False, scope="site").eval()
     sites = fixed_model._dropmc_correction.sites
     assert all(len(s) == 2 for s in sites) and len(sites) >= 4
     calls = []

@@ -150,7 +150,7 @@ def test_every_functional_site_is_corrected_training_and_uncorrect_bit_exact(arc
     model.train()
     torch.manual_seed(5)
     train_plain = _first(model(**x))
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     corr = model._dropmc_correction
     assert sorted(corr.sites) == sorted(expected_sites(arch)) and len(corr.sites) == COUNTS[arch]
     model.train()
@@ -171,7 +171,7 @@ def test_a_raising_forward_leaves_no_capture_mode_running():
     # forward raising must still leave it (else it stays on torch's function-
     # mode stack and changes every later torch call, e.g. the fused paths).
     model, x = build("bart", d=64), inputs("bart", tokens=8)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     model.eval()
     owner = model.encoder.layers[0]
     fc1 = owner.fc1.forward

@@ -114,14 +114,14 @@ def audited(request):
 def test_correct_with_inputs_finds_and_corrects_every_clean_site(audited):
     arch, model, x, _ = audited
     clean, entangled = _clean_and_entangled(arch)
-    m = dt.correct(model, x, inplace=False)
+    m = dt.correct(model, x, inplace=False, scope="site")
     corr = m._dropmc_correction
     assert set(corr.sites) == clean
     assert set(corr.refused) == entangled
     assert all("entangled" in r for r in corr.refused.values())
     assert corr.skipped == {}
     # an Audit of audit_torch names the same sites
-    with dt.corrected(model, A.audit_torch(model, x, samples=129)) as same:
+    with dt.corrected(model, A.audit_torch(model, x, samples=129), scope="site") as same:
         assert set(same._dropmc_correction.sites) == clean
 
 
@@ -151,7 +151,7 @@ def test_planted_c_squared_fails_at_every_site(audited, monkeypatch):
 def test_every_site_corrected_the_audit_recognises_the_norms_and_every_gap_shrinks(audited):
     arch, model, x, _ = audited
     plain = A.audit_torch(model, x, seed=11)
-    with dt.corrected(model, x) as m:
+    with dt.corrected(model, x, scope="site") as m:
         names = ["->".join(s) for s in m._dropmc_correction.sites]
         audit = A.audit_torch(m, x, seed=11)  # the corrected model's audit reads what it outputs
         outs = C.norm_outputs(m, x, [n.split("->")[-1] for n in names])
@@ -176,7 +176,7 @@ def test_uncorrect_restores_outputs_bit_for_bit_and_the_state_dict_is_unchanged(
     state = {k: v.clone() for k, v in model.state_dict().items()}
     with torch.no_grad():
         plain = model(**x).last_hidden_state
-        dt.correct(model, x)
+        dt.correct(model, x, scope="site")
         moved = model(**x).last_hidden_state
         assert list(model.state_dict()) == list(state)
         assert all(torch.equal(model.state_dict()[k], v) for k, v in state.items())
@@ -189,7 +189,7 @@ def test_uncorrect_restores_outputs_bit_for_bit_and_the_state_dict_is_unchanged(
 
 def test_gpt2_entangled_site_is_refused_with_the_reason():
     model, x = build("gpt2", layers=LAYERS).eval(), _inputs()
-    m = dt.correct(model, x, inplace=False)
+    m = dt.correct(model, x, inplace=False, scope="site")
     corr = m._dropmc_correction
     assert ("drop", "h.0.ln_1") in corr.sites and ("drop", "h.0.ln_2") not in corr.sites
     assert set(corr.sites) == _clean_and_entangled("gpt2")[0]
@@ -249,7 +249,7 @@ def test_a_functional_dropout_in_a_submodule_is_corrected(monkeypatch):
         model.norm.weight.copy_(torch.linspace(0.5, 1.5, 16))
         model.norm.bias.copy_(torch.linspace(-1, 1, 16))
     x = torch.randn(3, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    m = dt.correct(model, x)
+    m = dt.correct(model, x, scope="site")
     assert sorted(m._dropmc_correction.sites) == [("block:dropout", "norm"), ("drop", "norm2")]
     got = C.norm_outputs(m, x, ["norm"])["norm"]
     dt.uncorrect(m)
@@ -268,12 +268,13 @@ def test_a_functional_dropout_in_a_submodule_is_corrected(monkeypatch):
 def test_refusals_and_exclusions_by_call_name():
     model, x = build("bert", layers=1).eval(), _inputs()
     first = ("encoder.layer.0.attention.output.dropout", "encoder.layer.0.attention.output.LayerNorm")
-    m = dt.correct(model, x, exclude=["->".join(first)], inplace=False)
+    m = dt.correct(model, x, exclude=["->".join(first)], inplace=False, scope="site")
     assert first not in m._dropmc_correction.sites and len(m._dropmc_correction.sites) == 1
-    m = dt.correct(model, x, exclude=["encoder.layer.0.output.LayerNorm"], inplace=False)
+    m = dt.correct(model, x, exclude=["encoder.layer.0.output.LayerNorm"], inplace=False, scope="site")
     assert m._dropmc_correction.sites == [first]
     with pytest.raises(ValueError, match="no site to correct"):
-        dt.correct(model, x, exclude=["encoder.layer.0.attention.output.dropout", "encoder.layer.0.output.dropout"])
+        dt.correct(model, x, exclude=["encoder.layer.0.attention.output.dropout", "encoder.layer.0.output.dropout"],
+                   scope="site")
     zero = build("bert", layers=1, p=0.0).eval()
     with pytest.raises(ValueError, match=r"no dropout at this rate \(p = 0\)"):
-        dt.correct(zero, x)
+        dt.correct(zero, x, scope="site")

@@ -47,7 +47,7 @@ def test_correct_brings_layer0_three_times_closer_to_the_models_monte_carlo():
     model, ids = _mistral()
     eval_out, train_out = _outputs(model, ids), _outputs(model, ids, train_seed=5)
     mc, _ = _norm_mc(model, ids, N)
-    dropmc.torch.correct(model, ids)
+    dropmc.torch.correct(model, ids, scope="site")
     sites = model._dropmc_correction.linear_sites
     assert sites == [(f"layers.{i}.self_attn:dropout", f"layers.{i}.post_attention_layernorm") for i in (0, 1)]
     corrected = _outputs(model, ids)
@@ -75,7 +75,7 @@ class Twice(nn.Module):
 def test_a_dropout_module_called_twice_is_refused_with_the_reason():
     torch.manual_seed(0)
     model = Twice().double().eval()
-    dropmc.torch.correct(model, torch.randn(4, 16, dtype=torch.float64), linear=True)
+    dropmc.torch.correct(model, torch.randn(4, 16, dtype=torch.float64), linear=True, scope="site")
     c = model._dropmc_correction
     assert ("drop#1", "ln2") in c.sites and c.linear_sites == [], (c.sites, c.linear_sites)
     assert "more than once" in c.refused["drop->ln"], c.refused

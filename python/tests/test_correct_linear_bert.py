@@ -65,7 +65,7 @@ def _distance(out, mc):
 def _corrected(model, ids, train, **kwargs):
     """Layer 0's corrected eval output under ``correct(model, ids,
     **kwargs)``, checking the train output bit for bit; uncorrects."""
-    dropmc.torch.correct(model, ids, **kwargs)
+    dropmc.torch.correct(model, ids, **kwargs, scope="site")
     try:
         out = _output(model, ids)
         assert torch.equal(_output(model, ids, 5), train)
@@ -76,7 +76,7 @@ def _corrected(model, ids, train, **kwargs):
 
 def test_both_layers_attention_paths_are_corrected_beside_the_hidden_dropouts(bert):
     model, ids, *_ = bert
-    dropmc.torch.correct(model, ids, linear=True)
+    dropmc.torch.correct(model, ids, linear=True, scope="site")
     try:
         c = model._dropmc_correction
         assert c.linear_sites == PATHS, c.linear_sites
@@ -155,7 +155,7 @@ class Stack(nn.Module):
 def test_an_overlap_is_composed_when_plain_and_refused_with_the_reason_when_compound(compound):
     torch.manual_seed(0)
     model = Stack(compound).double().eval()
-    dropmc.torch.correct(model, torch.randn(4, 16, dtype=torch.float64), linear=True)
+    dropmc.torch.correct(model, torch.randn(4, 16, dtype=torch.float64), linear=True, scope="site")
     c = model._dropmc_correction
     if not compound:
         assert c.sites == [("drop2", "ln1")] and c.linear_sites == [("drop1", "ln1")], (c.sites, c.linear_sites)

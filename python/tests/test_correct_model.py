@@ -76,7 +76,7 @@ def test_one_dropout_feeding_two_norms_is_two_sites_each_the_closed_form(functio
     model, x = _TwoNorms(functional=functional).double().eval(), _x()
     drop = "dropout" if functional else "drop"
     sites = [(drop, "ln_a"), (drop, "ln_b")]
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     corr = model._dropmc_correction
     assert corr.sites == sites and not corr.refused
     outs = C.norm_outputs(model, x, ["ln_a", "ln_b"])
@@ -92,7 +92,7 @@ def test_one_dropout_feeding_two_norms_is_two_sites_each_the_closed_form(functio
     model.train()
     torch.manual_seed(1)
     before = model(x)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     model.train()
     torch.manual_seed(1)
     assert torch.equal(model(x), before)
@@ -111,9 +111,34 @@ class _Chain(nn.Module):
         return self.ln2(self.drop2(self.ln(self.drop(self.w(x)))))
 
 
+def test_the_default_scope_is_the_network_s_when_it_can_run_else_the_site_s():
+    """``scope=None``: the network scope with example inputs; the per-site
+    scope, with the reason, where the network scope cannot take the call
+    (dropmc.correct_scope.default_scope), and training stays bit for bit."""
+    x = torch.randn(3, 8)
+    cases = [((x,), {}, "network", "the default"),
+             ((), {"sites": [("drop", "ln")]}, "site", "without example inputs"),
+             ((x,), {"sites": [("drop", "ln")]}, "site", "sites named"),
+             ((x,), {"order": 2}, "site", "order=2"),
+             ((x,), {"scope": "site"}, "site", "named by the caller"),
+             ((x,), {"scope": "network"}, "network", "named by the caller")]
+    for args, kwargs, scope, why in cases:
+        model = _Chain().train()
+        torch.manual_seed(2)
+        before = model(x)
+        m = dt.correct(model, *args, **kwargs)
+        done = m._dropmc_correction
+        assert (done.scope, bool(done.network), bool(done.sites)) == (scope, scope == "network", scope == "site"), kwargs
+        assert why in done.scope_reason, (kwargs, done.scope_reason)
+        torch.manual_seed(2)
+        assert torch.equal(m(x), before)
+    with pytest.raises(ValueError, match="scope must be 'site', 'network' or None"):
+        dt.correct(_Chain(), x, scope="everywhere")
+
+
 def test_p_one_is_refused_up_front_and_the_eval_forward_runs():
     model, x = _Chain(p=1.0).eval(), torch.randn(3, 8)
-    m = dt.correct(model, x)
+    m = dt.correct(model, x, scope="site")
     assert m._dropmc_correction.sites == [("drop2", "ln2")]
     assert "p = 1: the dropout zeroes its input" in m._dropmc_correction.refused["drop->ln"]
     with torch.no_grad():
@@ -128,17 +153,17 @@ def test_p_one_is_refused_up_front_and_the_eval_forward_runs():
 def test_each_refusal_has_its_own_message():
     x = torch.randn(3, 8)
     with pytest.raises(ValueError, match=r"made no dropout call.*norm calls: 1 \(layer\)"):
-        dt.correct(nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)), x)
+        dt.correct(nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)), x, scope="site")
     with pytest.raises(ValueError, match="made no LayerNorm/RMSNorm call.*dropout calls: 1 \\(p=0.5\\)"):
-        dt.correct(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)), x)
+        dt.correct(nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5)), x, scope="site")
     bad = x.clone()
     bad[1, 2] = float("nan")
     with pytest.raises(ValueError, match="inputs: .* 1 non-finite value"):
-        dt.correct(_Chain(), bad)
+        dt.correct(_Chain(), bad, scope="site")
     with pytest.raises(ValueError, match=r"'drpo' is neither an nn.Dropout call.*Its sites: sites=\[\('drop', 'ln'\)"):
         dt.correct(_Chain(), x, sites=[("drpo", "ln")])
     with pytest.raises(ValueError, match=r"exclude: 'drpo' names no site.*'drop->ln'"):
-        dt.correct(_Chain(), x, exclude=["drpo"])
+        dt.correct(_Chain(), x, exclude=["drpo"], scope="site")
     with pytest.raises(ValueError, match="without example inputs finds only dropout→BatchNorm"):
         dt.correct(_Chain())
     with pytest.raises(ValueError, match=r"'drpo' is not a module of the model \(did you mean 'drop'"):
@@ -161,7 +186,7 @@ def test_save_load_deepcopy_and_trace_keep_the_correction(which):
         model, x = _TwoNorms(d=16).eval(), _x(d=16, dtype=torch.float32)
     with torch.no_grad():
         plain = model(x)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     with torch.no_grad():
         fixed = model(x)
     assert not torch.equal(fixed, plain)
@@ -185,7 +210,7 @@ def test_save_load_deepcopy_and_trace_keep_the_correction(which):
     torch.manual_seed(2)
     a = model(x)
     loaded.train()
-    dt.correct(loaded, x)
+    dt.correct(loaded, x, scope="site")
     loaded.train()
     torch.manual_seed(2)
     assert torch.equal(loaded(x), a)  # training untouched after a round trip
@@ -193,14 +218,14 @@ def test_save_load_deepcopy_and_trace_keep_the_correction(which):
 
 def test_jit_script_is_refused_by_torch_as_documented():
     model, x = _encoder(), _x(d=16, dtype=torch.float32)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     with pytest.raises(Exception):  # torch's hook-typing limit (docs/correct.md)
         torch.jit.script(model)
 
 
 def test_torch_compile_keeps_the_correction():
     model, x = _encoder(d=8), _x(d=8, tokens=3, dtype=torch.float32)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     with torch.no_grad():
         fixed = model(x)
         compiled = torch.compile(model)(x)
@@ -215,7 +240,7 @@ def test_the_audit_of_a_corrected_model_reads_its_corrected_output():
     to the roundings of the closed-form check (far below the plain gap)."""
     model, x = _encoder(d=64, dtype=torch.float64), _x(d=64, tokens=16)
     before = A.audit_torch(model, x, seed=4)
-    dt.correct(model, x)
+    dt.correct(model, x, scope="site")
     after = A.audit_torch(model, x, seed=4)
     for i, (s0, s) in enumerate(zip(before.sites, after.sites)):
         ev, fo = s["uncorrected"]["rms"], s["first_order"]["rms"]
@@ -242,7 +267,7 @@ class _TrainOnlyDropout(nn.Module):
 def test_a_site_whose_v_cannot_be_captured_is_refused_at_correct_time():
     model, x = _TrainOnlyDropout().eval(), torch.randn(3, 8)
     with pytest.raises(ValueError, match="without its dropout.*correct cannot capture this site's v"):
-        dt.correct(model, x)
+        dt.correct(model, x, scope="site")
     assert getattr(model, "_dropmc_correction", None) is None and not model.ln._forward_hooks
 
 
@@ -277,7 +302,7 @@ def test_esmfold_trunk_block_sequence_sites():
     model.train()
     torch.manual_seed(3)
     train_plain = model(*args)
-    dt.correct(model, args)
+    dt.correct(model, args, scope="site")
     model.train()
     torch.manual_seed(3)
     assert all(torch.equal(a, b) for a, b in zip(model(*args), train_plain))

@@ -36,7 +36,7 @@ def swin():
 
 def test_windowed_sites_are_corrected_and_run_at_another_batch_size(swin):
     model, kw = swin
-    dt.correct(model, kw)
+    dt.correct(model, kw, scope="site")
     try:
         corr = model._dropmc_correction
         assert len(corr.sites) == 8 and list(corr.refused) == [
@@ -67,7 +67,7 @@ def test_planted_steps_not_replayed_fail(swin, monkeypatch):
 def test_planted_leading_size_kept_fails(swin, monkeypatch):
     model, kw = swin
     monkeypatch.setattr(CT, "_free_leading", lambda name, args, pos: args)
-    dt.correct(model, kw)
+    dt.correct(model, kw, scope="site")
     try:
         with pytest.raises(RuntimeError):
             with torch.no_grad():
@@ -84,7 +84,7 @@ def test_save_load_and_deepcopy_keep_replayed_and_token_level_sites():
     import io
 
     model, kw = build_swin(0.1, 0.2)
-    dt.correct(model, kw)
+    dt.correct(model, kw, scope="site")
     with torch.no_grad():
         ref = model(**kw).last_hidden_state
     buf = io.BytesIO()

@@ -90,8 +90,10 @@ def test_default_call_corrects_drop_path_training_and_uncorrect_bit_exact(swin):
         model.train()
         torch.manual_seed(5)
         train_plain = model(**x).last_hidden_state
-    dt.correct(model, x)
+    dt.correct(model, x)  # the default: the network ledger cannot follow the drop-path draws, so per-site
     try:
+        assert model._dropmc_correction.scope == "site", model._dropmc_correction.scope_reason
+        assert "fall-back" in model._dropmc_correction.scope_reason
         assert sorted(model._dropmc_correction.sites) == sorted(SITES)
         with torch.no_grad():
             model.train()
@@ -183,4 +185,4 @@ class _OwnerNotIdentity(torch.nn.Module):
 ])
 def test_a_rand_mask_without_a_module_taking_v_is_refused_with_the_way_out(model, why):
     with pytest.raises(ValueError, match=why):
-        dt.correct(model(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0)))
+        dt.correct(model(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(0)), scope="site")
