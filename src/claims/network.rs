@@ -26,7 +26,7 @@ use super::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
 use super::{Card, Claim, Draw, Estimator, Law, Shape, listed};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
-use crate::exact::network::masked;
+use crate::exact::network::{Dropouts, masked};
 use crate::exact::{Oracle, central_moments_by};
 use crate::ops::{Subject, TrainPass};
 use crate::stats::tolerance::gamma_upper;
@@ -98,11 +98,7 @@ impl NetworkClaim {
     }
 
     /// The per-draw statistic of one draw of the dropouts (`drop`).
-    fn draw(
-        &self,
-        drop: &mut dyn FnMut(usize, &[f64]) -> Result<Vec<f64>, Error>,
-        out: &mut [f64],
-    ) -> Result<(), Error> {
+    fn draw(&self, drop: &mut Dropouts, out: &mut [f64]) -> Result<(), Error> {
         match self.quantity {
             Quantity::ResidualVariance => {
                 let stack = stacks::linear_residual();

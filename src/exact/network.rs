@@ -49,7 +49,7 @@ use crate::stats::tolerance::{self, gamma_upper};
 
 /// One dropout of a stack: `(which, input) → output` (`which` numbers the
 /// stack's dropouts from 0).
-pub type Drop<'a> = dyn FnMut(usize, &[f64]) -> Result<Vec<f64>, Error> + 'a;
+pub type Dropouts<'a> = dyn FnMut(usize, &[f64]) -> Result<Vec<f64>, Error> + 'a;
 
 /// The dropouts given by mask bits: dropout `k` reads bits `k d .. (k+1) d`.
 pub fn masked(mask: &[bool], q: f64) -> impl FnMut(usize, &[f64]) -> Result<Vec<f64>, Error> + '_ {
@@ -73,7 +73,7 @@ pub struct LinearResidual {
 
 impl LinearResidual {
     /// `h₂` for one draw of the two dropouts.
-    pub fn forward(&self, drop: &mut Drop) -> Result<DVector<f64>, Error> {
+    pub fn forward(&self, drop: &mut Dropouts) -> Result<DVector<f64>, Error> {
         let h1 = &self.x + DVector::from_vec(drop(0, (&self.a * &self.x).as_slice())?);
         let branch = DVector::from_vec(drop(1, (&self.b * &h1).as_slice())?);
         Ok(h1 + branch)
@@ -156,7 +156,7 @@ impl PreLn {
     }
 
     /// `LN₂(h₂)` for one draw of the two dropouts.
-    pub fn forward(&self, drop: &mut Drop) -> Result<Vec<f64>, Error> {
+    pub fn forward(&self, drop: &mut Dropouts) -> Result<Vec<f64>, Error> {
         let (x, a, b) = self.units();
         let ax: Vec<f64> = a.iter().zip(&x).map(|(a, x)| a * x).collect();
         let h1: Vec<f64> = x.iter().zip(drop(0, &ax)?).map(|(x, n)| x + n).collect();
@@ -270,7 +270,7 @@ impl MeanShift {
     }
 
     /// `φ(y)` for one draw of the dropout.
-    pub fn forward(&self, drop: &mut Drop) -> Result<Vec<f64>, Error> {
+    pub fn forward(&self, drop: &mut Dropouts) -> Result<Vec<f64>, Error> {
         let sum: f64 = drop(0, &self.input())?.iter().sum();
         Ok((0..self.d)
             .map(|k| {
@@ -286,8 +286,8 @@ impl MeanShift {
         let (n, q, dd) = (self.d / 2, self.rate.q(), self.d as f64);
         super::enumerate_counts(&[n, n], self.rate, 2, sup_phi, |c, out| {
             let sum = (c[0] as f64 * self.u[0] + c[1] as f64 * self.u[1]) / q;
-            for g in 0..2 {
-                out[g] = (self.phi)(self.h[g] + self.t[g] * sum / dd);
+            for (g, o) in out.iter_mut().enumerate() {
+                *o = (self.phi)(self.h[g] + self.t[g] * sum / dd);
             }
         })
     }
