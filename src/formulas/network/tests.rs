@@ -1,7 +1,31 @@
 //! Hand values of the ledger's rules.
 
 use super::*;
+use crate::formulas::NormParams;
 use crate::formulas::layernorm::mean_of_v;
+
+/// A LayerNorm's parameters, without the layer (the formulas sit below
+/// `ops`).
+struct Params {
+    gamma: Vec<f64>,
+    beta: Vec<f64>,
+    eps: f64,
+}
+
+impl NormParams for Params {
+    fn gamma(&self) -> &[f64] {
+        &self.gamma
+    }
+    fn eps(&self) -> f64 {
+        self.eps
+    }
+}
+
+impl ShiftedNormParams for Params {
+    fn beta(&self) -> &[f64] {
+        &self.beta
+    }
+}
 
 #[test]
 fn dropout_of_a_noisy_input_by_hand() {
@@ -40,7 +64,11 @@ fn silu_derivatives_match_finite_differences() {
 #[test]
 fn without_noise_the_norms_are_their_eval_outputs() {
     let x = [0.5, -1.0, 2.0, 1.5];
-    let ln = crate::ops::LayerNorm::new(vec![1.5; 4], vec![0.2; 4], 1e-5).unwrap();
+    let ln = Params {
+        gamma: vec![1.5; 4],
+        beta: vec![0.2; 4],
+        eps: 1e-5,
+    };
     let out = layernorm(&Noisy::clean(&x), &ln);
     let eval = crate::formulas::layernorm::uncorrected(&x, &ln).unwrap();
     for (a, b) in out.mean.iter().zip(&eval) {
