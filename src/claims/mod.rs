@@ -32,6 +32,7 @@ pub mod law;
 pub mod layernorm;
 pub mod linear_path;
 pub mod mask_shape;
+pub mod network;
 pub mod norm;
 mod norm_config;
 pub mod norm_fast;

@@ -8,7 +8,7 @@
 
 use super::{
     Claim, attention, batchnorm, bypass, compound, dropout, ensemble, layernorm, linear_path,
-    mask_shape, rmsnorm, second_order, semantics,
+    mask_shape, network, rmsnorm, second_order, semantics,
 };
 
 /// One of the crate's families, as its claims declare it.
@@ -98,6 +98,12 @@ pub fn families() -> Vec<CrateFamily> {
             name: linear_path::FAMILY,
             summary: "a dropout reaching its norm through linear maps: Σ, E[V], E[R²], c",
             claims: linear_path::claims(),
+            dropout_alone: false,
+        },
+        CrateFamily {
+            name: network::FAMILY,
+            summary: "the network noise ledger: every dropout upstream of a norm, through residual adds, norms, maps",
+            claims: network::claims(),
             dropout_alone: false,
         },
     ];

@@ -4,6 +4,7 @@ mod enumerate;
 mod grouped;
 pub mod linear_path;
 mod moments;
+pub mod network;
 mod norm;
 
 pub use enumerate::{

@@ -14,6 +14,7 @@ pub mod example;
 pub mod layernorm;
 pub mod linear_path;
 pub mod mask_shape;
+pub mod network;
 mod rate;
 pub mod rmsnorm;
 pub mod second_order;
