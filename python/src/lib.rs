@@ -262,11 +262,11 @@ fn run_claims(
     let layer = claims::PyDropout::new(setup);
     let one_row = claims::PyDropout::new(small);
     let subject = Subject::with_dropout(&layer);
-    let (run, skipped) = claims::claims(setup);
+    let (run, mut skipped) = claims::claims(setup);
     let mut results = check_claims(&run, &subject, options)?;
     // After an exception in the user's callable, no further calls.
     if setup.rate.p() > 0.0 && !setup.forward.failed() {
-        let run = vec![
+        let mut run = vec![
             small_calls::one_row_mean(
                 small_calls::ONE_ROW_SUM_MEAN,
                 &one_row,
@@ -282,6 +282,15 @@ fn run_claims(
                 setup.rounding,
             ),
         ];
+        match small_calls::one_row_repeats(
+            small.forward,
+            &setup.semantics_x,
+            setup.rate,
+            setup.samples,
+        ) {
+            Ok(claim) => run.push(claim),
+            Err(why) => skipped.push((small_calls::ONE_ROW_MASKS_NEVER_REPEAT, why)),
+        }
         results.extend(check_claims(&run, &subject, options)?);
     }
     Ok((results, skipped))

@@ -57,12 +57,16 @@ pub fn one_row_forward(py: Python<'_>, train: &Py<PyAny>, dtype: Dtype) -> PyFor
 }
 
 /// What a small-call claim states: its formula, targets and statistic,
-/// and the per-draw statistic.
+/// the per-draw statistic, and its width under the null where one is known
+/// ([`dropmc::claims::Claim::null_range`]: what decides a gross deviation
+/// below the minimum budget, such as a mask reused on every call, whose
+/// draws all agree and whose `z` is infinite).
 pub struct Stated {
     pub formula: &'static str,
     pub targets: Vec<f64>,
     pub statistic: Statistic,
     pub per_draw: fn(&Draw, &mut [f64]),
+    pub null_range: Option<Vec<f64>>,
 }
 
 /// The mean claim `id` on `layer` (whose forward makes calls of
@@ -87,7 +91,7 @@ pub fn one_row_mean<'a>(
         Shape::Vector
     };
     PyClaim {
-        null_range: None,
+        null_range: stated.null_range,
         card: Card::new(id, family_of(id), stated.formula, shape, samples)
             .with_statistic(statistic),
         analytic: stated.targets,
@@ -145,6 +149,8 @@ pub fn run_mask_shape(
         targets,
         statistic: Statistic::ScaledCount { keep: rate.q() },
         per_draw: |d, out| out.copy_from_slice(d.z),
+        // A scaled count's width is known to the verdict already.
+        null_range: None,
     };
     let claim = one_row_mean(
         ONE_SAMPLE_MEAN,
@@ -160,14 +166,15 @@ pub fn run_mask_shape(
     ))
 }
 
-/// `calls.one_row_sum_mean`'s statement from `dropout.sum_mean`'s target
-/// and statistic ([`crate::claims::sum_mean_target`]).
-pub fn row_sum((targets, statistic): (Vec<f64>, Statistic)) -> Stated {
+/// `calls.one_row_sum_mean`'s statement from `dropout.sum_mean`'s target,
+/// statistic and null width ([`crate::claims::sum_mean_target`]).
+pub fn row_sum((targets, statistic, width): (Vec<f64>, Statistic, Vec<f64>)) -> Stated {
     Stated {
         formula: "E[S] = sum_k x_k, each draw its own call of one row",
         targets,
         statistic,
         per_draw: |d, out| out[0] = d.z.iter().sum(),
+        null_range: Some(width),
     }
 }
 
@@ -195,4 +202,50 @@ pub fn one_row_survivors<'a>(
         "calls of {CALL_ROWS} row; the kept values of semantics.survivors_exact's input"
     ));
     claim
+}
+
+/// The elementwise check's one-row repeat rule.
+pub const ONE_ROW_MASKS_NEVER_REPEAT: &str = "calls.one_row_masks_never_repeat";
+
+/// `semantics.masks_never_repeat` on `one_row`'s calls of one row of the
+/// semantics input `x`, [`SURVIVOR_CALLS`] of them (or the user's `cap`).
+///
+/// # Why a second repeat rule
+///
+/// The large calls put thousands of rows in one call, so a run capped at
+/// 1 000 rows reads them all from one call, and a layer that draws a fresh
+/// mask within a call but reuses it on the next call of the same shape
+/// (a mask cached per input shape, a generator re-seeded alike on each
+/// call) passes there. Here every row is its own call, so every window of
+/// rows spans calls: such a layer gives the same row on every call and the
+/// second window repeats the first.
+///
+/// # Its size
+///
+/// The rule's, unchanged ([`crate::claims::repeats`]): windows of `w` rows of
+/// `k` informative bits, `B = w k ≥ (ln(N²/2) + ln(1/α)) / (−ln(p² + q²))`,
+/// so a correct dropout (independent Bernoulli bits, whatever the call)
+/// repeats a window with probability at most `(N²/2)(p² + q²)^B ≤ α`. At
+/// `p = 0.1`, 6 informative units and `N = 1 000` calls: `B = 182` bits,
+/// `w = 31` rows, two windows need 62 calls; at `N = 2 000`, `w = 32`.
+pub fn one_row_repeats<'a>(
+    one_row: &'a PyForward,
+    x: &[f64],
+    rate: Rate,
+    cap: Option<u64>,
+) -> Result<PyClaim<'a>, String> {
+    let dtype = one_row.dtype();
+    let x: Vec<f64> = x.iter().map(|&v| dtype.round(v)).collect();
+    let informative = x
+        .iter()
+        .map(|v| v.abs() >= dtype.smallest_normal())
+        .collect();
+    let source = crate::claims::repeats::RowSource {
+        id: ONE_ROW_MASKS_NEVER_REPEAT,
+        forward: one_row,
+        rate,
+        rows: SURVIVOR_CALLS,
+        cap,
+    };
+    crate::claims::repeats::repeat_rule(source, x, informative)
 }

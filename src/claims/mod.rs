@@ -65,7 +65,7 @@ pub fn norm_claims() -> impl Iterator<Item = &'static norm::NormClaim> {
     .into_iter()
     .flatten()
 }
-pub use verdict::{BelowBudget, BoundMde, ClaimResult, SamplerKind, Verdict, check};
+pub use verdict::{BelowBudget, BoundMde, ClaimResult, SamplerKind, Verdict, check, sample};
 
 use serde::Serialize;
 

@@ -175,12 +175,57 @@ impl ClaimResult {
             };
             format!(
                 "inconclusive: {} draws is below the {} at which its {} test has its stated \
-                 size{bound}",
+                 size{bound}{}",
                 self.samples,
                 self.min_samples,
-                self.statistic.label()
+                self.statistic.label(),
+                self.no_spread_phrase(false)
             )
         })
+    }
+
+    /// The components whose draws all gave one value away from the target
+    /// (no spread: `z = ±∞`), as `(component, value, target)`.
+    pub fn without_spread(&self) -> Vec<(usize, f64, f64)> {
+        (0..self.tests.len().min(self.estimate.len()))
+            .filter(|&k| self.tests[k].z.is_infinite() && self.estimate[k].stderr == 0.0)
+            .map(|k| (k, self.estimate[k].value, self.target[k]))
+            .collect()
+    }
+
+    /// What a verdict says about the components without spread
+    /// ([`without_spread`](Self::without_spread)): a failure names them;
+    /// an inconclusive verdict says why an infinite `z` alone does not
+    /// decide below the minimum budget. A correct layer whose likeliest
+    /// outcome has probability `a` gives `n` equal draws with probability
+    /// up to `a^(n−1)` (at `p = 0.001` on five units, `a = 0.999⁵`, and
+    /// 1 000 draws agree with probability 0.7 %, far above α): only a bound
+    /// that holds for every law on the null range, the distribution-free
+    /// one, decides it.
+    fn no_spread_phrase(&self, failed: bool) -> String {
+        let flat = self.without_spread();
+        let Some(&(k, value, target)) = flat.first() else {
+            return String::new();
+        };
+        let component = if self.shape == Shape::Vector {
+            format!(" of component {k}")
+        } else {
+            String::new()
+        };
+        let sign = if value < target { "−" } else { "+" };
+        let what = format!(
+            "; every one of the {} draws{component} gave {value:.6} against the analytic \
+             {target:.6} (no spread: z = {sign}inf)",
+            self.samples
+        );
+        if failed {
+            what
+        } else {
+            format!(
+                "{what}, which a correct layer can do when one outcome is likely (a small p), \
+                 and no distribution-free bound rejects it at this budget"
+            )
+        }
     }
 
     /// The smallest deviation the bound decides at this budget, over the
@@ -234,8 +279,12 @@ impl ClaimResult {
             format!(
                 "fail below the minimum budget ({} < {} draws): {} of {} components deviate \
                  beyond the distribution-free empirical Bernstein bound at the suite's \
-                 per-assertion level; their p-values are the bound's",
-                self.samples, self.min_samples, b.rejected, b.bounded
+                 per-assertion level; their p-values are the bound's{}",
+                self.samples,
+                self.min_samples,
+                b.rejected,
+                b.bounded,
+                self.no_spread_phrase(true)
             )
         })
     }
@@ -359,6 +408,26 @@ fn test_by_bound(claim: &dyn Claim, result: &mut ClaimResult) -> BelowBudget {
     below
 }
 
+/// The claim's estimate on `subject` at `budget` and the sampler that made
+/// it: the fast sampler on the mathematics where the claim has one, the
+/// generic path otherwise (what [`check`] runs; the report's time estimate
+/// times it on a pilot budget, `crate::conformance::pilot`).
+pub fn sample(
+    claim: &dyn Claim,
+    subject: &Subject,
+    budget: Budget,
+) -> Result<(Vec<Estimate>, SamplerKind), crate::error::Error> {
+    let fast = if subject.is_mathematics() {
+        claim.fast_estimate(budget)
+    } else {
+        None
+    };
+    match fast {
+        Some(estimate) => Ok((estimate?, SamplerKind::Fast)),
+        None => Ok((claim.estimate(subject, budget)?, SamplerKind::Generic)),
+    }
+}
+
 fn fill(
     claim: &dyn Claim,
     subject: &Subject,
@@ -379,19 +448,8 @@ fn fill(
         },
     };
     result.exact = oracle.map(|o| o.values);
-    let fast = if subject.is_mathematics() {
-        claim.fast_estimate(budget)
-    } else {
-        None
-    };
-    result.estimate = match fast {
-        Some(estimate) => {
-            result.sampler = SamplerKind::Fast;
-            estimate
-        }
-        None => claim.estimate(subject, budget),
-    }
-    .map_err(|e| e.to_string())?;
+    (result.estimate, result.sampler) =
+        sample(claim, subject, budget).map_err(|e| e.to_string())?;
     if result.estimate.len() != result.target.len() {
         return Err(format!(
             "estimator returned {} components for {} targets",

@@ -22,12 +22,8 @@ pub struct CalibrateArgs {
     /// First seed; the run uses first-seed .. first-seed + K.
     #[arg(long, default_value_t = 1000, value_parser = parse_count)]
     pub first_seed: u64,
-    /// Draws per claim (default: each claim's own budget).
-    #[arg(long, value_parser = parse_count)]
-    pub samples: Option<u64>,
-    /// Only this family.
-    #[arg(long)]
-    pub family: Option<String>,
+    #[command(flatten)]
+    pub selection: super::report::Selection,
     /// The implementation: `reference` or a mutant of the gallery (`dropmc mutants`).
     #[arg(long, default_value = crate::conformance::verify::REFERENCE_SUBJECT)]
     pub subject: String,
@@ -49,17 +45,17 @@ pub fn run(registry: &Registry, args: CalibrateArgs) -> Result<ExitCode, Error> 
         registry,
         &Options {
             seed: None,
-            samples: args.samples,
-            family: args.family.clone(),
+            samples: args.selection.samples,
+            family: args.selection.family.clone(),
         },
     )?;
     let options = CalibrationOptions {
         replication: Replication {
             seeds: args.seeds,
             first_seed: args.first_seed,
-            family: args.family,
+            family: args.selection.family,
         },
-        samples: args.samples,
+        samples: args.selection.samples,
         flag_alpha: KS_FAMILY_ALPHA,
     };
     let bar = progress::bar(args.seeds * claims.len() as u64, "claims", args.json);

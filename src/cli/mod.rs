@@ -93,6 +93,18 @@ where
 pub fn command(registry: &Registry) -> clap::Command {
     use clap::CommandFactory;
     Cli::command()
+        // A negative value (`--seeds -3`) reaches the option's parser, which
+        // names the option and the accepted forms, rather than reading as
+        // an unknown flag.
+        .mut_subcommands(|c| {
+            c.mut_args(|a| {
+                if a.get_action().takes_values() {
+                    a.allow_negative_numbers(true)
+                } else {
+                    a
+                }
+            })
+        })
         .mut_subcommand("eval", |c| {
             c.subcommand_required(true)
                 .arg_required_else_help(true)

@@ -6,6 +6,7 @@ use clap::Args;
 
 use super::emit::{emit, verdict};
 use super::progress;
+use crate::conformance::pilot::{self, MAX_RUN_SECONDS};
 use crate::conformance::report::{self, Options};
 use crate::error::Error;
 use crate::eval::input::parse_count;
@@ -19,19 +20,26 @@ pub struct ReportArgs {
     #[arg(long)]
     pub json: bool,
     /// Seed of the random streams (its help names the default: [`seed_help`]).
-    /// A negative value reaches the parser (which names `--seed` and the
-    /// accepted forms) rather than reading as an unknown flag.
-    #[arg(long, value_parser = parse_count, allow_negative_numbers = true)]
+    #[arg(long, value_parser = parse_count)]
     pub seed: Option<u64>,
-    /// Draws per claim (default: each claim's own budget).
+    #[command(flatten)]
+    pub selection: Selection,
+    /// Do not fit the table to the terminal (one line per claim).
+    #[arg(long)]
+    pub wide: bool,
+}
+
+/// Which claims run and at how many draws: the options `report` and
+/// `calibrate` share.
+#[derive(Debug, Args, Default)]
+pub struct Selection {
+    /// Draws per claim (default: each claim's own budget). A report
+    /// estimated to take over an hour is refused up front with the estimate.
     #[arg(long, value_parser = parse_count)]
     pub samples: Option<u64>,
     /// Run only this family.
     #[arg(long)]
     pub family: Option<String>,
-    /// Do not fit the table to the terminal (one line per claim).
-    #[arg(long)]
-    pub wide: bool,
 }
 
 /// `--seed`'s help, naming the default seed ([`crate::engine::DEFAULT_SEED`]).
@@ -46,11 +54,14 @@ pub fn seed_help() -> String {
 pub fn run(registry: &Registry, args: ReportArgs) -> Result<ExitCode, Error> {
     let options = Options {
         seed: args.seed,
-        samples: args.samples,
-        family: args.family,
+        samples: args.selection.samples,
+        family: args.selection.family,
     };
-    let total = report::select(registry, &options)?.len() as u64;
-    let bar = progress::bar(total, "claims", args.json);
+    let claims = report::select(registry, &options)?;
+    if let Some(samples) = options.samples {
+        refuse_a_long_run(&claims, &options, samples)?;
+    }
+    let bar = progress::bar(claims.len() as u64, "claims", args.json);
     let report =
         report::run_with_progress(registry, &Subject::reference(), &options, |done, _| {
             bar.set_position(done as u64)
@@ -61,4 +72,44 @@ pub fn run(registry: &Registry, args: ReportArgs) -> Result<ExitCode, Error> {
         report::table_fitted(&report, width)
     });
     Ok(verdict(&report))
+}
+
+/// Estimated seconds above which the run's length is said up front.
+const ANNOUNCE_SECONDS: f64 = 10.0;
+
+/// Refuses a run of `claims` at `--samples samples` estimated to take more
+/// than [`MAX_RUN_SECONDS`] ([`crate::conformance::pilot`]); announces one
+/// estimated above [`ANNOUNCE_SECONDS`] on stderr.
+fn refuse_a_long_run(
+    claims: &[&dyn crate::claims::Claim],
+    options: &Options,
+    samples: u64,
+) -> Result<(), Error> {
+    let seed = options.seed.unwrap_or(crate::engine::DEFAULT_SEED);
+    let estimate = pilot::estimate_seconds(
+        claims,
+        &Subject::reference(),
+        seed,
+        samples,
+        MAX_RUN_SECONDS,
+    );
+    let about = format!(
+        "{} claims at --samples {samples} take {} (estimated from a pilot of each claim's \
+         sampler)",
+        claims.len(),
+        estimate.words()
+    );
+    if estimate.seconds > MAX_RUN_SECONDS {
+        return Err(Error::InvalidOption {
+            what: format!(
+                "{about}, more than the {} a report may take: pass a smaller --samples, or \
+                 --family to run fewer claims",
+                pilot::duration_words(MAX_RUN_SECONDS)
+            ),
+        });
+    }
+    if estimate.seconds > ANNOUNCE_SECONDS {
+        eprintln!("dropmc: {about}");
+    }
+    Ok(())
 }

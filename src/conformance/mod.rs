@@ -47,6 +47,7 @@
 //! zero generator draws) fails on a single violation.
 
 pub mod mutants;
+pub mod pilot;
 pub mod report;
 pub mod verify;
 

@@ -280,3 +280,35 @@ pub fn assert_rejected(args: &[&str]) {
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
 }
+
+/// Runs `dropmc args`, sends SIGINT after `after`, and returns how long
+/// the process took to end after it (at most a little over 5 s: then it
+/// is killed).
+#[cfg(unix)]
+pub fn stopped_after_sigint(args: &[&str], after: std::time::Duration) -> std::time::Duration {
+    use std::time::Instant;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dropmc"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("runs");
+    std::thread::sleep(after);
+    assert!(child.try_wait().unwrap().is_none(), "{args:?} ended early");
+    let sent = Instant::now();
+    // SAFETY: sends SIGINT to the child this test spawned and still owns.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return sent.elapsed();
+        }
+        if sent.elapsed() > std::time::Duration::from_secs(5) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return sent.elapsed();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

@@ -35,7 +35,9 @@
 //!
 //! 6. `semantics.masks_never_repeat` fails with the units otherwise
 //!    independent: the generator's stream repeats (a short period, or
-//!    re-seeded alike on each call).
+//!    re-seeded alike on each call). `calls.one_row_masks_never_repeat`
+//!    fails alone: the mask recurs from call to call, not within one (a
+//!    mask cached per input shape, a generator re-seeded on each call).
 //!
 //! The semantics rules name their own cause (eval path, input written in
 //! place, backward mask). The causes are likely, not certain: they are the
@@ -295,6 +297,15 @@ pub fn likely_causes(
              (a generator with a short period, or re-seeded alike on each call)"
                 .into()
         });
+    }
+    if failed(crate::small_calls::ONE_ROW_MASKS_NEVER_REPEAT)
+        && !failed("semantics.masks_never_repeat")
+    {
+        causes.push(
+            "the keep mask recurs from call to call though not within a call: a mask kept \
+             per input shape, or a generator re-seeded alike on each call"
+                .into(),
+        );
     }
     let per_unit_fails = PER_UNIT.iter().any(|id| failed(id));
     let moments_fail = per_unit_fails

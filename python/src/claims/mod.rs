@@ -39,7 +39,7 @@ use crate::forward::{Dtype, PyForward};
 mod composite;
 mod diagnosis;
 mod moments;
-mod repeats;
+pub(crate) mod repeats;
 pub(crate) mod rules;
 
 pub use composite::{CompositeNull, judge_composite};

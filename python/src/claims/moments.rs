@@ -158,9 +158,10 @@ impl SharedPass {
 }
 
 /// The row sum's mean at `setup`'s input (`E[S] = Σ_k q s_k`, at the
-/// effective input) and its statistic: what `dropout.sum_mean` tests, for
-/// the same mean at other call sizes ([`crate::small_calls`]).
-pub fn sum_mean_target(setup: &Setup) -> (Vec<f64>, Statistic) {
+/// effective input), its statistic and its width under the null
+/// ([`dropout::sum_null_range`]): what `dropout.sum_mean` tests, for the
+/// same mean at other call sizes ([`crate::small_calls`]).
+pub fn sum_mean_target(setup: &Setup) -> (Vec<f64>, Statistic, Vec<f64>) {
     let (rate, dtype) = (setup.rate, setup.forward.dtype());
     let a: Vec<f64> = setup
         .moment_x
@@ -170,6 +171,7 @@ pub fn sum_mean_target(setup: &Setup) -> (Vec<f64>, Statistic) {
     (
         vec![f::sum_mean(&a)],
         Statistic::masked_sum(&a, rate.q(), false),
+        dropout::sum_null_range(&a, rate),
     )
 }
 

@@ -39,7 +39,10 @@ use std::collections::HashMap;
 
 use dropmc::stats::assertion_alpha;
 
+use dropmc::ops::Rate;
+
 use super::{PyClaim, RULE_SAMPLES, Setup, rule_claim};
+use crate::forward::PyForward;
 
 /// Rows per window for `n` rows of `bits_per_row` informative bits at keep
 /// probability `q` (drop `p`): the smallest `w` with `w·k ≥ B` (module
@@ -106,18 +109,54 @@ fn repeated_windows(rows: &[Vec<bool>], w: usize) -> usize {
     repeats
 }
 
-/// The rule on the semantics input `x` (already in the dtype), or the
-/// reason it cannot run at this budget.
+/// Where a repeat rule reads its rows: the forward (whose calls make the
+/// rows), its rate, the claim's id and its rows before the user's cap.
+pub(crate) struct RowSource<'a> {
+    pub id: &'static str,
+    pub forward: &'a PyForward,
+    pub rate: Rate,
+    /// Rows at the default budget ([`RULE_SAMPLES`] in the large calls).
+    pub rows: u64,
+    /// The user's `samples` cap (`None`: none).
+    pub cap: Option<u64>,
+}
+
+/// `semantics.masks_never_repeat` on the semantics input `x` (already in
+/// the dtype), or the reason it cannot run at this budget.
 pub(super) fn repeat_claim<'a>(
     setup: &Setup<'a>,
     x: Vec<f64>,
     informative: Vec<bool>,
 ) -> Result<PyClaim<'a>, String> {
-    let forward = setup.forward;
-    let rate = setup.rate;
-    let n = setup
-        .samples
-        .map_or(RULE_SAMPLES, |cap| RULE_SAMPLES.min(cap.max(2)));
+    let source = RowSource {
+        id: "semantics.masks_never_repeat",
+        forward: setup.forward,
+        rate: setup.rate,
+        rows: RULE_SAMPLES,
+        cap: setup.samples,
+    };
+    repeat_rule(source, x, informative)
+}
+
+/// The repeat rule on the rows `source` serves for input `x`: no window of
+/// consecutive rows' keep masks (on the `informative` units) equals an
+/// earlier, non-overlapping one. Whether two windows come from one call
+/// or from two is the forward's batching: the large calls put thousands of
+/// rows in a call, one-row calls ([`crate::small_calls`]) one, so there
+/// every window spans calls and a mask reused from call to call recurs.
+pub(crate) fn repeat_rule<'a>(
+    source: RowSource<'a>,
+    x: Vec<f64>,
+    informative: Vec<bool>,
+) -> Result<PyClaim<'a>, String> {
+    let RowSource {
+        id,
+        forward,
+        rate,
+        rows,
+        cap,
+    } = source;
+    let n = cap.map_or(rows, |cap| rows.min(cap.max(2)));
     let bits = informative.iter().filter(|&&b| b).count();
     let Some(w) = window_rows(n, bits, rate.p()) else {
         return Err(format!(
@@ -131,12 +170,14 @@ pub(super) fn repeat_claim<'a>(
             2 * w
         ));
     }
-    Ok(rule_claim(
-        "semantics.masks_never_repeat",
+    let mut claim = rule_claim(
+        id,
         "no window of consecutive training rows' keep masks recurs: 0 repeats \
          (size <= (N^2/2)(p^2+q^2)^bits <= alpha)",
         Some(format!(
-            "windows of {w} rows x {bits} mask bits; detects a generator period up to N - {w} rows"
+            "windows of {w} rows x {bits} mask bits, rows of {} per call; detects a generator \
+             period up to N - {w} rows",
+            forward.call_rows(x.len())
         )),
         move |budget| {
             let mut rows = Vec::with_capacity(budget.samples as usize);
@@ -156,7 +197,9 @@ pub(super) fn repeat_claim<'a>(
             let w = window_rows(budget.samples, bits, rate.p()).unwrap_or(usize::MAX);
             Ok(repeated_windows(&rows, w) as f64)
         },
-    ))
+    );
+    claim.card.samples = rows;
+    Ok(claim)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ pub(crate) mod range;
 mod sampler;
 mod sum;
 
+pub use range::sum_mean as sum_null_range;
 pub use sampler::{Draw, DrawStatistic, PairSampler, PairScratch};
 
 use super::fn_claim::half_squared_difference;

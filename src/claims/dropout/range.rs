@@ -55,8 +55,9 @@ fn sum_width(x: &[f64], rate: Rate) -> f64 {
     x.iter().map(|a| a.abs()).sum::<f64>() / rate.q()
 }
 
-/// Step 4: the sum's width, one component.
-pub(crate) fn sum_mean(x: &[f64], rate: Rate) -> Vec<f64> {
+/// Step 4: the sum's width, one component (also the width of the Python
+/// binding's one-row sums, `calls.one_row_sum_mean`).
+pub fn sum_mean(x: &[f64], rate: Rate) -> Vec<f64> {
     vec![sum_width(x, rate)]
 }
 

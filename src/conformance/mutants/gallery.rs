@@ -58,6 +58,7 @@ const KEEP_RULE: &str = "docs/formulas.md §1.3 (kept count)";
 const SEMANTICS: &str = "docs/formulas.md §11 (train/eval semantics rules)";
 const ATTENTION: &str = "docs/formulas.md §7 (attention dropout after softmax)";
 const MASK_SHAPE: &str = "docs/formulas.md §8 (mask shape)";
+const VARIANCE: &str = "docs/formulas.md §1.1 (Var z = x² p / q over independent masks)";
 
 /// `P(column all zero)` over the `T` positions of the mask-shape claims:
 /// `p` with a shared mask, `p^T` with independent ones.
@@ -67,7 +68,7 @@ fn zero_column_gap() -> f64 {
 }
 
 /// Every mutant, non-equivalent ones first.
-static TABLE: [Row; 16] = [
+static TABLE: [Row; 17] = [
     row(
         "divide_by_p",
         scaling(Keep::AtLeastP, Scale::DivideByP, Scale::DivideByP),
@@ -180,6 +181,14 @@ static TABLE: [Row; 16] = [
             &["semantics.keep_fraction"],
         )
     },
+    row(
+        "mask_per_shape",
+        Deviation::MaskPerShape,
+        "Keeps one mask per input shape and reuses it on every call (issue 52's numpy layer): two \
+         training passes over one input agree, so the pair form of the variance is 0.",
+        VARIANCE,
+        &["dropout.variance"],
+    ),
     row(
         "loss_scaling",
         scaling(Keep::AtLeastP, Scale::Unscaled, Scale::DivideByQ),

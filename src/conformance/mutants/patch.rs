@@ -111,7 +111,16 @@ pub enum Deviation {
     AttentionLogits,
     /// `T × d` blocks always get this mask shape, whatever is asked.
     ForcedShape(MaskShape),
+    /// Training draws one mask per input length from its own fixed stream
+    /// and reuses it on every call of that length, ignoring the generator
+    /// it is given (a mask cached per shape; a generator re-seeded alike on
+    /// each call).
+    MaskPerShape,
 }
+
+/// The seed of [`Deviation::MaskPerShape`]'s own stream (its index is the
+/// input's length).
+const MASK_PER_SHAPE_SEED: u64 = 0x5a9e_5eed;
 
 /// The reference with one [`Deviation`] patched in: the layer of a gallery
 /// mutant.
@@ -144,6 +153,10 @@ impl DropoutLayer for Deviant {
         let (keep, survivor) = match self.deviation {
             Deviation::Scaling { keep, survivor, .. } => (keep, survivor),
             Deviation::RescaleDropped => (Keep::AtLeastP, Scale::Unscaled),
+            Deviation::MaskPerShape => {
+                let mut own = crate::engine::stream(MASK_PER_SHAPE_SEED, pass.x.len() as u64);
+                return REFERENCE.forward_train(pass, p, &mut own);
+            }
             _ => return REFERENCE.forward_train(pass, p, rng),
         };
         let TrainPass { x, out, mask } = pass;
