@@ -8,13 +8,13 @@
   attention, linear path) ends the call within a second;
 * progress on a stderr that is not a terminal: whole lines, one per 10 %.
 
-The rates of ``src/audit/estimate.rs`` were measured with ``/tmp``-free
-``python -c``-style code equivalent to::
+The rates of ``src/audit/estimate.rs`` were measured by timing calls such as::
 
-    A.audit_captures([site(128, 768)], samples=4096, tokens="all", progress=False)
+    A.audit_captures([_site(128, 768)], samples=4096, tokens="all", progress=False)
 
-on random bypass, compound, grouped and attention captures (``_site``
-below), timing each call (the table is in that file's module docs).
+on random bypass, compound, grouped, enumerated and attention captures
+(``_site`` and ``_attention`` below; the sizes are in that file's module
+docs), each time divided by the call's work.
 """
 
 import os
@@ -168,21 +168,24 @@ def _attention(queries, keys, heads=4, head_dim=16, embed=64, seed=0):
             "out_weight": rng.standard_normal(embed * heads * head_dim) / embed ** 0.5, "out_bias": np.zeros(embed)}
 
 
-# Each call is estimated under an hour (so it runs) and takes tens of
-# seconds at least uninterrupted; the setup (imports, the model) runs
+# Each call is estimated under an hour (so it runs), takes tens of seconds
+# at least uninterrupted, and its batches of 16 tokens (or attention rows)
+# take seconds each, so that only a check inside a batch (a sampler chunk)
+# can end it within a second; the setup (imports, data, the model) runs
 # before the timer starts, so the signal meets the sampler.
 _LINEAR = """import torch, torch.nn as nn, dropmc.torch
     torch.manual_seed(0)
     model = nn.Sequential(nn.Dropout(0.1), nn.Linear(64, 64), nn.LayerNorm(64)).eval()
     x = torch.randn(16, 64)"""
 _CALLS = {
-    "norm site": ("site = _site(20000, 768)", 'A.audit_captures([site], tokens="all", progress=False)'),
-    "compound": ('site = _site(2000, 256, "compound")',
-                 'A.audit_captures([site], samples=1 << 16, tokens="all", progress=False)'),
-    "grouped mask": ("site = _site(1000, 256, groups=64)",
-                     'A.audit_captures([site], samples=1 << 16, tokens="all", progress=False)'),
-    "attention": ("site = _attention(2000, 128)",
-                  'A.audit_captures([], attention_captures=[site], tokens="all", progress=False)'),
+    "norm site": ("site = _site(64, 768)", 'A.audit_captures([site], samples=1 << 22, tokens="all", progress=False)'),
+    "compound": ('site = _site(64, 256, "compound")',
+                 'A.audit_captures([site], samples=1 << 22, tokens="all", progress=False)'),
+    "grouped mask": ("site = _site(32, 256, groups=64)",
+                     'A.audit_captures([site], samples=1 << 20, tokens="all", progress=False)'),
+    "attention": ("site = _attention(64, 128)",
+                  'A.audit_captures([], attention_captures=[site], attention_samples=1 << 19, tokens="all", '
+                  'progress=False)'),
     "linear path": (_LINEAR, "dropmc.torch.audit(model, x, samples=1 << 22, linear=True, progress=False)"),
     # The issue's model: about half an hour at 10**9 masks (under the hour,
     # so it runs); before, still running 5 s after Ctrl-C.
