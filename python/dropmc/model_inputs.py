@@ -8,8 +8,11 @@ norm's spread) is ever the first to meet a bad input.
   module; a warning says so).
 * :func:`validate_inputs`: every tensor of the forward's inputs is
   non-empty, of a real dtype (no complex), on a real device (not
-  ``meta``), and finite when it is floating point; the model's parameters
-  and buffers are on a real device.
+  ``meta``), and finite when it is floating point, except that −inf is
+  let through in a positional input after the first and in a keyword
+  input whose name holds ``mask``: that is how an additive attention mask
+  (``nn.Transformer.generate_square_subsequent_mask``) hides a key; the
+  model's parameters and buffers are on a real device.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def _tensors(value, name: str) -> Iterator[Tuple[str, object]]:
             yield from _tensors(item, f"{name}[{key!r}]")
 
 
-def _check_tensor(name: str, t) -> None:
+def _check_tensor(name: str, t, masks_allowed: bool) -> None:
     import torch
 
     if t.device.type == "meta":
@@ -57,9 +60,10 @@ def _check_tensor(name: str, t) -> None:
     if t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}): the forward needs at least one token")
     if t.is_floating_point():
-        bad = ~torch.isfinite(t.detach())
+        x = t.detach()
+        bad = torch.isnan(x) | (x == float("inf")) if masks_allowed else ~torch.isfinite(x)
         if bool(bad.any()):
-            kind = "NaN" if bool(torch.isnan(t.detach()).any()) else "infinity"
+            kind = "NaN" if bool(torch.isnan(x).any()) else "infinity"
             raise ValueError(f"{name}: {kind}, {int(bad.sum())} non-finite value(s) of {t.numel()}: the sites "
                              "and their values are read from a forward on these inputs; give finite inputs")
 
@@ -74,10 +78,10 @@ def validate_inputs(model, args: tuple, kwargs: dict) -> None:
                              "weights onto a real device (cpu or cuda) before auditing or correcting")
     for i, arg in enumerate(args):
         for name, t in _tensors(arg, f"inputs[{i}]" if len(args) > 1 else "inputs"):
-            _check_tensor(name, t)
+            _check_tensor(name, t, masks_allowed=i > 0)
     for key, arg in kwargs.items():
         for name, t in _tensors(arg, f"inputs[{key!r}]"):
-            _check_tensor(name, t)
+            _check_tensor(name, t, masks_allowed="mask" in str(key).lower())
 
 
 def checked_model(model, what: str, inputs=None, kwargs=None):

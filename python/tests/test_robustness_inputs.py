@@ -27,13 +27,19 @@ def test_a_nan_in_an_encoders_input_is_named_before_the_attention_path_looks():
         dropmc.torch.audit(_encoder(), x, samples=1024, progress=False)
 
 
-def test_an_infinity_in_a_keyword_input_is_named_by_its_key():
+def test_a_nan_in_a_keyword_input_is_named_by_its_key_and_a_masks_minus_inf_is_not():
     model = _encoder()
     mask = torch.zeros(2, 6)
-    mask[0, 0] = float("-inf")
-    with pytest.raises(ValueError, match=r"^inputs\['src_key_padding_mask'\]: infinity"):
-        dropmc.torch.audit(model, {"src": torch.randn(2, 6, 32), "src_key_padding_mask": mask}, samples=1024,
-                           progress=False)
+    mask[0, 0] = float("-inf")  # an additive padding mask hides key 0 of sequence 0: legitimate
+    src = torch.randn(2, 6, 32)
+    a = dropmc.torch.audit(model, {"src": src, "src_key_padding_mask": mask}, samples=1024, progress=False)
+    assert a.sites
+    mask[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"^inputs\['src_key_padding_mask'\]: NaN, 1 non-finite"):
+        dropmc.torch.audit(model, {"src": src, "src_key_padding_mask": mask}, samples=1024, progress=False)
+    src[0, 0, 0] = float("-inf")
+    with pytest.raises(ValueError, match=r"^inputs\['src'\]: infinity"):  # the data itself: refused
+        dropmc.torch.audit(model, {"src": src}, samples=1024, progress=False)
 
 
 @pytest.mark.parametrize("bad, error, message", [
