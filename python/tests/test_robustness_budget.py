@@ -189,8 +189,9 @@ _CALLS = {
     "linear path": (_LINEAR, "dropmc.torch.audit(model, x, samples=1 << 22, linear=True, progress=False)"),
     # The model: about half an hour at 10**9 masks (under the hour,
     # so it runs); before, still running 5 s after Ctrl-C.
-    "the issue's plain site": (_LINEAR.replace("nn.Dropout(0.1), nn.Linear(64, 64)", "nn.Linear(64, 64), nn.Dropout(0.1)"),
-                               "dropmc.torch.audit(model, x, samples=10**9, progress=False)"),
+    "the issue's plain site": (
+        _LINEAR.replace("nn.Dropout(0.1), nn.Linear(64, 64)", "nn.Linear(64, 64), nn.Dropout(0.1)"),
+        "dropmc.torch.audit(model, x, samples=10**9, progress=False)"),
 }
 
 
