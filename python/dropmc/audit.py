@@ -29,6 +29,8 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from . import _dropmc
+from .audit_budget import (MAX_SAMPLES, PLANNED_SHARE, Clock, check_samples, progress_mode, refuse_over_budget,
+                           seconds_of)
 from .audit_io import load, load_attention, save_captures
 from .audit_report import Audit
 from .mha import capture_attention_sites
@@ -66,34 +68,14 @@ def _token_count(tokens):
     return tokens
 
 
-def _seconds(time_budget):
-    """``time_budget=`` checked: None, or a finite float > 0 (seconds)."""
-    if time_budget is None:
-        return None
-    if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)) or not (
-            0 < time_budget < float("inf")):
-        raise ValueError(f"time_budget must be a finite number of seconds > 0, got {time_budget!r}")
-    return float(time_budget)
-
-
-def _budget_left(seconds, start):
-    """What is left of a ``time_budget`` of ``seconds`` (None: no budget)
-    since ``time.perf_counter()`` read ``start``, at least a tenth of it
-    (the sites still get a share when the earlier steps overran)."""
-    import time
-
-    return None if seconds is None else max(seconds - (time.perf_counter() - start), 0.1 * seconds)
-
-
-def _show_progress(progress):
-    """``progress=``: True or False, or None for "when stderr is a terminal"."""
-    if progress is None:
-        import sys
-
-        return bool(getattr(sys.stderr, "isatty", lambda: False)())
-    if not isinstance(progress, bool):
-        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
-    return progress
+def _attention(captures, samples, seed, tokens, mode, deadline=None):
+    """``(table, json, moments)`` of :func:`audit_attention_captures`,
+    ``mode`` the engine's progress mode, stopped at ``deadline`` seconds."""
+    rows = _token_count(tokens)
+    rows = None if rows is None else min(rows, DEFAULT_ATTENTION_ROWS)
+    if not captures:
+        return "", "[]", []
+    return _dropmc.audit_attention_sites(captures, samples, seed, rows, mode, deadline)
 
 
 def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATTENTION_SAMPLES,
@@ -102,24 +84,24 @@ def audit_attention_captures(captures: List[dict], *, samples: int = DEFAULT_ATT
     Rust engine (``samples`` draws per query, head and sampled coordinate
     for the sampled check, on every query row (``tokens="all"``) or a seeded
     sample of at most ``DEFAULT_ATTENTION_ROWS`` and ``tokens`` rows per
-    site; the closed forms cover every row), with a progress line on stderr
-    when ``progress``)."""
-    if not isinstance(samples, int) or samples < 256:
-        raise ValueError(f"attention_samples must be an int of at least 256, got {samples!r}")
-    rows = _token_count(tokens)
-    rows = None if rows is None else min(rows, DEFAULT_ATTENTION_ROWS)
-    if not captures:
-        return "", "[]", []
-    return _dropmc.audit_attention_sites(captures, samples, seed, rows, _show_progress(progress))
+    site; the closed forms cover every row), with the progress on stderr
+    as :func:`dropmc.audit_budget.progress_mode` reads ``progress``)."""
+    check_samples("attention_samples", samples, 256, "draws per query, head and coordinate")
+    return _attention(captures, samples, seed, tokens, progress_mode(progress))
 
 
 def _check_budgets(samples, seed, attention_samples):
-    if not isinstance(samples, int) or samples < 129:
-        raise ValueError(f"samples must be an int of at least 129 (masks per token), got {samples!r}")
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    if not isinstance(attention_samples, int) or attention_samples < 256:
-        raise ValueError(f"attention_samples must be an int of at least 256, got {attention_samples!r}")
+    check_samples("samples", samples, 129, "masks per token")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SAMPLES:
+        raise ValueError(f"seed must be an int from 0 to 2**64 - 1, got {seed!r}")
+    check_samples("attention_samples", attention_samples, 256, "draws per query, head and coordinate")
+
+
+def _estimate(captures, attention_captures, samples, tokens, attention_samples):
+    """``(all, least)`` seconds of the engine's estimate (audit_budget)."""
+    count = _token_count(tokens)
+    rows = None if count is None else min(count, DEFAULT_ATTENTION_ROWS)
+    return _dropmc.audit_estimate(captures, samples, count, list(attention_captures), attention_samples, rows)
 
 
 def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed: int = 0,
@@ -128,18 +110,32 @@ def audit_captures(captures: List[dict], *, samples: int = DEFAULT_SAMPLES, seed
                    time_budget=None, progress=None) -> Audit:
     """Audits captured sites with dropmc's Rust engine (no model run), each
     on every token (``tokens="all"``) or a seeded uniform sample of
-    ``tokens`` of them, within ``time_budget`` seconds, with a progress
-    line on stderr (:func:`audit_torch`)."""
-    import time
-
-    start = time.perf_counter()
+    ``tokens`` of them, within ``time_budget`` seconds, with progress on
+    stderr (:func:`audit_torch`; a request estimated over the budget, or
+    over an hour without one, is refused up front)."""
+    clock = Clock(seconds_of(time_budget))
     _check_budgets(samples, seed, attention_samples)
-    count, seconds, show = _token_count(tokens), _seconds(time_budget), _show_progress(progress)
-    attention = audit_attention_captures(list(attention_captures), samples=attention_samples, seed=seed,
-                                         tokens=tokens, progress=show)
-    seconds = _budget_left(seconds, start)  # what the attention checks left of it
+    _token_count(tokens)
+    mode = progress_mode(progress)
+    attention_captures = list(attention_captures)
+    refuse_over_budget(clock, samples, norm_and_attention=_estimate(
+        captures, attention_captures, samples, tokens, attention_samples))
+    return _audit_captures(captures, attention_captures, samples, seed, attention_samples, tokens, clock, mode)
+
+
+def _audit_captures(captures, attention_captures, samples, seed, attention_samples, tokens, clock, mode,
+                    reserve=0.0) -> Audit:
+    """The audit of checked captures on ``clock``: the attention sites,
+    then the norm sites planned in :data:`PLANNED_SHARE` of the time left
+    less ``reserve`` (the linear-path sites' estimate), each step stopped
+    at the clock's deadline."""
+    attention = _attention(attention_captures, attention_samples, seed, tokens, mode,
+                           clock.left("attention audit"))
     if captures:
-        table, text, truths = _dropmc.audit_sites(captures, samples, seed, count, seconds, show)
+        left = clock.left("audit of the norm sites")
+        plan = None if left is None else max(PLANNED_SHARE * (left - reserve), 0.01 * left)
+        table, text, truths = _dropmc.audit_sites(captures, samples, seed, _token_count(tokens), plan, mode,
+                                                  left)
     else:
         table, text, truths = "", "[]", []
     return Audit(table, text, truths, captures, attention, attention_captures)
@@ -266,12 +262,17 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     sampled check visits that many query rows, its closed forms every row);
     ``"all"`` audits every token. ``audit.truth(i)`` then holds the sampled
     tokens' rows, ``audit.token_indices(i)`` their indices.
-    ``time_budget`` (seconds, a float > 0): each norm site gets the share
-    of what is left after discovery, capture and the attention checks that
-    its planned work is of the rest, and stops after the batch of 16 tokens
-    that ends past it (a uniform sample still; the table says how many
-    tokens each site got). ``progress``: a line on stderr (sites done, time
-    left); None (the default) shows it when stderr is a terminal.
+    ``time_budget`` (seconds, a float > 0) bounds the wall time: each norm
+    site gets its planned work's share of what is left after discovery,
+    capture and the attention checks, and stops before a batch of 16 tokens
+    that would overrun it (a uniform sample still; the table says how many
+    tokens each site got); a step that outlives the budget is stopped with
+    a TimeoutError. A request estimated over the budget (or an hour without
+    one) is refused up front, a ValueError naming ``samples``
+    (:mod:`dropmc.audit_budget`). Ctrl-C ends the call within a second.
+    ``progress``: progress on stderr (sites done, time left), in place on a
+    terminal, else a line per 10 %; None (the default) shows it on a
+    terminal, and elsewhere once the run has taken 2 s.
     ``linear``: the linear-path sites (a dropout reaching its norm through
     linear layers, docs/linear-path.md; rows in ``audit.linear_sites``):
     None (the default) samples them when their work is at most
@@ -300,20 +301,20 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
         raise TypeError(f"attention must be a bool, got {type(attention).__name__}")
     if linear is not None and not isinstance(linear, bool):
         raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
-    import time
-
-    start = time.perf_counter()
+    clock = Clock(seconds_of(time_budget))
     _check_budgets(samples, seed, attention_samples)
     _token_count(tokens)
-    seconds = _seconds(time_budget)
-    show = _show_progress(progress)
+    mode = progress_mode(progress)
     from contextlib import nullcontext
 
     from .capture import capture_traced, failure_row, in_eval
     from .coverage import coverage
     from .discovery import call_inputs, discover
+    from .model_inputs import unwrap_compiled, validate_inputs
 
+    model = unwrap_compiled(model, "audit")
     args, kw = call_inputs(inputs, kwargs)
+    validate_inputs(model, args, kw)
     found = discover(model, *args, norms=norms, **kw)
     modules = dict(model.named_modules())
     if sites is None:
@@ -343,13 +344,17 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     clean = [s for s in clean if s not in failed]
     if mha:
         attention_caps += capture_attention_sites(model, args, mha, kw)
-    audit = audit_captures(captures, samples=samples, seed=seed, attention_captures=attention_caps,
-                           attention_samples=attention_samples, tokens=tokens, progress=progress,
-                           time_budget=_budget_left(seconds, start))
-    from .linear_audit import add_linear_sites  # the linear-path family's rows (docs/linear-path.md)
-    linear, deferred = (add_linear_sites(audit, model, args, kw, found, samples=samples, seed=seed, linear=linear,
-                                         paths=paths, progress=show)
-                        if sites is None else ([], {}))
+    from .linear_audit import add_linear_sites, plan_linear_sites  # docs/linear-path.md
+
+    plan = (plan_linear_sites(model, args, kw, found, samples=samples, linear=linear, paths=paths)
+            if sites is None else None)
+    reserve = 0.0 if plan is None else plan.seconds
+    refuse_over_budget(clock, samples, linear_seconds=reserve, norm_and_attention=_estimate(
+        captures, attention_caps, samples, tokens, attention_samples))
+    audit = _audit_captures(captures, attention_caps, samples, seed, attention_samples, tokens, clock, mode,
+                            reserve)
+    linear, deferred = (add_linear_sites(audit, plan, samples=samples, seed=seed, progress=mode, clock=clock)
+                        if plan is not None else ([], {}))
     rows, counts = coverage(found, [s.dropout for s in clean] + linear, other, sites is not None,
                             [c["name"] for c in attention_caps], unreadable, attention, deferred)
     for row, site in zip(audit.sites, clean):  # the engine's rows, in the captures' order

@@ -249,7 +249,9 @@ class _Builder:
                 _fast.swap(correction, module, _fast._CorrectedLayerNorm,
                            _dropmc_norm=_fast._FusedPerCall(self.counters[nname], by_index))
             else:
-                handles.append(module.register_forward_hook(_PerCall(self.counters[nname], by_index)))
+                # prepend: the user's own hooks on the norm see the corrected output
+                handles.append(module.register_forward_hook(_PerCall(self.counters[nname], by_index),
+                                                            prepend=True))
 
 
 def _rehearse(model, plan: _Plan) -> None:
@@ -338,6 +340,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
 
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    from .model_inputs import checked_model  # a torch.compile wrapper's module; bad inputs refused
+
+    model = checked_model(model, "correct", None if _is_site_list(inputs) else inputs, kwargs)
     if isinstance(order, bool) or order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order!r}")
     if scope not in (None, "site", "network"):
@@ -426,6 +431,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     except BaseException:
         correction.undo()
         raise
+    from .correct_hooks import refuse_scripting
+    refuse_scripting(correction, model)  # torch.jit.script: a TypeError naming the correction
     object.__setattr__(model, _ATTRIBUTE, correction)
     return model
 
@@ -434,6 +441,9 @@ def uncorrect(model):
     """Undoes :func:`correct` on ``model``: removes its hooks, restores the
     encoder layers' fast path and the folded BatchNorm buffers bit for bit.
     Returns the model. A model that is not corrected is a ValueError."""
+    from .model_inputs import unwrap_compiled
+
+    model = unwrap_compiled(model, "uncorrect")
     correction = getattr(model, _ATTRIBUTE, None)
     if correction is None:
         raise ValueError("the model is not corrected by dropmc.correct")

@@ -318,3 +318,36 @@ def rehearse(model, call, advice: str) -> None:
         raise ValueError(f"{str(e)[len('dropmc.correct: '):]}: {advice}") from None
     finally:
         model.train(was_training)
+
+
+class _NoScript:
+    """``__prepare_scriptable__`` of a corrected module: ``torch.jit.script``
+    asks every module for it before compiling, so a corrected model is
+    refused here, naming the correction, instead of failing inside
+    TorchScript on a hook object it cannot type."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self):
+        raise TypeError(
+            f"torch.jit.script: {self.name} is corrected by dropmc.correct, whose corrections are Python "
+            "forward hooks and swapped classes TorchScript cannot compile. Script the uncorrected model "
+            "(dropmc.torch.uncorrect(model)), or torch.jit.trace the corrected one (it records the "
+            "corrected eval forward)")
+
+
+def _is_corrected(module) -> bool:
+    hooks = list(module._forward_hooks.values()) + list(module._forward_pre_hooks.values())
+    return type(module).__module__.startswith("dropmc.") or any(
+        type(h).__module__.startswith("dropmc.") for h in hooks)
+
+
+def refuse_scripting(correction, model) -> None:
+    """Gives the model and each module holding a correction (a dropmc hook
+    or a swapped class) a :class:`_NoScript` (``correction._add``, so
+    ``uncorrect`` removes it)."""
+    for name, module in model.named_modules():
+        if module is model or _is_corrected(module):
+            correction._add(module, "__prepare_scriptable__", _NoScript("the model" if module is model
+                                                                        else f"module {name!r}"))

@@ -247,7 +247,8 @@ class LinearPlan:
                 keep = _Keep()
                 correction._handles.append(modules[s["dropout"]].register_forward_pre_hook(keep))
                 hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
-            correction._handles.append(norm.register_forward_hook(hook))
+            # prepend: the user's own hooks on the norm see the corrected output
+            correction._handles.append(norm.register_forward_hook(hook, prepend=True))
             correction.linear_sites.append((s["dropout"], s["norm_call"]))
         if installed:
             from .correct_hooks import rehearse

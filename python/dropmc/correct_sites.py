@@ -243,9 +243,13 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None, need_sites: b
     _check_finite(args, kw)
     found = discover(model, *args, norms=norms, **kw)
     if sites is None:
-        _nothing_found(found, need_sites)
+        from .batchnorm_pairs import traced_batchnorm_pairs
+
+        batchnorm = traced_batchnorm_pairs(model, args, kw)  # the forward's dropout→BatchNorm pairs
+        if not batchnorm:
+            _nothing_found(found, need_sites)
         plan = _split_discovered(found, found.sites, named=False)
-        plan.sites += _batchnorm_sites(model)
+        plan.sites += batchnorm
     else:
         chosen = _select_sites(found, _legacy_tuples(sites), dict(model.named_modules()))
         plan = _split_discovered(found, chosen, named=True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-__all__ = ["add_linear_sites", "search", "wanted"]
+__all__ = ["LinearPlan", "add_linear_sites", "plan_linear_sites", "search", "wanted"]
 
 
 def wanted(found) -> bool:
@@ -35,19 +35,29 @@ def wanted(found) -> bool:
         a.kind == "eager" and a.p > 0 for a in found.attention)
 
 
+def _finite_or_inf(gap: dict) -> dict:
+    """A gap of the engine's JSON with its non-finite numbers (JSON
+    ``null``: the bound and SE of a gap over one token) read as infinity."""
+    return {k: float("inf") if v is None else v for k, v in gap.items()}
+
+
 def _row(site, samples: int) -> dict:
     gaps = site["gaps"]
-    first, eval_gap = gaps["first_order"], gaps["uncorrected"]
+    first, eval_gap = _finite_or_inf(gaps["first_order"]), _finite_or_inf(gaps["uncorrected"])
     bound = not first["resolved"]
     denominator = first["upper"] if bound else first["rms"]
+    tokens = int(site["truth"].shape[0])
+    warnings = [] if tokens > 1 else [
+        "one token audited: no second token to estimate the gaps' standard error from, so every gap "
+        "is only bounded (by infinity); audit a sequence of two tokens or more"]
     return {
         "name": site["name"], "form": "attention path" if site["kind"] == "attention" else "linear",
         "norm": "LayerNorm" if site["norm"] == "layer" else "RMSNorm", "p": site["p"],
-        "d": int(site["truth"].shape[1]), "tokens": int(site["truth"].shape[0]), "exact": False,
+        "d": int(site["truth"].shape[1]), "tokens": tokens, "exact": False,
         "samples": samples, "uncorrected": eval_gap, "first_order": first, "second_order": None,
-        "factor": eval_gap["rms"] / denominator if denominator > 0 else float("inf"),
+        "factor": eval_gap["rms"] / denominator if 0 < denominator < float("inf") else float("nan"),
         "factor_is_lower_bound": bound, "rho2": None, "resolution": gaps["resolution"],
-        "warnings": [], "dropout": site["dropout"], "norm_call": site["norm_call"],
+        "warnings": warnings, "dropout": site["dropout"], "norm_call": site["norm_call"],
     }
 
 
@@ -94,44 +104,65 @@ def search(model, found, linear=None):
     return path_tracer(model, rates_of(found))
 
 
-def add_linear_sites(audit, model, args, kwargs, found, *, samples: int, seed: int,
-                     linear=None, paths=None, progress=False) -> Tuple[List[str], Dict[str, str]]:
-    """Audits the model's linear-path sites and appends their rows, truths
-    and table to ``audit``; returns the dropout calls audited (discovery's
-    names) for the coverage line, and the calls of sites found but not
-    audited with the reason (``linear=False``, or ``None`` and more work
-    than :data:`LINEAR_AUDIT_WORK`). ``paths``: the sites the capture
+class LinearPlan:
+    """The linear-path sites an audit will sample (``sites``, their
+    estimated wall ``seconds``) and those it lists instead with the reason
+    (``deferred``: dropout call → reason)."""
+
+    def __init__(self, sites, seconds: float, deferred: Dict[str, str]):
+        self.sites, self.seconds, self.deferred = sites, seconds, deferred
+
+
+def plan_linear_sites(model, args, kwargs, found, *, samples: int, linear=None, paths=None) -> LinearPlan:
+    """The model's linear-path sites and what :func:`add_linear_sites` will
+    do with them: ``linear=False`` nothing; ``None`` sample them when their
+    work is at most :data:`LINEAR_AUDIT_WORK`, else list them with the
+    estimate; ``True`` sample them. ``paths``: the sites the capture
     forward's path tracer found (:func:`search`); None runs one more eval
-    forward to find them. With ``progress`` a line on stderr
-    counts the sites and their estimated time, then the time taken."""
-    from .linear_path import audit_sites, find_linear_paths, rates_of, sampling_work
+    forward to find them."""
+    from .linear_path import find_linear_paths, rates_of, sampling_work
 
     if linear is False or not wanted(found):
-        return [], {}
+        return LinearPlan([], 0.0, {})
     known = set(found.dropouts) | {a.call for a in found.attention}
     if paths is None:
         paths = find_linear_paths(model, args, kwargs, rates_of(found))
     sites = [s for s in paths if s["dropout"] in known]
     work = sum(sampling_work(s, samples) for s in sites)
+    seconds = work / LINEAR_WORK_PER_SECOND
     if linear is None and work > LINEAR_AUDIT_WORK:
-        seconds = work / LINEAR_WORK_PER_SECOND
         why = (f"a linear-path site, not audited by default at this size: {len(sites)} such sites need "
                f"{work:.1e} multiply-adds of sampling (about {seconds:.0f} s on 2 cores, over the default's "
                f"{LINEAR_AUDIT_WORK:.0e}); audit(..., linear=True) audits them, at a cost proportional to samples=")
-        return [], {s["dropout"]: why for s in sites}
-    if progress and sites:
+        return LinearPlan([], 0.0, {s["dropout"]: why for s in sites})
+    return LinearPlan(sites, seconds, {})
+
+
+def add_linear_sites(audit, plan: LinearPlan, *, samples: int, seed: int, progress: str = "",
+                     clock=None) -> Tuple[List[str], Dict[str, str]]:
+    """Audits the sites of ``plan`` and appends their rows, truths and
+    table to ``audit``; returns the dropout calls audited (discovery's
+    names) for the coverage line, and the plan's deferred calls with their
+    reason. Each site's sampling is stopped at what ``clock``
+    (:class:`dropmc.audit_budget.Clock`) has left. With ``progress`` (the
+    engine's mode) a line on stderr counts the sites and their estimated
+    time, then the time taken."""
+    from .linear_path import audit_sites
+
+    sites = plan.sites
+    if not sites:
+        return [], dict(plan.deferred)
+    if progress:
         import sys
         import time
 
         start = time.perf_counter()
         noun = "linear-path site" if len(sites) == 1 else "linear-path sites"
-        print(f"dropmc audit: {len(sites)} {noun}, about {work / LINEAR_WORK_PER_SECOND:.0f} s ...",
-              end="", file=sys.stderr, flush=True)
-    sites = audit_sites(sites, samples, seed)
-    if progress and sites:
-        print(f" done in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    if not sites:
-        return [], {}
+        print(f"dropmc audit: {len(sites)} {noun}, about {plan.seconds:.0f} s ...", file=sys.stderr, flush=True)
+    sites = audit_sites(sites, samples, seed, deadline=None if clock is None else clock.left)
+    if progress:
+        print(f"dropmc audit: linear-path sites done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
+              flush=True)
     rows = [_row(s, samples) for s in sites]
     audit.linear_sites = rows
     audit.linear_truths = [(s["truth"], s["truth_se"]) for s in sites]

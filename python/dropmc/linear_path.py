@@ -400,20 +400,23 @@ def sampling_work(site: LinearPathSite, samples: int) -> float:
     return float(site["u"].shape[0]) * samples * d * m
 
 
-def audit_sites(sites: List[LinearPathSite], samples: int, seed: int) -> List[LinearPathSite]:
+def audit_sites(sites: List[LinearPathSite], samples: int, seed: int, deadline=None) -> List[LinearPathSite]:
     """Audits each found site: per token the truth ``E[norm(y)]`` from
     ``samples`` masks, its standard error, the eval output and the
-    first-order output, and the gaps ``mean_k |· − truth_k|``."""
+    first-order output, and the gaps ``mean_k |· − truth_k|``. ``deadline``:
+    None, or a callable giving the seconds left for a site's sampling (the
+    engine stops it there with a TimeoutError; Ctrl-C stops it too)."""
     _check_budget(samples, seed)
     for s in sites:
+        left = None if deadline is None else deadline("linear-path audit")
         if s["kind"] == "attention":
             truth, se, ev, first, gaps = _dropmc.audit_attention_path(
                 s["name"], s["p"], s["shape"], s["probs"], s["values"], s["w"], s["b"], s["h"],
-                s["gamma"], s["beta"], s["eps"], samples, seed)
+                s["gamma"], s["beta"], s["eps"], samples, seed, left)
         else:
             truth, se, ev, first, gaps = _dropmc.audit_linear_path(
                 s["name"], s["p"], s["u"], s["h"], s["w"], s["b"], s["gamma"], s["beta"],
-                s["eps"], samples, seed)
+                s["eps"], samples, seed, left)
         s["gaps"] = _json.loads(gaps)
         s["truth"], s["truth_se"] = _np.asarray(truth), _np.asarray(se)
         s["eval"], s["first_order"] = _np.asarray(ev), _np.asarray(first)

@@ -3,50 +3,20 @@
 //! captured, on rayon's global pool (the result's bits do not depend on the
 //! thread count: every token has its own derived seed).
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Mutex};
-
-use dropmc::engine::cancel::with_cancellation;
-
 use dropmc::audit::{
     AttentionCapture, Form, SiteCapture, Tokens, audit_attention_sites_rows as attention_all,
-    audit_sites_within as audit_all, progress::with_progress, report,
+    audit_sites_within as audit_all, estimate, progress::with_progress, report,
 };
 use numpy::PyReadonlyArray1;
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::eval_args::interrupted_by_a_signal;
+use crate::supervise::supervised;
 use crate::to_py;
 
 /// A site's truth per token and unit, and its standard errors.
 type Truth = (Vec<f64>, Vec<f64>);
-
-/// Runs `body` with the GIL released and Python's signal handlers asked
-/// between the audit's batches of tokens (on this thread, which holds the
-/// cancellation hook): Ctrl-C stops the audit and raises its
-/// `KeyboardInterrupt` here; a panic is a `RuntimeError`.
-fn interruptible<T: Send>(
-    py: Python<'_>,
-    body: impl FnOnce() -> Result<T, dropmc::Error> + Send,
-) -> PyResult<T> {
-    let pending = Arc::new(Mutex::new(None));
-    let seen = Arc::clone(&pending);
-    let result = py
-        .detach(|| {
-            catch_unwind(AssertUnwindSafe(|| {
-                with_cancellation(Box::new(move || interrupted_by_a_signal(&seen)), body)
-            }))
-        })
-        .map_err(|_| {
-            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
-        })?;
-    if let Some(signal) = pending.lock().ok().and_then(|mut p| p.take()) {
-        return Err(signal);
-    }
-    result.map_err(to_py)
-}
 
 /// One site from its dict: `name`, `form` ("plain"/"bypass"/"compound"),
 /// `p`, `d`, `v` and `h` (flat float64 arrays, `tokens × d`), `norm`
@@ -147,40 +117,105 @@ fn token_choice(tokens: Option<usize>) -> PyResult<Tokens> {
     })
 }
 
-/// Runs `body` with the progress line on stderr (`what` names the sites
-/// counted) when `show`, ended by a newline.
-fn with_line<T>(show: bool, what: &'static str, body: impl FnOnce() -> T) -> T {
-    if !show {
+/// How the progress is shown on stderr (`progress=` of the Python audit).
+#[derive(Clone, Copy, PartialEq)]
+enum Shown {
+    /// Nothing.
+    No,
+    /// One line rewritten in place (`\r`): stderr is a terminal.
+    Terminal,
+    /// One line per 10 % of the work (and the last): stderr is a file or
+    /// a pipe.
+    Lines,
+    /// [`Shown::Lines`] once the run has taken [`QUIET_SECONDS`] (the
+    /// default on a stderr that is not a terminal: a short audit prints
+    /// nothing).
+    SlowLines,
+}
+
+/// Seconds a [`Shown::SlowLines`] run stays quiet.
+const QUIET_SECONDS: f64 = 2.0;
+
+fn shown(progress: &str) -> PyResult<Shown> {
+    Ok(match progress {
+        "" => Shown::No,
+        "terminal" => Shown::Terminal,
+        "lines" => Shown::Lines,
+        "slow" => Shown::SlowLines,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "progress must be '', 'terminal', 'lines' or 'slow', got {other:?}"
+            )));
+        }
+    })
+}
+
+/// Runs `body` with the progress on stderr as `shown` says (`what` names
+/// the sites counted).
+fn with_line<T>(shown: Shown, what: &'static str, body: impl FnOnce() -> T) -> T {
+    if shown == Shown::No {
         return body();
     }
-    let line = move |done, sites, fraction, left| stderr_line(what, done, sites, fraction, left);
+    let start = std::time::Instant::now();
+    // The last line printed: (tenths of the work, sites done).
+    let printed = std::cell::Cell::new(None::<(u32, usize)>);
+    let line = move |done, sites, fraction: f64, left| {
+        let text = stderr_line(what, done, sites, fraction, left);
+        if shown == Shown::Terminal {
+            eprint!("\r{text}   ");
+            return;
+        }
+        let tenth = (10.0 * fraction).floor() as u32;
+        let quiet = shown == Shown::SlowLines && start.elapsed().as_secs_f64() < QUIET_SECONDS;
+        let news = printed
+            .get()
+            .is_none_or(|(t, d)| tenth > t || (done == sites && d < sites));
+        if !quiet && news {
+            printed.set(Some((tenth, done)));
+            eprintln!("{text}");
+        }
+    };
     let out = with_progress(Box::new(line), body);
-    eprintln!();
+    if shown == Shown::Terminal {
+        eprintln!();
+    }
     out
 }
 
-/// The progress line on stderr: `dropmc audit: 5/24 sites, 41 % done,
-/// about 12 s left`, rewritten in place (`\r`).
-fn stderr_line(what: &str, done: usize, sites: usize, fraction: f64, left: f64) {
+/// The progress line: `dropmc audit: 5/24 sites, 41 % done, about 12 s
+/// left`.
+fn stderr_line(what: &str, done: usize, sites: usize, fraction: f64, left: f64) -> String {
     let left = if left.is_finite() {
         format!("about {left:.0} s left")
     } else {
         "estimating the time left".into()
     };
-    eprint!(
-        "\rdropmc audit: {done}/{sites} {what}, {:.0} % done, {left}   ",
+    format!(
+        "dropmc audit: {done}/{sites} {what}, {:.0} % done, {left}",
         100.0 * fraction
-    );
+    )
+}
+
+/// `seconds` checked: `None`, or a finite number > 0.
+fn checked_seconds(seconds: Option<f64>) -> PyResult<Option<f64>> {
+    if seconds.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
+        return Err(PyValueError::new_err(
+            "time_budget must be a finite number of seconds > 0",
+        ));
+    }
+    Ok(seconds)
 }
 
 /// Audits `sites` at `samples` masks per token from `seed`, on every token
-/// (`tokens = None`) or a seeded sample of `tokens` per site, within
-/// `seconds` when given (`dropmc::audit::audit_sites_within`), printing the
-/// progress line on stderr when `progress`; returns `(table, json,
-/// truths)`, `truths` one `(E[norm], SE)` pair of flat lists (audited
-/// tokens × d) per site.
+/// (`tokens = None`) or a seeded sample of `tokens` per site, sharing
+/// `seconds` when given (`dropmc::audit::audit_sites_within`) and stopped
+/// at `deadline` seconds of wall time (a `TimeoutError`,
+/// [`supervised`]), printing the progress line on stderr when `progress`;
+/// returns `(table, json, truths)`, `truths` one `(E[norm], SE)` pair of
+/// flat lists (audited tokens × d) per site.
 #[pyfunction]
-#[pyo3(signature = (sites, samples, seed, tokens=None, seconds=None, progress=false))]
+#[pyo3(signature = (sites, samples, seed, tokens=None, seconds=None, progress="", deadline=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn audit_sites(
     py: Python<'_>,
     sites: Vec<Bound<'_, PyDict>>,
@@ -188,17 +223,18 @@ pub fn audit_sites(
     seed: u64,
     tokens: Option<usize>,
     seconds: Option<f64>,
-    progress: bool,
+    progress: &str,
+    deadline: Option<f64>,
 ) -> PyResult<(String, String, Vec<Truth>)> {
     let tokens = token_choice(tokens)?;
-    if seconds.is_some_and(|s| !(s.is_finite() && s > 0.0)) {
-        return Err(PyValueError::new_err(
-            "time_budget must be a finite number of seconds > 0",
-        ));
-    }
+    let shown = shown(progress)?;
+    let seconds = checked_seconds(seconds)?;
+    let deadline = checked_seconds(deadline)?;
     let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
     let run = || audit_all(&captures, samples, tokens, seconds, seed);
-    let audits = interruptible(py, || with_line(progress, "sites", run))?;
+    let audits = supervised(py, deadline, "audit of the norm sites", || {
+        with_line(shown, "sites", run)
+    })?;
     let truths = audits
         .iter()
         .map(|a| (a.truth.clone(), a.truth_se.clone()))
@@ -235,24 +271,30 @@ fn attention_capture(site: &Bound<'_, PyDict>) -> PyResult<AttentionCapture> {
 /// query, head and coordinate, from `seed`, on every query row or a seeded
 /// sample of `rows` per site); returns `(table, json, moments)`, `moments`
 /// one `(E[out], Var(out))` pair of flat lists (`B·L × E`) per site; the
-/// progress line on stderr when `progress`.
+/// progress line on stderr when `progress`; stopped at `deadline` seconds
+/// of wall time (a `TimeoutError`, [`supervised`]).
 #[pyfunction]
-#[pyo3(signature = (sites, samples, seed, rows=None, progress=false))]
+#[pyo3(signature = (sites, samples, seed, rows=None, progress="", deadline=None))]
 pub fn audit_attention_sites(
     py: Python<'_>,
     sites: Vec<Bound<'_, PyDict>>,
     samples: u64,
     seed: u64,
     rows: Option<usize>,
-    progress: bool,
+    progress: &str,
+    deadline: Option<f64>,
 ) -> PyResult<(String, String, Vec<Truth>)> {
     let rows = token_choice(rows)?;
+    let shown = shown(progress)?;
+    let deadline = checked_seconds(deadline)?;
     let captures: Vec<AttentionCapture> = sites
         .iter()
         .map(attention_capture)
         .collect::<PyResult<_>>()?;
     let run = || attention_all(&captures, samples, rows, seed);
-    let audits = interruptible(py, || with_line(progress, "attention sites", run))?;
+    let audits = supervised(py, deadline, "attention audit", || {
+        with_line(shown, "attention sites", run)
+    })?;
     let moments = audits
         .iter()
         .map(|a| (a.mean.clone(), a.variance.clone()))
@@ -262,4 +304,29 @@ pub fn audit_attention_sites(
         report::attention_json(&audits),
         moments,
     ))
+}
+
+/// `(all, least)`: the estimated wall seconds of the audit of the norm
+/// `sites` (at `samples` masks on the tokens `tokens` picks) and attention
+/// `attention` sites (at `attention_samples`, on the rows `rows` picks),
+/// and of the least a time budget lets it do
+/// ([`dropmc::audit::estimate`]).
+#[pyfunction]
+#[pyo3(signature = (sites, samples, tokens, attention, attention_samples, rows))]
+pub fn audit_estimate(
+    sites: Vec<Bound<'_, PyDict>>,
+    samples: u64,
+    tokens: Option<usize>,
+    attention: Vec<Bound<'_, PyDict>>,
+    attention_samples: u64,
+    rows: Option<usize>,
+) -> PyResult<(f64, f64)> {
+    let captures: Vec<SiteCapture> = sites.iter().map(capture).collect::<PyResult<_>>()?;
+    let heads: Vec<AttentionCapture> = attention
+        .iter()
+        .map(attention_capture)
+        .collect::<PyResult<_>>()?;
+    let (all, least) = estimate::sites_seconds(&captures, samples, token_choice(tokens)?);
+    let attention = estimate::attention_seconds(&heads, attention_samples, token_choice(rows)?);
+    Ok((all + attention, least + attention))
 }

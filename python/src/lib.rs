@@ -33,6 +33,7 @@ mod linear_path;
 mod mask_shape;
 mod norm_site;
 mod small_calls;
+mod supervise;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -400,6 +401,11 @@ fn _dropmc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(default_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(critical_z, m)?)?;
     m.add_function(wrap_pyfunction!(audit::audit_sites, m)?)?;
+    m.add_function(wrap_pyfunction!(audit::audit_estimate, m)?)?;
+    m.add(
+        "AUDIT_UNBUDGETED_SECONDS",
+        dropmc::audit::estimate::UNBUDGETED_SECONDS,
+    )?;
     m.add_function(wrap_pyfunction!(linear_path::audit_linear_path, m)?)?;
     m.add_function(wrap_pyfunction!(linear_path::first_order_linear_path, m)?)?;
     m.add_function(wrap_pyfunction!(linear_path::audit_attention_path, m)?)?;

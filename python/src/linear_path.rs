@@ -3,8 +3,6 @@
 //! first-order output, for `dropmc.linear_path`. Nothing is restated here:
 //! the arguments are parsed and handed to the audit.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
 use dropmc::Error;
 use dropmc::audit::TokenValues;
 use dropmc::audit::linear::{LinearAudit, LinearCapture, audit_linear};
@@ -16,6 +14,7 @@ use numpy::{PyReadonlyArray1, PyReadonlyArray2};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
+use crate::supervise::supervised;
 use crate::to_py;
 
 /// Rows of a 2-D float64 array.
@@ -71,17 +70,14 @@ type Columns = (
     String,
 );
 
-/// Runs `audit` with the GIL released, a panic turned into RuntimeError.
+/// Runs `audit` under the audit's cancellation and wall-time contract
+/// ([`supervised`]: Ctrl-C, and `deadline` seconds when given).
 fn run(
     py: Python<'_>,
+    deadline: Option<f64>,
     audit: impl FnOnce() -> Result<LinearAudit, Error> + Send,
 ) -> PyResult<Columns> {
-    let audit = py
-        .detach(|| catch_unwind(AssertUnwindSafe(audit)))
-        .map_err(|_| {
-            PyRuntimeError::new_err("dropmc panicked in the audit (a bug: please report it)")
-        })?
-        .map_err(to_py)?;
+    let audit = supervised(py, deadline, "linear-path audit", audit)?;
     let pick = |g: fn(&TokenValues) -> Vec<f64>| audit.tokens.iter().map(g).collect::<Vec<_>>();
     Ok((
         pick(|t| t.truth.clone()),
@@ -106,7 +102,7 @@ fn check_samples(samples: u64) -> PyResult<()> {
 /// first_order, gaps_json)`, each a list of per-token lists, from `samples` masks per
 /// token and `seed`.
 #[pyfunction]
-#[pyo3(signature = (name, p, u, h, w, b, gamma, beta, eps, samples, seed))]
+#[pyo3(signature = (name, p, u, h, w, b, gamma, beta, eps, samples, seed, deadline=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn audit_linear_path(
     py: Python<'_>,
@@ -121,10 +117,11 @@ pub fn audit_linear_path(
     eps: f64,
     samples: u64,
     seed: u64,
+    deadline: Option<f64>,
 ) -> PyResult<Columns> {
     check_samples(samples)?;
     let capture = capture(name, p, &u, &h, &w, &b, &gamma, beta.as_ref(), eps)?;
-    run(py, || audit_linear(&capture, samples, seed))
+    run(py, deadline, || audit_linear(&capture, samples, seed))
 }
 
 /// Audits one attention-path site (attention dropout → values → heads
@@ -134,7 +131,7 @@ pub fn audit_linear_path(
 /// the added term (`B·L × E`). Returns the per-token columns of
 /// [`audit_linear_path`].
 #[pyfunction]
-#[pyo3(signature = (name, p, shape, probs, values, w, b, h, gamma, beta, eps, samples, seed))]
+#[pyo3(signature = (name, p, shape, probs, values, w, b, h, gamma, beta, eps, samples, seed, deadline=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn audit_attention_path(
     py: Python<'_>,
@@ -151,6 +148,7 @@ pub fn audit_attention_path(
     eps: f64,
     samples: u64,
     seed: u64,
+    deadline: Option<f64>,
 ) -> PyResult<Columns> {
     check_samples(samples)?;
     let norm = norm(&gamma, beta.as_ref(), eps)?;
@@ -166,7 +164,7 @@ pub fn audit_attention_path(
         norm,
     )
     .map_err(to_py)?;
-    run(py, || audit_attention(&capture, samples, seed))
+    run(py, deadline, || audit_attention(&capture, samples, seed))
 }
 
 /// The first-order output per token (the live correction's value), from

@@ -16,16 +16,19 @@ def _mlp():
     return nn.Sequential(nn.Linear(6, 12), nn.ReLU(), nn.Dropout(0.3), nn.LayerNorm(12))
 
 
-@pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (float("inf"), "inf")])
-def test_a_non_finite_activation_is_named(bad, word):
+@pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (float("inf"), "infinity")])
+def test_a_non_finite_input_is_named(bad, word):
+    # Issue 52: the inputs are checked once, before any site (the site's own
+    # check, "the captured dropout input ... holds NaN", is for activations
+    # the model itself makes non-finite).
     x = torch.randn(5, 6)
     x[2, 1] = bad
-    with pytest.raises(ValueError, match=rf"site '2->3': the captured dropout input of '2' holds {word}"):
+    with pytest.raises(ValueError, match=rf"^inputs: {word}, 1 non-finite value\(s\) of 30"):
         A.audit_torch(_mlp(), x, samples=1024)
 
 
 def test_an_empty_batch_is_named():
-    with pytest.raises(ValueError, match=r"norm '3' is empty \(an empty batch"):
+    with pytest.raises(ValueError, match=r"^inputs is empty \(shape \(0, 6\)\)"):
         A.audit_torch(_mlp(), torch.randn(0, 6), samples=1024)
 
 

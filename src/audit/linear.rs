@@ -243,25 +243,29 @@ pub fn audit_tokens(
 ) -> Result<LinearAudit, Error> {
     let site_seed = derive_seed(seed, name);
     let d = norm.dim();
+    let carry = crate::engine::cancel::carry();
     let tokens = (0..count)
         .into_par_iter()
         .map(|t| {
-            let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
-            let path = path_of(t);
-            let truth = sample_means(&Subject::reference(), budget, d, |s, rng, out| {
-                let y = sample_path(&path, s, rng)?;
-                norm.forward(y.as_slice(), out)
-            })?;
-            let mean = eval_forward(&path);
-            let mut eval = vec![0.0; d];
-            norm.forward(mean.as_slice(), &mut eval)?;
-            let first = first(t, &path)?;
-            Ok(TokenValues::first_order(
-                sampled_truth(&truth),
-                eval,
-                first,
-                f64::NAN,
-            ))
+            carry.run(|| {
+                crate::engine::cancel::checkpoint()?;
+                let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
+                let path = path_of(t);
+                let truth = sample_means(&Subject::reference(), budget, d, |s, rng, out| {
+                    let y = sample_path(&path, s, rng)?;
+                    norm.forward(y.as_slice(), out)
+                })?;
+                let mean = eval_forward(&path);
+                let mut eval = vec![0.0; d];
+                norm.forward(mean.as_slice(), &mut eval)?;
+                let first = first(t, &path)?;
+                Ok(TokenValues::first_order(
+                    sampled_truth(&truth),
+                    eval,
+                    first,
+                    f64::NAN,
+                ))
+            })
         })
         .collect::<Result<_, Error>>()?;
     Ok(LinearAudit {

@@ -21,6 +21,7 @@
 pub(crate) mod attention;
 pub mod budget;
 mod capture;
+pub mod estimate;
 pub(crate) mod gap;
 pub mod linear;
 pub mod linear_attention;
@@ -169,8 +170,9 @@ fn site_work(capture: &SiteCapture, samples: u64, tokens: Tokens) -> f64 {
     (tokens.count(capture.tokens()) * capture.d) as f64 * samples as f64
 }
 
-/// [`audit_site_tokens`], stopping after the first batch of tokens that
-/// ends past `seconds` (when given): the tokens are visited in the seeded
+/// [`audit_site_tokens`], stopping (when `seconds` is given, after the
+/// first batch) before a batch that would end past `seconds` were it as
+/// long as the batch before it: the tokens are visited in the seeded
 /// random order of [`budget::order`], so the audited ones are a uniform
 /// sample whatever their number (the table states it). Each batch is told
 /// to `progress`.
@@ -194,19 +196,23 @@ fn audit_site_within(
     visit.truncate(tokens.count(total));
     let start = progress.elapsed();
     let mut done: Vec<(usize, TokenValues)> = Vec::with_capacity(visit.len());
+    let mut last_batch = 0.0;
     for batch in visit.chunks(TOKEN_BATCH) {
-        if seconds.is_some_and(|s| !done.is_empty() && progress.elapsed() - start >= s) {
+        let batch_start = progress.elapsed();
+        if seconds.is_some_and(|s| !done.is_empty() && batch_start - start + last_batch >= s) {
             break;
         }
         crate::engine::cancel::checkpoint()?;
+        let carry = crate::engine::cancel::carry();
         let batch: Vec<(usize, TokenValues)> = batch
             .par_iter()
             .map(|&t| {
                 let budget = Budget::new(samples, derive_seed(site_seed, &t.to_string()))?;
-                Ok((t, capture.token(t, rate, budget)?))
+                Ok((t, carry.run(|| capture.token(t, rate, budget))?))
             })
             .collect::<Result<_, Error>>()?;
         progress.advance((batch.len() * d) as f64 * samples as f64, false);
+        last_batch = progress.elapsed() - batch_start;
         done.extend(batch);
     }
     done.sort_unstable_by_key(|(t, _)| *t);
@@ -287,13 +293,37 @@ fn warnings(a: &SiteAudit, rate: Rate) -> Vec<String> {
     {
         w.push("the second order is farther from the truth than the first".into());
     }
-    if !a.first_order.resolved {
-        w.push(format!(
-            "first-order gap not resolved at {} samples per token (an upper bound)",
-            a.samples
-        ));
+    if let Some(why) = unresolved_reason(a) {
+        w.push(why);
     }
     w
+}
+
+/// Why a site's first-order gap is only bounded, in the terms of what was
+/// done: one token leaves no spread over tokens to take its standard error
+/// from (the bound is infinite); an enumerated truth drew no mask, so only
+/// more tokens could resolve it; a sampled one names its budget.
+fn unresolved_reason(a: &SiteAudit) -> Option<String> {
+    if a.first_order.resolved {
+        return None;
+    }
+    Some(if a.tokens < 2 {
+        "one token audited: no second token to estimate the gaps' standard error from, so \
+         every gap is only bounded (by infinity); audit a site with two tokens or more"
+            .into()
+    } else if a.exact {
+        format!(
+            "first-order gap not resolved over {} tokens (the truth is enumerated, no mask was \
+             sampled: the spread of the tokens' gaps bounds it, more tokens would resolve it, \
+             not more samples)",
+            a.tokens
+        )
+    } else {
+        format!(
+            "first-order gap not resolved at {} samples per token over {} tokens (an upper bound)",
+            a.samples, a.tokens
+        )
+    })
 }
 
 /// Audits every site (in order) on every token.

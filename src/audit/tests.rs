@@ -1,7 +1,9 @@
 //! Tests of [`super::audit_site`] and its token sample.
 use super::*;
 
-fn capture(d: usize, tokens: usize) -> SiteCapture {
+/// A bypass LayerNorm site of `tokens` tokens of width `d` (also the
+/// estimate's tests').
+pub(super) fn capture(d: usize, tokens: usize) -> SiteCapture {
     capture_scaled(d, tokens, |_| 1.0)
 }
 

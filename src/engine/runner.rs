@@ -82,9 +82,10 @@ pub fn estimate_with_progress<S: Sampler>(
     let mut first = 0;
     while first < chunks {
         let last = (first + BLOCK).min(chunks);
+        let carry = super::cancel::carry();
         let block: Vec<Result<MeanAccumulator, Error>> = (first..last)
             .into_par_iter()
-            .map(|chunk| run_chunk(sampler, budget, chunk, progress))
+            .map(|chunk| carry.run(|| run_chunk(sampler, budget, chunk, progress)))
             .collect();
         for acc in block {
             total.merge(&acc?);

@@ -170,7 +170,7 @@ fn sampled_work(c: &AttentionCapture, rows: usize, samples: u64) -> f64 {
 
 /// A site's planned work: the closed forms on every row, the check on the
 /// rows `rows` picks.
-fn site_work(c: &AttentionCapture, samples: u64, rows: Tokens) -> f64 {
+pub(crate) fn site_work(c: &AttentionCapture, samples: u64, rows: Tokens) -> f64 {
     let all = c.batch * c.queries;
     closed_form_work(c, all) + sampled_work(c, rows.count(all), samples)
 }
@@ -208,11 +208,12 @@ fn audit_site_progress(
     let mut sampled: Vec<RowSamples> = Vec::with_capacity(chosen.len());
     for batch in chosen.chunks(crate::audit::TOKEN_BATCH) {
         crate::engine::cancel::checkpoint()?;
+        let carry = crate::engine::cancel::carry();
         let batch: Vec<RowSamples> = batch
             .par_iter()
             .map(|&r| {
                 let (b, i) = rows[r];
-                row_samples(c, &columns[b], b, i, &ks, samples, site_seed)
+                carry.run(|| row_samples(c, &columns[b], b, i, &ks, samples, site_seed))
             })
             .collect::<Result<_, Error>>()?;
         progress.advance(sampled_work(c, batch.len(), samples), false);

@@ -114,11 +114,12 @@ pub fn run_chunks_with_progress<K: ChunkKernel>(
     let mut first = 0;
     while first < chunks {
         let last = (first + block_len).min(chunks);
+        let carry = crate::engine::cancel::carry();
         let block: Vec<Option<Vec<f64>>> = (first..last)
             .into_par_iter()
             .map(|c| {
                 // The cancellation hook: `None` when the caller asked to stop.
-                if crate::engine::cancel::requested() {
+                if carry.run(crate::engine::cancel::requested) {
                     return None;
                 }
                 let draws = CHUNK.min(budget.samples - c * CHUNK) as usize;
