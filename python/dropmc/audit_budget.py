@@ -112,3 +112,17 @@ def progress_mode(progress) -> str:
     if getattr(sys.stderr, "isatty", lambda: False)():
         return "terminal"
     return "lines" if progress else "slow"
+
+
+def show_progress(progress) -> bool:
+    """``progress=`` for the loops that print a line or none (``assess``,
+    the network audit): True or False, or None for "when stderr is a
+    terminal" (:func:`progress_mode`'s ``'terminal'``/``'lines'``)."""
+    return progress_mode(progress) in ("terminal", "lines")
+
+
+def budget_left(seconds: Optional[float], start: float) -> Optional[float]:
+    """What is left of a ``time_budget`` of ``seconds`` (None: no budget)
+    since ``time.perf_counter()`` read ``start``, at least a tenth of it
+    (the later steps still get a share when the earlier ones overran)."""
+    return None if seconds is None else max(seconds - (time.perf_counter() - start), 0.1 * seconds)

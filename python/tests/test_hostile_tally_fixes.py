@@ -1,0 +1,31 @@
+"""Fixes for the not-acceptable cases of python/benchmarks/hostile_tally.py
+(issue 52's closing tally), one test each."""
+
+import subprocess
+import sys
+import os
+
+import pytest
+
+
+def test_dropmc_torch_imports_after_the_merge():
+    """The merge left assess.py and network_audit.py importing helpers
+    audit.py no longer had: ``import dropmc.torch`` was an ImportError."""
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", "import dropmc.torch, dropmc.assess, dropmc.network_audit"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+
+
+def test_the_network_audit_runs_after_the_merge():
+    """``audit(network=True)`` imported ``_budget_left``, ``_seconds`` and
+    ``_show_progress`` from audit.py inside the call: an ImportError at
+    the first network audit, which importing the module does not show."""
+    torch = pytest.importorskip("torch")
+    import dropmc.torch as dt
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.LayerNorm(8)).eval()
+    result = dt.audit(model, torch.randn(4, 8), network=True, samples=2_000, progress=False, time_budget=30)
+    assert len(result.network_sites) == 1
