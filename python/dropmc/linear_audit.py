@@ -20,6 +20,7 @@ coverage with the op that stops them.
 
 from __future__ import annotations
 
+import math
 from typing import Dict, List, Tuple
 
 __all__ = ["LinearPlan", "add_linear_sites", "plan_linear_sites", "search", "wanted"]
@@ -66,13 +67,21 @@ def _cell(g: dict) -> str:
     return f"{g['rms']:.3e} ± {g['rms_se']:.1e}" if g["resolved"] else f"< {g['upper']:.1e}"
 
 
+def _factor_cell(r: dict) -> str:
+    """``factor`` (``>`` a lower bound), or ``—`` when it has no value
+    (a one-token site: both gaps only bounded by infinity)."""
+    if not math.isfinite(r["factor"]):
+        return "—"
+    return f"{'>' if r['factor_is_lower_bound'] else ''}{r['factor']:.1f}"
+
+
 def table(rows: List[dict]) -> str:
     """The rows in the engine table's columns (``gap 2nd`` is ``—``)."""
     header = ["linear-path site", "form", "norm", "p", "d", "tokens", "truth", "gap eval", "gap 1st",
               "gap 2nd", "factor"]
     cells = [[r["name"], r["form"], r["norm"], f"{r['p']:g}", str(r["d"]), str(r["tokens"]),
               f"{r['samples']} masks", _cell(r["uncorrected"]), _cell(r["first_order"]), "—",
-              f"{'>' if r['factor_is_lower_bound'] else ''}{r['factor']:.1f}"] for r in rows]
+              _factor_cell(r)] for r in rows]
     widths = [max(len(c[i]) for c in cells + [header]) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header] + cells]
     lines.append("linear paths: truth from masks sampled through the path (further dropouts on it are the "

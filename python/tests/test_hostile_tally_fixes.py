@@ -17,6 +17,20 @@ def test_dropmc_torch_imports_after_the_merge():
     assert done.returncode == 0, done.stderr[-500:]
 
 
+def test_a_one_token_linear_path_row_prints_no_nan_factor():
+    """A one-token linear-path site has both gaps bounded by infinity: its
+    factor has no value and the table printed ``>nan``."""
+    from dropmc.linear_audit import table
+
+    unbounded = {"rms": float("inf"), "rms_se": float("inf"), "upper": float("inf"), "resolved": False}
+    row = {"name": "d->n", "form": "linear", "norm": "LayerNorm", "p": 0.1, "d": 16, "tokens": 1,
+           "samples": 2000, "uncorrected": unbounded, "first_order": unbounded,
+           "factor": float("nan"), "factor_is_lower_bound": True}
+    line = table([row]).splitlines()[1]
+    assert "nan" not in line.lower(), line
+    assert line.rstrip().endswith("—"), line
+
+
 def test_the_network_audit_runs_after_the_merge():
     """``audit(network=True)`` imported ``_budget_left``, ``_seconds`` and
     ``_show_progress`` from audit.py inside the call: an ImportError at
