@@ -84,6 +84,9 @@ class Dropout:
         self.generator = generator
         self.grad = bool(grad)
         self.device = _torch.device("cpu" if device is None else device)
+        if self.device.type == "meta":  # shapes without values: nothing to sample
+            raise ValueError("device='meta' holds shapes without values: dropmc draws real masks; "
+                             "give a real device (cpu or cuda)")
         self._last = None
 
     def _input(self, x):

@@ -31,6 +31,17 @@ def test_a_one_token_linear_path_row_prints_no_nan_factor():
     assert line.rstrip().endswith("—"), line
 
 
+def test_check_dropout_on_the_meta_device_is_refused_naming_device():
+    """device='meta' ran the layer and failed in torch's copy ("Cannot copy
+    out of meta tensor"), a NotImplementedError naming nothing of ours."""
+    torch = pytest.importorskip("torch")
+    import dropmc.torch as dt
+
+    torch.set_num_threads(1)
+    with pytest.raises(ValueError, match=r"device='meta'"):
+        dt.check_dropout(torch.nn.Dropout(0.1), 0.1, device="meta", samples=1_000)
+
+
 def test_the_network_audit_runs_after_the_merge():
     """``audit(network=True)`` imported ``_budget_left``, ``_seconds`` and
     ``_show_progress`` from audit.py inside the call: an ImportError at
