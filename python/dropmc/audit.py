@@ -310,11 +310,12 @@ def audit_torch(model, inputs=None, *, samples: int = DEFAULT_SAMPLES, seed: int
     from .capture import capture_traced, failure_row, in_eval
     from .coverage import coverage
     from .discovery import call_inputs, discover
-    from .model_inputs import unwrap_compiled, validate_inputs
+    from .model_inputs import check_call, unwrap_compiled, validate_inputs
 
     model = unwrap_compiled(model, "audit")
     args, kw = call_inputs(inputs, kwargs)
     validate_inputs(model, args, kw)
+    check_call(model, args, kw)
     found = discover(model, *args, norms=norms, **kw)
     modules = dict(model.named_modules())
     if sites is None:

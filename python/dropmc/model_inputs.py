@@ -93,3 +93,21 @@ def checked_model(model, what: str, inputs=None, kwargs=None):
     model = unwrap_compiled(model, what)
     validate_inputs(model, *call_inputs(inputs, kwargs))
     return model
+
+
+def check_call(model, args: tuple, kwargs: dict) -> None:
+    """A TypeError naming ``inputs`` when they cannot bind to ``model``'s
+    forward signature (``audit(model)`` with no inputs for a forward that
+    needs one was the forward's own "missing 1 required positional
+    argument"); a forward without a readable signature passes."""
+    import inspect
+
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"inputs do not fit {type(model).__name__}.forward{signature}: {e} "
+                        f"(got {len(args)} positional and {sorted(kwargs) or 'no'} keyword inputs)") from None

@@ -54,3 +54,16 @@ def test_the_network_audit_runs_after_the_merge():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.LayerNorm(8)).eval()
     result = dt.audit(model, torch.randn(4, 8), network=True, samples=2_000, progress=False, time_budget=30)
     assert len(result.network_sites) == 1
+
+
+def test_audit_without_the_inputs_its_forward_needs_names_inputs():
+    """``audit(model)`` on a forward needing an input ran it and raised the
+    forward's own "Sequential.forward() missing 1 required positional
+    argument: 'input'", which names none of audit's arguments."""
+    torch = pytest.importorskip("torch")
+    import dropmc.torch as dt
+
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.LayerNorm(8)).eval()
+    with pytest.raises(TypeError, match=r"^inputs do not fit Sequential\.forward\(input\).*'input'"):
+        dt.audit(model, None, samples=2_000, progress=False)
