@@ -354,6 +354,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         inputs, sites = None, inputs
     if linear is not None and not isinstance(linear, bool):
         raise TypeError(f"linear must be None or a bool, got {type(linear).__name__}")
+    if not isinstance(inplace, bool):  # inplace="no" was truthy: the model corrected in place
+        raise TypeError(f"inplace must be a bool, got {type(inplace).__name__}")
     if scope is None:  # the network's when it runs and finds a norm, else the site's (dropmc.correct_scope)
         call = _functools.partial(correct, model, inputs, sites, order=order, exclude=exclude, inplace=inplace,
                                   norms=norms, linear=linear, **kwargs)

@@ -67,3 +67,16 @@ def test_audit_without_the_inputs_its_forward_needs_names_inputs():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.LayerNorm(8)).eval()
     with pytest.raises(TypeError, match=r"^inputs do not fit Sequential\.forward\(input\).*'input'"):
         dt.audit(model, None, samples=2_000, progress=False)
+
+
+def test_correct_refuses_an_inplace_that_is_not_a_bool():
+    """``inplace="no"`` was truthy: the model was corrected in place, the
+    opposite of what was asked, with no word."""
+    torch = pytest.importorskip("torch")
+    import dropmc.torch as dt
+
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1), torch.nn.LayerNorm(8)).eval()
+    with pytest.raises(TypeError, match=r"^inplace must be a bool, got str"):
+        dt.correct(model, torch.randn(4, 8), inplace="no")
+    assert getattr(model, "_dropmc_correction", None) is None  # the model left uncorrected
