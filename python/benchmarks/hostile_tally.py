@@ -46,8 +46,13 @@ class Hang(BaseException):
     pass
 
 
-def case(category, names=()):
+REFUSE = set()  # cases whose argument is nonsense: a returned result is not acceptable either
+
+
+def case(category, names=(), refuse=False):
     def register(fn):
+        if refuse:
+            REFUSE.add(fn.__name__)
         CASES.append((category, fn.__name__, tuple(names), fn))
         return fn
     return register
@@ -225,6 +230,26 @@ def samples_1e12_encoder32_budget():
     return dt.audit(encoder(32), torch.randn(1, 8, 32), samples=10**12, time_budget=5)
 
 
+@case("audit", ["progress"])
+def progress_string():
+    return dt.audit(plain(), x8(), progress="yes", **S)
+
+
+@case("audit", ["linear"])
+def linear_string():
+    return dt.audit(plain(), x8(), linear="yes", **S)
+
+
+@case("audit", ["inputs", "dtype"])
+def input_half():
+    return dt.audit(plain().half(), x8().half(), **S)
+
+
+@case("audit", ["attention"], refuse=True)
+def attention_string():
+    return dt.audit(encoder(), torch.randn(1, 4, 16), attention="no", **S)
+
+
 # ---- audit network=True ----
 @case("audit_network", ["inputs", "finite", "nan"])
 def net_input_nan():
@@ -342,6 +367,26 @@ def correct_not_a_module():
     return dt.correct("model", x8())
 
 
+@case("correct", ["jit", "script", "correct"])
+def correct_then_jit_script():
+    return torch.jit.script(dt.correct(plain(), x8()))
+
+
+@case("correct", ["inputs", "token", "constant"])
+def correct_one_constant_token():
+    return dt.correct(encoder(), torch.ones(1, 1, 16))
+
+
+@case("correct", ["inplace"], refuse=True)
+def correct_inplace_string():
+    return dt.correct(plain(), x8(), inplace="no")
+
+
+@case("correct", ["linear"], refuse=True)
+def correct_linear_string():
+    return dt.correct(plain(), x8(), linear="no")
+
+
 # ---- correct scope="site" ----
 @case("correct_site", ["inputs", "finite", "nan"])
 def site_input_nan():
@@ -432,6 +477,21 @@ def assess_nan_input():
 @case("assess", ["train", "mode"])
 def assess_train_mode():
     return dt.assess(plain().train(), data(), mse, time_budget=10)
+
+
+@case("assess", ["data", "batch", "units"])
+def assess_one_batch_one_unit():
+    return dt.assess(plain(), [(torch.randn(1, 8), torch.randn(1, 8))], mse, time_budget=10)
+
+
+@case("assess", ["data", "batch", "tuple", "target"])
+def assess_data_not_pairs():
+    return dt.assess(plain(), [torch.randn(8, 8)], mse, time_budget=10)
+
+
+@case("assess", ["progress"], refuse=True)
+def assess_progress_string():
+    return dt.assess(plain(), data(), mse, progress="no", time_budget=10)
 
 
 @case("assess", ["seed"])
@@ -576,6 +636,11 @@ CLI_CASES = [
     ("eval_gamma_length", ["eval", "ln", "--x", "1,2,3", "--p", "0.1", "--gamma", "1,2"], ["gamma"]),
     ("eval_eps_negative", ["eval", "ln", "--x", "1,2,3", "--p", "0.1", "--eps=-1"], ["eps"]),
     ("eval_constant_x", ["eval", "ln", "--x", "2,2,2", "--p", "0.1", "--samples", "1000"], ["x"]),
+    ("calibrate_samples_zero", ["calibrate", "--seeds", "2", "--samples", "0"], ["samples"]),
+    ("eval_bn_negative_var", ["eval", "bn", "--running-mean", "0,1", "--running-var", "1,-2", "--p", "0.1"],
+     ["running_var", "running-var", "var"]),
+    ("eval_bn_length", ["eval", "bn", "--running-mean", "0,1,2", "--running-var", "1,2", "--p", "0.1"],
+     ["running_var", "running-var", "running_mean", "running-mean"]),
     ("eval_one_unit", ["eval", "ln", "--x", "2", "--p", "0.1", "--samples", "1000"], ["x", "d = 1"]),
 ]
 for name, argv, names in CLI_CASES:
@@ -587,8 +652,9 @@ def _names(text, names):
     return any(n.lower() in low for n in names)
 
 
-def classify(names, fn):
-    """(acceptable, one-line note)."""
+def classify(names, fn, refuse=False):
+    """(acceptable, one-line note); ``refuse``: a returned result is not
+    acceptable (the case's argument has no meaning)."""
     def alarm(signum, frame):
         raise Hang(f"past {CASE_SECONDS} s")
     old = signal.signal(signal.SIGALRM, alarm)
@@ -616,6 +682,8 @@ def classify(names, fn):
         if NAN.search(out.stdout):
             return False, f"exit {out.returncode}, NaN printed"
         return True, f"exit {out.returncode} (ran){': ' + err if err else ''}"
+    if refuse:
+        return False, f"accepted: returned {type(out).__name__}"
     text = str(out)
     if NAN.search(text):
         return False, "result prints NaN"
@@ -630,7 +698,7 @@ def main():
         if only and name not in only:
             continue
         t = time.time()
-        ok, note = classify(names, fn)
+        ok, note = classify(names, fn, name in REFUSE)
         tally[category] += 1; good[category] += ok
         if not ok:
             bad.append(f"{category}/{name}")
