@@ -19,7 +19,8 @@ from typing import Optional
 
 from . import _dropmc
 
-__all__ = ["Clock", "MAX_SAMPLES", "check_samples", "progress_mode", "refuse_over_budget", "seconds_of"]
+__all__ = ["Clock", "MAX_SAMPLES", "budget_left", "check_samples", "progress_mode", "refuse_over_budget", "seconds_of",
+           "show_progress"]
 
 #: The largest ``samples`` the engine counts (a ``u64``).
 MAX_SAMPLES = 2 ** 64 - 1
@@ -112,3 +113,19 @@ def progress_mode(progress) -> str:
     if getattr(sys.stderr, "isatty", lambda: False)():
         return "terminal"
     return "lines" if progress else "slow"
+
+
+def show_progress(progress) -> bool:
+    """``progress=`` as a yes/no for the Python-side steps (the network
+    audit, :mod:`dropmc.assess`): True or False, or None for "when stderr
+    is a terminal"."""
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
+    return progress_mode(progress) == "terminal" if progress is None else progress
+
+
+def budget_left(seconds: Optional[float], start: float) -> Optional[float]:
+    """What is left of a ``time_budget`` of ``seconds`` (None: no budget)
+    since ``time.perf_counter()`` read ``start``, at least a tenth of it
+    (the later steps still get a share when the earlier ones overran)."""
+    return None if seconds is None else max(seconds - (time.perf_counter() - start), 0.1 * seconds)
