@@ -49,7 +49,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .assess_report import Assessment, site_name
 from .assess_stats import MIN_UNITS_PER_TEST, SCREEN_LEVEL, holm, paired, suite_alpha, suite_power, verdict
-from .audit_budget import seconds_of as _seconds, show_progress as _show_progress
+from .audit_budget import seconds_of as _seconds
+from .audit_budget import show_progress as _show_progress
 from .correct import correct, uncorrect
 
 __all__ = ["assess", "MIN_UNITS"]

@@ -19,7 +19,8 @@ from typing import Optional
 
 from . import _dropmc
 
-__all__ = ["Clock", "MAX_SAMPLES", "check_samples", "progress_mode", "refuse_over_budget", "seconds_of"]
+__all__ = ["Clock", "MAX_SAMPLES", "budget_left", "check_samples", "progress_mode", "refuse_over_budget", "seconds_of",
+           "show_progress"]
 
 #: The largest ``samples`` the engine counts (a ``u64``).
 MAX_SAMPLES = 2 ** 64 - 1
@@ -115,10 +116,12 @@ def progress_mode(progress) -> str:
 
 
 def show_progress(progress) -> bool:
-    """``progress=`` for the loops that print a line or none (``assess``,
-    the network audit): True or False, or None for "when stderr is a
-    terminal" (:func:`progress_mode`'s ``'terminal'``/``'lines'``)."""
-    return progress_mode(progress) in ("terminal", "lines")
+    """``progress=`` as a yes/no for the Python-side steps (the network
+    audit, :mod:`dropmc.assess`): True or False, or None for "when stderr
+    is a terminal"."""
+    if progress is not None and not isinstance(progress, bool):
+        raise TypeError(f"progress must be a bool or None, got {type(progress).__name__}")
+    return progress_mode(progress) == "terminal" if progress is None else progress
 
 
 def budget_left(seconds: Optional[float], start: float) -> Optional[float]:

@@ -199,9 +199,14 @@ def _nothing_found(found, need_sites: bool = True) -> None:
     """A forward with nothing ``correct`` could act on: its own message
     (``need_sites`` False: a dropout and a norm are enough, as for
     ``scope="network"``, whose noise may reach the norms only through
-    other ops)."""
-    if not found.dropouts:
-        raise ValueError("no site to correct: the model made no dropout call (nn.Dropout or F.dropout) "
+    other ops). An attention dropout with ``p > 0`` is a dropout call too:
+    ``found.dropouts`` lists the eager ones, ``found.attention`` every one,
+    SDPA's ``dropout_p`` and ``nn.MultiheadAttention``'s among them (the
+    network ledger follows their noise; the per-site scope has no site for
+    them, and says so below)."""
+    if not found.dropouts and not any(a.p > 0 for a in found.attention):
+        raise ValueError("no site to correct: the model made no dropout call (nn.Dropout, F.dropout, "
+                         "SDPA dropout_p > 0, nn.MultiheadAttention dropout) "
                          f"in a train-mode forward on these inputs. The forward's {found.summary()}")
     if not found.norms:
         raise ValueError("no site to correct: the model made no LayerNorm/RMSNorm call in a train-mode "

@@ -334,7 +334,8 @@ def audit_network(model, inputs=None, *, seed: int = 0, forwards: int = NETWORK_
     ``adaptive=False``)."""
     import torch.nn as nn
 
-    from .audit_budget import seconds_of as _seconds, show_progress as _show_progress
+    from .audit_budget import seconds_of as _seconds
+    from .audit_budget import show_progress as _show_progress
     from .audit_report import Audit
     from .discovery import call_inputs, discover
 
@@ -364,7 +365,9 @@ def audit(model, inputs=None, *, network: bool = False, **kwargs):
     import time
 
     from .audit import audit_torch
-    from .audit_budget import budget_left as _budget_left, seconds_of as _seconds, show_progress as _show_progress
+    from .audit_budget import budget_left as _budget_left
+    from .audit_budget import seconds_of as _seconds
+    from .audit_budget import show_progress as _show_progress
     from .discovery import call_inputs
 
     if not isinstance(network, bool):
