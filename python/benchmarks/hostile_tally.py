@@ -18,7 +18,6 @@ with this branch's fixes (merged with main 3a170e5) 117 / 119;
 the two left are the model's own forward rejecting the inputs (torch's RuntimeError, unchanged).
 """
 
-import math
 import os
 import re
 import signal

@@ -1,9 +1,9 @@
 """Fixes for the not-acceptable cases of python/benchmarks/hostile_tally.py
 (issue 52's closing tally), one test each."""
 
+import os
 import subprocess
 import sys
-import os
 
 import pytest
 
