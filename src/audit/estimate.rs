@@ -60,7 +60,7 @@ pub const SECONDS_PER_COMPOUND_UNIT: f64 = 2.6e-9;
 pub const SECONDS_PER_GROUPED_UNIT: f64 = 2.8e-8;
 /// Wall seconds per enumerated mask-unit.
 pub const SECONDS_PER_ENUMERATED_UNIT: f64 = 4.0e-8;
-/// Wall seconds per work unit of an attention site ([`attention_work`]).
+/// Wall seconds per work unit of an attention site (the attention audit's `site_work`).
 pub const SECONDS_PER_ATTENTION_UNIT: f64 = 9.5e-10;
 
 /// The longest estimate a request without a `time_budget` may have: an
