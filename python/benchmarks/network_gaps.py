@@ -36,7 +36,12 @@ x_t − V_t) / Σ_t V_t (RMSNorm: mean squares), what the norm's denominator
 sees (the noise's correlation over channels and the inputs' mean shift
 included). Where ``ledger`` and ``mc`` part, an op on the way is
 followed wrongly; where ``mc`` and ``spread`` part, the diagonal
-first-order picture itself misses.
+first-order picture itself misses. Then plain/oracle ratios of four
+corrections read off the train-mode forwards (:func:`oracles`): the
+measured per-token ``s̄`` in the denominator; the measured ``E var x``;
+that and the input at its measured mean ``E x``; the mean with the
+ledger's per-token ``s̄`` — what a variance-only correction can reach at
+best, and what the input's mean shift adds.
 
     python python/benchmarks/network_gaps.py [--draws 2048] [--only gpt2] [--held-out] [--kappa]
 """
@@ -159,13 +164,16 @@ def truth(model, x, calls, draws, kinds=None):
     return out, kappas
 
 
-def oracles(module, kind, got):
+def oracles(module, kind, got, ledger_noise):
     """The norm's eval output with, per token, (1) the measured noise
     variance ``s̄`` added to ``V``; (2) ``V`` replaced by the measured
     ``E var_k x`` (RMSNorm: ``E mean_k x²``); (3) as (2) with the input at
     its measured mean ``E x`` too — ``--kappa``'s bounds on what a
-    correction of the denominator, then of the input's mean, can reach
-    (None for a norm other than ``nn.LayerNorm``/``nn.RMSNorm``)."""
+    correction of the denominator, then of the input's mean, can reach;
+    (4) the input at its measured mean, the ledger's per-token ``s̄``
+    (``ledger_noise``) added to its spread: what the ledger's variance
+    gives once the mean is right (None for a norm other than
+    ``nn.LayerNorm``/``nn.RMSNorm``)."""
     if not isinstance(module, (torch.nn.LayerNorm, getattr(torch.nn, "RMSNorm", ()))):
         return None
     w = module.weight.detach().double() if module.weight is not None else 1.0
@@ -178,7 +186,9 @@ def oracles(module, kind, got):
         return centred / (denom.unsqueeze(-1) + eps).sqrt() * w + b
 
     x, spread = got["eval"], got["spread"]
-    return [norm(x, _spread(x, kind) + got["noise"]), norm(x, spread), norm(got["mean"], spread)]
+    mean = got["mean"]
+    return [norm(x, _spread(x, kind) + got["noise"]), norm(x, spread), norm(mean, spread),
+            norm(mean, _spread(mean, kind) + ledger_noise.reshape(spread.shape))]
 
 
 def _spread(x, kind):
@@ -218,10 +228,10 @@ def run(arch, draws, held_out=False, kappa=False):
           f"({draws} train-mode forwards, {t_mc:.0f} s): {len(calls)} norm calls, "
           f"{len(done.network)} reached by noise")
     head = "| norm | κ | plain gap | site gap | network gap | plain/site | plain/network |"
-    print(head + (" κ ledger | κ mc | κ spread | oracle s̄ | oracle spread | oracle spread+mean |"
-                  if kappa else ""))
-    print("|---" * (head.count("|") - 1 + (6 if kappa else 0)) + "|")
-    oracle_ratios = [[], [], []]
+    print(head + (" κ ledger | κ mc | κ spread | oracle s̄ | oracle spread | oracle spread+mean | "
+                  "oracle mean, ledger s̄ |" if kappa else ""))
+    print("|---" * (head.count("|") - 1 + (7 if kappa else 0)) + "|")
+    oracle_ratios = [[], [], [], []]
     ratios, farther = [], []
     for c in calls:
         mean, noise = truths[c]
@@ -239,7 +249,8 @@ def run(arch, draws, held_out=False, kappa=False):
         if kappa:
             k = ledger.norms.get(c)
             extra = f" {k.kappa if k is not None else 0:.3g} | {kappas[c][0]:.3g} | {kappas[c][1]:.3g} |"
-            ora = oracles(model.get_submodule(found.norm_modules[c]), found.norms[c].kind, kappas[c][2])
+            ora = oracles(model.get_submodule(found.norm_modules[c]), found.norms[c].kind, kappas[c][2],
+                          k.noise if k is not None else torch.zeros(1))
             for o, col in zip(ora or [], oracle_ratios):
                 go = gap(o.reshape(mean.shape), mean, noise)[0]
                 col.append(gp / go)
@@ -249,7 +260,7 @@ def run(arch, draws, held_out=False, kappa=False):
     if ratios:
         print(f"plain/network over {len(ratios)} norms with a resolved plain gap: "
               f"median {statistics.median(ratios):.2f}, min {min(ratios):.2f}; farther than plain: {farther or 'none'}")
-    for name, col in zip(("s̄", "spread", "spread+mean"), oracle_ratios):
+    for name, col in zip(("s̄", "spread", "spread+mean", "mean with the ledger's s̄"), oracle_ratios):
         if col:
             print(f"oracle {name}: median {statistics.median(col):.2f}, min {min(col):.2f} over {len(col)} norms")
     print(f"not covered by the ledger: {sorted(set(done.network_uncovered)) or 'none'}\n")
