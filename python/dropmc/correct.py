@@ -183,6 +183,7 @@ class _Builder:
         self.dropout_slots: Dict[str, Dict[int, Any]] = {}
         self.scope_slots: Dict[str, Dict[int, Any]] = {}
         self.owner_slots: Dict[str, Dict[int, Any]] = {}
+        self.output_slots: Dict[str, Dict[int, Any]] = {}
         self.norm_hooks: Dict[str, Dict[int, Any]] = {}
 
     def counter(self, key: str, name: str, kind: str):
@@ -199,7 +200,10 @@ class _Builder:
         if call not in self.slots:
             self.slots[call] = _Slot(call)
             owner = self.plan.dropout_owner(call)
-            if call in self.plan.masks:  # v is the value owner's input (dropmc.correct_masks)
+            if call in self.plan.captures:  # a gated site: v ⊙ g is its module's output
+                self.counter("output:" + owner, owner, "output")
+                self.output_slots.setdefault(owner, {})[self.plan.captures[call][1]] = self.slots[call]
+            elif call in self.plan.masks:  # v is the value owner's input (dropmc.correct_masks)
                 self.counter("owner:" + owner, _module_name(call), "owner")
                 self.owner_slots.setdefault(owner, {})[_call_index(call)] = self.slots[call]
             elif self.plan.is_functional(call):
@@ -218,7 +222,7 @@ class _Builder:
         import torch.nn as nn
 
         from . import correct_fast as _fast
-        from .correct_hooks import _FreshForward, _KeepInputs, _PerCall, _Scope, _ScopeHook
+        from .correct_hooks import _FreshForward, _KeepInputs, _KeepOutputs, _PerCall, _Scope, _ScopeHook
 
         scopes = []
         handles = correction._handles
@@ -234,6 +238,9 @@ class _Builder:
         for owner, by_index in self.owner_slots.items():
             handles.append(self.modules[owner].register_forward_pre_hook(
                 _KeepInputs(self.counters["owner:" + owner], by_index)))
+        for owner, by_index in self.output_slots.items():
+            handles.append(self.modules[owner].register_forward_hook(
+                _KeepOutputs(self.counters["output:" + owner], by_index)))
         for owner, by_index in self.scope_slots.items():
             scope = _Scope(self.counters["functional:" + owner], by_index)
             scopes.append(scope)

@@ -93,12 +93,24 @@ class _KeepInputs:
         self.calls, self.slots = calls, slots
 
     def __call__(self, module, args):
+        return self.keep(module, args[0])
+
+    def keep(self, module, v):
         if module.training:
             return None
         slot = self.slots.get(self.calls.next())
         if slot is not None:
-            slot.v = _kept(args[0])
+            slot.v = _kept(v)
         return None
+
+
+class _KeepOutputs(_KeepInputs):
+    """A gated site's module's forward hook: in eval mode keeps its output
+    ``v ⊙ g`` (:func:`dropmc.discovery._gate_capture`) for the call whose
+    index has a site."""
+
+    def __call__(self, module, args, out):
+        return self.keep(module, out)
 
 
 class _Scope:

@@ -99,11 +99,14 @@ class _Plan:
         self.call = None  # (args, kwargs) of the example forward, when given
         self.masks: Dict = {}  # mask-product dropout call -> its MaskInfo (dropmc.correct_masks)
         self.tapes: Dict = {}  # site -> steps from the dropout to the norm (dropmc.correct_tapes)
+        self.captures: Dict = {}  # gated dropout call -> (module, call index) whose output is v ⊙ g
 
     def dropout_owner(self, call: str) -> str:
         """The module a dropout call hooks: the ``nn.Dropout`` itself, a
         functional call's owner (``""``: the model), or a mask product's
         value owner (:func:`dropmc.correct_masks.value_owner`)."""
+        if call in self.captures:
+            return self.captures[call][0]
         if call in self.masks:
             from .correct_masks import value_owner
 
@@ -157,7 +160,7 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
     named these sites, so a refusal is a ValueError, not a note."""
     from .correct_tapes import light_tape
 
-    kept, refused, skipped, masks, tapes = [], {}, {}, {}, {}
+    kept, refused, skipped, masks, tapes, captures = [], {}, {}, {}, {}, {}
     for site in chosen:
         reason = _refusal(site, found)
         if reason is not None:
@@ -167,7 +170,11 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
         elif site.p == 0:
             skipped[site.name] = "no dropout at this rate (p = 0)"
         else:
-            steps, why = light_tape(getattr(site, "tape", ()))
+            tape, capture = getattr(site, "tape", ()), getattr(site, "capture", None)
+            if capture is not None:  # a gated site: v ⊙ g is a module's output (discovery._gate_capture)
+                tape = tape[capture[2]:]
+                captures[site.dropout] = capture[:2]
+            steps, why = light_tape(tape)
             if why is not None:
                 if named:
                     raise ValueError(f"site {site.name!r}: {why}")
@@ -179,7 +186,7 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
             if getattr(site, "mask", None) is not None:
                 masks[site.dropout] = site.mask
     plan = _Plan(kept, found, refused, skipped)
-    plan.masks, plan.tapes = masks, tapes
+    plan.masks, plan.tapes, plan.captures = masks, tapes, captures
     return plan
 
 
@@ -362,6 +369,8 @@ def _calls_per_forward(plan: _Plan, module: str, kind: str) -> int:
         return 1
     if kind == "dropout":
         return sum(1 for c in plan.found.dropouts if _module_name(c) == module and ":" not in c)
+    if kind == "output":  # a gated site's capturing module: its calls in the forward
+        return plan.found.module_calls.get(module, 1)
     if kind == "owner":  # a mask product's value owner: one call per call of the mask (module)
         return sum(1 for c in plan.found.dropouts if _module_name(c) == module)
     if kind == "functional":

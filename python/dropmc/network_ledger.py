@@ -144,6 +144,18 @@ class LedgerMode(TorchFunctionMode):
         self.var[id(t)] = s if s.shape == t.shape else torch.broadcast_to(s, t.shape)
         self.alive.append(t)
 
+    def _clone_noisy(self, t):
+        """An in-place op's target as it was before the op, carrying the
+        target's noise: the rule reads ``s`` of the clone (without it, the
+        ``x`` of ``x /= c`` or ``scores += bias`` lost its noise there)."""
+        with torch._C.DisableTorchFunction():
+            clone = t.clone()
+        s = self.var.get(id(t))
+        if s is not None:
+            self.var[id(clone)] = s
+            self.alive.append(clone)
+        return clone
+
     def _uncovered(self, name: str) -> None:
         self.ledger.uncovered.append((name, self.trace.owner() or "<model>"))
 
@@ -162,8 +174,7 @@ class LedgerMode(TorchFunctionMode):
             return out
         before = args
         if _inplace(name) and args and isinstance(args[0], torch.Tensor):
-            with torch._C.DisableTorchFunction():
-                before = (args[0].clone(),) + tuple(args[1:])
+            before = (self._clone_noisy(args[0]),) + tuple(args[1:])
         run = kwargs
         if name == "multi_head_attention_forward" and kwargs.get("training"):
             run = dict(kwargs, training=False)  # neutral: its inner dropout is below the trace's reach

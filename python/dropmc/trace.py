@@ -48,7 +48,7 @@ from .norms import norm_candidate
 from .paths import MAX_LABELS, op_label, step_of
 from .trace_masks import ADD, BERNOULLI, DIV, MUL, OTHER, RAND, MaskDraws, scalar
 
-__all__ = ["Trace", "tensors", "ALPHA_REASON"]
+__all__ = ["Trace", "tensors", "ALPHA_REASON", "tensor_gate"]
 
 _SOFTMAX = {"softmax", "_softmax"}
 _MATMUL = {"matmul", "__matmul__", "bmm"}
@@ -92,6 +92,14 @@ def tensors(obj) -> List[torch.Tensor]:
 
 def _name_of(func) -> str:
     return getattr(func, "__name__", "")
+
+
+def tensor_gate(step) -> bool:
+    """Whether a tape step is a gate step (:meth:`Trace.gate_step`) whose
+    gate is a tensor (made anew each forward, unlike a number)."""
+    func, args, _, pos = step
+    return (_name_of(func) in MUL or _name_of(func) in DIV) and any(
+        isinstance(a, torch.Tensor) for i, a in enumerate(args) if i != pos)
 
 
 _DROPOUT_SIG = inspect.signature(lambda input, p=0.5, training=True, inplace=False: None)
@@ -139,6 +147,8 @@ class Trace(MaskDraws):
         self.recorded: Dict[Any, Any] = {}
         self.quiet = False
         self.mode = "train-mode"  # the forward's mode, for messages (set by the capture)
+        self.module_calls: Dict[str, int] = {}  # module -> its calls so far (counted as they return)
+        self.gate_outputs: Dict[str, list] = {}  # dropout call -> [(module, call index, tape)] (gated_output)
 
     # -- bookkeeping
     def rec(self, t) -> tuple:
@@ -293,6 +303,18 @@ class Trace(MaskDraws):
             return (o[0], o[1], o[2] + ((func, tuple(args), dict(kwargs), pos),))
         return None
 
+    def gated_output(self, name: str, out) -> None:
+        """Counts ``name``'s call and, when its output is a dropout's output
+        through a gate step with a tensor gate (``dropout(v) ⊙ g``), records
+        ``(name, call index, tape)`` under the dropout call: in eval (masks
+        all ones) that module's output is ``v ⊙ g`` itself, which
+        ``correct`` captures there (the gate is made anew each forward)."""
+        k = self.module_calls.get(name, 0)
+        self.module_calls[name] = k + 1
+        o = self.origin(out) if isinstance(out, torch.Tensor) else OTHER
+        if o[0] == "dropout" and any(tensor_gate(step) for step in o[2]):
+            self.gate_outputs.setdefault(o[1], []).append((name, k, o[2]))
+
     # -- dropout calls and mask products
     def on_dropout(self, func, args, kwargs):
         """A dropout call (:data:`_DROPOUTS`), run neutral: its output is
@@ -408,6 +430,7 @@ class Trace(MaskDraws):
         def post(module, a, kw, out):
             if self.stack:
                 self.stack.pop()
+            self.gated_output(self.names.get(module, ""), out)
             call = module.__dict__.pop("_dropmc_call", None)
             if call is not None and isinstance(out, torch.Tensor):
                 self.tag(out, self.deps(out), {}, ("norm", call, ()))  # paths end at a norm
