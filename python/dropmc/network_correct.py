@@ -216,13 +216,13 @@ def install_network(correction, build, plan, modules: dict, network, shift: bool
     off a fused encoder-layer path)."""
     kappas, ledger = network
     hooked: List[str] = []
+    correction.scope = "network"
+    correction.network_uncovered = list(ledger.uncovered)
     if shift:
         from .network_shift import install_shift
 
         correction.network_shifted = install_shift(correction, modules, ledger.activations)
         hooked += correction.network_shifted
-    correction.scope = "network"
-    correction.network_uncovered = list(ledger.uncovered)
     for call, kappa in kappas.items():
         nname, _, params = _norm_params(plan, modules, call)
         noise = ledger.norms[call]

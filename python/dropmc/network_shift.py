@@ -230,10 +230,15 @@ class ShiftedActivation:
 def install_shift(correction, modules: dict, records: Dict[str, ActivationNoise]) -> List[str]:
     """Hooks each activation module the ledger saw noise reach (``ρ > 0``)
     with :class:`ShiftedActivation`; the handles go to ``correction``
-    (``uncorrect`` removes them). Returns the modules hooked."""
+    (``uncorrect`` removes them). An in-place activation (``inplace=True``:
+    its forward hook sees its input already overwritten) is not hooked but
+    listed in ``correction.network_uncovered``. Returns the modules hooked."""
     hooked = []
     for name, record in records.items():
         if record.w is None or record.rho <= 0:
+            continue
+        if getattr(modules[name], "inplace", False):
+            correction.network_uncovered.append(("mean shift of an in-place activation", name))
             continue
         correction._handles.append(modules[name].register_forward_hook(ShiftedActivation(record)))
         hooked.append(name)

@@ -423,3 +423,13 @@ def test_mean_shift_training_and_uncorrect_bit_exact(mlp_setup):
     assert not torch.equal(corrected(x), twin(x))  # eval output moved
     uncorrect(corrected)
     assert torch.equal(corrected(x), twin(x))
+
+
+def test_mean_shift_inplace_activation_is_listed():
+    """An in-place activation's forward hook sees its input overwritten: not
+    shifted, and named in ``network_uncovered``."""
+    torch.manual_seed(4)
+    model = _MlpStack([nn.ReLU(inplace=True), nn.GELU()]).eval()
+    done = correct(model, torch.randn(1, 4, D), scope="network", order=2)._dropmc_correction
+    assert done.network_shifted == ["blocks.1.act"]
+    assert ("mean shift of an in-place activation", "blocks.0.act") in done.network_uncovered
