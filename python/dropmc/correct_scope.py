@@ -37,7 +37,8 @@ def default_scope(inputs=None, sites=None, order: int = 1, linear=None, kwargs=N
     if sites is not None:
         return "site", "the default with sites named (network scope corrects every norm and names no sites)"
     if order != 1:
-        return "site", "the default at order=2 (the per-site second-order estimates; scope='network' names the mean shift)"
+        return "site", ("the default at order=2 (the per-site second-order estimates; scope='network' "
+                        "names the mean shift)")
     if linear:
         return "site", "the default with linear=True (linear-path sites are per-site corrections)"
     return "network", "the default"
