@@ -35,6 +35,13 @@ Statistical tests (the suite's per-assertion level, ``dropmc.critical_z()``):
 Planted faults (each must make a check fail, asserted below): the ledger
 without the residual accumulation (every add keeps its larger operand's
 variance); a LayerNorm's output noise not rescaled by ``(γ/σ)²``.
+
+The mean shift (``order=2``, dropmc.network_shift), on an MLP-in-residual
+stack (an input dropout, three blocks ``x + drop(W₂ φ(W₁ LN(x)))``): closer
+to the Monte Carlo than the first-order correction at every activation
+output, every later norm output and the later norms' inputs pooled.
+Planted, each failing that check: the shift with the wrong sign; a
+LayerNorm's noise not rescaled (the activations' ``s`` then 9× too large).
 """
 
 import copy
