@@ -41,7 +41,8 @@ stack (an input dropout, three blocks ``x + drop(W₂ φ(W₁ LN(x)))``): closer
 to the Monte Carlo than the first-order correction at every activation
 output, every later norm output and the later norms' inputs pooled.
 Planted, each failing that check: the shift with the wrong sign; a
-LayerNorm's noise not rescaled (the activations' ``s`` then 9× too large).
+LayerNorm's noise not rescaled (the input is scaled by 3, so ``σ² ≈ 9``: the
+activations' ``s`` then several times too large).
 """
 
 import copy
