@@ -1,5 +1,7 @@
 """Per-norm gaps to the full train-mode expectation (every dropout active)
-of plain eval, of ``correct(scope="site")`` and of ``correct(scope="network")``
+of plain eval, of ``correct(scope="site")``, of ``correct(scope="network")`` and of
+``correct(scope="network", order=2)`` (network+μ: the nonlinearities' mean
+shift too, dropmc.network_shift)
 on random-weight Hugging Face models (python/tests/hf_models.py builders):
 
   gpt2   GPT2Model, pre-LN, 4 layers, d 64, p 0.2 everywhere (embeddings,
@@ -222,29 +224,35 @@ def run(arch, draws, held_out=False, kappa=False):
     site = norm_outputs(dt.correct(copy.deepcopy(model), example, scope="site"), x, calls)
     net_model = dt.correct(copy.deepcopy(model), example, scope="network")
     network = norm_outputs(net_model, x, calls)
+    shifted = norm_outputs(dt.correct(copy.deepcopy(model), example, scope="network", order=2), x, calls)
     done = net_model._dropmc_correction
     ledger = net_model_ledger(model, x, found) if kappa else None
     print(f"## {arch}{' (corrections built on held-out inputs)' if held_out else ''} "
           f"({draws} train-mode forwards, {t_mc:.0f} s): {len(calls)} norm calls, "
           f"{len(done.network)} reached by noise")
-    head = "| norm | κ | plain gap | site gap | network gap | plain/site | plain/network |"
+    head = ("| norm | κ | plain gap | site gap | network gap | network+μ gap | plain/site | plain/network | "
+            "plain/network+μ |")
     print(head + (" κ ledger | κ mc | κ spread | oracle s̄ | oracle spread | oracle spread+mean | "
                   "oracle mean, ledger s̄ |" if kappa else ""))
     print("|---" * (head.count("|") - 1 + (7 if kappa else 0)) + "|")
     oracle_ratios = [[], [], [], []]
-    ratios, farther = [], []
+    ratios, farther, ratios2, farther2 = [], [], [], []
     for c in calls:
         mean, noise = truths[c]
         gp, fp = gap(plain[c], mean, noise)
         gs, fs = gap(site[c], mean, noise)
         gn, fn = gap(network[c], mean, noise)
+        g2, f2 = gap(shifted[c], mean, noise)
         if fp:
-            print(f"| {c} | {done.network.get(c, 0):.3g} | (below noise {gp:.2g}) | | | | |")
+            print(f"| {c} | {done.network.get(c, 0):.3g} | (below noise {gp:.2g}) | | | | | | |")
             continue
-        rs, rn = gp / gs, gp / gn
+        rs, rn, r2 = gp / gs, gp / gn, gp / g2
         ratios.append(rn)
+        ratios2.append(r2)
         if gn > gp:
             farther.append(c)
+        if g2 > gp:
+            farther2.append(c)
         extra = ""
         if kappa:
             k = ledger.norms.get(c)
@@ -255,11 +263,12 @@ def run(arch, draws, held_out=False, kappa=False):
                 go = gap(o.reshape(mean.shape), mean, noise)[0]
                 col.append(gp / go)
                 extra += f" {gp / go:.2f} |"
-        print(f"| {c} | {done.network.get(c, 0):.3g} | {gp:.3g} | {gs:.3g} | {gn:.3g} | "
-              f"{'>' if fs else ''}{rs:.2f} | {'>' if fn else ''}{rn:.2f} |" + extra)
-    if ratios:
-        print(f"plain/network over {len(ratios)} norms with a resolved plain gap: "
-              f"median {statistics.median(ratios):.2f}, min {min(ratios):.2f}; farther than plain: {farther or 'none'}")
+        print(f"| {c} | {done.network.get(c, 0):.3g} | {gp:.3g} | {gs:.3g} | {gn:.3g} | {g2:.3g} | "
+              f"{'>' if fs else ''}{rs:.2f} | {'>' if fn else ''}{rn:.2f} | {'>' if f2 else ''}{r2:.2f} |" + extra)
+    for label, rr, far in (("network", ratios, farther), ("network+μ (order=2)", ratios2, farther2)):
+        if rr:
+            print(f"plain/{label} over {len(rr)} norms with a resolved plain gap: "
+                  f"median {statistics.median(rr):.2f}, min {min(rr):.2f}; farther than plain: {far or 'none'}")
     for name, col in zip(("s̄", "spread", "spread+mean", "mean with the ledger's s̄"), oracle_ratios):
         if col:
             print(f"oracle {name}: median {statistics.median(col):.2f}, min {min(col):.2f} over {len(col)} norms")

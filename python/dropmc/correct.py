@@ -97,6 +97,7 @@ class Correction:
         self.scope_reason = ""  # why this scope (dropmc.correct.default_scope)
         self.network: Dict[str, float] = {}  # scope="network": norm call -> κ (dropmc.network_correct)
         self.network_uncovered: List[Tuple[str, str]] = []  # (op, module) the ledger could not follow
+        self.network_shifted: List[str] = []  # scope="network", order=2: activation modules shifted (network_shift)
         self._handles: list = []
         self._attributes: list = []  # (module, name, original value)
         self._added: list = []  # (module, name) of attributes correct added (dropmc.correct_fast.swap)
@@ -338,8 +339,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     upstream (:mod:`dropmc.network_correct`: the ratio ``κ`` of each
     norm's upstream noise to its input's spread, measured once on
     ``inputs`` by the noise ledger of :mod:`dropmc.network_ledger`, applied
-    live to each token). It needs example inputs, takes no ``sites`` and
-    ``order=1`` only; ``exclude`` names norm calls or modules (or sites,
+    live to each token). It needs example inputs and takes no ``sites``;
+    ``order=2`` adds the nonlinearities' mean shift
+    (:mod:`dropmc.network_shift`); ``exclude`` names norm calls or modules (or sites,
     for their norm) to leave alone; BatchNorm sites are folded as at
     ``"site"``; the ops the ledger cannot follow are in
     ``Correction.network_uncovered``. ``None`` (the default): ``"network"``
@@ -432,7 +434,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         if network is not None:
             from .network_correct import install_network
 
-            _fast.module_path(correction, modules, install_network(correction, build, plan, modules, network))
+            hooked = install_network(correction, build, plan, modules, network, shift=order == 2)
+            _fast.module_path(correction, modules, hooked)
         if build is not None:
             build.install(correction, model)
             _rehearse(model, plan)

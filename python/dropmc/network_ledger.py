@@ -100,12 +100,15 @@ class NormNoise:
 
 class NetworkLedger:
     """The ledger of one forward: ``norms`` (norm call → :class:`NormNoise`,
-    in call order) and ``uncovered`` (``(op, module)`` of each op whose
-    noisy input had no rule, and of each random draw held)."""
+    in call order), ``uncovered`` (``(op, module)`` of each op whose
+    noisy input had no rule, and of each random draw held) and
+    ``activations`` (activation module → the noise at its input,
+    :class:`dropmc.network_shift.ActivationNoise`: the mean shift's)."""
 
     def __init__(self) -> None:
         self.norms: Dict[str, NormNoise] = {}
         self.uncovered: List[Tuple[str, str]] = []
+        self.activations: Dict[str, object] = {}
 
     def reached(self) -> List[str]:
         """The norm calls some dropout's noise reaches (``κ > 0``)."""
@@ -302,6 +305,7 @@ def network_ledger(model, args: tuple, kwargs: dict, found, rules=None) -> Netwo
     :class:`~dropmc.discovery.Discovery` (which calls are norms, of which
     kind). ``rules``: the op rules (default :data:`dropmc.network_rules.RULES`)."""
     from .discovery import run_neutral
+    from .network_shift import record_activations
 
     ledger = NetworkLedger()
     trace = Trace(model)
@@ -313,6 +317,7 @@ def network_ledger(model, args: tuple, kwargs: dict, found, rules=None) -> Netwo
             kinds.setdefault(found.norm_modules[call], {})[call] = spec.kind
     handles = [modules[n].register_forward_pre_hook(_NormHook(mode, n, k), with_kwargs=True)
                for n, k in kinds.items()]
+    handles += record_activations(model, mode, ledger.activations)
     try:
         run_neutral(model, trace, args, kwargs, training=True, inner=mode)
     finally:
