@@ -1,0 +1,175 @@
+"""Issue 50 item 5: attention at any implementation gives the same
+attention and linear-path rows (docs/linear-path.md).
+
+The value product is linear in the dropped rows whatever op computes it,
+so an SDPA call (its value product and the output projection after it), a
+two-operand ``einsum`` and GPT-2's ``Conv1D`` projections (``addmm(b, x,
+Wᵀ)``) must give the rows eager ``matmul`` + ``nn.Linear`` code gives:
+
+* ModernBERT and Olmo2 built twice from one config and seed, eager and
+  ``attn_implementation="sdpa"``: the same linear-path rows (sites, forms)
+  with truths and eval gaps that agree within their standard errors;
+* GPT-2's ``attention → c_proj (Conv1D) → (+h) → ln_2`` paths are found
+  (``h.i.attn:dropout``: its eager attention calls ``F.dropout`` at
+  ``attn_dropout.p``);
+* a toy attention written with ``einsum`` has its attention row and its
+  linear-path row.
+
+One truth-vs-the-model's-own-Monte-Carlo check per new pattern (SDPA on
+Olmo2, ``Conv1D`` on GPT-2, ``einsum`` on the toy): the truth of layer 0's
+path against the model's train-mode forwards with every other dropout at
+``p = 0`` (:mod:`mc_checks`: a random projection per token, Bonferroni over
+the tokens at the suite's level).
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import dropmc  # noqa: E402
+import dropmc.audit as A  # noqa: E402
+from mc_checks import bonferroni_z, projected_z  # noqa: E402
+
+torch.set_num_threads(1)
+RUNS, SAMPLES = 4000, 8192
+
+
+def _ids(batch=2, length=6, vocab=60):
+    return {"input_ids": torch.randint(4, vocab, (batch, length), generator=torch.Generator().manual_seed(1))}
+
+
+def _build(arch, impl):
+    torch.manual_seed(0)
+    if arch == "modernbert":
+        c = T.ModernBertConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                               num_attention_heads=4, attention_dropout=0.1, pad_token_id=0, eos_token_id=1,
+                               bos_token_id=2, cls_token_id=2, sep_token_id=1, attn_implementation=impl)
+        return T.ModernBertModel(c).double()
+    if arch == "olmo2":
+        c = T.Olmo2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.1, pad_token_id=0,
+                          attn_implementation=impl)
+        return T.Olmo2Model(c).double()
+    c = T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=32, resid_pdrop=0.1,
+                     embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=0, attn_implementation=impl)
+    return T.GPT2Model(c).double()
+
+
+def _rows(audit):
+    """``{(attention owner, norm): (form, row, truth, se)}`` of the linear-path rows."""
+    out = {}
+    for row, (truth, se) in zip(audit.linear_sites, audit.linear_truths):
+        owner = row["dropout"].rsplit(":", 1)[0]
+        out[(owner, row["norm_call"])] = (row["form"], row, truth, se)
+    return out
+
+
+@pytest.mark.parametrize("arch", ["modernbert", "olmo2"])
+def test_sdpa_gives_the_linear_path_rows_eager_gives(arch):
+    kw = _ids()
+    got = {impl: _rows(A.audit_torch(_build(arch, impl), kw, samples=2048, seed=5, linear=True))
+           for impl in ("eager", "sdpa")}
+    eager, sdpa = got["eager"], got["sdpa"]
+    attention = {k: v for k, v in eager.items() if v[0] == "attention path"}
+    assert len(attention) == 2, sorted(eager)  # one per layer
+    assert sorted(sdpa) == sorted(eager)
+    z = dropmc.critical_z()
+    for key, (form, row, truth, se) in eager.items():
+        form2, row2, truth2, se2 = sdpa[key]
+        assert form2 == form
+        g, g2 = row["uncorrected"], row2["uncorrected"]
+        assert abs(g["rms"] - g2["rms"]) <= z * np.hypot(g["rms_se"], g2["rms_se"]), (key, g, g2)
+        zz = (truth - truth2) / np.sqrt(se ** 2 + se2 ** 2 + 1e-300)
+        assert np.abs(zz).max() < bonferroni_z(zz.size), (key, np.abs(zz).max())
+
+
+def _only_dropout(model, keep):
+    """Every ``nn.Dropout`` but ``keep`` at ``p = 0``; an attention
+    module's ``attention_dropout`` rate stays (the one dropout left)."""
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Dropout) and name != keep:
+            m.p = 0.0
+
+
+def _norm_runs(model, inputs, norm, runs=RUNS, seed=8):
+    """The norm's train-mode outputs on ``runs`` copies of ``inputs`` (a
+    tensor or a dict of keyword tensors), runs × tokens × d."""
+    got = []
+    handle = model.get_submodule(norm).register_forward_hook(lambda m, a, out: got.append(out.detach()))
+    model.train()
+    torch.manual_seed(seed)
+    copies = lambda v: v.repeat(runs, *([1] * (v.dim() - 1)))  # noqa: E731
+    try:
+        with torch.no_grad():
+            model(**{k: copies(v) for k, v in inputs.items()}) if isinstance(inputs, dict) else model(copies(inputs))
+    finally:
+        handle.remove()
+        model.eval()
+    return got[0].reshape(runs, -1, got[0].shape[-1]).numpy()
+
+
+def _agrees(model, kw, dropout, norm):
+    """The linear-path row ``dropout → norm``'s truth against the model's
+    own train-mode Monte Carlo of the norm's output; returns the row."""
+    audit = A.audit_torch(model, kw, samples=SAMPLES, seed=3, linear=True)
+    rows = {(r["dropout"], r["norm_call"]): i for i, r in enumerate(audit.linear_sites)}
+    assert (dropout, norm) in rows, sorted(rows)
+    truth, se = audit.linear_truths[rows[(dropout, norm)]]
+    zz = projected_z(truth, se, _norm_runs(model, kw, norm))
+    assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
+    return audit.linear_sites[rows[(dropout, norm)]]
+
+
+def test_an_sdpa_path_truth_matches_the_models_monte_carlo():
+    model = _build("olmo2", "sdpa")  # the attention dropout is Olmo2's only dropout
+    row = _agrees(model, _ids(), "layers.0.self_attn:sdpa", "layers.0.post_attention_layernorm")
+    assert row["form"] == "attention path" and row["norm"] == "RMSNorm"
+
+
+def test_gpt2_attention_through_conv1d_is_a_linear_path_row():
+    model = _build("gpt2", "eager")
+    audit = A.audit_torch(model, _ids(), samples=1024, linear=True)
+    names = {r["name"]: r["form"] for r in audit.linear_sites}
+    for i in range(2):
+        assert names.get(f"h.{i}.attn:dropout->h.{i}.ln_2") == "attention path", names
+
+
+def test_a_conv1d_path_truth_matches_the_models_monte_carlo():
+    model = _build("gpt2", "eager")
+    _only_dropout(model, "h.0.attn.attn_dropout")  # its p is the F.dropout rate of layer 0's attention
+    _agrees(model, _ids(), "h.0.attn:dropout", "h.0.ln_2")
+
+
+class _EinsumAttention(nn.Module):
+    """``LN(x + o_proj(einsum(dropout(softmax(q kᵀ/√J)), v)))`` over two
+    heads, the context written ``blhj`` (heads joined by a reshape)."""
+
+    def __init__(self, d=16, heads=2, p=0.2):
+        super().__init__()
+        torch.manual_seed(3)
+        self.heads, self.qkv, self.o_proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.drop, self.norm = nn.Dropout(p), nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, l, d = x.shape
+        q, k, v = self.qkv(x).view(b, l, 3, self.heads, d // self.heads).unbind(2)
+        scores = torch.einsum("blhj,bshj->bhls", q, k) / (d // self.heads) ** 0.5
+        probs = self.drop(F.softmax(scores, dim=-1))
+        context = torch.einsum("bhls,bshj->blhj", probs, v).reshape(b, l, d)
+        return self.norm(x + self.o_proj(context))
+
+
+def test_einsum_attention_has_its_attention_and_linear_path_rows():
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    audit = A.audit_torch(_EinsumAttention().double(), x, samples=1024)
+    assert [a["name"] for a in audit.attention_sites] == ["drop"], audit.other_sites
+    assert [(r["name"], r["form"]) for r in audit.linear_sites] == [("drop->norm", "attention path")]
+
+
+def test_an_einsum_path_truth_matches_the_models_monte_carlo():
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    _agrees(_EinsumAttention().double(), x, "drop", "norm")
