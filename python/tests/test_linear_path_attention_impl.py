@@ -18,8 +18,8 @@ Wᵀ)``) must give the rows eager ``matmul`` + ``nn.Linear`` code gives:
 One truth-vs-the-model's-own-Monte-Carlo check per new pattern (SDPA on
 Olmo2, ``Conv1D`` on GPT-2, ``einsum`` on the toy): the truth of layer 0's
 path against the model's train-mode forwards with every other dropout at
-``p = 0`` (:mod:`mc_checks`: a random projection per token, Bonferroni over
-the tokens at the suite's level).
+``p = 0``: per component the z of the two independent means, Bonferroni
+over the components at the suite's level (:mod:`mc_checks`).
 """
 
 import numpy as np
@@ -32,10 +32,15 @@ import torch.nn.functional as F  # noqa: E402
 
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
-from mc_checks import bonferroni_z, projected_z  # noqa: E402
+from mc_checks import bonferroni_z  # noqa: E402
 
 torch.set_num_threads(1)
 RUNS, SAMPLES = 4000, 8192
+#: Weights' spread: at the configs' default 0.02 the activations are so small
+#: that the norms' ε hides the noise (Olmo2's eval gap unresolved, < 8e-5),
+#: and a wrong rate would pass the Monte Carlo check; at 0.3 layer 0's eval
+#: gap is 4.8e-2 ± 0.7e-2 (Olmo2, SDPA).
+INIT = 0.3
 
 
 def _ids(batch=2, length=6, vocab=60):
@@ -47,15 +52,17 @@ def _build(arch, impl):
     if arch == "modernbert":
         c = T.ModernBertConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                num_attention_heads=4, attention_dropout=0.1, pad_token_id=0, eos_token_id=1,
-                               bos_token_id=2, cls_token_id=2, sep_token_id=1, attn_implementation=impl)
+                               bos_token_id=2, cls_token_id=2, sep_token_id=1, initializer_range=INIT,
+                               attn_implementation=impl)
         return T.ModernBertModel(c).double()
     if arch == "olmo2":
         c = T.Olmo2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                           num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.1, pad_token_id=0,
-                          attn_implementation=impl)
+                          eos_token_id=1, bos_token_id=2, initializer_range=INIT, attn_implementation=impl)
         return T.Olmo2Model(c).double()
     c = T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=64, n_positions=32, resid_pdrop=0.1,
-                     embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=0, attn_implementation=impl)
+                     embd_pdrop=0.1, attn_pdrop=0.1, bos_token_id=0, eos_token_id=0, initializer_range=INIT,
+                     attn_implementation=impl)
     return T.GPT2Model(c).double()
 
 
@@ -119,7 +126,9 @@ def _agrees(model, kw, dropout, norm):
     rows = {(r["dropout"], r["norm_call"]): i for i, r in enumerate(audit.linear_sites)}
     assert (dropout, norm) in rows, sorted(rows)
     truth, se = audit.linear_truths[rows[(dropout, norm)]]
-    zz = projected_z(truth, se, _norm_runs(model, kw, norm))
+    runs = _norm_runs(model, kw, norm)
+    mc, mc_se = runs.mean(0), runs.std(0, ddof=1) / np.sqrt(runs.shape[0])
+    zz = (truth - mc) / np.sqrt(se ** 2 + mc_se ** 2)  # two independent means, per component
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
     return audit.linear_sites[rows[(dropout, norm)]]
 
