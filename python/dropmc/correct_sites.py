@@ -99,6 +99,7 @@ class _Plan:
         self.call = None  # (args, kwargs) of the example forward, when given
         self.masks: Dict = {}  # mask-product dropout call -> its MaskInfo (dropmc.correct_masks)
         self.tapes: Dict = {}  # site -> steps from the dropout to the norm (dropmc.correct_tapes)
+        self.gates: Dict = {}  # gated site -> its steps, followed live (dropmc.correct_gates)
 
     def dropout_owner(self, call: str) -> str:
         """The module a dropout call hooks: the ``nn.Dropout`` itself, a
@@ -137,10 +138,6 @@ def _refusal(site, found=None):
 
     if site.form == "entangled":
         return f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
-    norms = getattr(found, "norms", {}) if found is not None else {}
-    if any(getattr(norms.get(n), "axis", -1) != -1 for n in site.as_tuple()[1:]):
-        return ("its norm normalizes a channels-first axis (not the last): correct applies its factor "
-                "along the last axis only (the audit reads it)")
     if getattr(site, "mask", None) is not None and found is not None:  # a mask product (MaskInfo)
         reason = mask_refusal(found, site)
         if reason is not None:
@@ -155,9 +152,10 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
     """``chosen`` (discovery ``Site``\\ s) into what ``correct`` corrects
     and what it refuses or skips, with the reason. ``named``: the user
     named these sites, so a refusal is a ValueError, not a note."""
+    from .correct_gates import live_steps
     from .correct_tapes import light_tape
 
-    kept, refused, skipped, masks, tapes = [], {}, {}, {}, {}
+    kept, refused, skipped, masks, tapes, gates = [], {}, {}, {}, {}, {}
     for site in chosen:
         reason = _refusal(site, found)
         if reason is not None:
@@ -168,6 +166,11 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
             skipped[site.name] = "no dropout at this rate (p = 0)"
         else:
             steps, why = light_tape(getattr(site, "tape", ()))
+            gated = live_steps(site.tape) if why is not None and getattr(site, "mask", None) is None else None
+            if gated is not None:  # v' = v ⊙ g, the gate followed live
+                kept.append(site.as_tuple())
+                gates[site.as_tuple()] = gated
+                continue
             if why is not None:
                 if named:
                     raise ValueError(f"site {site.name!r}: {why}")
@@ -179,7 +182,7 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
             if getattr(site, "mask", None) is not None:
                 masks[site.dropout] = site.mask
     plan = _Plan(kept, found, refused, skipped)
-    plan.masks, plan.tapes = masks, tapes
+    plan.masks, plan.tapes, plan.gates = masks, tapes, gates
     return plan
 
 
