@@ -96,6 +96,17 @@ def test_a_channels_first_site_is_corrected(scope):
     _bit_exact(model, _conv_x(), scope)
 
 
+def test_the_ledger_reads_a_channels_first_norm_along_its_channels():
+    """The network ledger's noise and spread are per row of the norm: ``d``
+    is the channels' count (12), not the last axis' (4)."""
+    from dropmc.discovery import discover
+    from dropmc.network_ledger import network_ledger
+
+    model, x = _ConvStage(by_ops=True).double(), _conv_x()
+    noise = network_ledger(model, (x,), {}, discover(model, x)).norms["norm"]
+    assert noise.d == x.shape[1] and noise.spread.numel() == x.numel() // x.shape[1]
+
+
 def test_a_gate_the_forward_does_not_take_is_refused_at_the_rehearsal():
     """The followed path must be the forward's own: a gate that the eval
     forward skips leaves ``v'`` unset, and ``correct`` refuses the site
