@@ -151,9 +151,8 @@ def sdpa_weights(call: str, a: dict) -> Tuple[torch.Tensor, torch.Tensor]:
             raise NotReadable(f"attention site {call!r}: {h} query heads over {hk} key heads")
         k, v = k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)
     scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
-    terms = q.unsqueeze(-2) * k.unsqueeze(-3) * scale  # (B, H, L, S, E)
-    logits, magnitude = terms.sum(-1), terms.abs().sum(-1)
-    del terms
+    # Σ_j |q_j k_j| = (|q| |k|ᵀ)_ls: the logits' magnitude without a (B, H, L, S, E) product
+    logits, magnitude = (q @ k.transpose(-1, -2)) * scale, (q.abs() @ k.abs().transpose(-1, -2)) * abs(scale)
     L, S = logits.shape[-2], logits.shape[-1]
     allowed = torch.ones(L, S, dtype=torch.bool)
     if a["is_causal"]:
