@@ -94,6 +94,20 @@ def test_sdpa_gives_the_linear_path_rows_eager_gives(arch):
         assert np.abs(zz).max() < bonferroni_z(zz.size), (key, np.abs(zz).max())
 
 
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_an_attention_path_over_the_default_work_is_listed_with_its_rate(impl, monkeypatch):
+    """Over ``LINEAR_AUDIT_WORK`` the default audit lists each attention
+    call's path on to its norm (the note eager got and SDPA did not)."""
+    import dropmc.linear_audit as LA
+
+    monkeypatch.setattr(LA, "LINEAR_AUDIT_WORK", 0.0)
+    audit = A.audit_torch(_build("olmo2", impl), _ids(), samples=1024)
+    kind = "dropout" if impl == "eager" else "sdpa"
+    rows = sorted((o["name"], o["p"]) for o in audit.other_sites if o["form"] == "attention path")
+    assert rows == [(f"layers.{i}.self_attn:{kind}", 0.1) for i in range(2)], audit.other_sites
+    assert audit.coverage["paths_not_sampled"] == 2
+
+
 def _only_dropout(model, keep):
     """Every ``nn.Dropout`` but ``keep`` at ``p = 0``; an attention
     module's ``attention_dropout`` rate stays (the one dropout left)."""
