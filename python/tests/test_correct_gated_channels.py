@@ -32,9 +32,10 @@ RUNS = 4000
 #: first order leaves an O(p²) remainder; on these toys (p = 0.3) it and the
 #: Monte Carlo's own spread (its SE per output ≈ 1e-3 at 4000 runs) keep
 #: the corrected distance at 1.5e-3-1.1e-2 against 4.9e-3-4.9e-2 plain
-#: (measured: a factor 3.2 or more at scope "site", 2.7 at "network"). A factor 2 fails a correction that removes less than half the
-#: gap (the network scope's pooled ratio removes about half on the gated
-#: toys: 1.1e-2 → 5.9e-3).
+#: (measured: a factor 3.2 or more at scope "site", 2.7 at "network"). A
+#: factor 2 fails a correction that removes less than half the gap (the
+#: network scope's pooled ratio removes about half on the gated toys:
+#: 1.1e-2 → 5.9e-3).
 CLOSER = 2.0
 
 
