@@ -41,6 +41,15 @@ RUNS, SAMPLES = 4000, 8192
 #: and a wrong rate would pass the Monte Carlo check; at 0.3 layer 0's eval
 #: gap is 4.8e-2 ± 0.7e-2 (Olmo2, SDPA).
 INIT = 0.3
+#: How much closer to the Monte Carlo mean a corrected output must be: the
+#: first order leaves an O(p²) remainder and the Monte Carlo its spread; a
+#: correction with the weight read untransposed, or none, fails it.
+CLOSER = 2.0
+#: The live correction against the audit's first-order output: the same
+#: float64 formula summed in other orders over ``H·S·J`` terms (128 here), a
+#: few hundred ulps of the O(1) outputs at most; a Conv1D weight read
+#: untransposed moves it by 3.6e-2 (planted).
+FIRST_ORDER_TOL = 1e-12
 
 
 def _ids(batch=2, length=6, vocab=60):
@@ -165,6 +174,38 @@ def test_a_conv1d_path_truth_matches_the_models_monte_carlo():
     model = _build("gpt2", "eager")
     _only_dropout(model, "h.0.attn.attn_dropout")  # its p is the F.dropout rate of layer 0's attention
     _agrees(model, _ids(), "h.0.attn:dropout", "h.0.ln_2")
+
+
+def test_correct_at_a_conv1d_path_is_closer_to_the_models_monte_carlo():
+    """``correct(linear=True)`` at GPT-2's ``attn → c_proj → ln_2`` path
+    (its ``Conv1D`` holds ``Wᵀ``): the corrected eval output of ``h.0.ln_2``
+    at least ``CLOSER`` times closer to the model's Monte Carlo mean than
+    the plain one (measured 3.9e-2 → 1.2e-2, mean absolute distance), and
+    equal to the audit's first-order output of that path."""
+    import dropmc.correct as C
+    import dropmc.torch as dt
+
+    model, kw, norm = _build("gpt2", "eager"), _ids(), "h.0.ln_2"
+    _only_dropout(model, "h.0.attn.attn_dropout")
+    model.eval()
+    plain = C.norm_outputs(model, kw, [norm])[norm].numpy()
+    mc = _norm_runs(model, kw, norm).mean(0).reshape(plain.shape)
+    from dropmc import linear_path as lp
+    from dropmc.discovery import discover
+
+    found = discover(model, **kw)
+    [site] = [s for s in lp.audit_sites(lp.find_linear_paths(model, (), kw, lp.rates_of(found)), 256, 1)
+              if s["norm_call"] == norm]
+    dt.correct(model, kw, linear=True, scope="site")
+    try:
+        assert model._dropmc_correction.linear_sites == [("h.0.attn:dropout", norm)]
+        out = C.norm_outputs(model, kw, [norm])[norm].numpy()
+    finally:
+        dt.uncorrect(model)
+    assert np.abs(out - mc).mean() * CLOSER <= np.abs(plain - mc).mean()
+    # The live hook and the audit's first order (Rust, from the captured W = weightᵀ) are one
+    # formula in float64, summed in other orders: equal to ~1e-15 (measured 8.9e-16 at scale 2.8).
+    assert np.abs(out.reshape(site["first_order"].shape) - site["first_order"]).max() <= FIRST_ORDER_TOL
 
 
 class _EinsumAttention(nn.Module):
