@@ -413,6 +413,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     build = _Builder(plan, modules) if plan is not None else None
     ordinary: Dict[str, Any] = {}
     from . import correct_fast as _fast
+    from .correct_gates import Following
+    following = Following()
     try:
         for site in kept:
             p = _p_of(plan, modules, site[0])
@@ -423,7 +425,10 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             if network is not None:
                 continue
             mask = plan.masks.get(site[0])
-            hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order, mask)
+            slot = build.slot(site[0])
+            if site in plan.gates:  # dropout(v) ⊙ g: v' followed live (dropmc.correct_gates)
+                slot = following.follower(site, slot, plan.gates[site])
+            hooks = _site_hooks(site, slot, p, [n[2] for n in named], order, mask)
             if site in plan.tapes:
                 hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):
@@ -438,6 +443,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             _fast.module_path(correction, modules, hooked)
         if build is not None:
             build.install(correction, model)
+            if following.followers:  # after the model's _FreshForward pre-hook
+                correction._handles += [model.register_forward_pre_hook(following.enter),
+                                        model.register_forward_hook(following.leave, always_call=True)]
             _rehearse(model, plan)
         if linear is not None:
             linear.install(correction, model, ordinary)

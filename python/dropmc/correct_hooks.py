@@ -235,10 +235,12 @@ class _LayerNormSite:
     def __call__(self, module, args, out):
         x = args[0]
         v = self.slot.take(self.site, x, self.steps)
+        axis = self.params.axis  # a channels-first norm: its rows moved last (dropmc.correct_forms._last)
+        x, v, out = _forms._last(axis, x, v, out)
         eps = self.params.eps(x)
         if self.order == 2:
-            return _forms._second_order(v, x, self.p, True, eps, self.params, out)
-        return self._apply(x, _forms._factor(v, x, self.p, True, eps), out)
+            return _forms._back(axis, _forms._second_order(v, x, self.p, True, eps, self.params, out))
+        return _forms._back(axis, self._apply(x, _forms._factor(v, x, self.p, True, eps), out))
 
     def fused(self, x, out, rstd):
         """The same correction given the norm's own output and ``rstd``
@@ -268,11 +270,13 @@ class _RmsNormSite:
     def __call__(self, module, args, out):
         x = args[0]
         v = self.slot.take(self.site, x, self.steps)
+        axis = self.params.axis
+        x, v, out = _forms._last(axis, x, v, out)
         eps = self.params.eps(x)
         if self.order == 2:
-            return _forms._second_order(v, x, self.p, False, eps, self.params, out)
+            return _forms._back(axis, _forms._second_order(v, x, self.p, False, eps, self.params, out))
         c = _forms._factor(v, x, self.p, False, eps)
-        return out * c.to(out.dtype)
+        return _forms._back(axis, out * c.to(out.dtype))
 
 
 class _CompoundSecond:

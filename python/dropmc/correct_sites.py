@@ -100,6 +100,7 @@ class _Plan:
         self.masks: Dict = {}  # mask-product dropout call -> its MaskInfo (dropmc.correct_masks)
         self.tapes: Dict = {}  # site -> steps from the dropout to the norm (dropmc.correct_tapes)
         self.captures: Dict = {}  # gated dropout call -> (module, call index) whose output is v ⊙ g
+        self.gates: Dict = {}  # gated site -> its steps, followed live (dropmc.correct_gates)
 
     def dropout_owner(self, call: str) -> str:
         """The module a dropout call hooks: the ``nn.Dropout`` itself, a
@@ -140,10 +141,6 @@ def _refusal(site, found=None):
 
     if site.form == "entangled":
         return f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
-    norms = getattr(found, "norms", {}) if found is not None else {}
-    if any(getattr(norms.get(n), "axis", -1) != -1 for n in site.as_tuple()[1:]):
-        return ("its norm normalizes a channels-first axis (not the last): correct applies its factor "
-                "along the last axis only (the audit reads it)")
     if getattr(site, "mask", None) is not None and found is not None:  # a mask product (MaskInfo)
         reason = mask_refusal(found, site)
         if reason is not None:
@@ -158,9 +155,10 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
     """``chosen`` (discovery ``Site``\\ s) into what ``correct`` corrects
     and what it refuses or skips, with the reason. ``named``: the user
     named these sites, so a refusal is a ValueError, not a note."""
+    from .correct_gates import live_steps
     from .correct_tapes import light_tape
 
-    kept, refused, skipped, masks, tapes, captures = [], {}, {}, {}, {}, {}
+    kept, refused, skipped, masks, tapes, captures, gates = [], {}, {}, {}, {}, {}, {}
     for site in chosen:
         reason = _refusal(site, found)
         if reason is not None:
@@ -175,6 +173,13 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
                 tape = tape[capture[2]:]
                 captures[site.dropout] = capture[:2]
             steps, why = light_tape(tape)
+            # A gated site no module's output captures: v' = v ⊙ g followed live (dropmc.correct_gates).
+            gated = (live_steps(site.tape) if why is not None and capture is None
+                     and getattr(site, "mask", None) is None else None)
+            if gated is not None:
+                kept.append(site.as_tuple())
+                gates[site.as_tuple()] = gated
+                continue
             if why is not None:
                 if named:
                     raise ValueError(f"site {site.name!r}: {why}")
@@ -186,7 +191,7 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
             if getattr(site, "mask", None) is not None:
                 masks[site.dropout] = site.mask
     plan = _Plan(kept, found, refused, skipped)
-    plan.masks, plan.tapes, plan.captures = masks, tapes, captures
+    plan.masks, plan.tapes, plan.captures, plan.gates = masks, tapes, captures, gates
     return plan
 
 

@@ -130,9 +130,11 @@ class NetworkSite:
     def __call__(self, module, args, out):
         x = args[0]
         v = None if self.slot is None else self.slot.take(self.site, x)
+        axis = self.params.axis  # a channels-first norm: its rows moved last (dropmc.correct_forms._last)
+        x, v, out = _forms._last(axis, x, v, out)
         eps = self.params.eps(x)
         c = _forms._network_factor(x, self.terms(x, eps), self.centred, eps, v=v, p=self.p)
-        return self._apply(c, out)
+        return _forms._back(axis, self._apply(c, out))
 
     def fused(self, x, out, rstd):
         """The same from a swapped LayerNorm's own ``rstd``

@@ -246,12 +246,12 @@ class LedgerMode(TorchFunctionMode):
                 self.injected[call] = (x.detach().double().square().mean(-1) * (p / (1 - p))).reshape(-1)
 
     # -- norm calls (forward pre-hooks)
-    def norm_input(self, call: str, kind: str, x) -> None:
+    def norm_input(self, call: str, kind: str, x, axis: int = -1) -> None:
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            xx = x.detach().double()
+            xx = x.detach().double().movedim(axis, -1)  # the normalised axis last (channels-first: axis -3)
             d = xx.shape[-1]
             s = self.s_of(x)
-            s = torch.zeros_like(xx) if s is None else s.double()
+            s = torch.zeros_like(xx) if s is None else s.double().movedim(axis, -1)
             if kind == "layer":
                 noise = (1.0 - 1.0 / d) * s.mean(-1)
                 spread = xx.var(-1, unbiased=False)
@@ -265,7 +265,7 @@ class _NormHook:
     """A norm module's forward pre-hook: hands its call's input to the
     ledger, under the call name discovery gives it."""
 
-    def __init__(self, mode: LedgerMode, name: str, kinds: Dict[str, str]) -> None:
+    def __init__(self, mode: LedgerMode, name: str, kinds: Dict[str, tuple]) -> None:
         self.mode, self.name, self.kinds, self.count = mode, name, kinds, 0
 
     def __call__(self, module, args, kwargs):
@@ -274,7 +274,8 @@ class _NormHook:
         call = self.name if k == 0 else f"{self.name}#{k}"
         x = args[0] if args else next(iter(tensors(kwargs)), None)
         if call in self.kinds and isinstance(x, torch.Tensor):
-            self.mode.norm_input(call, self.kinds[call], x)
+            kind, axis = self.kinds[call]
+            self.mode.norm_input(call, kind, x, axis)
 
 
 def _own_sites(ledger: NetworkLedger, injected: Dict[str, torch.Tensor], found) -> None:
@@ -291,7 +292,7 @@ def _own_sites(ledger: NetworkLedger, injected: Dict[str, torch.Tensor], found) 
         site = sites[0]
         own = injected.get(site.dropout)
         if site.form not in ("plain", "bypass") or site.tape or site.mask is not None or own is None \
-                or own.numel() != noise.noise.numel():
+                or own.numel() != noise.noise.numel() or found.norms[call].axis != -1:  # own: a last-axis mean
             continue
         d = noise.d
         noise.own = own * (1.0 - 1.0 / d) if noise.kind == "layer" else own
@@ -311,10 +312,10 @@ def network_ledger(model, args: tuple, kwargs: dict, found, rules=None) -> Netwo
     trace = Trace(model)
     mode = LedgerMode(trace, ledger, rules)
     modules = dict(model.named_modules())
-    kinds: Dict[str, Dict[str, str]] = {}
+    kinds: Dict[str, Dict[str, tuple]] = {}
     for call, spec in found.norms.items():
         if spec.kind in ("layer", "rms"):
-            kinds.setdefault(found.norm_modules[call], {})[call] = spec.kind
+            kinds.setdefault(found.norm_modules[call], {})[call] = (spec.kind, spec.axis)
     handles = [modules[n].register_forward_pre_hook(_NormHook(mode, n, k), with_kwargs=True)
                for n, k in kinds.items()]
     handles += record_activations(model, mode, ledger.activations)

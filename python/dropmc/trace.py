@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from .attention_product import SDPA_SIGNATURE, canonical, canonical_steps, einsum_layout
 from .norms import norm_candidate
 from .paths import MAX_LABELS, op_label, step_of
 from .trace_masks import ADD, BERNOULLI, DIV, MUL, OTHER, RAND, MaskDraws, scalar
@@ -112,8 +113,6 @@ _DROPOUTS = {F.dropout: ("inverted", 0), F.dropout1d: ("channel", 1), F.dropout2
 #: Why an alpha dropout has no site (listed with it).
 ALPHA_REASON = ("alpha dropout: not inverted dropout (a dropped entry is set to α' and an affine map "
                 "a·x + b follows), so the closed forms of norm(h + m ⊙ v / q) do not apply")
-_SDPA_SIG = inspect.signature(lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                              scale=None, enable_gqa=False: None)
 
 
 class Trace(MaskDraws):
@@ -359,12 +358,25 @@ class Trace(MaskDraws):
 
     # -- attention
     def on_product(self, name, args):
-        """Eager attention: a dropout of softmax rows times the values."""
+        """Eager attention: a dropout of softmax rows times the values (an
+        ``einsum`` read by its equation: :func:`dropmc.attention_product.einsum_layout`,
+        the rows' steps then end in its permutation to ``(B, H, L, S)``)."""
         if name == "einsum":
-            for t in tensors(args):
+            operands = tensors(args)
+            for k, t in enumerate(operands):
                 o = self.origin(t)
-                if o[0] == "dropout" and self.dropout_origin.get(o[1], OTHER)[0] == "softmax":
+                if o[0] != "dropout" or self.dropout_origin.get(o[1], OTHER)[0] != "softmax":
+                    continue
+                layout = einsum_layout(args[0], k) if len(operands) == 2 and isinstance(args[0], str) else None
+                if layout is None:
                     self.attention_use.setdefault(o[1], "einsum (not read)")
+                    continue
+                self.attention_use.setdefault(o[1], "einsum")
+                if o[1] in self.keep:
+                    rows_perm, values_perm, _, batch = layout
+                    values = canonical(operands[1 - k], values_perm, batch)
+                    steps = canonical_steps(t.shape, rows_perm, batch)
+                    self.recorded.setdefault(("values", o[1]), (self.copy(values), o[2] + steps))
             return
         if len(args) < 2 or not isinstance(args[1], torch.Tensor):
             return
@@ -375,7 +387,7 @@ class Trace(MaskDraws):
                 self.recorded.setdefault(("values", o[1]), (self.copy(args[1]), o[2]))
 
     def on_sdpa(self, func, args, kwargs):
-        b = _SDPA_SIG.bind(*args, **kwargs)
+        b = SDPA_SIGNATURE.bind(*args, **kwargs)
         b.apply_defaults()
         a = b.arguments
         call = self.next_call(self.functional_base("sdpa"))
