@@ -50,6 +50,45 @@ def _column_norms(weight, layer: bool):
     return centred if layer else sq
 
 
+def _head_grams(weight, heads: int, layer: bool):
+    """Per head ``h`` the ``dh × dh`` matrix ``G_h = W_hᵀ C W_h`` (``layer``;
+    else ``W_hᵀ W_h``), ``W_h`` the head's columns of ``o_proj``'s weight
+    (e × H·dh), float64: ``‖C W_h v‖² = vᵀ G_h v``, so the attention
+    trace needs ``O(dh²)`` per key and head instead of ``z = W_h v``'s
+    ``O(e dh)``. With ``m_h = 1ᵀ W_h`` (column sums), ``C = I − 11ᵀ/e``:
+    ``W_hᵀ C W_h = W_hᵀ W_h − m_hᵀ m_h / e``."""
+    import torch
+
+    w = weight.detach().double()
+    e = w.shape[0]
+    wh = w.reshape(e, heads, -1)
+    g = torch.einsum("ehj,ehk->hjk", wh, wh)
+    if layer:
+        m = wh.sum(0)
+        g = g - torch.einsum("hj,hk->hjk", m, m) / e
+    return g
+
+
+def _of_weight(owner, weight, make, *args):
+    """``make(weight, *args)``, kept on ``owner`` until the weight changes
+    (another tensor, or an in-place change: an optimizer step or
+    ``load_state_dict`` bumps its version), so a fine-tuned model stays
+    right and an unchanged one pays once."""
+    key = (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape), args)
+    kept = owner.__dict__.get("_weight_kept")
+    if kept is None or kept[0] != key:
+        kept = owner._weight_kept = (key, make(weight, *args))
+    return kept[1]
+
+
+class _WeightKept:
+    """Leaves :func:`_of_weight`'s kept value out of a pickle or a deep copy
+    (the copy's weight is another tensor: it makes its own)."""
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_weight_kept"}
+
+
 def _scaled(out, y, trace, p: float, eps: float, beta, prior=None):
     """``β + c (out − β)`` / ``c · out`` with ``c`` per token from the
     norm's input ``y`` (tokens on the leading axes) and ``trace``
@@ -72,13 +111,14 @@ def _scaled(out, y, trace, p: float, eps: float, beta, prior=None):
     q = 1.0 - p
     d = y.shape[-1]
     yy = y.detach().to(trace.dtype)
-    v = yy.var(dim=-1, unbiased=False) if beta is not None else (yy * yy).mean(dim=-1)
+    v = yy.var(dim=-1, unbiased=False) if beta is not None else yy.square().mean(dim=-1)
     if prior is not None:
         v = v + _prior_noise(prior, y)
-    c = torch.sqrt((v + eps) / (v + (p / q) * trace / d + eps)).unsqueeze(-1).to(out.dtype)
+    v = v.add_(eps)  # V + ε; then c² = (V + ε) / (V + ε + (p/(q d)) tr)
+    c = v.div_(torch.add(v, trace, alpha=p / (q * d))).sqrt_().unsqueeze(-1).to(out.dtype)
     if beta is None:
         return out * c
-    return beta + c * (out - beta)
+    return torch.lerp(beta, out, c) if beta.dtype == out.dtype else beta + c * (out - beta)
 
 
 def _prior_noise(hook, y):
@@ -107,7 +147,7 @@ class _Keep:
         self.u = None if module.training else args[0]
 
 
-class _LinearNorm:
+class _LinearNorm(_WeightKept):
     """Forward hook on the norm of a ``Dropout → Linear → (+h)`` site."""
 
     def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool, prior=None) -> None:
@@ -123,7 +163,7 @@ class _LinearNorm:
         if u is None or u.numel() // m != y.numel() // y.shape[-1]:
             raise RuntimeError(f"dropmc.correct: site {self.name}: the dropout's input was not seen "
                                "with the norm's tokens in this forward")
-        norms = _column_norms(self.linear.weight, self.layer)
+        norms = _of_weight(self, self.linear.weight, _column_norms, self.layer)
         trace = (u.detach().double().reshape(-1, m) ** 2) @ norms
         beta = getattr(module, "bias", None) if self.layer else None
         return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta, self.prior)
@@ -151,7 +191,12 @@ class _AttentionKeep:
             mode.__exit__(None, None, None)
 
 
+_MODE = []  # the mode class, made once (torch is imported lazily)
+
+
 def _mode_class():
+    if _MODE:
+        return _MODE[0]
     import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
@@ -171,10 +216,11 @@ def _mode_class():
                 self.keep.values, self.dropped = args[1], None
             return out
 
+    _MODE.append(_Mode)
     return _Mode
 
 
-class _AttentionNorm:
+class _AttentionNorm(_WeightKept):
     """Forward hook on the norm of an attention → ``o_proj`` → (+h) site."""
 
     def __init__(self, name: str, keep: _AttentionKeep, o_proj, p: float, eps: float, layer: bool,
@@ -194,15 +240,13 @@ class _AttentionNorm:
                                "were not seen in this forward")
         batch, heads, queries, _ = a.shape
         dh = v.shape[-1]
-        w = self.o_proj.weight.detach().double()
+        w = self.o_proj.weight
         if w.shape[1] != heads * dh or y.shape[:2] != (batch, queries):
             raise RuntimeError(f"dropmc.correct: site {self.name}: o_proj's width {w.shape[1]} is not "
                                f"heads × head dim {heads} × {dh}, or the tokens differ")
-        z = torch.einsum("bhsj,ehj->bhse", v.detach().double(), w.reshape(w.shape[0], heads, dh))
-        n = (z * z).sum(-1)
-        if self.layer:
-            n = n - z.sum(-1) ** 2 / w.shape[0]
-        trace = torch.einsum("bhls,bhs->bl", a.detach().double() ** 2, n)
+        vv = v.detach().double()
+        n = (vv @ _of_weight(self, self.o_proj.weight, _head_grams, heads, self.layer)).mul_(vv).sum(-1)
+        trace = (a.detach().double().square_() @ n.unsqueeze(-1)).sum(1).squeeze(-1)  # Σ_h Σ_s a² n
         beta = getattr(module, "bias", None) if self.layer else None
         return _scaled(out, y, trace, self.p, self.eps, beta, self.prior)
 
