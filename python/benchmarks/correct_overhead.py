@@ -35,7 +35,8 @@ ratio (the rounds resampled with replacement, plain and variant together,
 thread`` times the timing thread's CPU time (``time.thread_time``), which
 other processes' time slices do not enter (their cache pressure does).
 
-    python python/benchmarks/correct_overhead.py [--rounds 21] [--only 64] [--models gpt2,llama] [--clock thread]
+    python python/benchmarks/correct_overhead.py [--rounds 21] [--only 64] [--models gpt2,llama]
+        [--variants network,site] [--clock thread]
 """
 
 import argparse
@@ -124,12 +125,13 @@ def ratio_interval(variant, plain, seed=0):
     return float(np.median(v) / np.median(p)), np.percentile(boot, [2.5, 97.5])
 
 
-def measure(name, d, rounds):
-    """Times plain and each variant of one model; prints a row per variant."""
+def measure(name, d, rounds, variants=tuple(VARIANTS)):
+    """Times plain and each of ``variants`` of one model; prints a row per variant."""
     model, inputs = model_and_inputs(name, d)
     calls, refused = {"plain": _call(model, inputs)}, {}
     target = model.inner if isinstance(model, _ModulePath) else model
-    for variant, kw in VARIANTS.items():
+    for variant in variants:
+        kw = VARIANTS[variant]
         try:
             corrected = dt.correct(target, inputs, inplace=False, **kw).eval()
         except ValueError as e:
@@ -139,7 +141,7 @@ def measure(name, d, rounds):
         calls[variant] = _call(wrapped, inputs)
     times, reps = timed(calls, rounds)
     plain = statistics.median(times["plain"])
-    for variant in VARIANTS:
+    for variant in variants:
         head = f"| {name} | {d} | {variant} |"
         if variant in refused:
             print(f"{head} {plain * 1e3:.3f} | refused: {refused[variant]} | | |", flush=True)
@@ -159,14 +161,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=21)
     ap.add_argument("--only", type=int, choices=sorted(SHAPES))
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated, of " + ", ".join(MODELS))
+    ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of " + ", ".join(VARIANTS))
     ap.add_argument("--clock", choices=["wall", "thread"], default="wall")
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.thread_time if args.clock == "thread" else time.perf_counter
-    models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in MODELS]
-    if unknown:
-        ap.error(f"--models: unknown {unknown}; choose from {', '.join(MODELS)}")
+    models, variants = [m for m in args.models.split(",") if m], [v for v in args.variants.split(",") if v]
+    for option, got, known in (("--models", models, MODELS), ("--variants", variants, VARIANTS)):
+        if not got or any(g not in known for g in got):
+            ap.error(f"{option}: {got}: choose from {', '.join(known)}")
     torch.set_num_threads(1)
     print(f"clock {args.clock}, {args.rounds} rounds; load average {_load()}")
     print("| model | d | variant | plain (ms) | corrected (ms) | corrected / plain | 95 % interval |")
@@ -174,7 +177,7 @@ def main():
     for d in SHAPES:
         if args.only in (None, d):
             for name in models:
-                measure(name, d, args.rounds)
+                measure(name, d, args.rounds, variants)
     print(f"load average at the end {_load()}")
 
 

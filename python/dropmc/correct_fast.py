@@ -15,7 +15,10 @@ norm's own statistics come free.
   ``nn.LayerNorm.forward``; eval: ``torch.native_layer_norm`` gives the
   output and ``rstd = (σ² + ε)^(-1/2)`` in one op, and the site's factor
   (:func:`dropmc.correct_forms._factor`, given ``rstd``) is applied to that
-  output — the same numbers as the hook path, which recomputes ``rstd``.
+  output — the same numbers as the hook path, which recomputes ``rstd``. A
+  network norm's hook runs the norm itself
+  (:meth:`dropmc.network_correct.NetworkSite.layer_norm`: with no own site,
+  the norm of the scaled input, no factor).
 * :class:`_CorrectedEncoderLayer` — an ``nn.TransformerEncoderLayer``
   holding a site: in eval, without grad and masks, when torch's own fast
   path conditions hold (its attention by ``torch._native_multi_head_attention``),
