@@ -223,7 +223,7 @@ class _Builder:
         import torch.nn as nn
 
         from . import correct_fast as _fast
-        from .correct_hooks import _FreshForward, _KeepInputs, _KeepOutputs, _PerCall, _Scope, _ScopeHook
+        from .correct_hooks import _FreshForward, _KeepInputs, _KeepOutputs, _PerCall, _Scope, _ScopeHook, replace_forward
 
         scopes = []
         handles = correction._handles
@@ -257,7 +257,7 @@ class _Builder:
             if _fast.swappable_norm(module, by_index):
                 _fast.swap(correction, module, _fast._CorrectedLayerNorm,
                            _dropmc_norm=_fast._FusedPerCall(self.counters[nname], by_index))
-            else:
+            elif not replace_forward(correction, module, _PerCall(self.counters[nname], by_index)):
                 # prepend: the user's own hooks on the norm see the corrected output
                 handles.append(module.register_forward_hook(_PerCall(self.counters[nname], by_index),
                                                             prepend=True))

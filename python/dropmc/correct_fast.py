@@ -15,7 +15,10 @@ norm's own statistics come free.
   ``nn.LayerNorm.forward``; eval: ``torch.native_layer_norm`` gives the
   output and ``rstd = (σ² + ε)^(-1/2)`` in one op, and the site's factor
   (:func:`dropmc.correct_forms._factor`, given ``rstd``) is applied to that
-  output — the same numbers as the hook path, which recomputes ``rstd``.
+  output — the same numbers as the hook path, which recomputes ``rstd``. A
+  network norm's hook runs the norm itself
+  (:meth:`dropmc.network_correct.NetworkSite.layer_norm`: with no own site,
+  the norm of the scaled input, no factor).
 * :class:`_CorrectedEncoderLayer` — an ``nn.TransformerEncoderLayer``
   holding a site: in eval, without grad and masks, when torch's own fast
   path conditions hold (its attention by ``torch._native_multi_head_attention``),
@@ -76,6 +79,9 @@ class _FusedPerCall:
         weight, bias = module._parameters["weight"], module._parameters["bias"]
         if hook is None:
             return F.layer_norm(x, module.normalized_shape, weight, bias, module.eps)
+        own = getattr(hook, "layer_norm", None)  # the hook runs the norm itself
+        if own is not None:
+            return own(module, x)
         out, _, rstd = torch.native_layer_norm(x, module.normalized_shape, weight, bias, module.eps)
         fused = getattr(hook, "fused", None)
         return hook(module, (x,), out) if fused is None else fused(x, out, rstd)
@@ -137,7 +143,8 @@ def _fast(layer, src):
         return None
     subs = [layer._modules[n] for n in _SUBS] + [sa._modules["out_proj"]]
     for m in subs + [sa]:
-        if type(m) not in _PLAIN and m is not sa or m._forward_hooks or m._forward_pre_hooks:
+        if type(m) not in _PLAIN and m is not sa or m._forward_hooks or m._forward_pre_hooks \
+                or "forward" in m.__dict__:  # a replaced forward (dropmc.correct_hooks.replace_forward)
             return None
     lin1, _, lin2, _, _, _, _, out = subs
     weights = (src, sa._parameters["in_proj_weight"], sa._parameters["in_proj_bias"],

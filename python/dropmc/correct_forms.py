@@ -129,31 +129,47 @@ def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParam
     """The second-order ``E[norm(h + dropout(v))]`` per token of
     src/formulas/second_order.rs (its step 2: ``γ [N̄ D̄^(-1/2) (1 + 3 Var D
     / (8 D̄²)) − ½ Cov(N, D) D̄^(-3/2)] + β``), on the units ``x_j`` with
-    noise moments ``s2 = v² p/q``, ``t3 = v³ p (p − q)/q²``, ``f4 = v⁴ p
-    (1 − 3pq)/q³``; LayerNorm (``centred``: ``N = y_k − M``, ``D = V + ε``)
-    or RMSNorm (``N = y_k``, ``D = A + ε``). In ``like``'s dtype."""
+    noise moments ``s2 = α u``, ``t3 = b v u``, ``f4 = f u²`` (``u = v²``,
+    ``α = p/q``, ``b = p (p − q)/q²``, ``f = p (1 − 3pq)/q³``); LayerNorm
+    (``centred``: ``N = y_k − M``, ``D = V + ε``) or RMSNorm (``N = y_k``,
+    ``D = A + ε``). In ``like``'s dtype. Per token, with ``n`` the centred
+    (or plain) input and sums over the ``d`` units:
+
+    * ``D̄ = Σ n²/d + (1 − 1/d) α Σ u/d + ε`` (RMSNorm: ``Σ (n² + α u)/d + ε``);
+    * ``Var D = Σ (4 n² s2 + 4 n t3 + f4 − s2²)/d² = (4α Σ n·(n u) + 4b Σ
+      n·(v u) + (f − α²) Σ u²)/d²``: three row dot products;
+    * ``Cov(N_k, D) = (2 n_k s2_k + t3_k)/d = (2α n_k u_k + b v_k u_k)/d``,
+      centred over ``k`` for LayerNorm;
+    * ``g = n A − Cov B`` with the per-token ``A = D̄^(-1/2) (1 + 3 Var D /
+      (8 D̄²))`` and ``B = ½ D̄^(-3/2)``; then ``γ g + β``."""
+    import torch
+
     dt = _stats_dtype(x)
     x, v = x.to(dt), v.to(dt)
     q = 1.0 - p
     d = x.shape[-1]
-    s2 = v.square() * (p / q)
-    t3 = v.pow(3) * (p * (p - q) / (q * q))
-    f4 = v.pow(4) * (p * (1.0 - 3.0 * p * q) / q**3)
-    if centred:
-        num = x - x.mean(dim=-1, keepdim=True)
-        den = num.square().mean(dim=-1, keepdim=True) + (1.0 - 1.0 / d) * s2.mean(dim=-1, keepdim=True) + eps
-    else:
-        num = x
-        den = (x.square() + s2).mean(dim=-1, keepdim=True) + eps
-    var_den = (4 * num.square() * s2 + 4 * num * t3 + f4 - s2.square()).sum(dim=-1, keepdim=True) / (d * d)
-    cov = (2 * num * s2 + t3) / d
+    alpha, b, f = p / q, p * (p - q) / (q * q), p * (1.0 - 3.0 * p * q) / q**3
+    u = v * v
+    vu = u * v
+    num = x - x.mean(dim=-1, keepdim=True) if centred else x
+    nu = num * u
+    dot = torch.linalg.vecdot
+    noise = u.sum(dim=-1, keepdim=True).mul_(alpha * ((1.0 - 1.0 / d) if centred else 1.0) / d)
+    den = dot(num, num).unsqueeze(-1).div_(d).add_(noise).add_(eps)
+    var_den = (dot(num, nu).mul_(4 * alpha).add_(dot(num, vu), alpha=4 * b)
+               .add_(dot(u, u), alpha=f - alpha * alpha)).unsqueeze(-1).div_(d * d)
+    cov = torch.add(vu, nu, alpha=2 * alpha / b) if b != 0 else nu * (2 * alpha)
+    scale = b / d if b != 0 else 1.0 / d  # cov = scale · (the sum above)
     if centred:
         cov = cov - cov.mean(dim=-1, keepdim=True)
-    g = num / den.sqrt() * (1 + 3 * var_den / (8 * den.square())) - 0.5 * cov / (den * den.sqrt())
+    rden = den.rsqrt()
+    big_a = var_den.div_(den.square()).mul_(3.0 / 8.0).add_(1.0).mul_(rden)
+    big_b = rden.pow(3).mul_(0.5 * scale)
+    g = torch.addcmul(num * big_a, cov, big_b, value=-1.0)
     gamma, beta = params.gamma(), params.beta()
     if gamma is not None:
-        g = g * gamma.to(dt)
-    if beta is not None:
+        g = g * gamma.to(dt) if beta is None else torch.addcmul(beta.to(dt), g, gamma.to(dt))
+    elif beta is not None:
         g = g + beta.to(dt)
     return g.to(like.dtype)
 
@@ -179,10 +195,10 @@ def _beta(params: "_NormParams", like):
 
 def _shrink_towards_beta(out, c, beta):
     """``β + c (out − β)``, in ``out``'s dtype: one ``lerp`` from ``β`` to
-    ``out`` by ``c`` (``out · c`` without β)."""
+    ``out`` by ``c`` (a tensor or a float; ``out · c`` without β)."""
     import torch
 
-    if c.dtype != out.dtype:
+    if not isinstance(c, float) and c.dtype != out.dtype:
         c = c.to(out.dtype)
     return out * c if beta is None else torch.lerp(beta, out, c)
 

@@ -15,7 +15,11 @@ copy's slots, not the original's) and traces like any other model.
   is entered.
 * :class:`_PerCall` — a norm's forward hook: in eval mode hands the call to
   its site hook (:class:`_LayerNormSite`, :class:`_RmsNormSite`,
-  :class:`_CompoundSecond`).
+  :class:`_CompoundSecond`, :class:`dropmc.network_correct.NetworkSite`).
+  Where every site hook of the norm reads only its call's input and output,
+  :func:`replace_forward` runs it from the module's instance ``forward``
+  (:class:`_CorrectedForward`) instead: no hook on the module, so no
+  slow path in ``nn.Module.__call__``.
 * :class:`_FreshForward` — the model's forward pre-hook: call counters
   restart and stale inputs are dropped (a scope left open by a forward that
   raised is closed).
@@ -204,6 +208,78 @@ class _PerCall:
         return None if site_hook is None else site_hook(module, args, out)
 
 
+class _OwnForward:
+    """A norm module's own, uncorrected forward: the instance ``forward`` it
+    had before :func:`correct` (a patched one), else its class's. Set as
+    the module's ``_dropmc_own_forward`` (:func:`dropmc.norms.recognize_norm`
+    reads it) while :class:`_CorrectedForward` is its ``forward``."""
+
+    def __init__(self, module, original=None) -> None:
+        self.module, self.original = module, original
+
+    def __call__(self, *args, **kwargs):
+        if self.original is not None:
+            return self.original(*args, **kwargs)
+        return type(self.module).forward(self.module, *args, **kwargs)
+
+
+class _CorrectedForward:
+    """A norm's forward, set as the module's instance attribute ``forward``
+    in place of a forward hook (:func:`replace_forward`): training mode,
+    or a call whose index has no site, is the own forward itself (bit for
+    bit); in eval the site hook of the call's index (:class:`_PerCall`'s
+    counting) corrects its output — a network norm by its own call on the
+    scaled input (``forward``: :meth:`dropmc.network_correct.NetworkSite.forward`).
+    Module hooks run around it as around any forward: pre-hooks see the
+    input as given, forward hooks (the user's, registered before or after
+    ``correct``) the corrected output. Without a hook on the module,
+    ``nn.Module.__call__`` keeps its fast path."""
+
+    def __init__(self, per_call: _PerCall, own: _OwnForward) -> None:
+        self.per_call, self.own = per_call, own
+
+    def __call__(self, *args, **kwargs):
+        own = self.own
+        module = own.module
+        if module.training:
+            return own(*args, **kwargs)
+        per_call = self.per_call
+        hook = per_call.hooks.get(per_call.calls.next())
+        if hook is None:
+            return own(*args, **kwargs)
+        run = getattr(hook, "forward", None)
+        if run is not None:
+            return run(own, args[0], args[1:], kwargs)
+        out = own(*args, **kwargs)
+        fixed = hook(module, args, out)
+        return out if fixed is None else fixed
+
+
+def _forward_safe(hooks: Dict[int, Any]) -> bool:
+    """Whether a replaced forward can run every site hook: each says so
+    (``in_forward``) when it reads only its call's input and output (a
+    token-level mask's calls the norm's forward again: it keeps the
+    forward hook)."""
+    return all(getattr(h, "in_forward", False) for h in hooks.values())
+
+
+def replace_forward(correction, module, per_call: _PerCall) -> bool:
+    """Corrects ``module`` through :class:`_CorrectedForward` as its
+    instance ``forward`` (recorded in ``correction``: ``uncorrect`` restores
+    the forward it had) when every site hook of it can run there; else
+    False (the caller hooks it)."""
+    if not _forward_safe(per_call.hooks):
+        return False
+    original = module.__dict__.get("forward")
+    own = _OwnForward(module, original)
+    correction._add(module, "_dropmc_own_forward", own)
+    if original is None:
+        correction._add(module, "forward", _CorrectedForward(per_call, own))
+    else:
+        correction._set(module, "forward", _CorrectedForward(per_call, own))
+    return True
+
+
 class _CompoundState:
     """What a compound site's LN1 leaves for LN2: ``c1``, ``S = mean γ1²
     x²`` and ``σ² + ε1`` per token."""
@@ -225,6 +301,8 @@ class _LayerNormSite:
     """A LayerNorm call's correction: ``β + c (LN(x) − β)``, ``c`` from the
     norm's input ``x`` and the dropout's input ``v``; a compound site's LN1
     keeps its pieces in ``state``."""
+
+    in_forward = True  # runs in a replaced forward (replace_forward)
 
     steps: tuple = ()  # the site's steps from the dropout to the norm (set by correct)
 
@@ -262,6 +340,8 @@ class _LayerNormSite:
 class _RmsNormSite:
     """An RMSNorm call's correction: ``c · RMSNorm(x)`` (no β)."""
 
+    in_forward = True  # runs in a replaced forward (replace_forward)
+
     steps: tuple = ()
 
     def __init__(self, site, slot: _Slot, p: float, params, order: int = 1) -> None:
@@ -282,6 +362,8 @@ class _RmsNormSite:
 class _CompoundSecond:
     """A compound site's LN2: ``c2² = (Var ĉ1 + ε2)/(Var ĉ1 + (p/q) c1² S/(σ²
     + ε1) + ε2)``, LN2's input being ``ĉ1`` (src/formulas/compound.rs)."""
+
+    in_forward = True
 
     def __init__(self, site, p: float, ln2, state: _CompoundState) -> None:
         self.site, self.p, self.ln2, self.state = site, p, ln2, state
@@ -355,6 +437,7 @@ class _NoScript:
 
 def _is_corrected(module) -> bool:
     hooks = list(module._forward_hooks.values()) + list(module._forward_pre_hooks.values())
+    hooks.append(module.__dict__.get("forward"))  # a replaced forward (_CorrectedForward)
     return type(module).__module__.startswith("dropmc.") or any(
         type(h).__module__.startswith("dropmc.") for h in hooks)
 

@@ -41,13 +41,64 @@ from typing import Dict, Optional, Tuple
 __all__ = ["LinearPlan", "linear_plan"]
 
 
-def _column_norms(weight, layer: bool):
-    """``‖C w_j‖²`` (``layer``) or ``‖w_j‖²`` per column of ``weight`` (d × m),
-    float64 (:func:`dropmc.linear_path.column_norms`)."""
+def _oriented(weight, transposed: bool):
+    """The layer's ``W`` (d × m), float64: ``Conv1D`` keeps ``Wᵀ``."""
+    w = weight.detach().double()
+    return w.t() if transposed else w
+
+
+def _in_width(weight, transposed: bool) -> int:
+    """``m``, the width ``W`` (d × m) takes in, read off the stored weight."""
+    return weight.shape[0] if transposed else weight.shape[1]
+
+
+def _column_norms(weight, layer: bool, transposed: bool = False):
+    """``‖C w_j‖²`` (``layer``) or ``‖w_j‖²`` per column of ``W`` (d × m;
+    ``weight`` stores ``Wᵀ`` when ``transposed``), float64
+    (:func:`dropmc.linear_path.column_norms`)."""
     from .linear_path import column_norms
 
-    centred, sq = column_norms(weight)
+    centred, sq = column_norms(_oriented(weight, transposed))
     return centred if layer else sq
+
+
+def _head_grams(weight, heads: int, layer: bool, transposed: bool = False):
+    """Per head ``h`` the ``dh × dh`` matrix ``G_h = W_hᵀ C W_h`` (``layer``;
+    else ``W_hᵀ W_h``), ``W_h`` the head's columns of ``o_proj``'s weight
+    (e × H·dh), float64: ``‖C W_h v‖² = vᵀ G_h v``, so the attention
+    trace needs ``O(dh²)`` per key and head instead of ``z = W_h v``'s
+    ``O(e dh)``. With ``m_h = 1ᵀ W_h`` (column sums), ``C = I − 11ᵀ/e``:
+    ``W_hᵀ C W_h = W_hᵀ W_h − m_hᵀ m_h / e``."""
+    import torch
+
+    w = _oriented(weight, transposed)
+    e = w.shape[0]
+    wh = w.reshape(e, heads, -1)
+    g = torch.einsum("ehj,ehk->hjk", wh, wh)
+    if layer:
+        m = wh.sum(0)
+        g = g - torch.einsum("hj,hk->hjk", m, m) / e
+    return g
+
+
+def _of_weight(owner, weight, make, *args):
+    """``make(weight, *args)``, kept on ``owner`` until the weight changes
+    (another tensor, or an in-place change: an optimizer step or
+    ``load_state_dict`` bumps its version), so a fine-tuned model stays
+    right and an unchanged one pays once."""
+    key = (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape), args)
+    kept = owner.__dict__.get("_weight_kept")
+    if kept is None or kept[0] != key:
+        kept = owner._weight_kept = (key, make(weight, *args))
+    return kept[1]
+
+
+class _WeightKept:
+    """Leaves :func:`_of_weight`'s kept value out of a pickle or a deep copy
+    (the copy's weight is another tensor: it makes its own)."""
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_weight_kept"}
 
 
 def _scaled(out, y, trace, p: float, eps: float, beta, prior=None):
@@ -72,13 +123,14 @@ def _scaled(out, y, trace, p: float, eps: float, beta, prior=None):
     q = 1.0 - p
     d = y.shape[-1]
     yy = y.detach().to(trace.dtype)
-    v = yy.var(dim=-1, unbiased=False) if beta is not None else (yy * yy).mean(dim=-1)
+    v = yy.var(dim=-1, unbiased=False) if beta is not None else yy.square().mean(dim=-1)
     if prior is not None:
         v = v + _prior_noise(prior, y)
-    c = torch.sqrt((v + eps) / (v + (p / q) * trace / d + eps)).unsqueeze(-1).to(out.dtype)
+    v = v.add_(eps)  # V + ε; then c² = (V + ε) / (V + ε + (p/(q d)) tr)
+    c = v.div_(torch.add(v, trace, alpha=p / (q * d))).sqrt_().unsqueeze(-1).to(out.dtype)
     if beta is None:
         return out * c
-    return beta + c * (out - beta)
+    return torch.lerp(beta, out, c) if beta.dtype == out.dtype else beta + c * (out - beta)
 
 
 def _prior_noise(hook, y):
@@ -107,7 +159,7 @@ class _Keep:
         self.u = None if module.training else args[0]
 
 
-class _LinearNorm:
+class _LinearNorm(_WeightKept):
     """Forward hook on the norm of a ``Dropout → Linear → (+h)`` site."""
 
     def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool, prior=None,
@@ -120,12 +172,11 @@ class _LinearNorm:
             return None
         u, y = self.keep.u, args[0]
         self.keep.u = None
-        weight = _weight(self.linear, self.transposed)
-        m = weight.shape[1]
+        m = _in_width(self.linear.weight, self.transposed)
         if u is None or u.numel() // m != y.numel() // y.shape[-1]:
             raise RuntimeError(f"dropmc.correct: site {self.name}: the dropout's input was not seen "
                                "with the norm's tokens in this forward")
-        norms = _column_norms(weight, self.layer)
+        norms = _of_weight(self, self.linear.weight, _column_norms, self.layer, self.transposed)
         trace = (u.detach().double().reshape(-1, m) ** 2) @ norms
         beta = getattr(module, "bias", None) if self.layer else None
         return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta, self.prior)
@@ -155,7 +206,12 @@ class _AttentionKeep:
             mode.__exit__(None, None, None)
 
 
+_MODE = []  # the mode class, made once (torch is imported lazily)
+
+
 def _mode_class():
+    if _MODE:
+        return _MODE[0]
     import torch
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
@@ -189,16 +245,11 @@ def _mode_class():
                 keep.product = dict(op="sdpa", call="sdpa", args=dict(bound.arguments, output=out), out=out)
             return out
 
+    _MODE.append(_Mode)
     return _Mode
 
 
-def _weight(module, transposed: bool):
-    """The layer's ``W`` (d × m), float64: ``Conv1D`` keeps ``Wᵀ``."""
-    w = module.weight.detach().double()
-    return w.t() if transposed else w
-
-
-class _AttentionNorm:
+class _AttentionNorm(_WeightKept):
     """Forward hook on the norm of an attention → ``o_proj`` → (+h) site."""
 
     def __init__(self, name: str, keep: _AttentionKeep, o_proj, p: float, eps: float, layer: bool,
@@ -215,22 +266,21 @@ class _AttentionNorm:
             return None
         product, rows, y = self.keep.product, self.keep.rows, args[0]
         self.keep.rows = self.keep.product = None
-        w = _weight(self.o_proj, self.transposed)
-        got = None if product is None else product_tensors(product, rows, w.shape[1], lambda a, b: torch.equal(a, b))
+        width = _in_width(self.o_proj.weight, self.transposed)
+        got = None if product is None else product_tensors(product, rows, width, lambda a, b: torch.equal(a, b))
         if got is None or y.dim() != 3:
             raise RuntimeError(f"dropmc.correct: site {self.name}: the attention probabilities and values "
                                "were not seen in this forward")
         a, v, _ = got
         batch, heads, queries, _ = a.shape
         dh = v.shape[-1]
-        if w.shape[1] != heads * dh or y.shape[:2] != (batch, queries):
-            raise RuntimeError(f"dropmc.correct: site {self.name}: o_proj's width {w.shape[1]} is not "
+        if width != heads * dh or y.shape[:2] != (batch, queries):
+            raise RuntimeError(f"dropmc.correct: site {self.name}: o_proj's width {width} is not "
                                f"heads × head dim {heads} × {dh}, or the tokens differ")
-        z = torch.einsum("bhsj,ehj->bhse", v.detach().double(), w.reshape(w.shape[0], heads, dh))
-        n = (z * z).sum(-1)
-        if self.layer:
-            n = n - z.sum(-1) ** 2 / w.shape[0]
-        trace = torch.einsum("bhls,bhs->bl", a.detach().double() ** 2, n)
+        vv = v.detach().double()
+        grams = _of_weight(self, self.o_proj.weight, _head_grams, heads, self.layer, self.transposed)
+        n = (vv @ grams).mul_(vv).sum(-1)
+        trace = (a.detach().double().square_() @ n.unsqueeze(-1)).sum(1).squeeze(-1)  # Σ_h Σ_s a² n
         beta = getattr(module, "bias", None) if self.layer else None
         return _scaled(out, y, trace, self.p, self.eps, beta, self.prior)
 

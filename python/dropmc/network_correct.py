@@ -44,6 +44,20 @@ the ratio ``κ = s̄ / V``:
    computes it from the norm's own ``rstd``, the same cost as the per-site
    factor).
 
+8. The same output from the norm's own call on a scaled input, without
+   ``c``: a norm is scale-invariant but for its ``ε``. With ``a > 0`` a
+   constant of the token, ``LN(a x) = γ (a x − a μ)/√(a² V + ε) + β =
+   γ (x − μ)/√(V + ε/a²) + β``. Take ``a = √(1 + κ)``, ``b = 1/a``: the
+   corrected ``β + γ (x − μ)/√(V (1 + κ) + ε)`` is ``β + γ (x − μ) b /
+   √(V + ε/a²)``, i.e. ``β + b (LN(a x) − β)``; for RMSNorm (``μ = 0``,
+   ``V`` the mean square, no β) ``b · RMSNorm(a x)``. ``a`` and ``b``
+   depend on the position only (step 7), so they are made once per input
+   shape: the correction is then one product before the norm and one
+   after it, whatever the norm's own form (:meth:`NetworkSite.forward`).
+   Exact for every ``ε ≥ 0`` (``ε = 0``: ``LN(a x) = LN(x)``, and ``b =
+   c``); a token with ``V = 0`` stays at ``β``. Half-precision inputs keep
+   the factor form, whose statistics are taken in float32.
+
 7. By position. The ratio of step 3 still differs from one position of a
    sequence to the next: the attention dropout's noise at a query is
    ``(p/q) Σ_s a_s² v_s²``, and ``Σ_s a_s²`` — the inverse breadth of its
@@ -91,18 +105,69 @@ class NetworkSite:
     mean v² + ε)``, ``κ`` then the rest's. ``site`` names the norm call
     (or the site)."""
 
+    in_forward = True  # runs in a replaced forward (dropmc.correct_hooks.replace_forward)
+
     def __init__(self, site, params, kappa: float, profile=None, slot=None, p: float = 0.0) -> None:
         self.site, self.params, self.kappa, self.slot, self.p = site, params, float(kappa), slot, float(p)
         self.profile = profile  # κ per position (float64, step 7), or None: κ everywhere
         self.centred = params.kind == "layer"
-        self._live: Dict[tuple, object] = {}
+        # Corrected by the norm of a scaled input (step 8) when it has no own site and
+        # normalises the last axis: the per-position scales are laid out along x's
+        # second-to-last axis, which a channels-first norm's input does not have.
+        self.scaled = slot is None and params.axis == -1
+        self._live: Dict[tuple, object] = {}  # (positions, dtype, device, ε) -> terms() / scales()
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_live"}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self.__dict__.setdefault("scaled", self.slot is None and self.params.axis == -1)
         self._live = {}
+
+    def _kappa(self, key):
+        """``κ`` in float64: per position as an ``(L, 1)`` tensor (positions
+        past the example's the pooled ``κ``) when there is a profile and
+        the input has a position axis (``key[0]``: its length), else 0-d."""
+        import torch
+
+        n = key[0]
+        if self.profile is None or n == 0:
+            return torch.tensor(self.kappa, dtype=torch.float64)
+        prof = self.profile[:n].to(torch.float64)
+        if prof.numel() < n:
+            prof = torch.cat([prof, prof.new_full((n - prof.numel(),), self.kappa)])
+        return prof.reshape(n, 1)
+
+    def scales(self, x):
+        """``(a, b) = (√(1 + κ), 1/√(1 + κ))`` for the input ``x`` (step 8),
+        computed in float64 and held in ``x``'s dtype and device: ``(L,
+        1)`` tensors per position, or Python floats; made once per input
+        shape, dtype and device."""
+        key = (x.shape[-2] if x.dim() >= 3 else 0, x.dtype, x.device, None)
+        t = self._live.get(key)
+        if t is None:
+            import math
+
+            if self.profile is None or key[0] == 0:
+                a = math.sqrt(1.0 + self.kappa)
+                t = (a, 1.0 / a)
+            else:
+                a = (1.0 + self._kappa(key)).sqrt()
+                t = (a.to(dtype=x.dtype, device=x.device), a.reciprocal().to(dtype=x.dtype, device=x.device))
+            self._live[key] = t
+        return t
+
+    def forward(self, own, x, args=(), kwargs=None):
+        """The corrected eval output of the norm call ``own(x, *args,
+        **kwargs)`` (``own``: the norm's uncorrected forward): with no own
+        site, ``β + b (own(a x) − β)`` (step 8); else ``own``'s output times
+        the factor (:meth:`__call__`)."""
+        kwargs = kwargs or {}
+        if self.scaled and x.dtype.itemsize >= 4:
+            a, b = self.scales(x)
+            return self._apply(b, own(x * a, *args, **kwargs))
+        return self(None, (x,) + tuple(args), own(x, *args, **kwargs))
 
     def terms(self, x, eps: float):
         """``(1 + κ, −κ ε)`` for the input ``x`` (:func:`dropmc.correct_forms.
@@ -113,17 +178,7 @@ class NetworkSite:
         key = (x.shape[-2] if x.dim() >= 3 else 0, x.dtype, x.device, eps)
         t = self._live.get(key)
         if t is None:
-            import torch
-
-            dt = _forms._stats_dtype(x)
-            if self.profile is None or key[0] == 0:
-                kappa = torch.tensor(self.kappa, dtype=dt, device=x.device)
-            else:
-                n = key[0]
-                prof = self.profile[:n]
-                if prof.numel() < n:
-                    prof = torch.cat([prof, prof.new_full((n - prof.numel(),), self.kappa)])
-                kappa = prof.to(dtype=dt, device=x.device).reshape(n, 1)
+            kappa = self._kappa(key).to(dtype=_forms._stats_dtype(x), device=x.device)
             t = self._live[key] = (1.0 + kappa, kappa * -eps)
         return t
 
@@ -136,18 +191,31 @@ class NetworkSite:
         c = _forms._network_factor(x, self.terms(x, eps), self.centred, eps, v=v, p=self.p)
         return _forms._back(axis, self._apply(c, out))
 
-    def fused(self, x, out, rstd):
-        """The same from a swapped LayerNorm's own ``rstd``
-        (:class:`dropmc.correct_fast._CorrectedLayerNorm`)."""
+    def layer_norm(self, module, x):
+        """The corrected eval output of a swapped ``nn.LayerNorm``'s call
+        (:class:`dropmc.correct_fast._FusedPerCall`), its statistics read
+        once: with no own site the norm of the scaled input (step 8); with
+        one, the factor from ``native_layer_norm``'s own ``rstd`` (the κ
+        term needs ``ε`` itself: ``V/(V + ε) = 1 − ε ρ²``)."""
+        import torch
+        import torch.nn.functional as F
+
+        weight, bias, eps = module._parameters["weight"], module._parameters["bias"], module.eps
+        beta = bias if bias is None or bias.dtype == x.dtype else bias.to(x.dtype)
+        if self.scaled and x.dtype.itemsize >= 4:
+            a, b = self.scales(x)
+            return _forms._shrink_towards_beta(F.layer_norm(x * a, module.normalized_shape, weight, bias, eps), b, beta)
+        out, _, rstd = torch.native_layer_norm(x, module.normalized_shape, weight, bias, eps)
         v = None if self.slot is None else self.slot.v
-        if x.dtype.itemsize < 4 or (self.slot is not None and (v is None or v.shape != x.shape)):
-            return self(None, (x,), out)  # the general path (and its errors)
-        eps = self.params.eps(x)  # the κ term needs ε itself (V/(V + ε) = 1 − ε ρ²), not only ρ
-        return self._apply(_forms._network_factor(x, self.terms(x, eps), True, eps, rstd, v, self.p), out)
+        if x.dtype.itemsize < 4 or v is None or v.shape != x.shape:
+            return self(module, (x,), out)  # the general path (and its errors)
+        return _forms._shrink_towards_beta(out, _forms._network_factor(x, self.terms(x, eps), True, eps, rstd, v,
+                                                                       self.p), beta)
 
     def _apply(self, c, out):
+        """``β + c (out − β)`` (LayerNorm) or ``c · out``; ``c`` a tensor or a float."""
         if not self.centred:
-            return out * c.to(out.dtype)
+            return out * (c if isinstance(c, float) else c.to(out.dtype))
         return _forms._shrink_towards_beta(out, c, _forms._beta(self.params, out))
 
 

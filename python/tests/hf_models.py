@@ -9,17 +9,17 @@ import torch
 P = 0.1  # every dropout rate of the test models
 
 
-def build(arch, impl="eager", layers=2, d=64, heads=4, p=P, seed=0):
+def build(arch, impl="eager", layers=2, d=64, heads=4, p=P, seed=0, positions=64):
     import transformers as T
 
     torch.manual_seed(seed)
     if arch == "bert":
         c = T.BertConfig(hidden_size=d, num_hidden_layers=layers, num_attention_heads=heads,
-                         intermediate_size=2 * d, vocab_size=100, max_position_embeddings=64,
+                         intermediate_size=2 * d, vocab_size=100, max_position_embeddings=positions,
                          hidden_dropout_prob=p, attention_probs_dropout_prob=p)
         cls = T.BertModel
     elif arch == "gpt2":
-        c = T.GPT2Config(n_embd=d, n_layer=layers, n_head=heads, vocab_size=100, n_positions=64,
+        c = T.GPT2Config(n_embd=d, n_layer=layers, n_head=heads, vocab_size=100, n_positions=positions,
                          resid_pdrop=p, embd_pdrop=p, attn_pdrop=p, bos_token_id=0, eos_token_id=0)
         cls = T.GPT2Model
     elif arch == "esm":
@@ -40,7 +40,7 @@ def build(arch, impl="eager", layers=2, d=64, heads=4, p=P, seed=0):
     elif arch == "llama":
         c = T.LlamaConfig(hidden_size=d, intermediate_size=2 * d, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=heads // 2, vocab_size=100,
-                          max_position_embeddings=64, attention_dropout=p)
+                          max_position_embeddings=positions, attention_dropout=p)
         cls = T.LlamaModel
     else:
         raise ValueError(arch)

@@ -29,3 +29,40 @@ def projected_z(truth, se, runs, seed: int = 7):
     s = runs @ a
     mc, mc_se = s.mean(0), s.std(0, ddof=1) / math.sqrt(s.shape[0])
     return (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
+
+
+def train_mode_outputs(model, norm, inputs, runs, seed=8, train=True, channel_axis=-1):
+    """The model's own Monte Carlo at one norm: ``norm``'s output (a
+    submodule name) on one forward of ``model`` on ``runs`` copies of
+    ``inputs`` (a tensor, or a dict of keyword tensors; repeated along the
+    batch axis, so each copy draws its own masks), the draws seeded by
+    ``seed``, under no_grad. ``train``: the model is put in train mode
+    first (False: in the modes the caller set, e.g. one dropout alone);
+    it is left in eval mode. Returns runs × tokens × d, float64 numpy, the
+    channels read on ``channel_axis`` (a channels-first norm's: 1)."""
+    import torch
+
+    def repeat(v):
+        return v.repeat(runs, *([1] * (v.dim() - 1)))
+
+    got = []
+    handle = model.get_submodule(norm).register_forward_hook(lambda m, a, out: got.append(out.detach()))
+    if train:
+        model.train()
+    torch.manual_seed(seed)
+    try:
+        with torch.no_grad():
+            if isinstance(inputs, dict):
+                model(**{k: repeat(v) for k, v in inputs.items()})
+            else:
+                model(repeat(inputs))
+    finally:
+        handle.remove()
+        model.eval()
+    out = got[0].movedim(channel_axis, -1).to(torch.float64)
+    return out.reshape(runs, -1, out.shape[-1]).numpy()
+
+
+def mean_and_se(runs):
+    """The Monte Carlo mean over the first axis of ``runs`` and its standard error."""
+    return runs.mean(0), runs.std(0, ddof=1) / math.sqrt(runs.shape[0])

@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
+from mc_checks import mean_and_se, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)
 MC_RUNS = 4000
@@ -44,21 +45,13 @@ def _only_site_active(model, dropout_name):
 def _mc_norm_output(model, x, dropout_name, norm_name, runs=MC_RUNS, seed=0):
     """Mean and SE over `runs` train-mode forwards of the norm's output
     (the batch repeated `runs` times: one independent mask per copy)."""
-    modules = dict(model.named_modules())
     saved = _only_site_active(model, dropout_name)
-    got = []
-    h = modules[norm_name].register_forward_hook(lambda m, a, out: got.append(out.detach()))
-    torch.manual_seed(seed)
     try:
-        with torch.no_grad():
-            model(x.repeat(runs, *([1] * (x.dim() - 1))))
+        runs = train_mode_outputs(model, norm_name, x, runs, seed, train=False)
     finally:
-        h.remove()
         for m, p in saved:
             m.dropout = p
-        model.eval()
-    out = got[0].to(torch.float64).reshape(runs, -1, got[0].shape[-1]).numpy()
-    return out.mean(0), out.std(0, ddof=1) / math.sqrt(runs)
+    return mean_and_se(runs)
 
 
 def engine_json(audit):

@@ -31,7 +31,7 @@ import dropmc.audit as A  # noqa: E402
 from dropmc.capture import capture_traced  # noqa: E402
 from dropmc.discovery import Site, discover  # noqa: E402
 from hf_models import build, expected_attention, expected_sites, inputs  # noqa: E402
-from mc_checks import bonferroni_z  # noqa: E402
+from mc_checks import bonferroni_z, mean_and_se, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)
 ARCHS = ["bert", "gpt2", "esm", "vit", "t5", "llama"]
@@ -92,18 +92,7 @@ def _mc_norm(model, kw, dropout_module, norm_module, runs=RUNS, seed=0):
     """Mean and SE over ``runs`` train-mode copies of the norm's output with
     only ``dropout_module`` active; rows (batch·length, d)."""
     _only(model, dropout_module)
-    got = []
-    h = dict(model.named_modules())[norm_module].register_forward_hook(lambda m, a, o: got.append(o.detach()))
-    torch.manual_seed(seed)
-    try:
-        with torch.no_grad():
-            model(**_repeat(kw, runs))
-    finally:
-        h.remove()
-        model.eval()
-    out = got[0].to(torch.float64)
-    out = out.reshape(runs, -1, out.shape[-1]).numpy()
-    return out.mean(0), out.std(0, ddof=1) / math.sqrt(runs)
+    return mean_and_se(train_mode_outputs(model, norm_module, kw, runs, seed, train=False))
 
 
 def _max_z(audit, i, mean, se, kw):

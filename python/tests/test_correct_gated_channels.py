@@ -24,7 +24,8 @@ torch = pytest.importorskip("torch")
 
 import dropmc.correct as C  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-from test_trace_patterns import _ConvStage, _conv_x, _Gated, _monte_carlo, _x  # noqa: E402
+from mc_checks import train_mode_outputs  # noqa: E402
+from test_trace_patterns import _ConvStage, _conv_x, _Gated, _x  # noqa: E402
 
 torch.set_num_threads(1)
 RUNS = 4000
@@ -44,7 +45,7 @@ def _distances(model, x, scope):
     norm's output, and the correction."""
     model.eval()
     plain = C.norm_outputs(model, x, ["norm"])["norm"].numpy()
-    mc = _monte_carlo(model, x, "norm", runs=RUNS).mean(0).reshape(plain.shape)
+    mc = train_mode_outputs(model, "norm", x, RUNS).mean(0).reshape(plain.shape)
     dt.correct(model, x, scope=scope)
     correction = model._dropmc_correction
     try:

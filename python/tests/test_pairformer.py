@@ -29,7 +29,7 @@ import torch.nn as nn  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 from dropmc.capture import capture_traced  # noqa: E402
 from dropmc.discovery import discover  # noqa: E402
-from mc_checks import bonferroni_z, projected_z  # noqa: E402
+from mc_checks import bonferroni_z, projected_z, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)
 C, L, P = 24, 6, 0.25
@@ -102,20 +102,6 @@ def test_rand_masks_are_sites_with_their_sharing():
     assert all("mask_groups" not in c for c in caps)
 
 
-def _monte_carlo(model, z, norm, runs):
-    got = []
-    handle = model.get_submodule(norm).register_forward_hook(lambda m, a, out: got.append(out.detach()))
-    model.train()
-    torch.manual_seed(8)
-    try:
-        with torch.no_grad():
-            model(z.repeat(runs, 1, 1, 1))
-    finally:
-        handle.remove()
-        model.eval()
-    return got[0].reshape(runs, -1, C).numpy()
-
-
 def test_elementwise_rand_mask_truth_matches_the_models_monte_carlo():
     # Block 0 with its first update unmasked (_second_mask_only): the
     # input of blocks.1.norm_a then depends on one mask only, block 0's
@@ -127,7 +113,7 @@ def test_elementwise_rand_mask_truth_matches_the_models_monte_carlo():
     (site,) = audit.sites
     assert site["d"] == C
     truth, se = audit.truth(0)
-    runs = _monte_carlo(model, z, "blocks.1.norm_a", RUNS)
+    runs = train_mode_outputs(model, "blocks.1.norm_a", z, RUNS)
     zz = projected_z(truth, se, runs)
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
 
@@ -150,7 +136,7 @@ def test_token_level_rand_mask_truth_matches_the_models_monte_carlo():
     (site,) = audit.sites
     assert site["mask"] == "token"
     truth, se = audit.truth(0)
-    runs = _monte_carlo(model, z, "blocks.0.norm_b", RUNS)
+    runs = train_mode_outputs(model, "blocks.0.norm_b", z, RUNS)
     zz = projected_z(truth, se, runs)
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import dropmc.audit as A  # noqa: E402
 from dropmc.discovery import discover  # noqa: E402
-from mc_checks import bonferroni_z, projected_z  # noqa: E402
+from mc_checks import bonferroni_z, projected_z, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)
 D, P = 12, 0.3
@@ -48,28 +48,11 @@ def _x(batch=2, length=5, seed=4):
     return torch.randn(batch, length, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
-def _monte_carlo(model, x, norm, runs=RUNS, seed=8):
-    """The norm's train-mode outputs on ``runs`` copies of ``x``: runs × tokens × d."""
-    got = []
-    handle = model.get_submodule(norm).register_forward_hook(lambda m, a, out: got.append(out.detach()))
-    model.train()
-    torch.manual_seed(seed)
-    try:
-        with torch.no_grad():
-            model(x.repeat(runs, *([1] * (x.dim() - 1))))
-    finally:
-        handle.remove()
-        model.eval()
-    out = got[0]
-    d = out.shape[-1]
-    return out.reshape(runs, -1, d).numpy()
-
-
 def _agrees_with_monte_carlo(model, x, site, norm, samples=16384):
     audit = A.audit_torch(model, x, sites=[site], samples=samples, seed=3)
     assert [s["name"] for s in audit.sites] == ["->".join(site)], audit.other_sites
     truth, se = audit.truth(0)
-    zz = projected_z(truth, se, _monte_carlo(model, x, norm))
+    zz = projected_z(truth, se, train_mode_outputs(model, norm, x, RUNS))
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
     return audit
 
@@ -468,7 +451,7 @@ def test_a_channels_first_site_truth_matches_the_models_monte_carlo():
     x = _conv_x()
     audit = A.audit_torch(model, x, sites=[("drop", "norm")], samples=16384, seed=3)
     truth, se = audit.truth(0)
-    runs = _monte_carlo(model, x, "norm")  # runs × (C·H·W) in (C, H, W) order: rows of C channels
+    runs = train_mode_outputs(model, "norm", x, RUNS)  # runs × (C·H·W) in (C, H, W) order: rows of C channels
     runs = runs.reshape(RUNS, 2, D, 12).transpose(0, 1, 3, 2).reshape(RUNS, -1, D)
     zz = projected_z(truth, se, runs)
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()

@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 import dropmc.audit as A  # noqa: E402
-from mc_checks import bonferroni_z, projected_z  # noqa: E402
+from mc_checks import bonferroni_z, projected_z, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)
 RUNS = 2000
@@ -54,16 +54,6 @@ def test_the_sites_truth_matches_the_models_monte_carlo(arch, dropout, norm):
     audit = A.audit_torch(model, kw, sites=[(dropout, norm)], samples=16384, seed=3)
     assert [s["name"] for s in audit.sites] == [f"{dropout}->{norm}"]
     truth, se = audit.truth(0)
-    got = []
-    handle = model.get_submodule(norm).register_forward_hook(lambda m, a, out: got.append(out.detach()))
-    model.train()
-    torch.manual_seed(8)
-    try:
-        with torch.no_grad():
-            model(**{k: v.repeat(RUNS, *([1] * (v.dim() - 1))) for k, v in kw.items()})
-    finally:
-        handle.remove()
-        model.eval()
-    out = got[0].movedim(1, -1) if arch == "convnext" else got[0]  # channels-first: rows of channels
-    zz = projected_z(truth, se, out.reshape(RUNS, -1, truth.shape[1]).numpy())
+    out = train_mode_outputs(model, norm, kw, RUNS, channel_axis=1 if arch == "convnext" else -1)
+    zz = projected_z(truth, se, out)
     assert np.abs(zz).max() < bonferroni_z(zz.size), np.abs(zz).max()
