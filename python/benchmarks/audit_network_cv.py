@@ -55,7 +55,12 @@ def run(control):
     if ratios:
         print(f"  variance ÷ per draw: median {statistics.median(ratios):.2f}, min {min(ratios):.2f}, "
               f"max {max(ratios):.2f} over {len(ratios)} norms with the control variate on")
-    print(audit.network_table, flush=True)
+    print(audit.network_table)
+    for r in rows:  # an unresolved gap in full: the engine's estimate, its SE and the bound
+        for c in NA._COLUMNS:
+            if r[c] is not None and not r[c]["resolved"]:
+                print(f"  unresolved: {r['norm']} {c}: {dict(r[c])}")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -171,7 +171,7 @@ class NetworkTally:
 
         plan = {c: (plan or {}).get(c, []) if c in (jacobians or {}) else [] for c in refs}
         self.refs, self.plan, self.jacobians = refs, plan, jacobians or {}
-        self.cv = {c: ControlVariate(r, len(plan[c]), BATCH) for c, r in refs.items()}
+        self.cv = {c: ControlVariate(r, len(plan[c]), BATCH, self.jacobians.get(c)) for c, r in refs.items()}
         self.n = 0
         self._model = model
         self._modules = {c.split("#")[0] for c in refs}
@@ -193,12 +193,11 @@ class NetworkTally:
             if ref is None:
                 return
             y = out.detach().to(ref.dtype).reshape(ref.shape) - ref
-            J = self.jacobians.get(call)
-            rs = []
+            ns = []
             for k in self.plan[call]:  # a dropout that did not run this draw: a zero regressor (mean 0)
                 n = self._injections.get(k)
-                rs.append(J(n.reshape(ref.shape)) if n is not None else ref.new_zeros(ref.shape))
-            self.cv[call].add(y, rs)
+                ns.append(n.reshape(ref.shape) if n is not None else ref.new_zeros(ref.shape))
+            self.cv[call].add(y, ns)
             self._seen.add(call)
 
         return hook
