@@ -239,7 +239,8 @@ class NetworkTally:
                 cv.refit()
 
     def truth(self, call: str):
-        """``(T̂, SE)`` of ``call`` (controlled; module docs of :mod:`dropmc.network_cv`): numpy float64, tokens × d."""
+        """``(T̂, SE)`` of ``call`` (controlled: :mod:`dropmc.network_cv`),
+        numpy float64, tokens × d."""
         mean, se = self.cv[call].truth(self.refs[call])
         return mean.cpu().numpy(), se.cpu().numpy()
 

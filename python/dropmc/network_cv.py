@@ -195,12 +195,14 @@ class ControlVariate:
         z = y
         fit = y[self.fit_rows].reshape(-1)
         if self.k:
-            n = torch.stack(injections)
-            r = self.fit_jacobian(n[:, self.fit_rows]).reshape(self.k, -1)
+            r = self.fit_jacobian(torch.stack([n[self.fit_rows] for n in injections])).reshape(self.k, -1)
             self.gram += r @ r.T
             self.cross += r @ fit
             if self.active:
-                z = y - self.jacobian(torch.tensordot(self.beta, n, 1))
+                weighted = injections[0] * self.beta[0]
+                for b, n in zip(self.beta[1:], injections[1:]):
+                    weighted.add_(n, alpha=float(b))
+                z = y - self.jacobian(weighted)
         self.plain_ss += fit @ fit
         self.z1 += z
         self.z2 += z * z
