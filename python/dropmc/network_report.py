@@ -32,7 +32,8 @@ def network_table(rows: List[dict], forwards: int, reasons: Dict[str, str], norm
     """``network: N norms, F train-mode forwards`` and the rows' gaps to
     the network truth (``—``: a column not computed, its reason below;
     ``var ÷``: the control variate's variance reduction per draw, ``—``
-    when it was not used: plain Monte Carlo; padded tokens, left out of a
+    when it was not used (plain Monte Carlo) or not yet measured (the
+    first batch only); a bounded gap's ``< G⁺`` explained under the table; padded tokens, left out of a
     row, counted after its tokens), then each norm call not audited
     (``uncovered``) with its reason."""
     tail = [f"not audited: {call}: {why}" for call, why in (uncovered or {}).items()]
@@ -45,5 +46,9 @@ def network_table(rows: List[dict], forwards: int, reasons: Dict[str, str], norm
               str(len(r["dropouts"])), _ratio(r["control"])] + [_cell(r[c]) for c in _GAPS] for r in rows]
     widths = [max(len(c[i]) for c in cells + [_HEADER]) for i in range(len(_HEADER))]
     lines = [head] + ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [_HEADER] + cells]
+    bounded = sum(r[c] is not None and not r[c]["resolved"] for r in rows for c in _GAPS)
+    if bounded:
+        lines.append(f"{bounded} gap(s) bounded, not resolved: '< G⁺' means the gap is below G⁺ (a gap this small "
+                     f"is within the truth's noise after {forwards} forwards; it may be near zero)")
     lines += [f"{column}: {why}" for column, why in reasons.items()] + tail
     return "\n".join(lines)
