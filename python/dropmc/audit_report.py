@@ -62,6 +62,7 @@ class Audit:
         #: row per norm call a dropout reaches, gaps to the every-dropout truth.
         self.network_sites: List[dict] = []
         self.network_truths: list = []
+        self.network_uncovered: dict = {}
         self.network_forwards = 0
         self.network_table = ""
 

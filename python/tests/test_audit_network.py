@@ -126,13 +126,34 @@ def _truths(audit):
 
 
 def test_truth_agrees_with_the_models_own_monte_carlo():
+    """The audit's truth, with its control variate on (dropmc.network_cv),
+    against the test's plain Monte Carlo; the control variate must have been
+    used at every norm and lowered every norm's mean SE² below the plain
+    estimate's from the same draws (``se_ratio`` > 1; its use rule: only
+    when it lowers the measured variance; planted: the rule inverted, β = 0
+    kept, fails)."""
     model, x = PreLN(), _x()
     audit = NA.audit_network(model, x, seed=1, forwards=N, adaptive=False)
     assert audit.network_forwards == N
-    assert all(r["tokens"] == TOKENS and r["d"] == D for r in audit.network_sites)
+    assert all(r["tokens"] == TOKENS and r["d"] == D and r["padded"] == 0 for r in audit.network_sites)
+    assert all(r["control"]["used"] and r["control"]["regressors"] == i + 1 for i, r in enumerate(audit.network_sites))
     mean_z2, allowed, max_z, limit = _agreement(_truths(audit), _reference())
     assert abs(mean_z2 - 1) <= allowed, (mean_z2, allowed)
     assert max_z <= limit, (max_z, limit)
+    assert all(r["control"]["se_ratio"] > 1 for r in audit.network_sites), [r["control"] for r in audit.network_sites]
+
+
+def test_agreement_check_catches_a_control_variate_of_nonzero_mean(monkeypatch):
+    """Planted: the regressor built from the dropout's output ``drop(a)``
+    instead of its injection ``drop(a) − a`` (mean ``J E[a]``, not 0): the
+    controlled truth is then biased and must fail the check that the right
+    one passes."""
+    import dropmc.network_cv as CV
+
+    monkeypatch.setattr(CV, "injection", lambda a, out: out.detach().double())
+    audit = NA.audit_network(PreLN(), _x(), seed=1, forwards=N, adaptive=False)
+    mean_z2, allowed, max_z, limit = _agreement(_truths(audit), _reference())
+    assert abs(mean_z2 - 1) > allowed and max_z > limit, (mean_z2, allowed, max_z, limit)
 
 
 def test_agreement_check_catches_the_per_site_truth():
@@ -223,3 +244,41 @@ def test_a_norm_reached_only_by_multihead_attention_dropout_is_listed():
     torch.manual_seed(0)
     audit = NA.audit_network(Attn(), torch.randn(1, 8, D), forwards=NA.BATCH, adaptive=False)
     assert [(r["norm"], r["dropouts"]) for r in audit.network_sites] == [("ln", ["attn"])]
+
+
+def test_padded_tokens_left_out_and_counted():
+    """BERT (1 layer, d 64) on 2 × 8 tokens, the second sequence's last 3
+    padded (hf_models.inputs): every row has 13 tokens and says 3 padded,
+    the truths are 13 × d, the table says ``(+3 pad)`` (planted: the mask
+    ignored, 16 tokens and 0 padded, fails)."""
+    pytest.importorskip("transformers")
+    from hf_models import build, inputs
+
+    audit = NA.audit_network(build("bert", layers=1), inputs("bert"), seed=1, forwards=NA.BATCH, adaptive=False)
+    assert audit.network_sites
+    assert all((r["tokens"], r["padded"]) == (13, 3) for r in audit.network_sites)
+    assert all(audit.network_truth(i)[0].shape == (13, 64) for i in range(len(audit.network_sites)))
+    assert "13 (+3 pad)" in audit.network_table
+
+
+def test_functional_norm_call_listed_with_its_reason():
+    """A LayerNorm called as ``F.layer_norm`` behind a dropout (no norm
+    module): no row, but listed in ``audit.network_uncovered`` and under the
+    table with its reason (planted: the functional-norm mode not entered,
+    nothing listed, fails)."""
+
+    class Functional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop, self.ln = nn.Dropout(0.3), nn.LayerNorm(D)
+            self.w = nn.Parameter(torch.ones(D))
+
+        def forward(self, x):
+            h = self.ln(self.drop(x))
+            return torch.nn.functional.layer_norm(h + self.drop(h), (D,), self.w)
+
+    audit = NA.audit_network(Functional(), _x(), forwards=NA.BATCH, adaptive=False)
+    assert [r["norm"] for r in audit.network_sites] == ["ln"]
+    assert list(audit.network_uncovered) == ["layer_norm"], audit.network_uncovered
+    assert "functional norm call" in audit.network_uncovered["layer_norm"]
+    assert "not audited: layer_norm: a functional norm call" in audit.network_table
