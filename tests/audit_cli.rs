@@ -296,6 +296,32 @@ fn an_audit_estimated_beyond_an_hour_is_refused_up_front() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Issue 52: the JSON of a site whose truth is enumerated reported the
+/// samples asked for (10¹²) though none was drawn; it reports 0, and the
+/// table "exact".
+#[test]
+fn an_enumerated_site_reports_no_mask_drawn() {
+    let exact = temp("drawn.npz");
+    write_npz(&exact, LAYOUT_VERSION, None);
+    let exact = exact.to_str().unwrap();
+    let (code, out, err) = common::dropmc(&[
+        "audit",
+        "--activations",
+        exact,
+        "--samples",
+        "1e12",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let sites = json["sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 2);
+    for site in sites {
+        assert_eq!(site["exact"], true, "{site}");
+        assert_eq!(site["samples"], 0, "{site}");
+    }
+}
+
 /// Ctrl-C stops a long audit within a second (the command line keeps the
 /// signal's default action).
 #[cfg(unix)]

@@ -140,6 +140,18 @@ def test_mlp_plain_site_by_fx():
     _assert_truth_matches_model(model, x, audit)
 
 
+def test_a_site_reports_the_masks_it_drew():
+    """Issue 52: an enumerated truth (d ≤ 16) draws no mask, whatever was
+    asked; its row said the samples asked for (10**9). It says 0; a sampled
+    site (d = 32) the masks it drew."""
+    x = torch.randn(5, 6)
+    audit = A.audit_torch(_mlp(), x, samples=10**9, seed=5)
+    assert [(s["exact"], s["samples"]) for s in audit.sites] == [(True, 0)]
+    assert json.loads(audit.to_json())["sites"][0]["samples"] == 0
+    sampled = A.audit_torch(_mlp(d=32), x, samples=256, seed=5)
+    assert [(s["exact"], s["samples"]) for s in sampled.sites] == [(False, 256)]
+
+
 def test_rmsnorm_bypass_site_by_fx():
     torch.manual_seed(3)
     model = _Residual(10, 0.25)

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::shared;
-use super::token::{TokenValues, compound_token_values, token_values};
+use super::token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 use crate::engine::Budget;
 use crate::error::{Error, check_len};
 use crate::formulas::shared_mask::MaskGroups;
@@ -58,6 +58,17 @@ pub struct SiteCapture {
 }
 
 impl SiteCapture {
+    /// Independent mask bits of a token: `d`, or the mask groups' count.
+    pub fn mask_bits(&self) -> usize {
+        self.mask_groups.as_ref().map_or(self.d, MaskGroups::count)
+    }
+
+    /// Whether a token's truth is enumerated over every mask (at most
+    /// [`EXACT_AUDIT_D`] mask bits), so that no mask is drawn.
+    pub fn truth_enumerated(&self) -> bool {
+        self.mask_bits() <= EXACT_AUDIT_D
+    }
+
     /// A plain or bypass capture from its parts; `layer` says LayerNorm
     /// (with `beta`) or RMSNorm. A compound capture is a plain LayerNorm one
     /// turned by [`SiteCapture::into_compound`].

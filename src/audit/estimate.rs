@@ -45,9 +45,7 @@
 
 use super::attention::{AttentionCapture, site_work as attention_work};
 use super::capture::{Form, SiteCapture};
-use super::token::EXACT_AUDIT_D;
 use super::{TOKEN_BATCH, Tokens};
-use crate::formulas::shared_mask::MaskGroups;
 
 /// Wall seconds per token-mask of the fast samplers, whatever `d`.
 pub const SECONDS_PER_MASK: f64 = 5.3e-8;
@@ -67,25 +65,12 @@ pub const SECONDS_PER_ATTENTION_UNIT: f64 = 9.5e-10;
 /// hour.
 pub const UNBUDGETED_SECONDS: f64 = 3600.0;
 
-/// Whether a site's truth is enumerated (no mask drawn).
-pub fn enumerated(capture: &SiteCapture) -> bool {
-    mask_bits(capture) <= EXACT_AUDIT_D
-}
-
-/// Independent mask bits of a token: `d`, or the mask groups' count.
-fn mask_bits(capture: &SiteCapture) -> usize {
-    capture
-        .mask_groups
-        .as_ref()
-        .map_or(capture.d, MaskGroups::count)
-}
-
 /// Estimated wall seconds of `tokens` tokens of `capture` at `samples`
 /// masks each (module docs).
 pub fn site_seconds(capture: &SiteCapture, samples: u64, tokens: usize) -> f64 {
     let units = (tokens * capture.d) as f64;
-    if enumerated(capture) {
-        return units * (mask_bits(capture) as f64).exp2() * SECONDS_PER_ENUMERATED_UNIT;
+    if capture.truth_enumerated() {
+        return units * (capture.mask_bits() as f64).exp2() * SECONDS_PER_ENUMERATED_UNIT;
     }
     let masks = tokens as f64 * samples as f64;
     if capture.mask_groups.is_some() {

@@ -37,11 +37,10 @@ use serde::Serialize;
 
 use crate::engine::{Budget, derive_seed};
 use crate::error::Error;
-use crate::formulas::shared_mask::MaskGroups;
 use crate::ops::Rate;
 pub use attention::{
     AttentionAudit, AttentionCapture, DEFAULT_ATTENTION_ROWS, DEFAULT_ATTENTION_SAMPLES,
-    audit_attention_sites, audit_attention_sites_rows,
+    audit_attention_sites_rows,
 };
 pub use budget::{DEFAULT_TOKENS, Tokens};
 pub use capture::{Form, SiteCapture};
@@ -78,9 +77,11 @@ pub struct SiteAudit {
     /// ([`budget`]); absent when every token was audited.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_indices: Option<Vec<usize>>,
-    /// Whether the truth was enumerated (`d ≤ EXACT_AUDIT_D`) or sampled.
+    /// Whether the truth was enumerated (at most `EXACT_AUDIT_D` mask
+    /// bits) or sampled.
     pub exact: bool,
-    /// Samples (masks) per token.
+    /// Masks drawn per token: the samples asked for, or 0 where the truth
+    /// was enumerated (no mask drawn, whatever was asked).
     pub samples: u64,
     /// The RMS gap of the evaluation output, the first and the second order
     /// (`None`, JSON `null`, where the site's form has no second-order
@@ -239,8 +240,12 @@ fn audit_site_within(
         tokens: values.len(),
         tokens_total: total,
         token_indices: (chosen.len() < total).then_some(chosen),
-        exact: capture.mask_groups.as_ref().map_or(d, MaskGroups::count) <= EXACT_AUDIT_D,
-        samples,
+        exact: capture.truth_enumerated(),
+        samples: if capture.truth_enumerated() {
+            0
+        } else {
+            samples
+        },
         factor: uncorrected.rms
             / if first_order.resolved {
                 first_order.rms
@@ -326,26 +331,17 @@ fn unresolved_reason(a: &SiteAudit) -> Option<String> {
     })
 }
 
-/// Audits every site (in order) on every token.
+/// Audits every site (in order) on every token, without a time budget.
 pub fn audit_sites(
     captures: &[SiteCapture],
     samples: u64,
     seed: u64,
 ) -> Result<Vec<SiteAudit>, Error> {
-    audit_sites_tokens(captures, samples, Tokens::All, seed)
+    audit_sites_within(captures, samples, Tokens::All, None, seed)
 }
 
-/// Audits every site (in order) on the tokens `tokens` picks.
-pub fn audit_sites_tokens(
-    captures: &[SiteCapture],
-    samples: u64,
-    tokens: Tokens,
-    seed: u64,
-) -> Result<Vec<SiteAudit>, Error> {
-    audit_sites_within(captures, samples, tokens, None, seed)
-}
-
-/// [`audit_sites_tokens`] within `seconds` (when given): each site gets the
+/// Audits every site (in order) on the tokens `tokens` picks, within
+/// `seconds` (when given): each site gets the
 /// share of the time left that its planned work is of the work left, and
 /// stops after the batch of tokens that ends past it (at least one batch,
 /// `audit_site_within`), so a site may audit fewer tokens than `tokens`

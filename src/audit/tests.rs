@@ -96,6 +96,21 @@ fn enumerated_truth_has_no_noise_and_the_correction_helps() {
     assert!(a.first_order.rms < a.uncorrected.rms);
 }
 
+/// Issue 52: an enumerated truth draws no mask, whatever was asked; the
+/// row (and the JSON the CLI and the Python binding print) says 0, a
+/// sampled one the masks it drew.
+#[test]
+fn a_site_reports_the_masks_it_drew() {
+    let exact = audit_site(&capture(12, 2), 1_000_000_000_000, 1).unwrap();
+    assert!(exact.exact);
+    assert_eq!(exact.samples, 0);
+    let json: serde_json::Value = serde_json::from_str(&report::json(&[exact])).unwrap();
+    assert_eq!(json[0]["samples"], 0);
+    let sampled = audit_site(&capture(24, 1), 256, 1).unwrap();
+    assert!(!sampled.exact);
+    assert_eq!(sampled.samples, 256);
+}
+
 #[test]
 fn a_compound_site_is_enumerated_with_c2_and_has_no_second_order() {
     let plain = capture(16, 4);

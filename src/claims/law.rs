@@ -18,7 +18,10 @@
 //! write down says why ([`Law::NoLaw`]); a claim that says nothing
 //! ([`Law::Undeclared`], the default for a mean) fails that test.
 
-use crate::stats::Statistic;
+use std::sync::OnceLock;
+
+use crate::error::Error;
+use crate::stats::{DEFAULT_SKEWNESS, Statistic};
 
 /// The law of a claim's per-draw statistic, per component.
 #[derive(Debug, Clone)]
@@ -58,6 +61,63 @@ impl Law {
         Law::Draws {
             components: vec![draw; components],
             estimator,
+        }
+    }
+}
+
+/// A mean claim's law found by enumeration, once per process: the absolute
+/// skewness of each component's draw over every mask of its configuration
+/// (`exact::central_moments_by` gives the moments). Both what the claim's
+/// test is sized by ([`Statistic::Mean`]'s bound) and what it declares
+/// ([`Law::Draws`]) are read from this one enumeration, so they cannot
+/// disagree.
+#[derive(Debug, Default)]
+pub struct EnumeratedSkewness(OnceLock<Option<Vec<f64>>>);
+
+impl EnumeratedSkewness {
+    /// Not yet enumerated.
+    pub const fn new() -> Self {
+        EnumeratedSkewness(OnceLock::new())
+    }
+
+    /// Each component's `|skewness|`, from `enumerate` on first use (`None`
+    /// if it failed).
+    fn per_component(&self, enumerate: impl FnOnce() -> Result<Vec<f64>, Error>) -> Option<&[f64]> {
+        self.0
+            .get_or_init(|| {
+                enumerate()
+                    .ok()
+                    .map(|s| s.into_iter().map(f64::abs).collect())
+            })
+            .as_deref()
+    }
+
+    /// A mean bounded by the largest component's skewness; the default
+    /// [`DEFAULT_SKEWNESS`] only if the enumeration failed (then the
+    /// claim's oracle, the same enumeration, fails too, and the claim with
+    /// it).
+    pub fn statistic(&self, enumerate: impl FnOnce() -> Result<Vec<f64>, Error>) -> Statistic {
+        Statistic::Mean {
+            skewness: self
+                .per_component(enumerate)
+                .map_or(DEFAULT_SKEWNESS, |s| s.iter().copied().fold(0.0, f64::max)),
+        }
+    }
+
+    /// One [`Draw::Skewness`] per component, reduced by `estimator`;
+    /// [`Law::NoLaw`] saying `why` if the enumeration failed.
+    pub fn law(
+        &self,
+        enumerate: impl FnOnce() -> Result<Vec<f64>, Error>,
+        estimator: Estimator,
+        why: &'static str,
+    ) -> Law {
+        match self.per_component(enumerate) {
+            Some(per) => Law::Draws {
+                components: per.iter().copied().map(Draw::Skewness).collect(),
+                estimator,
+            },
+            None => Law::NoLaw { why },
         }
     }
 }

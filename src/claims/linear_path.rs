@@ -18,13 +18,14 @@
 //! mean), `V(y)`, `mean y²`, or `LN(y)`. Each mean test declares the
 //! skewness of its draws from their exact law over every mask.
 
-use std::sync::{LazyLock, OnceLock};
+use std::sync::LazyLock;
 
 use nalgebra::DVector;
 
+use super::enumerated::EnumeratedClaim;
 use super::fn_claim::sample_means;
 use super::order::{OrderCheck, OwnGap};
-use super::{Card, Claim, Draw, Estimator, Law, Shape, listed};
+use super::{Card, Claim, Law, Shape, listed};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::linear_path as ex;
@@ -32,8 +33,8 @@ use crate::exact::{Oracle, central_moments_by};
 use crate::formulas::linear_path::{self as f, Moments, Path, Source, Step};
 use crate::formulas::{layernorm, mean_and_variance};
 use crate::ops::{Subject, TrainPass};
+use crate::stats::Estimate;
 use crate::stats::tolerance::gamma_upper;
-use crate::stats::{Estimate, Statistic};
 
 /// The family's name.
 pub const FAMILY: &str = "linear_path";
@@ -54,29 +55,13 @@ pub enum Quantity {
     Output,
 }
 
-/// One claim: a quantity of a path.
-pub struct PathClaim {
-    pub id: &'static str,
-    pub formula: &'static str,
-    pub quantity: Quantity,
-    pub path: fn() -> Path,
-    statistic: OnceLock<Statistic>,
-}
+/// One claim: a quantity of a path (its configuration).
+pub type PathClaim = EnumeratedClaim<Quantity, fn() -> Path>;
 
 impl PathClaim {
-    const fn new(
-        id: &'static str,
-        formula: &'static str,
-        quantity: Quantity,
-        path: fn() -> Path,
-    ) -> Self {
-        PathClaim {
-            id,
-            formula,
-            quantity,
-            path,
-            statistic: OnceLock::new(),
-        }
+    /// The path the claim is stated on.
+    pub fn path(&self) -> Path {
+        (self.config)()
     }
 
     /// Components of the claimed quantity for a norm input of width `d`.
@@ -121,8 +106,8 @@ impl PathClaim {
     }
 
     /// The skewness of the draws, per component, from their exact law.
-    fn skewness(&self) -> Result<Vec<f64>, Error> {
-        let path = (self.path)();
+    fn skewness_by_enumeration(&self) -> Result<Vec<f64>, Error> {
+        let path = self.path();
         let (mean, _) = ex::eval_forward(&path)?;
         let dim = self.dim(mean.len());
         let moments = central_moments_by(
@@ -131,14 +116,6 @@ impl PathClaim {
             |dim, g| ex::path_expectation(&path, dim, |y, _, out| g(y, out)),
         )?;
         Ok(moments.iter().map(|c| c.skewness().abs()).collect())
-    }
-
-    fn statistic(&self) -> Statistic {
-        *self.statistic.get_or_init(|| Statistic::Mean {
-            skewness: self.skewness().map_or(crate::stats::DEFAULT_SKEWNESS, |s| {
-                s.into_iter().fold(0.0, f64::max)
-            }),
-        })
     }
 
     /// The oracle: `E` of the per-draw statistic over every mask, with the
@@ -153,7 +130,7 @@ impl PathClaim {
     /// `3 (mean ȳabs² + tr Σabs/d + 1ᵀΣabs1/d²)`. The leading-order output's
     /// oracle carries the enumeration's own bound.
     fn exact(&self) -> Result<Oracle, Error> {
-        let path = (self.path)();
+        let path = self.path();
         let (mean, mean_abs) = ex::eval_forward(&path)?;
         let d = mean.len();
         let dim = self.dim(d);
@@ -204,7 +181,7 @@ impl PathClaim {
     /// The gaps `mean_k |estimate_k − E[LN(y)]_k|` of the first-order
     /// output and of the eval output `LN(ȳ)` (the output claim's note).
     pub fn output_gaps(&self) -> Result<(f64, f64), Error> {
-        let path = (self.path)();
+        let path = self.path();
         let exact = self.exact()?.values;
         let m = path.moments()?;
         let gap = |est: &[f64]| {
@@ -287,28 +264,20 @@ impl Claim for PathClaim {
             Quantity::MeanOfV | Quantity::MeanOfR2 => Shape::Scalar,
             _ => Shape::Vector,
         };
-        let statistic = self.statistic();
-        let card = Card::new(
-            self.id,
-            FAMILY,
-            self.formula,
-            shape,
-            SAMPLES.max(statistic.min_samples()),
-        )
-        .with_statistic(statistic);
+        let card = self.enumerated_card(FAMILY, shape, SAMPLES, || self.skewness_by_enumeration());
         match self.quantity {
             Quantity::Output => card.leading_order(1),
             _ => card,
         }
     }
     fn analytic(&self) -> Result<Vec<f64>, Error> {
-        self.closed_form_of(&(self.path)().moments()?)
+        self.closed_form_of(&self.path().moments()?)
     }
     fn oracle(&self) -> Result<Option<Oracle>, Error> {
         self.exact().map(Some)
     }
     fn estimate(&self, subject: &Subject, budget: Budget) -> Result<Vec<Estimate>, Error> {
-        let path = (self.path)();
+        let path = self.path();
         let (mean, _) = ex::eval_forward(&path)?;
         sample_means(subject, budget, self.dim(mean.len()), |s, rng, out| {
             let y = sample_path(&path, s, rng)?;
@@ -319,15 +288,10 @@ impl Claim for PathClaim {
     /// Per component, the skewness of the draw's exact law over every mask
     /// of the path.
     fn law(&self) -> Law {
-        match self.skewness() {
-            Ok(per) => Law::Draws {
-                components: per.into_iter().map(Draw::Skewness).collect(),
-                estimator: Estimator::Mean,
-            },
-            Err(_) => Law::NoLaw {
-                why: "the path's enumeration over masks failed",
-            },
-        }
+        self.enumerated_law(
+            || self.skewness_by_enumeration(),
+            "the path's enumeration over masks failed",
+        )
     }
     fn order_check(&self) -> Option<Result<OrderCheck, String>> {
         (self.quantity == Quantity::Output).then(|| {

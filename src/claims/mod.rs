@@ -25,6 +25,7 @@ pub mod bypass;
 pub mod compound;
 pub mod dropout;
 pub mod ensemble;
+pub mod enumerated;
 #[cfg(feature = "example-family")]
 pub mod example;
 pub mod fn_claim;

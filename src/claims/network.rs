@@ -21,16 +21,17 @@
 
 use std::sync::{LazyLock, OnceLock};
 
+use super::enumerated::EnumeratedClaim;
 use super::fn_claim::sample_means;
 use super::order::{GapCurve, OrderCheck, OwnGap, Rival, SWEEP_D};
-use super::{Card, Claim, Draw, Estimator, Law, Shape, listed};
+use super::{Card, Claim, Law, Shape, listed};
 use crate::engine::{Budget, Stream};
 use crate::error::Error;
 use crate::exact::network::{Dropouts, masked};
 use crate::exact::{Oracle, central_moments_by};
 use crate::ops::{Subject, TrainPass};
+use crate::stats::Estimate;
 use crate::stats::tolerance::gamma_upper;
-use crate::stats::{Estimate, Statistic};
 
 pub mod stacks;
 pub use stacks::{LEDGER, Rules};
@@ -52,13 +53,8 @@ pub enum Quantity {
     MeanShift,
 }
 
-/// One claim of the family.
-pub struct NetworkClaim {
-    pub id: &'static str,
-    pub formula: &'static str,
-    pub quantity: Quantity,
-    statistic: OnceLock<Statistic>,
-}
+/// One claim of the family (its quantity fixes its stack).
+pub type NetworkClaim = EnumeratedClaim<Quantity>;
 
 /// Roundings of the linear residual forward and of `(h − h̄)²`, charged on
 /// the same expression in absolute values: two mat-vecs of width 4 (8
@@ -80,15 +76,6 @@ fn subject_drop<'a>(
 }
 
 impl NetworkClaim {
-    const fn new(id: &'static str, formula: &'static str, quantity: Quantity) -> Self {
-        NetworkClaim {
-            id,
-            formula,
-            quantity,
-            statistic: OnceLock::new(),
-        }
-    }
-
     fn dim(&self) -> usize {
         match self.quantity {
             Quantity::ResidualVariance => 4,
@@ -170,21 +157,13 @@ impl NetworkClaim {
         Ok(oracle)
     }
 
-    fn skewness(&self) -> Result<Vec<f64>, Error> {
+    fn skewness_by_enumeration(&self) -> Result<Vec<f64>, Error> {
         let moments = central_moments_by(
             self.dim(),
             |v: &[f64], out: &mut [f64]| out.copy_from_slice(v),
             |dim, g| self.enumerate(dim, g),
         )?;
         Ok(moments.iter().map(|c| c.skewness().abs()).collect())
-    }
-
-    fn statistic(&self) -> Statistic {
-        *self.statistic.get_or_init(|| Statistic::Mean {
-            skewness: self.skewness().map_or(crate::stats::DEFAULT_SKEWNESS, |s| {
-                s.into_iter().fold(0.0, f64::max)
-            }),
-        })
     }
 
     /// The closed form with `rules` at the claim's own configuration, and
@@ -315,15 +294,9 @@ fn mean_gap(a: &[f64], b: &[f64]) -> f64 {
 
 impl Claim for NetworkClaim {
     fn card(&self) -> Card {
-        let statistic = self.statistic();
-        let card = Card::new(
-            self.id,
-            FAMILY,
-            self.formula,
-            Shape::Vector,
-            SAMPLES.max(statistic.min_samples()),
-        )
-        .with_statistic(statistic);
+        let card = self.enumerated_card(FAMILY, Shape::Vector, SAMPLES, || {
+            self.skewness_by_enumeration()
+        });
         match self.quantity {
             Quantity::ResidualVariance => card,
             Quantity::NormOutput => card.leading_order(1),
@@ -343,15 +316,10 @@ impl Claim for NetworkClaim {
     }
     /// Per component, the skewness of the draw's exact law over every mask.
     fn law(&self) -> Law {
-        match self.skewness() {
-            Ok(per) => Law::Draws {
-                components: per.into_iter().map(Draw::Skewness).collect(),
-                estimator: Estimator::Mean,
-            },
-            Err(_) => Law::NoLaw {
-                why: "the stack's enumeration over masks failed",
-            },
-        }
+        self.enumerated_law(
+            || self.skewness_by_enumeration(),
+            "the stack's enumeration over masks failed",
+        )
     }
     fn order_check(&self) -> Option<Result<OrderCheck, String>> {
         (self.quantity != Quantity::ResidualVariance).then(|| {
@@ -382,16 +350,19 @@ static CLAIMS: LazyLock<Vec<NetworkClaim>> = LazyLock::new(|| {
             "network.residual_variance",
             "h1 = x + drop(Ax), h2 = h1 + drop(B h1): Var h2 = s1 + (p/q)(B h1_bar)^2 + B^2 s1/q + 2 B_ii s1, s1 = (p/q)(Ax)^2",
             ResidualVariance,
+            (),
         ),
         NetworkClaim::new(
             "network.norm_output",
             "pre-LN x2: E[LN2(h2)] ~ beta + c (LN2(v) - beta), c^2 = (V(v) + eps)/(V(v) + s_bar + eps), s from every dropout upstream",
             NormOutput,
+            (),
         ),
         NetworkClaim::new(
             "network.mean_shift",
             "y = h + W drop(u), s = O(1/d): E phi(y) ~ phi(v) + phi''(v) s/2",
             MeanShift,
+            (),
         ),
     ]
 });

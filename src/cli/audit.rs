@@ -13,7 +13,8 @@ use clap::Args;
 
 use super::progress;
 use crate::audit::{
-    DEFAULT_ATTENTION_SAMPLES, DEFAULT_SAMPLES, audit_attention_sites, audit_sites, npz, report,
+    DEFAULT_ATTENTION_SAMPLES, DEFAULT_SAMPLES, Tokens, audit_attention_sites_rows, audit_sites,
+    npz, report,
 };
 use crate::conformance::pilot::{self, MAX_RUN_SECONDS};
 use crate::error::Error;
@@ -53,8 +54,12 @@ pub fn run(args: &AuditArgs) -> Result<ExitCode, Error> {
         Box::new(move |_, _, fraction, _| bar.set_position((100.0 * fraction) as u64));
     let audited = crate::audit::progress::with_progress(observer, || {
         let audits = audit_sites(&captures.sites, args.samples, args.seed)?;
-        let attention =
-            audit_attention_sites(&captures.attention, args.attention_samples, args.seed)?;
+        let attention = audit_attention_sites_rows(
+            &captures.attention,
+            args.attention_samples,
+            Tokens::All,
+            args.seed,
+        )?;
         Ok::<_, Error>((audits, attention))
     });
     shown.finish_and_clear();
@@ -78,7 +83,9 @@ fn refuse_a_long_audit(args: &AuditArgs, captures: &npz::Captures) -> Result<(),
         named.push(format!("--samples {}", args.samples));
     }
     if args.attention_samples > DEFAULT_ATTENTION_SAMPLES && !captures.attention.is_empty() {
-        let run = |n| audit_attention_sites(&captures.attention, n, args.seed).map(drop);
+        let run = |n| {
+            audit_attention_sites_rows(&captures.attention, n, Tokens::All, args.seed).map(drop)
+        };
         seconds += pilot::extrapolated_seconds(run, PILOT_SAMPLES, args.attention_samples)?;
         named.push(format!("--attention-samples {}", args.attention_samples));
     }

@@ -291,16 +291,6 @@ fn warnings(a: &AttentionAudit) -> Vec<String> {
     w
 }
 
-/// Audits every attention site (in order), the sampled check on every
-/// query row.
-pub fn audit_attention_sites(
-    captures: &[AttentionCapture],
-    samples: u64,
-    seed: u64,
-) -> Result<Vec<AttentionAudit>, Error> {
-    audit_attention_sites_rows(captures, samples, Tokens::All, seed)
-}
-
 /// Audits every attention site (in order), the sampled check on the query
 /// rows `rows` picks, the progress observer ([`crate::audit::progress`])
 /// told each chunk of rows and each site.

@@ -134,7 +134,7 @@ fn dropping_the_off_diagonal_fails_the_covariance_claims() {
         "linear_path.chain_covariance",
     ] {
         let real = claim(id);
-        let m = moments_with(&(real.path)(), drop_off_diagonal);
+        let m = moments_with(&real.path(), drop_off_diagonal);
         planted_fails(real, &m);
     }
 }
@@ -146,7 +146,7 @@ fn forgetting_a_head_fails_the_attention_claims() {
         "linear_path.attention_mean_of_v",
     ] {
         let real = claim(id);
-        let path = (real.path)();
+        let path = real.path();
         let Source::Attention { heads, rate } = &path.source else {
             panic!("an attention path")
         };
@@ -169,7 +169,7 @@ fn forgetting_a_head_fails_the_attention_claims() {
 fn treating_the_second_dropout_input_as_fixed_fails_the_chain() {
     // Rule 1 in place of rule 5: (p/q) diag(x̄²) without diag Σ_x.
     let real = claim("linear_path.chain_covariance");
-    let path = (real.path)();
+    let path = real.path();
     let m = through_steps(&path, path.source.moments(), |m, r| {
         let extra = m.mean.map(|x| r.odds() * x * x);
         Moments {
