@@ -111,7 +111,7 @@ def _term(trace: Trace, site: Site):
     """The capture trace's tape from the site's dropout to its norm input."""
     for call, _, origin, _, _ in trace.norm_calls:
         if call == site.norm:
-            for d, form, tape, _ in site_terms(origin):
+            for d, form, tape, _ in site_terms(origin, trace.nested):
                 if d == site.dropout:
                     return form, tape
             raise Unreadable(f"{PATHS_DIFFER}: in the {trace.mode} forward {site.norm!r}'s input is not "

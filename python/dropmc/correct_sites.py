@@ -159,7 +159,15 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
     from .correct_tapes import light_tape
 
     kept, refused, skipped, masks, tapes, captures, gates = [], {}, {}, {}, {}, {}, {}
+    chosen_sites = {s.as_tuple() for s in chosen}
     for site in chosen:
+        over = getattr(found, "held", {}).get(site.dropout) if found is not None else None
+        if not named and over is not None and (over,) + site.as_tuple()[1:] in chosen_sites:
+            refused[site.name] = (  # one site per norm (_check_sites): the mask's own, as before it was read
+                f"{site.norm!r} also sees {over!r}, a mask drawn over this dropout's output (drop-path), and "
+                f"correct corrects one site per norm at scope 'site': that one (sites=[{site.as_tuple()!r}] "
+                "corrects this one instead)")
+            continue
         reason = _refusal(site, found)
         if reason is not None:
             if named:

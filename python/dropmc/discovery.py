@@ -61,7 +61,7 @@ import torch.nn as nn
 from .masks import MaskInfo, mask_info
 from .norms import NormSpec, recognize_norm
 from .paths import CASTS
-from .trace import Trace, tensor_gate
+from .trace import HELD_MASK, Trace, tensor_gate
 
 __all__ = ["Site", "AttentionSite", "Path", "Discovery", "discover", "Trace", "call_inputs", "site_terms"]
 
@@ -135,7 +135,8 @@ class Discovery:
     :meth:`module_of`), ``draws`` (random draws held at their likely
     side that made no mask product: ``(draw, p, what)``; LayerDrop and
     drop-path among them), ``reasons`` (a dropout call no family reads →
-    why: alpha dropout) and ``unread`` (``"dropout->norm"`` → why the path
+    why: alpha dropout), ``held`` (a dropout call → the drawn mask over its
+    output, drop-path after it: :mod:`dropmc.trace_masks`) and ``unread`` (``"dropout->norm"`` → why the path
     was found but its mask cannot be read against the norm's rows)."""
 
     sites: List[Site] = field(default_factory=list)
@@ -151,6 +152,7 @@ class Discovery:
     reasons: Dict[str, str] = field(default_factory=dict)
     unread: Dict[str, str] = field(default_factory=dict)
     module_calls: Dict[str, int] = field(default_factory=dict)  # module -> its calls in the forward
+    held: Dict[str, str] = field(default_factory=dict)  # dropout call -> the drawn mask over its output
 
     def module_of(self, call: str) -> str:
         """The module name of a dropout, norm or attention call (a
@@ -212,7 +214,19 @@ def _leaves(origin: tuple, deps, after: tuple, depth: int = 0) -> List[tuple]:
     return [leaf for o, d in payload for leaf in _leaves(o, d, tape + after, depth + 1)]
 
 
-def site_terms(origin: tuple) -> List[tuple]:
+def _under(call: str, tape: tuple, nested: Dict[str, tuple]) -> List[Tuple[str, tuple]]:
+    """``(call, tape)`` and, when ``call`` is a drawn mask over another
+    dropout's output (``Trace.nested``, :mod:`dropmc.trace_masks`), that
+    dropout's term through it: its tape up to the mask, then ``tape``."""
+    out = [(call, tape)]
+    while call in nested:
+        _, call, inner = nested[call]
+        tape = inner + tape
+        out.append((call, tape))
+    return out
+
+
+def site_terms(origin: tuple, nested: Optional[Dict[str, tuple]] = None) -> List[tuple]:
     """The dropout terms of a norm input with this origin: ``(call, form,
     tape, other_deps)`` with ``form`` ``plain`` or ``bypass`` and ``tape``
     the steps from the dropout's output (or mask product) to the norm
@@ -221,10 +235,12 @@ def site_terms(origin: tuple) -> List[tuple]:
     a bypass site whose ``h`` is the other summands — a term nested deeper
     than the top add only when they carry no draw of it (an earlier layer's
     dropout that every later layer reads is not reported again at every
-    later norm: module docs)."""
+    later norm: module docs). A dropout under a drawn mask (``nested``:
+    ``Trace.nested``) is a term too, the mask at its eval value."""
+    nested = nested or {}
     kind, payload, tape = origin
     if kind == "dropout":
-        return [(payload, "plain", tape, frozenset())]
+        return [(c, "plain", t, frozenset()) for c, t in _under(payload, tape, nested)]
     if kind != "add":
         return []
     leaves = _leaves(origin, frozenset(), ())
@@ -234,7 +250,7 @@ def site_terms(origin: tuple) -> List[tuple]:
             continue
         other = frozenset().union(*(d for j, (_, d, _, _) in enumerate(leaves) if j != i))
         if depth == 1 or o[1] not in other:
-            out.append((o[1], "bypass", o[2] + after, other))
+            out.extend((c, "bypass", t, other) for c, t in _under(o[1], o[2] + after, nested))
     return out
 
 
@@ -245,7 +261,7 @@ def _identity_ops() -> set:
     """The ops that are the identity per token (and the adds)."""
     from .paths import _AXES, _INDEX, _REPEAT, _SHAPE
 
-    return CASTS | _SHAPE | _AXES | _INDEX | _REPEAT | {"roll", "gate"} | _STOP_FREE
+    return CASTS | _SHAPE | _AXES | _INDEX | _REPEAT | {"roll", "gate", HELD_MASK} | _STOP_FREE
 
 
 def beyond_linear(ops: Tuple[str, ...]) -> Optional[str]:
@@ -316,7 +332,7 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
             if all(isinstance(modules[n], nn.LayerNorm) for n in (norm_module[first], name)):
                 compound_first[first] = call
     for call, name, origin, _, _ in calls:
-        for d, form, tape, other in site_terms(origin):
+        for d, form, tape, other in site_terms(origin, trace.nested):
             if not is_site_dropout(d):
                 continue
             p = trace.dropout_p[d]
@@ -426,4 +442,5 @@ def discover(model: nn.Module, *args, norms: Optional[Dict[str, NormSpec]] = Non
         found.call_modules.setdefault(a.call, a.owner)
     found.draws = [w for w in trace.draws if w[0] not in trace.mask_draws]
     found.module_calls = dict(trace.module_calls)
+    found.held = {inner[1]: mask for mask, inner in trace.nested.items()}
     return found

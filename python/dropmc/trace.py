@@ -49,7 +49,7 @@ from .norms import norm_candidate
 from .paths import MAX_LABELS, op_label, step_of
 from .trace_masks import ADD, BERNOULLI, DIV, MUL, OTHER, RAND, MaskDraws, scalar
 
-__all__ = ["Trace", "tensors", "ALPHA_REASON", "tensor_gate"]
+__all__ = ["Trace", "tensors", "ALPHA_REASON", "tensor_gate", "HELD_MASK"]
 
 _SOFTMAX = {"softmax", "_softmax"}
 _MATMUL = {"matmul", "__matmul__", "bmm"}
@@ -63,6 +63,9 @@ _SHAPE_ONLY = {"ones_like", "zeros_like", "empty_like", "full_like", "new_ones",
 _METADATA = {"__get__", "size", "dim", "numel", "stride", "is_contiguous", "__len__", "data_ptr",
              "is_floating_point", "element_size", "get_device", "__format__", "__repr__"}
 _MASK_KINDS = ("rand", "keepmask", "dropmask", "maskdrop")
+#: The path label of a drawn mask over a dropout's output, for that dropout
+#: (:attr:`Trace.nested`): held at its eval value, the identity.
+HELD_MASK = "held mask"
 
 
 #: Token rows of a norm's first input kept to recognise the norm by
@@ -135,6 +138,7 @@ class Trace(MaskDraws):
         self.dropout_reason: Dict[str, str] = {}  # a dropout call no family reads -> why
         self.mask_draws: set = set()  # draws that made a mask product (a dropout call, not LayerDrop)
         self.sources: Dict[str, dict] = {}  # mask-product sites: call -> mask description
+        self.nested: Dict[str, tuple] = {}  # rand-mask product of a dropout's output -> that output's origin
         self.draws: List[Tuple[str, float, str]] = []  # (draw, P(unlikely side), what)
         self.sdpa_p: Dict[str, float] = {}
         self.norm_calls: List[tuple] = []  # (call, module, origin, deps, paths)
@@ -223,6 +227,12 @@ class Trace(MaskDraws):
         if origin[0] == "dropout" and origin[2] == () and origin[1] in self.sources:
             deps = deps | {origin[1]}
             paths[origin[1]] = ((), 0)
+            inner = self.nested.get(origin[1])
+            while inner is not None:  # a drawn mask over a dropout's output: at eval the identity for it
+                labels, n = paths.get(inner[1], ((), 0))
+                if labels and len(labels) == n:
+                    paths[inner[1]] = (labels[:-1] + (HELD_MASK,), n)
+                inner = self.nested.get(inner[1])
         inplace = (name.endswith("_") and not name.startswith("__")) or "out" in kwargs \
             or name in ("__setitem__", "__iadd__", "__imul__", "__itruediv__", "__isub__")
         if inplace and args and isinstance(args[0], torch.Tensor):

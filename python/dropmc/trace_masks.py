@@ -20,6 +20,16 @@ product right after it (``h · mask / (1 − p)``) is the mask's scale, not
 the value's: ``(m ⊙ x) · c = (c m) ⊙ x``. The trace's product is held at
 its eval value ``x`` (the scale divided back out), so the forward after it
 is the eval one.
+
+A drawn mask over another dropout's output (BEiT's drop-path after its
+layer scale, ``M₂ ⊙ (λ ⊙ M₁ ⊙ v) / q₂``) leaves that dropout a site too:
+a site is audited with every other dropout at its eval value (only its own
+mask drawn, docs/linear-path.md), and at eval ``M₂ / q₂`` is the identity —
+in eval mode drop-path makes no op at all. So ``Trace.nested`` keeps, per
+such product, the inner output's origin with its tape up to the product
+(a scale the mask took over, drop-path's ``div(q₂)``, left out: the held
+product is the value before it), and :func:`dropmc.discovery.site_terms`
+reads the inner dropout's term through it.
 """
 
 from __future__ import annotations
@@ -134,14 +144,17 @@ class MaskDraws:
             scale = 1.0 / (1.0 - p) if p < 1 else float("inf")
         else:
             draw, p, scale = om[1]
-            f = _value_scale(self.origin(x))
+            ox = self.origin(x)
+            f = _value_scale(ox)
             if f is not None and out is not None:  # x = y · f: the mask keeps y at scale · f
                 scale *= f
                 with self.quietly():
                     out.div_(f)  # neutral: the product is y, its eval value
             call = self.next_call(self.functional_base("rand_mask"))
+            if ox[0] == "dropout":  # a dropout's output under this mask: held at its eval value, y
+                self.nested[call] = (ox[0], ox[1], ox[2][:-1] if f is not None else ox[2])
             self.dropout_p[call] = p
-            ox = self.origin(x)  # a mask on softmax rows is an attention dropout (SEW-D's XDropout)
+            # a mask on softmax rows is an attention dropout (SEW-D's XDropout)
             self.dropout_origin[call] = ox if ox[0] == "softmax" and not ox[2] else OTHER
             self.mask_draws.add(draw)
         self.sources[call] = {"mask_shape": tuple(mask.shape), "value_shape": tuple(x.shape),
