@@ -192,36 +192,72 @@ def rust_graphs(crate):
 
 
 PY_IMPORT = re.compile(
-    r"^\s*(?:from\s+(\.+\w*(?:\.\w+)*|dropmc(?:\.\w+)*)\s+import\s+([\w\s,()]+?)(?:#.*)?$"
-    r"|import\s+(dropmc(?:\.\w+)*))",
+    r"^[ \t]*(?:from[ \t]+(\.+[\w.]*|dropmc(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)"
+    r"|import[ \t]+(dropmc(?:\.\w+)*))",
     re.M,
 )
 
 
+EXTENSION = "_dropmc"  # the compiled extension (dropmc._dropmc): not a node
+
+
+def python_modules(package):
+    """{dotted name: path} of every module of the package, ``__init__.py`` named by its folder
+    (``dropmc``, ``dropmc.audit``); the compiled extension is not a module here."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def python_imports(package):
+    """``(from module, to module, line number, statement)`` for every import of one module of the
+    package by another: ``from . import x``, ``from .x import y``, ``from ..x.y import z``,
+    ``from dropmc.x import y``, ``import dropmc.x``, anywhere in the file (an import inside a
+    function is still a dependency). ``from P import n`` is an edge to ``P.n`` when that is a
+    module, else to ``P``."""
+    modules = python_modules(package)
+    out = []
+    for here, path in modules.items():
+        own = here if path.name == "__init__.py" else here.rpartition(".")[0]
+        text = path.read_text()
+        for m in PY_IMPORT.finditer(text):
+            source, names, plain = m.groups()
+            line = text.count("\n", 0, m.start()) + 1
+            statement = " ".join(m.group(0).split())
+            if plain:
+                bases, imported = [plain], []
+            else:
+                if source.startswith("."):
+                    dots = len(source) - len(source.lstrip("."))
+                    parts = own.split(".")[: len(own.split(".")) - (dots - 1)]
+                    rest = source.lstrip(".")
+                    base = ".".join(parts + ([rest] if rest else []))
+                else:
+                    base = source
+                imported = [n.split(" as ")[0].strip() for n in names.strip("()").replace("\n", " ").split(",")]
+                bases = [base]
+            targets = []
+            for base in bases:
+                targets += [f"{base}.{n}" for n in imported if f"{base}.{n}" in modules]
+                names_only = [n for n in imported if n and n != EXTENSION and f"{base}.{n}" not in modules]
+                if names_only or not imported:
+                    while base and base not in modules:  # a name inside a module: the module
+                        base = base.rpartition(".")[0]
+                    if base:
+                        targets.append(base)
+            for t in targets:
+                if t != here:
+                    out.append((here, t, line, statement))
+    return out
+
+
 def python_graph(package):
     """The edges between the package's modules."""
-    modules = {p.stem for p in package.glob("*.py")}
-    extension = "_dropmc"
-    node = lambda stem: "dropmc" if stem == "__init__" else stem  # noqa: E731
-    edges = set()
-    for path in sorted(package.glob("*.py")):
-        here = node(path.stem)
-        for source, names, plain in PY_IMPORT.findall(path.read_text()):
-            if plain:
-                parts = plain.split(".")[1:]
-                targets = [parts[0] if parts else "__init__"]
-            else:
-                rest = source.lstrip(".") if source.startswith(".") else source[len("dropmc") :].lstrip(".")
-                if rest:
-                    targets = [rest.split(".")[0]]
-                else:
-                    imported = [n.strip() for n in names.replace("(", "").replace(")", "").split(",")]
-                    targets = [n.split(" as ")[0].strip() for n in imported if n]
-                    targets = [t if t in modules else "__init__" for t in targets if t != extension]
-            for t in targets:
-                if t in modules and node(t) != here:
-                    edges.add((here, node(t)))
-    return edges
+    return {(a, b) for a, b, _, _ in python_imports(package)}
 
 
 def cycles(edges):

@@ -15,7 +15,7 @@ Variants, interleaved round by round so that machine load hits them alike:
   module     the encoder with the fused path switched off
              (torch.backends.mha.set_fastpath_enabled(False)): the module
              path, which a hooked model must take (the corrected encoder
-             runs its own eval forward instead, dropmc.correct_fast)
+             runs its own eval forward instead, dropmc.correct.fast)
   corrected  dropmc.torch.correct(model, x, scope="site"): the correction
   network    dropmc.torch.correct(model, x, scope="network"): every norm the
              noise reaches, for the noise of every dropout upstream

@@ -190,7 +190,7 @@ def main():
     main_dir = "/work/main"
     if args[:1] == ["--main"]:
         main_dir, args = args[1], args[2:]
-    from dropmc.discovery import discover
+    from dropmc.model.discovery import discover
 
     print("| arch | dropout calls | before: audited / listed / missed | before s | after: audited / listed / "
           "missed | after reasons | after s |")

@@ -39,7 +39,7 @@ from hf_models import build, inputs  # noqa: E402
 
 import dropmc.torch as dt  # noqa: E402
 from dropmc.correct import norm_outputs  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 
 MODELS = {"gpt2": dict(layers=4, d=64, p=0.2), "llama": dict(layers=4, d=64, p=0.2),
           "bert": dict(layers=4, d=64, p=0.2)}

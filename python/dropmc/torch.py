@@ -39,10 +39,10 @@ import torch as _torch
 
 import dropmc as _dropmc
 from dropmc.assess import assess  # noqa: F401  (docs/correct.md)
-from dropmc.network_audit import audit  # noqa: F401  (audit_torch + network=True: docs/audit.md)
+from dropmc.audit.network import audit  # noqa: F401  (audit_torch + network=True: docs/audit.md)
 from dropmc.correct import correct, corrected, uncorrect  # noqa: F401  (docs/correct.md)
-from dropmc._torch_common import _array, _device_of, _dtype_of, _tensor, one_thread  # noqa: F401
-from dropmc.torch_batchnorm import batchnorm_runner, check_batchnorm  # noqa: F401  (docs/python.md)
+from dropmc.checks.torch_common import _array, _device_of, _dtype_of, _tensor, one_thread  # noqa: F401
+from dropmc.checks.torch_batchnorm import batchnorm_runner, check_batchnorm  # noqa: F401  (docs/python.md)
 
 __all__ = [
     "Dropout",

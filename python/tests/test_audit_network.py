@@ -1,5 +1,5 @@
 """dropmc.torch.audit(model, inputs, network=True): the network truth
-(dropmc.network_audit) on a tiny pre-LN residual stack.
+(dropmc.audit.network) on a tiny pre-LN residual stack.
 
 The model works per token (linear layers, GELU, elementwise dropout): each
 token's norm outputs depend only on its own input and its own masks, so the
@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 import dropmc  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-import dropmc.network_audit as NA  # noqa: E402
+import dropmc.audit.network as NA  # noqa: E402
 from mc_checks import bonferroni_z  # noqa: E402
 
 torch.set_num_threads(1)

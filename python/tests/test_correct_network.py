@@ -1,5 +1,5 @@
 """``correct(model, inputs, scope="network")`` and its noise ledger
-(dropmc.network_ledger, dropmc.network_correct) against the model's own
+(dropmc.model.network_ledger, dropmc.correct.network) against the model's own
 train-mode Monte Carlo with every dropout on.
 
 The model: a 3-layer pre-LN stack ``x + drop(f(LN(x)))`` (d = 16, p = 0.2
@@ -46,10 +46,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dropmc
-from dropmc import network_rules
+from dropmc.model import network_rules
 from dropmc.correct import correct, uncorrect
-from dropmc.discovery import discover
-from dropmc.network_ledger import network_ledger
+from dropmc.model.discovery import discover
+from dropmc.model.network_ledger import network_ledger
 
 D, LAYERS, P, DRAWS, SCALE = 16, 3, 0.2, 2000, 3.0
 

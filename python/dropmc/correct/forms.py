@@ -1,0 +1,229 @@
+"""The torch code of :func:`dropmc.correct.correct`'s corrections: the
+first-order factor (``_factor``), the shrink towards β,
+the second-order estimates, and :class:`_NormParams` (what a corrected norm
+computes, read live from its module). The formulas are derived in
+src/formulas/layernorm.rs, bypass.rs, rmsnorm.rs, compound.rs and
+second_order.rs; :mod:`dropmc.correct`'s docs say which applies where.
+
+Fused form (the eval-time cost): per call, ``x`` and ``v`` are reduced
+once each (``x`` by torch's own layer norm statistics, or its mean square;
+``v`` by its norm) into the per-token factor ``c`` by one ``addcmul``
+and one in-place ``rsqrt``, and ``c`` is applied to the norm's own output in one ``lerp``
+(``β + c (out − β)``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+def _norm_kind(module) -> Optional[str]:
+    """``"layer"``/``"rms"``/``"batch"`` for torch's norm modules, else None."""
+    import torch.nn as nn
+
+    if isinstance(module, nn.LayerNorm):
+        return "layer"
+    if hasattr(nn, "RMSNorm") and isinstance(module, nn.RMSNorm):
+        return "rms"
+    if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        return "batch"
+    return None
+
+
+
+def _stats_dtype(t):
+    import torch
+
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def _factor(v, x, p: float, centred: bool, eps: float, rstd=None):
+    """The first-order factor per token (last dim kept), fused:
+
+    ``c² = (s + ε) / (s + (p/q)·mean_k v_k² + ε)``, ``s`` the spread ``σ²``
+    of ``x`` (``centred``) or its mean square ``r²``. Step by step:
+    dividing through by ``s + ε``, ``c² = 1 / (1 + n / (s + ε))`` with ``n
+    = (p/q)·mean_k v_k² = (p / (q d))·‖v‖²``, so ``c = (1 + (p / (q d))
+    a²)^(-1/2)`` with ``a = ‖v‖ · ρ``, ``ρ = (s + ε)^(-1/2)``. For LayerNorm
+    ``ρ`` is ``rstd`` as torch's own layer norm computes it
+    (``native_layer_norm``'s third output: one pass, several times faster
+    than a separate ``var`` at small d; given as ``rstd`` when the norm's
+    own call already returned it, of ``x`` at full precision); for RMSNorm
+    ``s = ‖x‖² / d``. Then one ``vector_norm`` of ``v`` scaled by ``ρ`` in
+    place, one ``addcmul`` (``1 + (p/(q d))·a·a``) and one in-place
+    ``rsqrt``."""
+    import torch
+
+    if x.dtype.itemsize < 4 or v.dtype.itemsize < 4:  # half precision: statistics in float32
+        dt = _stats_dtype(x)
+        x, v = x.to(dt), v.to(dt)
+    elif v.dtype != x.dtype:
+        v = v.to(x.dtype)
+    d = x.shape[-1]
+    rho = _rho(x, centred, eps, rstd)
+    a = torch.linalg.vector_norm(v, dim=-1, keepdim=True).mul_(rho)
+    return torch.addcmul(_one(x.dtype), a, a, value=p / ((1.0 - p) * d)).rsqrt_()
+
+
+def _rho(x, centred: bool, eps: float, rstd=None):
+    """``ρ = (s + ε)^(-1/2)`` per token, ``s`` the spread of ``x``
+    (``centred``) or its mean square: ``rstd`` when given, else torch's own
+    layer-norm statistics or the vector norm (see :func:`_factor`)."""
+    import torch
+
+    if rstd is not None:
+        return rstd
+    d = x.shape[-1]
+    if centred:
+        return torch.native_layer_norm(x, (d,), None, None, eps)[2]
+    return torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
+
+
+def _network_factor(x, terms, centred: bool, eps: float, rstd=None, v=None, p: float = 0.0):
+    """The network factor per token (last dim kept), for an upstream noise
+    ``s̄ = κ V`` (:mod:`dropmc.correct.network` derives it), from ``terms =
+    (1 + κ, −κ ε)``: two tensors broadcast over the tokens (0-d, or ``(L,
+    1)`` for a ``κ`` per position), made once per norm and input shape.
+
+    ``c² = (V + ε) / (V (1 + κ) + ε)``. Step by step: dividing through by
+    ``V + ε``, ``c² = 1 / (1 + κ V / (V + ε))``, and with ``ρ = (V +
+    ε)^(-1/2)``, ``V / (V + ε) = 1 − ε ρ²``, so ``c^(-2) = (1 + κ) + ρ²
+    t`` with ``t = −κ ε``: one product and one fused multiply-add on the
+    per-token ``ρ`` (:func:`_rho`, the norm's own ``rstd`` when it
+    returned it), then an ``rsqrt``.
+
+    With the norm's own site live (``v`` its dropout's input, rate ``p``):
+    ``c² = (V + ε) / (V (1 + κ) + (p/q) mean_k v_k² + ε)``, ``κ`` then the
+    rest's ratio; dividing through as above, ``t = −κ ε + (p / (q d))
+    ‖v‖²``: one ``vector_norm`` and one ``addcmul`` more — five kernels,
+    against the per-site factor's four (:func:`_factor`)."""
+    import torch
+
+    if x.dtype.itemsize < 4 or (v is not None and v.dtype.itemsize < 4):  # half: statistics in float32
+        x = x.to(_stats_dtype(x))
+    rho = _rho(x, centred, eps, rstd)
+    one_kappa, t = terms
+    if v is None:
+        t = t * rho
+    else:
+        n = torch.linalg.vector_norm(v.to(x.dtype), dim=-1, keepdim=True)
+        t = torch.addcmul(t, n, n, value=p / ((1.0 - p) * x.shape[-1])).mul_(rho)
+    return torch.addcmul(one_kappa, t, rho).rsqrt_()
+
+
+_ONES: dict = {}
+
+
+def _one(dt):
+    """A cached scalar ``1`` of dtype ``dt`` (``addcmul``'s base: one
+    kernel for ``1 + k·n·t`` instead of three in-place steps)."""
+    import torch
+
+    one = _ONES.get(dt)
+    if one is None:
+        one = _ONES[dt] = torch.ones((), dtype=dt)
+    return one
+
+
+def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParams", like):
+    """The second-order ``E[norm(h + dropout(v))]`` per token of
+    src/formulas/second_order.rs (its step 2: ``γ [N̄ D̄^(-1/2) (1 + 3 Var D
+    / (8 D̄²)) − ½ Cov(N, D) D̄^(-3/2)] + β``), on the units ``x_j`` with
+    noise moments ``s2 = v² p/q``, ``t3 = v³ p (p − q)/q²``, ``f4 = v⁴ p
+    (1 − 3pq)/q³``; LayerNorm (``centred``: ``N = y_k − M``, ``D = V + ε``)
+    or RMSNorm (``N = y_k``, ``D = A + ε``). In ``like``'s dtype."""
+    dt = _stats_dtype(x)
+    x, v = x.to(dt), v.to(dt)
+    q = 1.0 - p
+    d = x.shape[-1]
+    s2 = v.square() * (p / q)
+    t3 = v.pow(3) * (p * (p - q) / (q * q))
+    f4 = v.pow(4) * (p * (1.0 - 3.0 * p * q) / q**3)
+    if centred:
+        num = x - x.mean(dim=-1, keepdim=True)
+        den = num.square().mean(dim=-1, keepdim=True) + (1.0 - 1.0 / d) * s2.mean(dim=-1, keepdim=True) + eps
+    else:
+        num = x
+        den = (x.square() + s2).mean(dim=-1, keepdim=True) + eps
+    var_den = (4 * num.square() * s2 + 4 * num * t3 + f4 - s2.square()).sum(dim=-1, keepdim=True) / (d * d)
+    cov = (2 * num * s2 + t3) / d
+    if centred:
+        cov = cov - cov.mean(dim=-1, keepdim=True)
+    g = num / den.sqrt() * (1 + 3 * var_den / (8 * den.square())) - 0.5 * cov / (den * den.sqrt())
+    gamma, beta = params.gamma(), params.beta()
+    if gamma is not None:
+        g = g * gamma.to(dt)
+    if beta is not None:
+        g = g + beta.to(dt)
+    return g.to(like.dtype)
+
+
+def _beta(params: "_NormParams", like):
+    b = params.beta()
+    return b if b is None or b.dtype == like.dtype else b.to(like.dtype)
+
+
+def _shrink_towards_beta(out, c, beta):
+    """``β + c (out − β)``, in ``out``'s dtype: one ``lerp`` from ``β`` to
+    ``out`` by ``c`` (``out · c`` without β)."""
+    import torch
+
+    if c.dtype != out.dtype:
+        c = c.to(out.dtype)
+    return out * c if beta is None else torch.lerp(beta, out, c)
+
+
+class _NormParams:
+    """What a corrected norm computes, read live from its module (so a
+    correction follows later changes of its parameters): ``kind``
+    (``"layer"``/``"rms"``), ``eps``, and the effective ``γ``
+    (``weight_offset + weight``) and ``β`` as tensors (None when the module
+    has none). An ``nn.LayerNorm``/``nn.RMSNorm`` is read from its
+    attributes; a norm recognised by what it computes
+    (:func:`dropmc.model.norms.recognize_norm`) from its
+    :class:`~dropmc.model.norms.NormSpec`: its ``weight``/``bias`` when it has
+    them, else the spec's arrays."""
+
+    def __init__(self, module, kind: str, eps: Optional[float], spec=None) -> None:
+        self.module, self.kind, self._eps, self.spec = module, kind, eps, spec
+
+    @classmethod
+    def of_module(cls, module) -> "_NormParams":
+        kind = _norm_kind(module)
+        eps = None if kind == "rms" and module.eps is None else float(module.eps)
+        return cls(module, kind, eps)
+
+    @classmethod
+    def of_spec(cls, module, spec) -> "_NormParams":
+        return cls(module, spec.kind, float(spec.eps), spec)
+
+    def eps(self, like) -> float:
+        import torch
+
+        return float(torch.finfo(like.dtype).eps) if self._eps is None else self._eps
+
+    def _live(self, attr: str):
+        import torch
+
+        # the parameter as the module holds it now (its _parameters first: no __getattr__ walk)
+        t = self.module._parameters.get(attr) if attr in self.module._parameters else getattr(self.module, attr, None)
+        return t if isinstance(t, torch.Tensor) else None
+
+    def gamma(self):
+        import torch
+
+        w = self._live("weight")
+        if self.spec is None:
+            return w
+        if w is not None and w.shape == self.spec.gamma.shape:
+            return w + self.spec.weight_offset if self.spec.weight_offset else w
+        return torch.from_numpy(self.spec.gamma)
+
+    def beta(self):
+        import torch
+
+        b = self._live("bias")
+        if self.spec is None or (b is not None and b.shape == self.spec.beta.shape):
+            return b
+        return torch.from_numpy(self.spec.beta) if self.spec.beta.any() else None
+

@@ -1,0 +1,304 @@
+"""``dropmc.correct`` at linear-path sites (docs/linear-path.md,
+docs/correct.md): a dropout whose output reaches its norm through a
+``Linear`` (``Dropout(u) → Linear(W, b) → (+h) → norm``, further dropouts
+on the way being the identity in eval), or an attention dropout whose
+probabilities reach it through the value product, the heads and ``o_proj``.
+
+The first-order output of src/formulas/linear_path.rs, applied live to the
+norm's own eval output ``out``: ``β + c (out − β)`` (LayerNorm) or
+``c · out`` (RMSNorm), per token
+
+    c² = (V(ȳ) + ε) / (V(ȳ) + tr(CΣC)/d + ε)     (RMS: mean ȳ², tr Σ)
+
+with ``ȳ`` the norm's eval input and ``tr(CΣC)`` from per-token quantities
+and the weights only — no ``d × d`` matrix per token:
+
+* linear: ``(p/q) Σ_j u_j² ‖C w_j‖²``; ``W``'s column norms once per
+  forward (the live weight, so a fine-tuned model stays right), then
+  ``O(m)`` per token (``u`` kept by a pre-hook on the dropout module);
+* attention: ``(p/q) Σ_h Σ_s a_{hs}² ‖C W_h v_{hs}‖²`` (heads independent,
+  ``W_h`` the head's columns of ``o_proj``): ``z = W_h v`` once per key and
+  head of each batch row, then ``O(H S)`` per query. ``a`` and ``v`` are
+  kept by a ``TorchFunctionMode`` the attention module's pre-hook enters
+  (its ``F.dropout`` input and the ``matmul`` that reads its output).
+
+Sites are found by the linear-path tracer (:func:`dropmc.model.linear_path.
+find_linear_paths`) on the example inputs, with discovery's train-mode
+rates (BERT's attention passes ``p = 0`` to ``F.dropout`` in eval). A norm
+that is also an ordinary site's gets both noises in one first-order factor
+(:func:`_scaled`); an ordinary compound or token-level site there refuses
+the linear-path one. Refused too, with the reason: a
+dropout or norm module called more than once per forward (its call cannot be
+told apart live), a functional dropout that is not attention dropout. In
+train mode every hook returns at once (training is bit for bit unchanged);
+``uncorrect`` removes the hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+__all__ = ["LinearPlan", "linear_plan"]
+
+
+def _column_norms(weight, layer: bool):
+    """``‖C w_j‖²`` (``layer``) or ``‖w_j‖²`` per column of ``weight`` (d × m),
+    float64 (:func:`dropmc.model.linear_path.column_norms`)."""
+    from ..model.linear_path import column_norms
+
+    centred, sq = column_norms(weight)
+    return centred if layer else sq
+
+
+def _scaled(out, y, trace, p: float, eps: float, beta, prior=None):
+    """``β + c (out − β)`` / ``c · out`` with ``c`` per token from the
+    norm's input ``y`` (tokens on the leading axes) and ``trace``
+    (``tr(CΣC)`` or ``tr Σ`` per token, before the factor ``p/q``).
+
+    ``prior``: the ordinary site hook of another dropout at the same norm
+    (BERT's hidden dropout ``attention.output.dropout`` bypasses the
+    attention's output into ``attention.output.LayerNorm``), which ran
+    first: ``out`` is already ``β + c₀ (LN − β)``, ``c₀² = (V + ε) / (V +
+    s₀ + ε)``, ``s₀ = (p₀/q₀) mean v²`` (:func:`dropmc.correct.forms._factor`).
+    Both noises at once: with ``e₁`` the attention's noise after ``o_proj``
+    and ``m`` the hidden dropout's mask, independent, the norm's input is
+    ``h + (m/q₀) ⊙ (v + e₁)`` and its covariance ``(p₀/q₀) diag(v²) + Σ₁ +
+    (p₀/q₀) diag(Σ₁)`` (cross terms vanish, ``E e₁ = 0``); the last term is
+    of second order (``p₀ p₁``), so to first order the noise variances
+    add: ``c² = (V + ε) / (V + s₀ + s₁ + ε)``. This hook scales by ``c /
+    c₀``, i.e. its own factor with ``V + s₀`` in place of ``V``."""
+    import torch
+
+    q = 1.0 - p
+    d = y.shape[-1]
+    yy = y.detach().to(trace.dtype)
+    v = yy.var(dim=-1, unbiased=False) if beta is not None else (yy * yy).mean(dim=-1)
+    if prior is not None:
+        v = v + _prior_noise(prior, y)
+    c = torch.sqrt((v + eps) / (v + (p / q) * trace / d + eps)).unsqueeze(-1).to(out.dtype)
+    if beta is None:
+        return out * c
+    return beta + c * (out - beta)
+
+
+def _prior_noise(hook, y):
+    """``s₀ = (p₀/q₀) mean_k v_k²`` per token of an ordinary site hook at
+    the norm whose input is ``y`` (its dropout's kept input ``v``), float64."""
+    v = hook.slot.take(hook.site, y, hook.steps)
+    return (hook.p / (1.0 - hook.p)) * (v.detach().double() ** 2).mean(dim=-1)
+
+
+def _composes(hook) -> bool:
+    """Whether an ordinary site hook's correction is the plain first-order
+    factor :func:`_scaled` composes with (not a compound site's, a
+    token-level mask's or a second-order one)."""
+    from .hooks import _LayerNormSite, _RmsNormSite
+
+    return type(hook) in (_LayerNormSite, _RmsNormSite) and hook.order == 1 and getattr(hook, "state", None) is None
+
+
+class _Keep:
+    """Forward pre-hook on a dropout module: keeps its eval input ``u``."""
+
+    def __init__(self) -> None:
+        self.u = None
+
+    def __call__(self, module, args):
+        self.u = None if module.training else args[0]
+
+
+class _LinearNorm:
+    """Forward hook on the norm of a ``Dropout → Linear → (+h)`` site."""
+
+    def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool, prior=None) -> None:
+        self.name, self.keep, self.linear, self.p, self.eps, self.layer = name, keep, linear, p, eps, layer
+        self.prior = prior
+
+    def __call__(self, module, args, out):
+        if module.training:
+            return None
+        u, y = self.keep.u, args[0]
+        self.keep.u = None
+        m = self.linear.weight.shape[1]
+        if u is None or u.numel() // m != y.numel() // y.shape[-1]:
+            raise RuntimeError(f"dropmc.correct: site {self.name}: the dropout's input was not seen "
+                               "with the norm's tokens in this forward")
+        norms = _column_norms(self.linear.weight, self.layer)
+        trace = (u.detach().double().reshape(-1, m) ** 2) @ norms
+        beta = getattr(module, "bias", None) if self.layer else None
+        return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta, self.prior)
+
+
+class _AttentionKeep:
+    """Pre- and forward hook of an attention module: inside its forward a
+    ``TorchFunctionMode`` keeps the probabilities its ``F.dropout`` call
+    receives and the values of the ``matmul`` that reads its output."""
+
+    def __init__(self) -> None:
+        self.probs = self.values = None
+        self._mode = None
+
+    def enter(self, module, args):
+        if module.training:
+            return
+        self.probs = self.values = None
+        self._mode = _mode_class()(self)
+        self._mode.__enter__()
+
+    def leave(self, module, args, out):
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+
+
+def _mode_class():
+    import torch
+    import torch.nn.functional as F
+    from torch.overrides import TorchFunctionMode
+
+    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+
+    class _Mode(TorchFunctionMode):
+        def __init__(self, keep: _AttentionKeep) -> None:
+            super().__init__()
+            self.keep, self.dropped = keep, None
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func is F.dropout and self.keep.probs is None:
+                self.keep.probs, self.dropped = args[0], out
+            elif func in matmuls and self.dropped is not None and len(args) == 2 and args[0] is self.dropped:
+                self.keep.values, self.dropped = args[1], None
+            return out
+
+    return _Mode
+
+
+class _AttentionNorm:
+    """Forward hook on the norm of an attention → ``o_proj`` → (+h) site."""
+
+    def __init__(self, name: str, keep: _AttentionKeep, o_proj, p: float, eps: float, layer: bool,
+                 prior=None) -> None:
+        self.name, self.keep, self.o_proj, self.p, self.eps, self.layer = name, keep, o_proj, p, eps, layer
+        self.prior = prior
+
+    def __call__(self, module, args, out):
+        import torch
+
+        if module.training:
+            return None
+        a, v, y = self.keep.probs, self.keep.values, args[0]
+        self.keep.probs = self.keep.values = None
+        if a is None or v is None or a.dim() != 4 or v.dim() != 4 or y.dim() != 3:
+            raise RuntimeError(f"dropmc.correct: site {self.name}: the attention probabilities and values "
+                               "were not seen in this forward")
+        batch, heads, queries, _ = a.shape
+        dh = v.shape[-1]
+        w = self.o_proj.weight.detach().double()
+        if w.shape[1] != heads * dh or y.shape[:2] != (batch, queries):
+            raise RuntimeError(f"dropmc.correct: site {self.name}: o_proj's width {w.shape[1]} is not "
+                               f"heads × head dim {heads} × {dh}, or the tokens differ")
+        z = torch.einsum("bhsj,ehj->bhse", v.detach().double(), w.reshape(w.shape[0], heads, dh))
+        n = (z * z).sum(-1)
+        if self.layer:
+            n = n - z.sum(-1) ** 2 / w.shape[0]
+        trace = torch.einsum("bhls,bhs->bl", a.detach().double() ** 2, n)
+        beta = getattr(module, "bias", None) if self.layer else None
+        return _scaled(out, y, trace, self.p, self.eps, beta, self.prior)
+
+
+class LinearPlan:
+    """The linear-path sites of a model on example inputs: ``sites`` (site
+    name → the captured :class:`~dropmc.model.linear_path.LinearPathSite`) and
+    ``refused`` (site name → reason)."""
+
+    def __init__(self, sites: Dict[str, dict], refused: Dict[str, str], call: Tuple[tuple, dict]) -> None:
+        self.sites, self.refused, self.call = sites, refused, call
+
+    def install(self, correction, model, ordinary: Optional[dict] = None) -> None:
+        """Installs the hooks (their handles into ``correction``), adds the
+        sites to ``correction.linear_sites`` (``(dropout, norm)``) and the refused
+        ones to ``correction.refused``, then runs one eval forward on the
+        example inputs (a site that cannot be corrected live is a
+        ValueError now, not at the user's first forward). ``ordinary``:
+        norm call → the ordinary site hook ``correct`` installed there (before
+        these): a plain first-order one is composed with (:func:`_scaled`),
+        any other refuses the linear-path site with the reason."""
+        modules = dict(model.named_modules())
+        correction.refused.update(self.refused)
+        installed = False
+        for name, s in self.sites.items():
+            prior = (ordinary or {}).get(s["norm_call"])
+            if prior is not None and not _composes(prior):
+                correction.refused[name] = (f"its norm is also corrected for the ordinary site {prior.site!r} "
+                                            "(a compound or token-level site), whose correction does not "
+                                            "compose with this one's: exclude one of the two")
+                continue
+            installed = True
+            norm = modules[s["norm_call"]]
+            layer = s["norm"] == "layer"
+            if s["kind"] == "attention":
+                owner = modules[s["dropout"].rsplit(":", 1)[0]]
+                keep = _AttentionKeep()
+                correction._handles += [owner.register_forward_pre_hook(keep.enter),  # leave even on an error:
+                                        owner.register_forward_hook(keep.leave, always_call=True)]
+                hook = _AttentionNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
+            else:
+                keep = _Keep()
+                correction._handles.append(modules[s["dropout"]].register_forward_pre_hook(keep))
+                hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
+            # prepend: the user's own hooks on the norm see the corrected output
+            correction._handles.append(norm.register_forward_hook(hook, prepend=True))
+            correction.linear_sites.append((s["dropout"], s["norm_call"]))
+        if installed:
+            from .hooks import rehearse
+
+            rehearse(model, self.call, "exclude it (exclude=[...])")
+
+
+def _refusal(s: dict, modules: dict) -> Optional[str]:
+    """Why site ``s`` cannot be corrected live, or None."""
+    if max(s["calls"]) > 1:
+        return "its dropout or norm module runs more than once per forward (calls not told apart live)"
+    if s["norm_call"] not in modules or s["linear"] not in modules:
+        return "its norm or linear layer is not a module of the model"
+    if s["kind"] == "attention":
+        return None if s["dropout"].rsplit(":", 1)[0] in modules else "its attention owner is not a module"
+    import torch.nn as nn
+
+    if not isinstance(modules.get(s["dropout"]), nn.modules.dropout._DropoutNd):
+        return "a functional dropout outside attention (its input is not kept live)"
+    return None
+
+
+def linear_plan(model, inputs, sites, order: int, exclude, kwargs: dict, found=None) -> Optional[LinearPlan]:
+    """The linear-path sites of the model on ``inputs`` (as ``correct``
+    takes them) that can be corrected, and the refused ones with their
+    reason; None when ``correct`` names its sites, has no inputs or
+    ``order`` is 2 (the family has no second-order form). ``exclude``:
+    site names (``"dropout->norm"``), tuples or call names to leave alone.
+    ``found``: ``correct``'s :class:`~dropmc.model.discovery.Discovery`, whose
+    train-mode rates the tracer takes (:func:`dropmc.model.linear_path.rates_of`:
+    BERT's attention passes ``p = 0`` to ``F.dropout`` in eval)."""
+    from ..model.discovery import call_inputs
+    from ..model.linear_path import find_linear_paths, rates_of
+
+    if sites is not None or inputs is None or order != 1:
+        return None
+    args, kwargs = call_inputs(inputs, dict(kwargs))
+    modules = dict(model.named_modules())
+    skip = {str(e) if not isinstance(e, tuple) else "->".join(e) for e in exclude}
+    chosen, refused = {}, {}
+    rates = rates_of(found) if found is not None else None
+    for s in find_linear_paths(model, args, kwargs, rates=rates):
+        if s["name"] in skip or s["dropout"] in skip or s["name"] in chosen:
+            continue
+        if not 0.0 < s["p"] < 1.0:
+            refused[s["name"]] = f"p = {s['p']:g} (no correction)"
+            continue
+        why = _refusal(s, modules)
+        if why is None:
+            chosen[s["name"]] = s
+        else:
+            refused[s["name"]] = why
+    return LinearPlan(chosen, refused, (args, kwargs))
