@@ -13,16 +13,20 @@ re-exports (`pub use x::Y;`) is followed to where it is defined. Two graphs are 
   folder's own `mod.rs` is left out of this graph, since a parent re-exporting its children
   while they use the parent's items is how a Rust folder is built.
 
-Python (python/dropmc/): every module is a node, `__init__.py` is `dropmc`; the edges are
-`from . import x`, `from .x import y`, `from dropmc.x import y`, `import dropmc.x` anywhere in
-the file (an import inside a function is still a dependency); the compiled extension
-`_dropmc` is not a node.
+Python (python/dropmc/): every module is a node named by its dotted path, a folder's
+`__init__.py` by the folder (`dropmc`, `dropmc.audit`); the edges are `from . import x`,
+`from .x import y`, `from ..x.y import z`, `from dropmc.x import y`, `import dropmc.x` anywhere
+in the file (an import inside a function is still a dependency); the compiled extension
+`_dropmc` is not a node. Besides circles, the package's layers are checked (PYTHON_LAYERS,
+lowest first: checks < model < correct < audit < assess < the front doors at the root): a
+module may import its own layer and those below it, and an import that runs back up fails,
+printed with its file, line and statement; a new subpackage must be given its layer.
 
 A `#[cfg(test)]` module is left out: a unit test may drive its module through a sibling (the
 cancellation test runs the engine's loop) without the library depending on it.
 
 A circle is printed as `a -> b -> a` and the script exits 1; `--list` prints every graph's
-circles and exits 0 (the count before and after a change).
+circles and exits 0 (the count before and after a change; upward imports still fail).
 """
 
 import pathlib
@@ -255,6 +259,45 @@ def python_imports(package):
     return out
 
 
+#: The layers of python/dropmc, lowest first (docs/architecture.md): each top-level subpackage
+#: by name, then the front doors (the modules at the package's root: dropmc, dropmc.torch,
+#: dropmc.flax, dropmc.keras, dropmc.testing, dropmc.pytest_plugin).
+PYTHON_LAYERS = ("checks", "model", "correct", "audit", "assess")
+FRONT_DOORS = "front doors"
+
+
+def python_layer(module):
+    """The layer of a dotted module name: its top-level subpackage, or the front doors for a
+    module at the root (None: a subpackage PYTHON_LAYERS does not list)."""
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] not in PYTHON_LAYERS and not _is_package(module)):
+        return FRONT_DOORS
+    return parts[1] if parts[1] in PYTHON_LAYERS else None
+
+
+def _is_package(module):
+    return (PYTHON_PACKAGE.parent / module.replace(".", "/") / "__init__.py").is_file()
+
+
+def upward_imports(package):
+    """One line per import that runs from a lower layer to a higher one, or from a module whose
+    subpackage has no layer."""
+    order = list(PYTHON_LAYERS) + [FRONT_DOORS]
+    chain = " < ".join(order)
+    out, paths = [], python_modules(package)
+    for here, there, line, statement in python_imports(package):
+        a, b = python_layer(here), python_layer(there)
+        path = paths[here].relative_to(ROOT).as_posix()
+        for name, layer in ((here, a), (there, b)):
+            if layer is None:
+                out.append(f"{path}:{line}: {name} is in no layer: give its subpackage a place in "
+                           f"PYTHON_LAYERS ({chain})")
+        if a is not None and b is not None and order.index(b) > order.index(a):
+            out.append(f"upward import in {path}:{line}: `{statement}`: {a} may not import {b} "
+                       f"(layers, lowest first: {chain})")
+    return sorted(set(out))
+
+
 def python_graph(package):
     """The edges between the package's modules."""
     return {(a, b) for a, b, _, _ in python_imports(package)}
@@ -340,9 +383,13 @@ def main():
             else:
                 known += 1
                 print(f"{line}  [known: {reason}]")
+    upward = upward_imports(PYTHON_PACKAGE) if PYTHON_PACKAGE.is_dir() else []
+    for line in upward:
+        print(line)
     edges = sum(len(e) for e in graphs.values())
-    print(f"import_cycles: {found} new circle(s), {known} known, in {len(graphs)} graphs ({edges} edges)")
-    if found and not listing:
+    print(f"import_cycles: {found} new circle(s), {known} known, in {len(graphs)} graphs ({edges} edges); "
+          f"{len(upward)} upward import(s) in python/dropmc/")
+    if upward or (found and not listing):
         sys.exit(1)
 
 
