@@ -17,20 +17,6 @@ from __future__ import annotations
 from typing import Optional
 
 
-def _norm_kind(module) -> Optional[str]:
-    """``"layer"``/``"rms"``/``"batch"`` for torch's norm modules, else None."""
-    import torch.nn as nn
-
-    if isinstance(module, nn.LayerNorm):
-        return "layer"
-    if hasattr(nn, "RMSNorm") and isinstance(module, nn.RMSNorm):
-        return "rms"
-    if isinstance(module, nn.modules.batchnorm._BatchNorm):
-        return "batch"
-    return None
-
-
-
 def _stats_dtype(t):
     import torch
 
@@ -189,9 +175,21 @@ class _NormParams:
 
     @classmethod
     def of_module(cls, module) -> "_NormParams":
-        kind = _norm_kind(module)
-        eps = None if kind == "rms" and module.eps is None else float(module.eps)
-        return cls(module, kind, eps)
+        """A module-named norm (no example forward): its kind decided by
+        :func:`dropmc.model.norms.norm_kind`; torch's own classes read from
+        their attributes (``nn.RMSNorm``'s ``eps=None`` is the input dtype's
+        ε, as torch computes it), any other norm from its
+        :class:`~dropmc.model.norms.NormSpec`."""
+        import torch.nn as nn
+
+        from ..model.norms import norm_kind, norm_spec
+
+        torch_own = isinstance(module, nn.LayerNorm) or (hasattr(nn, "RMSNorm") and isinstance(module, nn.RMSNorm))
+        if torch_own or norm_kind(module) == "batch":
+            kind = norm_kind(module)
+            eps = None if kind == "rms" and module.eps is None else float(module.eps)
+            return cls(module, kind, eps)
+        return cls.of_spec(module, norm_spec(module))
 
     @classmethod
     def of_spec(cls, module, spec) -> "_NormParams":

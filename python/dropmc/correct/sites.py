@@ -23,7 +23,8 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-from .forms import _norm_kind, _NormParams
+from ..model.norms import norm_kind
+from .forms import _NormParams
 
 
 def _module_name(call: str) -> str:
@@ -55,7 +56,7 @@ def _batchnorm_sites(model) -> List[Tuple[str, str]]:
     for node in graph.nodes:
         if node.op == "call_module" and isinstance(modules.get(node.target), nn.Dropout):
             for user in node.users:
-                if user.op == "call_module" and _norm_kind(modules.get(user.target)) == "batch":
+                if user.op == "call_module" and norm_kind(modules.get(user.target)) == "batch":
                     out.append((node.target, user.target))
     return out
 
@@ -328,12 +329,13 @@ def _check_sites(modules: dict, plan: _Plan, exclude) -> List[Tuple[str, ...]]:
             _check_module_site(modules, s)
         for n in s[1:]:
             discovered = plan.found is not None and n in plan.found.norms
-            kind = plan.found.norms[n].kind if discovered else _norm_kind(modules.get(_module_name(n)))
+            kind = plan.found.norms[n].kind if discovered else norm_kind(modules.get(_module_name(n)))
             if kind is None:
-                norms = [k for k, m in modules.items() if _norm_kind(m) is not None]
+                norms = [k for k, m in modules.items() if norm_kind(m) is not None]
                 raise ValueError(f"site {s!r}: {n!r} is not a LayerNorm, RMSNorm or BatchNorm of the model"
-                                 f"{_close(_module_name(n), norms)}. Its norm modules: {norms} (give correct "
-                                 "example inputs to have norms recognised by what they compute)")
+                                 f"{_close(_module_name(n), norms)}. Its norm modules: {norms} (each recognised by "
+                                 "what it computes on a probe input; give correct example inputs for a "
+                                 "norm that needs the model's own)")
             if len(s) == 3 and kind != "layer":
                 raise ValueError(f"site {s!r}: a compound site's two norms must be LayerNorms")
         for n in s[1:]:

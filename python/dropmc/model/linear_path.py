@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional
 import numpy as _np
 
 from .. import _dropmc
+from .norms import norm_candidate, norm_spec
 
 __all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear",
            "first_order_torch"]
@@ -178,10 +179,16 @@ def _linear_from(tracer, t):
 
 def _hooks(model, tracer):
     """Forward hooks: an attention module (one with a float
-    ``attention_dropout``) sets the rate its dropout call stands for; an
-    RMSNorm module (a ``weight`` and a ``variance_epsilon`` or ``eps``, not
-    calling ``F.rms_norm``) records its input."""
+    ``attention_dropout``) sets the rate its dropout call stands for; a
+    norm that computes its norm itself (not by ``F.layer_norm`` /
+    ``F.rms_norm``, which the tracer records: T5's ``T5LayerNorm``,
+    Mistral's ``…RMSNorm``, any hand-written one) records its input, its
+    kind read by :func:`dropmc.model.norms.norm_spec` from the call's own
+    input and output (the first call of each module decides)."""
+    import torch
+
     handles = []
+    specs: Dict[int, Any] = {}
     for name, mod in model.named_modules():
         def push(m, a, name=name):
             tracer.stack.append((name, m))
@@ -195,27 +202,38 @@ def _hooks(model, tracer):
             def leave(m, a, o):
                 tracer.attention_p = None
             handles += [mod.register_forward_pre_hook(enter), mod.register_forward_hook(leave)]
-        eps = getattr(mod, "variance_epsilon", getattr(mod, "eps", None))
-        if _rms_module(mod) and eps:
-            def record(m, a, name=name, eps=eps):
-                tracer.norm_inputs.append(dict(op="norm", kind="rms", x=a[0], w=m.weight, b=None,
-                                               eps=float(eps), name=tracer.call_name(name)))
-            handles.append(mod.register_forward_pre_hook(record))
+        if norm_candidate(mod):
+            def record(m, a, o, name=name):
+                done = tracer.producer.get(id(o))
+                if not a or done is not None and done["op"] == "norm":
+                    return  # an F.layer_norm / F.rms_norm call inside: recorded by the tracer
+                spec = _own_norm(m, a[0], o, specs)
+                if spec is not None:
+                    tracer.norm_inputs.append(dict(
+                        op="norm", kind=spec.kind, x=a[0], w=torch.from_numpy(spec.gamma),
+                        b=None if spec.kind == "rms" else torch.from_numpy(spec.beta), eps=spec.eps,
+                        name=tracer.call_name(name)))
+            handles.append(mod.register_forward_hook(record))
     return handles
 
 
-def _rms_module(mod) -> bool:
-    """An RMSNorm module that computes its norm itself (Mistral's
-    ``…RMSNorm``, T5's ``T5LayerNorm``: a ``weight``, no ``bias``, a
-    ``variance_epsilon``)."""
-    import torch.nn as nn
+def _own_norm(mod, x, y, specs):
+    """The :class:`~dropmc.model.norms.NormSpec` of a norm over the last
+    axis from its first call (``specs`` caches it by module; None: not one),
+    recognised on :data:`~dropmc.model.trace.RECOGNITION_ROWS` of its rows
+    outside every tracer (no torch function mode sees its ops)."""
+    import torch
 
-    if getattr(mod, "weight", None) is None or isinstance(mod, nn.LayerNorm):
-        return False
-    if hasattr(nn, "RMSNorm") and isinstance(mod, nn.RMSNorm):
-        return False  # calls F.rms_norm: the tracer records it
-    named = type(mod).__name__.endswith("RMSNorm")
-    return named or (hasattr(mod, "variance_epsilon") and getattr(mod, "bias", None) is None)
+    from .trace import RECOGNITION_ROWS, some_rows
+
+    if id(mod) not in specs:
+        spec = None
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.dim() >= 1:
+            with torch._C.DisableTorchFunction():
+                spec = norm_spec(mod, some_rows(x.detach(), RECOGNITION_ROWS),
+                                 some_rows(y.detach(), RECOGNITION_ROWS))
+        specs[id(mod)] = spec if spec is None or spec.axis == -1 else None
+    return specs[id(mod)]
 
 
 def _as_rows(t, width: int) -> _np.ndarray:
