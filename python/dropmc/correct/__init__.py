@@ -35,7 +35,8 @@ a token-level mask by its exact expectation), the steps from the dropout
 to the norm replayed on ``v`` (:mod:`dropmc.correct.tapes`); entangled
 sites, grouped masks and ``p = 1`` refused with the reason.
 Without inputs: module-named sites, or only the dropout→BatchNorm pairs
-``torch.fx`` finds (:mod:`dropmc.correct.sites`, the one switch point).
+of the model's ``nn.Sequential`` containers (:mod:`dropmc.correct.sites`,
+the one switch point).
 
 How: forward hooks that keep each dropout's input and replace the norm's
 output in eval mode only (train mode is bit for bit what it was), one per
@@ -162,8 +163,8 @@ def resolve_sites(model, sites=None, inputs=None, *, norms=None, **kwargs) -> Li
     ``sites`` an ``Audit`` of ``audit_torch``: its audited sites. Without
     inputs: ``sites`` as ``[(dropout_name, norm_name), ...]`` / ``(dropout,
     ln1, ln2)`` module names, or (``sites=None``) the dropout→BatchNorm
-    pairs of the fx graph (a ValueError asking for inputs when there are
-    none)."""
+    pairs that follow one another in an ``nn.Sequential`` (a ValueError
+    asking for inputs when there are none)."""
     return _plan(model, inputs, sites, norms, kwargs).sites
 
 
@@ -301,8 +302,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     than once its own site (``name#k``). ``sites`` names a subset, or is
     an ``Audit`` of ``audit_torch``; without inputs, ``sites`` are module
     names (``[(dropout, norm), ...]``, ``(dropout, ln1, ln2)``) or, with
-    ``sites=None``, only dropout→BatchNorm pairs are found (fx; a
-    ValueError asking for inputs when there are none; the old
+    ``sites=None``, only the dropout→BatchNorm pairs of its
+    ``nn.Sequential`` containers (a ValueError asking for inputs when
+    there are none; the old
     ``correct(model, sites)`` still works). Functional ``F.dropout`` calls
     (``owner:dropout#k``, ``dropout_add``-style helpers included) are
     corrected like ``nn.Dropout`` modules; one dropout call feeding several

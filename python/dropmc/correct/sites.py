@@ -10,8 +10,9 @@ factor), a mask product whose mask is shared over groups of channels or
 whose value no module takes as its input (:mod:`dropmc.correct.masks`), a
 path to the norm that cannot be replayed on ``v``
 (:mod:`dropmc.correct.tapes`); ``p = 0`` skipped. Without inputs: module-named sites, or (``sites=None``) only the
-dropout→BatchNorm pairs of the ``torch.fx`` graph — a LayerNorm/RMSNorm
-site needs the forward.
+dropout→BatchNorm pairs of the model's ``nn.Sequential`` containers
+(:func:`dropmc.model.batchnorm_pairs.sequential_batchnorm_pairs`) — any
+other site needs the forward.
 
 Refusals up front, each with its own message and the calls to choose
 from: non-finite example inputs, a forward with no dropout call, one with
@@ -34,31 +35,6 @@ def _module_name(call: str) -> str:
 
 def _call_index(call: str) -> int:
     return int(call.split("#")[1]) if "#" in call else 0
-
-
-def _batchnorm_sites(model) -> List[Tuple[str, str]]:
-    """``(dropout, batchnorm)`` pairs where an ``nn.Dropout``'s output goes
-    straight into a BatchNorm, by ``torch.fx`` (traced in train mode);
-    none when fx cannot trace the model."""
-    import torch.fx as fx
-    import torch.nn as nn
-
-    was_training = model.training
-    model.train()
-    try:
-        graph = fx.symbolic_trace(model).graph
-    except Exception:  # fx raises many types on untraceable control flow
-        return []
-    finally:
-        model.train(was_training)
-    modules = dict(model.named_modules())
-    out = []
-    for node in graph.nodes:
-        if node.op == "call_module" and isinstance(modules.get(node.target), nn.Dropout):
-            for user in node.users:
-                if user.op == "call_module" and norm_kind(modules.get(user.target)) == "batch":
-                    out.append((node.target, user.target))
-    return out
 
 
 def _is_audit(obj) -> bool:
@@ -245,12 +221,15 @@ def _plan(model, inputs=None, sites=None, norms=None, kwargs=None, need_sites: b
     if inputs is None and not kwargs:
         if sites is not None:
             return _Plan(_legacy_tuples(sites))
-        batchnorm = _batchnorm_sites(model)
+        from ..model.batchnorm_pairs import sequential_batchnorm_pairs
+
+        batchnorm = sequential_batchnorm_pairs(model)
         if not batchnorm:
             raise ValueError("correct(model) without example inputs finds only dropout→BatchNorm pairs "
-                             "(by torch.fx), and this model has none: give example inputs, "
-                             "correct(model, inputs), to find its dropout→LayerNorm/RMSNorm sites from "
-                             "one forward, or name them, sites=[(dropout_module, norm_module), ...]")
+                             "that follow one another in an nn.Sequential, and this model has none: give "
+                             "example inputs, correct(model, inputs), to find its sites from one forward "
+                             "(dropout→LayerNorm/RMSNorm, and dropout→BatchNorm in any forward), or name "
+                             "them, sites=[(dropout_module, norm_module), ...]")
         return _Plan(batchnorm)
     args, kw = call_inputs(inputs, kwargs)
     _check_finite(args, kw)

@@ -10,15 +10,23 @@ goes straight into the BatchNorm", as the running-variance fold needs
 (src/formulas/batchnorm.rs). In eval mode a dropout returns its input
 object, so a BatchNorm fed by the same tensor a dropout was also given is
 read as behind it: both see the same values in eval, and the fold is the
-rule for the train-mode path through the dropout. No ``torch.fx``: the
+rule for the train-mode path through the dropout. No symbolic graph: the
 forward's own calls, whatever its control flow.
+
+Without inputs (``correct(model)``), :func:`sequential_batchnorm_pairs`
+reads the only order a module states without running: an ``nn.Sequential``
+calls its children one after the other, each on the previous one's output,
+so an ``nn.Dropout`` followed by a BatchNorm among them (a nested
+``nn.Sequential`` read as its children in order) is such a pair. A pair in
+a hand-written ``forward`` is not seen without a forward: ``correct`` asks
+for ``inputs``.
 """
 
 from __future__ import annotations
 
 from typing import List, Tuple
 
-__all__ = ["traced_batchnorm_pairs"]
+__all__ = ["traced_batchnorm_pairs", "sequential_batchnorm_pairs"]
 
 
 def traced_batchnorm_pairs(model, args: tuple, kwargs: dict) -> List[Tuple[str, str]]:
@@ -51,4 +59,29 @@ def traced_batchnorm_pairs(model, args: tuple, kwargs: dict) -> List[Tuple[str, 
     finally:
         for h in handles:
             h.remove()
+    return pairs
+
+
+def sequential_batchnorm_pairs(model) -> List[Tuple[str, str]]:
+    """``[(dropout module, batchnorm module), ...]`` of the ``nn.Sequential``
+    containers of ``model`` (module docs), in module order, each pair once."""
+    import torch.nn as nn
+
+    from .norms import norm_kind
+
+    def leaves(prefix: str, seq) -> List[Tuple[str, object]]:
+        out = []
+        for child, m in seq.named_children():
+            name = f"{prefix}.{child}" if prefix else child
+            out += leaves(name, m) if isinstance(m, nn.Sequential) else [(name, m)]
+        return out
+
+    pairs: List[Tuple[str, str]] = []
+    for prefix, seq in model.named_modules():
+        if not isinstance(seq, nn.Sequential):
+            continue
+        run = leaves(prefix, seq)
+        for (a, first), (b, second) in zip(run, run[1:]):
+            if isinstance(first, nn.Dropout) and norm_kind(second) == "batch" and (a, b) not in pairs:
+                pairs.append((a, b))
     return pairs

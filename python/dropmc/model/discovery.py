@@ -1,5 +1,5 @@
 """Find a model's dropout→norm and attention-dropout sites from what one
-forward does (no ``torch.fx``): the one site discovery of dropmc.
+forward does (no symbolic graph): the one site discovery of dropmc.
 
 ``discover(model, *args, **kwargs)`` runs ONE neutral train-mode forward
 under :class:`dropmc.model.trace.Trace` (no mask is drawn: the structure does not
