@@ -49,10 +49,25 @@ def blocks(path):
         yield m.group(1), m.group(2), text[: m.start()].count("\n") + 1, reason
 
 
-def main():
+def arguments(argv):
+    """(PYTHON, the .md files) from the command line, checked before anything runs: a
+    block's `cargo` line would otherwise start a build for `--help` taken as the
+    interpreter."""
+    if len(argv) < 2 or argv[1].startswith("-"):
+        sys.exit(__doc__.split("\n\n")[1])
     # Absolute but not resolved: a venv's python is a link that must stay in the venv.
-    python = os.path.abspath(sys.argv[1])
-    files = [pathlib.Path(f).resolve() for f in sys.argv[2:]] or [
+    python = os.path.abspath(argv[1])
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        sys.exit(f"PYTHON {argv[1]!r} is not an executable file\n{__doc__.split(chr(10) * 2)[1]}")
+    missing = [f for f in argv[2:] if not pathlib.Path(f).is_file()]
+    if missing:
+        sys.exit(f"no such file: {', '.join(missing)}")
+    return python, [pathlib.Path(f).resolve() for f in argv[2:]]
+
+
+def main():
+    python, files = arguments(sys.argv)
+    files = files or [
         ROOT / "README.md",
         *sorted((ROOT / "docs").glob("*.md")),
     ]

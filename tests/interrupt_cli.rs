@@ -3,13 +3,15 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
 #[test]
 fn sigint_stops_a_journaled_calibration_promptly_keeping_its_lines() {
     let journal = std::env::temp_dir().join(format!("dropmc-sigint-{}.jsonl", std::process::id()));
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dropmc"))
+    let mut child = common::binary_with_default_sigint()
         .args([
             "calibrate",
             "--seeds",

@@ -13,9 +13,9 @@ unknown (left out, counted).
 Models (random weights, one torch thread): pre-LN GPT-2 (4 layers, d 64,
 p 0.2 everywhere), Llama-style (4 layers, d 64, attention dropout 0.2,
 eager attention), post-LN BERT (4 layers, d 64, p 0.2), and the ESMFold
-trunk (tiny config of python/tests/hf_models.py, p 0.25, no recycle).
-alphafold3-pytorch's ``PairformerStack`` is tried and reported as not
-importable when it is not.
+trunk (tiny config of python/tests/hf_models.py, p 0.25, no recycle),
+alphafold3-pytorch's ``PairformerStack`` (python/tests/af3_models.py;
+reported as not importable when its model module is not).
 
 With ``--check`` each model's truths are also compared with a second,
 independent run (another seed, both at exactly ``forwards`` draws): per
@@ -132,20 +132,24 @@ def check(name, build):
 
 
 def pairformer():
-    try:
-        from alphafold3_pytorch import PairformerStack  # noqa: F401
-    except Exception as e:  # noqa: BLE001 — any import failure is reported, not raised
-        print(f"alphafold3-pytorch PairformerStack: not importable ({type(e).__name__}: {e})")
-        return
-    print("alphafold3-pytorch PairformerStack: importable, not yet wired into this benchmark")
+    """alphafold3-pytorch's ``PairformerStack`` (python/tests/af3_models.py:
+    2 blocks, row/column dropout 0.25, 8 tokens), or None when its model
+    module cannot be imported here."""
+    import af3_models as AF
+
+    if AF.load() is None:
+        return None
+    return AF.build_pairformer(p=0.25), AF.pairformer_inputs(n=8)
 
 
 if __name__ == "__main__":
     for name, build in [("GPT-2 pre-LN", gpt2), ("Llama-style", llama), ("BERT post-LN", bert),
-                        ("ESMFold trunk", esmfold)]:
+                        ("ESMFold trunk", esmfold), ("alphafold3-pytorch PairformerStack", pairformer)]:
+        if name.startswith("alphafold3") and pairformer() is None:
+            print(f"{name}: its model module is not importable here (python/tests/af3_models.py)")
+            continue
         audit = run(name, build)
         if "-v" in sys.argv:
             print(audit.network_table)
         if "--check" in sys.argv:
             check(name, build)
-    pairformer()

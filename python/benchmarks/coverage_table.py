@@ -1,7 +1,8 @@
 """Coverage of dropmc.torch.audit per architecture (issue 40's closing
 note): dropout calls / audited / listed (reasons) / missed, before (the
 `main` branch's Python package) and after (this checkout), and the wall
-time of each whole audit.
+time of each whole audit. A call is audited when a norm site, an
+attention site or a linear-path row of it has numbers.
 
 The number of dropout calls is this checkout's data-flow count (every
 F.dropout call, SDPA call with dropout_p > 0, nn.MultiheadAttention, mask
@@ -13,7 +14,19 @@ Models: small configs, random weights (transformers; no download), two
 sequences of 8 tokens (the second with 3 padded) or the modality's small
 input; one torch thread; samples = 1024, attention_samples = 256.
 
-    python python/benchmarks/coverage_table.py [--main /work/main] [arch ...]
+    python python/benchmarks/coverage_table.py [--main /work/main] [--ref COMMIT] [arch ... | issue50]
+
+``issue50``: the architectures of issue 50 (:data:`ISSUE50`), eager and
+SDPA where the model has both (``gpt2/sdpa``); their column "linear-path
+rows" counts the rows of ``audit.linear_sites`` (attention → output
+projection → norm paths among them).
+
+Measured (``--ref 172d877 issue50``, load 11-12 on 2 cores): every call of
+the 12 models audited or listed, 0 missed, before and after; the
+linear-path rows before → after: gpt2 eager 0 → 2, sdpa 0 → 2; modernbert
+eager 4 → 4, sdpa 2 → 4; olmo2 eager 2 → 2, sdpa 0 → 2; gpt-neox,
+convnext, beit, sew-d 0 → 0 (GPT-NeoX's parallel residual: a sum of three
+terms, which the linear-path tracer does not read).
 """
 
 import json
@@ -116,12 +129,72 @@ def model(arch):
     elif arch == "esmfold":
         ids = torch.randint(0, 20, (1, 12), generator=torch.Generator().manual_seed(3))
         return _hf_models().build_esmfold(), {"input_ids": ids}
+    elif arch.split("/")[0] in ISSUE50:
+        return _issue50(*arch.split("/")), issue50_inputs(arch.split("/")[0])
     else:
         raise ValueError(arch)
     c._attn_implementation = "eager"
     return cls(c), text
 
 
+#: Issue 50's architectures, ``name/impl`` (``eager``, or ``sdpa`` where the
+#: model has it): parallel residual, Conv1D, SDPA, channels-first, layer
+#: scale, a custom autograd dropout.
+ISSUE50 = {"gpt2": ("eager", "sdpa"), "modernbert": ("eager", "sdpa"), "olmo2": ("eager", "sdpa"),
+           "gpt-neox": ("eager", "sdpa"), "convnext": ("eager",), "beit": ("eager", "sdpa"), "sew-d": ("eager",)}
+
+
+def _issue50(name, impl="eager"):
+    """A model of :data:`ISSUE50` (its inputs are :func:`issue50_inputs`)."""
+    import transformers as T
+
+    torch.manual_seed(0)
+    if name == "gpt2":
+        c = T.GPT2Config(n_embd=D, n_layer=LAYERS, n_head=HEADS, vocab_size=100, n_positions=64, resid_pdrop=P,
+                         embd_pdrop=P, attn_pdrop=P, bos_token_id=0, eos_token_id=0)
+        cls = T.GPT2Model
+    elif name == "modernbert":
+        c = T.ModernBertConfig(vocab_size=100, hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
+                               num_attention_heads=HEADS, attention_dropout=P, embedding_dropout=P, mlp_dropout=P,
+                               pad_token_id=0, eos_token_id=1, bos_token_id=2, cls_token_id=2, sep_token_id=1)
+        cls = T.ModernBertModel
+    elif name == "olmo2":
+        c = T.Olmo2Config(vocab_size=100, hidden_size=D, intermediate_size=2 * D, num_hidden_layers=LAYERS,
+                          num_attention_heads=HEADS, num_key_value_heads=2, attention_dropout=P, pad_token_id=0)
+        cls = T.Olmo2Model
+    elif name == "gpt-neox":
+        c = T.GPTNeoXConfig(vocab_size=100, hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                            intermediate_size=2 * D, hidden_dropout=P, attention_dropout=P, use_parallel_residual=True)
+        cls = T.GPTNeoXModel
+    elif name == "convnext":
+        c = T.ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[2, 2], drop_path_rate=P,
+                             image_size=32)
+        cls = T.ConvNextModel
+    elif name == "beit":
+        c = T.BeitConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=2 * D,
+                         image_size=32, patch_size=8, hidden_dropout_prob=P, attention_probs_dropout_prob=P,
+                         layer_scale_init_value=0.1, use_mask_token=False, drop_path_rate=P)
+        cls = T.BeitModel
+    else:
+        c = T.SEWDConfig(hidden_size=D, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=2 * D,
+                         conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                         num_conv_pos_embedding_groups=4, squeeze_factor=1, hidden_dropout=P, attention_dropout=P,
+                         activation_dropout=P, feat_proj_dropout=P, final_dropout=P, mask_time_prob=0.0)
+        cls = T.SEWDModel
+    c._attn_implementation = impl
+    return cls(c)
+
+
+def issue50_inputs(name):
+    g = torch.Generator().manual_seed(1)
+    if name in ("convnext", "beit"):
+        return {"pixel_values": torch.randn(2, 3, 32, 32, generator=g)}
+    if name == "sew-d":
+        return {"input_values": torch.randn(2, 400, generator=g)}
+    return _text()
+
+
+ISSUE50_ARCHS = [f"{n}/{impl}" for n, impls in ISSUE50.items() for impl in impls]
 ARCHS = ["roberta", "distilbert", "albert", "electra", "xlm-r", "mpnet", "deberta-v2", "bart", "opt", "bloom",
          "gpt-neo", "falcon", "whisper", "wav2vec2", "clip-text", "clip-vision", "swin", "mistral", "qwen2",
          "esmfold"]
@@ -145,26 +218,31 @@ def row(arch):
         call = o["name"].split("->")[0]
         if call not in audited:
             listed[call] = o.get("kind", o["form"])
-    return {"audited": sorted(audited), "listed": listed, "seconds": seconds,
+    linear = sorted(r["name"] for r in getattr(audit, "linear_sites", []) or [])
+    audited |= {r["dropout"] for r in getattr(audit, "linear_sites", []) or []}  # a linear-path row's call
+    return {"audited": sorted(audited), "listed": listed, "seconds": seconds, "linear": linear,
             "coverage": getattr(audit, "coverage", None)}
 
 
-def before(arch, main):
-    """:func:`row` with main's Python package (its .py files beside this
-    checkout's compiled engine) in a subprocess."""
+def before(arch, main, ref="HEAD"):
+    """:func:`row` with the Python package of commit ``ref`` of the
+    repository ``main`` (its files beside this checkout's compiled engine)
+    in a subprocess."""
     import dropmc
 
     tmp = tempfile.mkdtemp()
-    pkg = os.path.join(tmp, "dropmc")
-    os.makedirs(pkg)
-    files = subprocess.run(["git", "-C", main, "ls-files", "python/dropmc"], capture_output=True, text=True,
-                           check=True).stdout.split()
+    files = subprocess.run(["git", "-C", main, "ls-tree", "-r", "--name-only", ref, "python/dropmc"],
+                           capture_output=True, text=True, check=True).stdout.split()
     for f in files:
-        shutil.copy(os.path.join(main, f), pkg)
+        target = os.path.join(tmp, os.path.relpath(f, "python"))
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as out:
+            out.write(subprocess.run(["git", "-C", main, "show", f"{ref}:{f}"], capture_output=True,
+                                     check=True).stdout)
     here = os.path.dirname(dropmc.__file__)
     for f in os.listdir(here):
         if f.startswith("_dropmc") and f.endswith(".so"):
-            shutil.copy(os.path.join(here, f), pkg)
+            shutil.copy(os.path.join(here, f), os.path.join(tmp, "dropmc"))
     env = dict(os.environ, PYTHONPATH=tmp + os.pathsep + os.path.dirname(__file__))
     code = f"import json, coverage_table as c; print(json.dumps(c.row({arch!r})))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp)
@@ -187,27 +265,33 @@ def _cell(r, calls):
 
 def main():
     args = sys.argv[1:]
-    main_dir = "/work/main"
-    if args[:1] == ["--main"]:
-        main_dir, args = args[1], args[2:]
+    main_dir, ref = "/work/main", "HEAD"
+    while args[:1] in (["--main"], ["--ref"]):
+        if args[0] == "--main":
+            main_dir = args[1]
+        else:
+            ref = args[1]
+        args = args[2:]
+    if args == ["issue50"]:
+        args = ISSUE50_ARCHS
     from dropmc.model.discovery import discover
 
-    print("| arch | dropout calls | before: audited / listed / missed | before s | after: audited / listed / "
-          "missed | after reasons | after s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| arch | dropout calls | before: audited / listed / missed | linear-path rows before | before s | after: "
+          "audited / listed / missed | linear-path rows after | after reasons | after s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for arch in args or ARCHS:
         try:
             m, kw = model(arch)
         except Exception as e:  # a config this transformers does not take
-            print(f"| {arch} | not built: {type(e).__name__}: {str(e)[:60]} | | | | | |", flush=True)
+            print(f"| {arch} | not built: {type(e).__name__}: {str(e)[:60]} | | | | | | | |", flush=True)
             continue
         found = discover(m, **kw)
         calls = set(found.dropouts) | {a.call for a in found.attention}
-        b, a = before(arch, main_dir), row(arch)
+        b, a = before(arch, main_dir, ref), row(arch)
         bc, _ = _cell(b, calls)
         ac, reasons = _cell(a, calls)
-        print(f"| {arch} | {len(calls)} | {bc} | {b['seconds']:.1f} | {ac} | {reasons} | {a['seconds']:.1f} |",
-              flush=True)
+        print(f"| {arch} | {len(calls)} | {bc} | {len(b.get('linear', []))} | {b['seconds']:.1f} | {ac} | "
+              f"{len(a.get('linear', []))} | {reasons} | {a['seconds']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

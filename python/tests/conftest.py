@@ -3,8 +3,17 @@
 import os
 import pathlib
 import shutil
+import signal
 
 import pytest
+
+# A pytest started in the background by a non-interactive shell (`pytest &`)
+# inherits SIGINT ignored, and exec keeps an ignored signal ignored: the
+# Ctrl-C tests' child interpreters would never raise KeyboardInterrupt and
+# fail whatever the package does. A *caught* signal is reset to its default
+# at exec, so catching it here gives every child a terminal's disposition.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

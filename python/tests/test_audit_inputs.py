@@ -117,7 +117,8 @@ class _EinsumAttention(nn.Module):
     def forward(self, x):
         q, k, v = self.qkv(x).chunk(3, -1)
         w = torch.nn.functional.dropout(torch.softmax(q @ k.transpose(-1, -2), -1), 0.1, self.training)
-        return self.norm(x + self.drop(torch.einsum("bls,bsd->bld", w, v)))
+        # an ellipsis: the equation names no batch axes to read the rows by (dropmc.model.attention_product)
+        return self.norm(x + self.drop(torch.einsum("...ls,...sd->...ld", w, v)))
 
 
 def test_an_unreadable_attention_call_is_listed_and_the_audit_returns():

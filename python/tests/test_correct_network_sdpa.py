@@ -152,10 +152,21 @@ def test_network_audit_lists_the_same_norms():
     assert names["eager"] == names["sdpa"] != []
 
 
-def test_site_scope_refusal_names_the_missing_site():
-    """The per-site scope has no site for an attention dropout: its refusal
-    says the dropout's output reaches no norm as a site, not that the model
-    made no dropout call (the old message, from the same check)."""
+def test_site_scope_corrects_the_sdpa_attention_paths_as_eager():
+    """The per-site scope corrects an attention dropout's path on through
+    ``o_proj`` to the next norm (the linear-path family, docs/linear-path.md),
+    SDPA's as eager's (issue 50 item 5; before, the SDPA model was refused
+    "no dropout call's output reaches a norm" while its eager twin was
+    corrected): the same norms, and the same corrected outputs to the
+    module's tolerance."""
     torch.set_num_threads(1)
-    with pytest.raises(ValueError, match=r"no dropout call's output reaches a norm"):
-        correct(_llama("sdpa"), _ids(), scope="site")
+    got = {}
+    for impl in ("eager", "sdpa"):
+        model, ids = _llama(impl), _ids()
+        correct(model, ids, scope="site")
+        with torch.no_grad():
+            got[impl] = (sorted(n for _, n in model._dropmc_correction.linear_sites), model(ids).last_hidden_state)
+    assert got["sdpa"][0] == got["eager"][0] == ["layers.0.post_attention_layernorm",
+                                                 "layers.1.post_attention_layernorm"]
+    gap, scale = float((got["sdpa"][1] - got["eager"][1]).abs().max()), float(got["eager"][1].abs().max())
+    assert gap <= REL_TOL * scale, (gap, REL_TOL * scale)

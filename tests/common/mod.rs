@@ -281,13 +281,34 @@ pub fn assert_rejected(args: &[&str]) {
     assert!(stderr.starts_with("error:"), "{args:?}: {stderr}");
 }
 
+/// The `dropmc` binary as a command whose child starts with SIGINT at its
+/// default action. A harness started in the background by a
+/// non-interactive shell (`cargo test &`) inherits SIGINT *ignored*, and
+/// `exec` keeps an ignored signal ignored: the Ctrl-C tests would then wait
+/// for a signal their child never receives and fail whatever the binary
+/// does. The disposition is what a user's terminal gives, set explicitly.
+#[cfg(unix)]
+pub fn binary_with_default_sigint() -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dropmc"));
+    // SAFETY: runs in the forked child before exec; `signal` is
+    // async-signal-safe and touches only the child's own disposition.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    command
+}
+
 /// Runs `dropmc args`, sends SIGINT after `after`, and returns how long
 /// the process took to end after it (at most a little over 5 s: then it
 /// is killed).
 #[cfg(unix)]
 pub fn stopped_after_sigint(args: &[&str], after: std::time::Duration) -> std::time::Duration {
     use std::time::Instant;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dropmc"))
+    let mut child = binary_with_default_sigint()
         .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())

@@ -21,36 +21,23 @@ values the second factor of the ``matmul`` its output feeds. SDPA: the rows
 are rebuilt from the call's query, key, mask, causal flag and scale in
 float64 (grouped-query keys and values repeated per query head), and the
 rebuilt context must reproduce the call's own output within
-``REBUILD_ROUNDINGS`` (below) or the site is refused.
+``REBUILD_ROUNDINGS`` (:mod:`dropmc.model.attention_product`) or the site is refused.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as _np
 import torch
 
+from ..model.attention_product import REBUILD_ROUNDINGS, NotReadable, sdpa_weights
 from ..model.discovery import AttentionSite, Discovery, Site, Trace, run_neutral, site_terms
 from ..model.masks import mask_groups
 from ..model.paths import replay
 
 __all__ = ["capture_traced", "in_eval", "REBUILD_ROUNDINGS", "Unreadable", "token_mask_for", "failure_row",
            "PATHS_DIFFER"]
-
-#: Rounding allowance of the SDPA rebuild check, in units of the call's
-#: unit roundoff u. The model's context is ``Σ_s a_s v_s`` in its dtype:
-#: each logit ``scale q·k`` is a J-term dot product (error ``γ_J`` relative
-#: to ``scale Σ|q_j k_j|``), which the exponential turns into a relative
-#: error of the weight; the softmax's normalisation is an S-term sum
-#: (``γ_S``) and the context an S-term dot product (``γ_S`` relative to
-#: ``Σ a |v|``). So ``|Δo| ≤ (J·L_max + 2S + REBUILD_ROUNDINGS) u Σ_s a_s
-#: |v_s|`` with ``L_max`` the largest ``scale Σ_j |q_j k_j|`` of the row;
-#: ``REBUILD_ROUNDINGS = 16`` covers the exponential, the division and the
-#: casts. A wrong mask or scale moves whole weights, far above it.
-REBUILD_ROUNDINGS = 16
-
 
 def _f64(t) -> _np.ndarray:
     return t.detach().to(torch.float64).cpu().numpy()
@@ -203,45 +190,11 @@ def _norm_capture(site: Site, found: Discovery, trace: Trace, kwargs, token_mask
 
 def _sdpa_rows(site: AttentionSite, a: dict) -> Tuple[torch.Tensor, torch.Tensor]:
     """The softmax rows ``(B, H, L, S)`` and the values ``(B, H, S, J)`` of
-    one SDPA call, rebuilt in float64 and checked against its output."""
-    q, k, v, out = (a[n].detach().to(torch.float64) for n in ("query", "key", "value", "output"))
-    if q.dim() != 4:
-        raise Unreadable(f"attention site {site.call!r}: SDPA query of shape {tuple(q.shape)}, "
-                         "expected (batch, heads, queries, head_dim)")
-    h, hk = q.shape[1], k.shape[1]
-    if hk != h:  # grouped-query attention: query head i reads kv head i // (h / hk)
-        if h % hk:
-            raise Unreadable(f"attention site {site.call!r}: {h} query heads over {hk} key heads")
-        k, v = k.repeat_interleave(h // hk, dim=1), v.repeat_interleave(h // hk, dim=1)
-    scale = a["scale"] if a["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
-    terms = q.unsqueeze(-2) * k.unsqueeze(-3) * scale  # (B, H, L, S, E)
-    logits, magnitude = terms.sum(-1), terms.abs().sum(-1)
-    del terms
-    L, S = logits.shape[-2], logits.shape[-1]
-    allowed = torch.ones(L, S, dtype=torch.bool)
-    if a["is_causal"]:
-        allowed = torch.tril(allowed)
-    logits = logits.masked_fill(~allowed, float("-inf"))
-    mask = a["attn_mask"]
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            logits = logits.masked_fill(~mask, float("-inf"))
-        else:
-            logits = logits + mask.to(torch.float64)
-    weights = torch.softmax(logits, dim=-1)
-    if not torch.isfinite(weights).all():
-        raise Unreadable(f"attention site {site.call!r}: a softmax row is not finite "
-                         "(a query whose every key is masked)")
-    rebuilt = weights @ v
-    u = torch.finfo(a["output"].dtype).eps / 2
-    lmax = magnitude.masked_fill(weights == 0, 0).amax(-1, keepdim=True)
-    bound = (v.shape[-1] * lmax + 2 * S + REBUILD_ROUNDINGS) * u * (weights @ v.abs())
-    excess = ((rebuilt - out).abs() - bound).max().item()
-    if excess > 0:
-        raise Unreadable(f"attention site {site.call!r}: the softmax rows rebuilt from the SDPA call's "
-                         "query, key, mask, causal flag and scale do not reproduce its output (by "
-                         f"{excess:.3g} beyond rounding): its mask or scale is not read as SDPA reads it")
-    return weights, v
+    one SDPA call (:func:`dropmc.model.attention_product.sdpa_weights`)."""
+    try:
+        return sdpa_weights(site.call, a)
+    except NotReadable as e:
+        raise Unreadable(str(e)) from None
 
 
 def _attention_capture(site: AttentionSite, rec) -> dict:

@@ -112,8 +112,9 @@ def coverage(found, audited: Sequence[str], listed_sites: Sequence[dict], select
     # o_proj, the residual add: the linear-path family) was found but not sampled: listed as well.
     paths = [c for c in calls if c in done and c in (deferred or {})]
     for call in paths:
-        rows.append({"name": call, "form": "attention path", "p": found.dropouts.get(call, 0.0),
-                     "reason": deferred[call], "kind": "linear path not sampled"})
+        p = found.dropouts.get(call, att[call].p if call in att else 0.0)  # an SDPA call: its attention site's
+        rows.append({"name": call, "form": "attention path", "p": p, "reason": deferred[call],
+                     "kind": "linear path not sampled"})
     if paths:
         counts["paths_not_sampled"] = len(paths)
     return rows, counts

@@ -30,10 +30,10 @@ def wanted(found) -> bool:
     """Whether the forward has a call the family may reach: a dropout call
     with ``p > 0`` and no site of its own (its path may pass a linear
     layer; discovery does not follow every such path: T5's inner
-    feed-forward dropout has none), or an eager attention dropout."""
+    feed-forward dropout has none), or an eager or SDPA attention dropout."""
     with_site = {s.dropout for s in found.sites}
     return any(p > 0 and call not in with_site for call, p in found.dropouts.items()) or any(
-        a.kind == "eager" and a.p > 0 for a in found.attention)
+        a.kind in ("eager", "sdpa") and a.p > 0 for a in found.attention)
 
 
 def _finite_or_inf(gap: dict) -> dict:

@@ -98,6 +98,7 @@ class Correction:
         self.scope_reason = ""  # why this scope (dropmc.correct.default_scope)
         self.network: Dict[str, float] = {}  # scope="network": norm call -> κ (dropmc.correct.network)
         self.network_uncovered: List[Tuple[str, str]] = []  # (op, module) the ledger could not follow
+        self.network_shifted: List[str] = []  # scope="network", order=2: activation modules shifted (network_shift)
         self._handles: list = []
         self._attributes: list = []  # (module, name, original value)
         self._added: list = []  # (module, name) of attributes correct added (dropmc.correct.fast.swap)
@@ -184,6 +185,7 @@ class _Builder:
         self.dropout_slots: Dict[str, Dict[int, Any]] = {}
         self.scope_slots: Dict[str, Dict[int, Any]] = {}
         self.owner_slots: Dict[str, Dict[int, Any]] = {}
+        self.output_slots: Dict[str, Dict[int, Any]] = {}
         self.norm_hooks: Dict[str, Dict[int, Any]] = {}
 
     def counter(self, key: str, name: str, kind: str):
@@ -200,7 +202,10 @@ class _Builder:
         if call not in self.slots:
             self.slots[call] = _Slot(call)
             owner = self.plan.dropout_owner(call)
-            if call in self.plan.masks:  # v is the value owner's input (dropmc.correct.masks)
+            if call in self.plan.captures:  # a gated site: v ⊙ g is its module's output
+                self.counter("output:" + owner, owner, "output")
+                self.output_slots.setdefault(owner, {})[self.plan.captures[call][1]] = self.slots[call]
+            elif call in self.plan.masks:  # v is the value owner's input (dropmc.correct.masks)
                 self.counter("owner:" + owner, _module_name(call), "owner")
                 self.owner_slots.setdefault(owner, {})[_call_index(call)] = self.slots[call]
             elif self.plan.is_functional(call):
@@ -219,7 +224,7 @@ class _Builder:
         import torch.nn as nn
 
         from . import fast as _fast
-        from .hooks import _FreshForward, _KeepInputs, _PerCall, _Scope, _ScopeHook
+        from .hooks import _FreshForward, _KeepInputs, _KeepOutputs, _PerCall, _Scope, _ScopeHook
 
         scopes = []
         handles = correction._handles
@@ -235,6 +240,9 @@ class _Builder:
         for owner, by_index in self.owner_slots.items():
             handles.append(self.modules[owner].register_forward_pre_hook(
                 _KeepInputs(self.counters["owner:" + owner], by_index)))
+        for owner, by_index in self.output_slots.items():
+            handles.append(self.modules[owner].register_forward_hook(
+                _KeepOutputs(self.counters["output:" + owner], by_index)))
         for owner, by_index in self.scope_slots.items():
             scope = _Scope(self.counters["functional:" + owner], by_index)
             scopes.append(scope)
@@ -333,8 +341,9 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     upstream (:mod:`dropmc.correct.network`: the ratio ``κ`` of each
     norm's upstream noise to its input's spread, measured once on
     ``inputs`` by the noise ledger of :mod:`dropmc.model.network_ledger`, applied
-    live to each token). It needs example inputs, takes no ``sites`` and
-    ``order=1`` only; ``exclude`` names norm calls or modules (or sites,
+    live to each token). It needs example inputs and takes no ``sites``;
+    ``order=2`` adds the nonlinearities' mean shift
+    (:mod:`dropmc.model.network_shift`); ``exclude`` names norm calls or modules (or sites,
     for their norm) to leave alone; BatchNorm sites are folded as at
     ``"site"``; the ops the ledger cannot follow are in
     ``Correction.network_uncovered``. ``None`` (the default): ``"network"``
@@ -406,6 +415,8 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
     build = _Builder(plan, modules) if plan is not None else None
     ordinary: Dict[str, Any] = {}
     from . import fast as _fast
+    from .gates import Following
+    following = Following()
     try:
         for site in kept:
             p = _p_of(plan, modules, site[0])
@@ -416,7 +427,10 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
             if network is not None:
                 continue
             mask = plan.masks.get(site[0])
-            hooks = _site_hooks(site, build.slot(site[0]), p, [n[2] for n in named], order, mask)
+            slot = build.slot(site[0])
+            if site in plan.gates:  # dropout(v) ⊙ g: v' followed live (dropmc.correct.gates)
+                slot = following.follower(site, slot, plan.gates[site])
+            hooks = _site_hooks(site, slot, p, [n[2] for n in named], order, mask)
             if site in plan.tapes:
                 hooks[0].steps = plan.tapes[site]
             for call, (nname, _, _), hook in zip(site[1:], named, hooks):
@@ -427,9 +441,13 @@ def correct(model, inputs=None, sites=None, *, order: int = 1, exclude: Sequence
         if network is not None:
             from .network import install_network
 
-            _fast.module_path(correction, modules, install_network(correction, build, plan, modules, network))
+            hooked = install_network(correction, build, plan, modules, network, shift=order == 2)
+            _fast.module_path(correction, modules, hooked)
         if build is not None:
             build.install(correction, model)
+            if following.followers:  # after the model's _FreshForward pre-hook
+                correction._handles += [model.register_forward_pre_hook(following.enter),
+                                        model.register_forward_hook(following.leave, always_call=True)]
             _rehearse(model, plan)
         if linear is not None:
             linear.install(correction, model, ordinary)

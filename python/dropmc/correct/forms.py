@@ -144,6 +144,20 @@ def _second_order(v, x, p: float, centred: bool, eps: float, params: "_NormParam
     return g.to(like.dtype)
 
 
+def _last(axis: int, *tensors):
+    """The tensors with the normalised ``axis`` moved last (None stays
+    None): every factor is computed along the last axis; a channels-first
+    norm's input, dropout input and output are moved there and its
+    corrected output moved back (:func:`_back`). The correction is per row
+    of the norm, so the layout changes nothing else."""
+    return tensors if axis == -1 else tuple(None if t is None else t.movedim(axis, -1) for t in tensors)
+
+
+def _back(axis: int, t):
+    """:func:`_last`'s inverse on one tensor."""
+    return t if axis == -1 else t.movedim(-1, axis)
+
+
 def _beta(params: "_NormParams", like):
     b = params.beta()
     return b if b is None or b.dtype == like.dtype else b.to(like.dtype)
@@ -194,6 +208,12 @@ class _NormParams:
     @classmethod
     def of_spec(cls, module, spec) -> "_NormParams":
         return cls(module, spec.kind, float(spec.eps), spec)
+
+    @property
+    def axis(self) -> int:
+        """The normalised axis of the norm's input (``-3``: a channels-first
+        ``(N, C, H, W)`` norm; :attr:`dropmc.model.norms.NormSpec.axis`)."""
+        return -1 if self.spec is None else int(getattr(self.spec, "axis", -1))
 
     def eps(self, like) -> float:
         import torch

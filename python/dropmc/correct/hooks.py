@@ -93,12 +93,24 @@ class _KeepInputs:
         self.calls, self.slots = calls, slots
 
     def __call__(self, module, args):
+        return self.keep(module, args[0])
+
+    def keep(self, module, v):
         if module.training:
             return None
         slot = self.slots.get(self.calls.next())
         if slot is not None:
-            slot.v = _kept(args[0])
+            slot.v = _kept(v)
         return None
+
+
+class _KeepOutputs(_KeepInputs):
+    """A gated site's module's forward hook: in eval mode keeps its output
+    ``v ⊙ g`` (:func:`dropmc.model.discovery._gate_capture`) for the call whose
+    index has a site."""
+
+    def __call__(self, module, args, out):
+        return self.keep(module, out)
 
 
 class _Scope:
@@ -223,10 +235,12 @@ class _LayerNormSite:
     def __call__(self, module, args, out):
         x = args[0]
         v = self.slot.take(self.site, x, self.steps)
+        axis = self.params.axis  # a channels-first norm: its rows moved last (dropmc.correct.forms._last)
+        x, v, out = _forms._last(axis, x, v, out)
         eps = self.params.eps(x)
         if self.order == 2:
-            return _forms._second_order(v, x, self.p, True, eps, self.params, out)
-        return self._apply(x, _forms._factor(v, x, self.p, True, eps), out)
+            return _forms._back(axis, _forms._second_order(v, x, self.p, True, eps, self.params, out))
+        return _forms._back(axis, self._apply(x, _forms._factor(v, x, self.p, True, eps), out))
 
     def fused(self, x, out, rstd):
         """The same correction given the norm's own output and ``rstd``
@@ -256,11 +270,13 @@ class _RmsNormSite:
     def __call__(self, module, args, out):
         x = args[0]
         v = self.slot.take(self.site, x, self.steps)
+        axis = self.params.axis
+        x, v, out = _forms._last(axis, x, v, out)
         eps = self.params.eps(x)
         if self.order == 2:
-            return _forms._second_order(v, x, self.p, False, eps, self.params, out)
+            return _forms._back(axis, _forms._second_order(v, x, self.p, False, eps, self.params, out))
         c = _forms._factor(v, x, self.p, False, eps)
-        return out * c.to(out.dtype)
+        return _forms._back(axis, out * c.to(out.dtype))
 
 
 class _CompoundSecond:

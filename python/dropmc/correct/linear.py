@@ -110,20 +110,22 @@ class _Keep:
 class _LinearNorm:
     """Forward hook on the norm of a ``Dropout → Linear → (+h)`` site."""
 
-    def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool, prior=None) -> None:
+    def __init__(self, name: str, keep: _Keep, linear, p: float, eps: float, layer: bool, prior=None,
+                 transposed: bool = False) -> None:
         self.name, self.keep, self.linear, self.p, self.eps, self.layer = name, keep, linear, p, eps, layer
-        self.prior = prior
+        self.prior, self.transposed = prior, transposed
 
     def __call__(self, module, args, out):
         if module.training:
             return None
         u, y = self.keep.u, args[0]
         self.keep.u = None
-        m = self.linear.weight.shape[1]
+        weight = _weight(self.linear, self.transposed)
+        m = weight.shape[1]
         if u is None or u.numel() // m != y.numel() // y.shape[-1]:
             raise RuntimeError(f"dropmc.correct: site {self.name}: the dropout's input was not seen "
                                "with the norm's tokens in this forward")
-        norms = _column_norms(self.linear.weight, self.layer)
+        norms = _column_norms(weight, self.layer)
         trace = (u.detach().double().reshape(-1, m) ** 2) @ norms
         beta = getattr(module, "bias", None) if self.layer else None
         return _scaled(out, y, trace.reshape(y.shape[:-1]), self.p, self.eps, beta, self.prior)
@@ -131,17 +133,19 @@ class _LinearNorm:
 
 class _AttentionKeep:
     """Pre- and forward hook of an attention module: inside its forward a
-    ``TorchFunctionMode`` keeps the probabilities its ``F.dropout`` call
-    receives and the values of the ``matmul`` that reads its output."""
+    ``TorchFunctionMode`` keeps the attention product of its dropped rows
+    (the ``F.dropout`` input and the ``matmul``/``bmm``/``einsum`` that
+    reads its output, or the SDPA call), in the node form of
+    :func:`dropmc.model.attention_product.product_tensors`."""
 
     def __init__(self) -> None:
-        self.probs = self.values = None
+        self.rows = self.product = None
         self._mode = None
 
     def enter(self, module, args):
         if module.training:
             return
-        self.probs = self.values = None
+        self.rows = self.product = None
         self._mode = _mode_class()(self)
         self._mode.__enter__()
 
@@ -156,7 +160,9 @@ def _mode_class():
     import torch.nn.functional as F
     from torch.overrides import TorchFunctionMode
 
-    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+    from ..model.attention_product import SDPA_SIGNATURE
+
+    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm}
 
     class _Mode(TorchFunctionMode):
         def __init__(self, keep: _AttentionKeep) -> None:
@@ -164,37 +170,59 @@ def _mode_class():
             self.keep, self.dropped = keep, None
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            if func is F.dropout and self.keep.probs is None:
-                self.keep.probs, self.dropped = args[0], out
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            keep = self.keep
+            if keep.product is not None:
+                return out
+            if func is F.dropout and keep.rows is None:
+                keep.rows, self.dropped = args[0], out
             elif func in matmuls and self.dropped is not None and len(args) == 2 and args[0] is self.dropped:
-                self.keep.values, self.dropped = args[1], None
+                keep.product = dict(op="matmul", x=args[0], v=args[1], out=out)
+            elif func is torch.einsum and self.dropped is not None and len(args) == 3 \
+                    and any(a is self.dropped for a in args[1:]):
+                rows_at = 0 if args[1] is self.dropped else 1
+                keep.product = dict(op="einsum", eq=args[0], operands=list(args[1:]), rows_at=rows_at, out=out)
+            elif func is F.scaled_dot_product_attention and keep.rows is None:
+                bound = SDPA_SIGNATURE.bind(*args, **kwargs)
+                bound.apply_defaults()
+                keep.product = dict(op="sdpa", call="sdpa", args=dict(bound.arguments, output=out), out=out)
             return out
 
     return _Mode
+
+
+def _weight(module, transposed: bool):
+    """The layer's ``W`` (d × m), float64: ``Conv1D`` keeps ``Wᵀ``."""
+    w = module.weight.detach().double()
+    return w.t() if transposed else w
 
 
 class _AttentionNorm:
     """Forward hook on the norm of an attention → ``o_proj`` → (+h) site."""
 
     def __init__(self, name: str, keep: _AttentionKeep, o_proj, p: float, eps: float, layer: bool,
-                 prior=None) -> None:
+                 prior=None, transposed: bool = False) -> None:
         self.name, self.keep, self.o_proj, self.p, self.eps, self.layer = name, keep, o_proj, p, eps, layer
-        self.prior = prior
+        self.prior, self.transposed = prior, transposed
 
     def __call__(self, module, args, out):
         import torch
 
+        from ..model.attention_product import product_tensors
+
         if module.training:
             return None
-        a, v, y = self.keep.probs, self.keep.values, args[0]
-        self.keep.probs = self.keep.values = None
-        if a is None or v is None or a.dim() != 4 or v.dim() != 4 or y.dim() != 3:
+        product, rows, y = self.keep.product, self.keep.rows, args[0]
+        self.keep.rows = self.keep.product = None
+        w = _weight(self.o_proj, self.transposed)
+        got = None if product is None else product_tensors(product, rows, w.shape[1], lambda a, b: torch.equal(a, b))
+        if got is None or y.dim() != 3:
             raise RuntimeError(f"dropmc.correct: site {self.name}: the attention probabilities and values "
                                "were not seen in this forward")
+        a, v, _ = got
         batch, heads, queries, _ = a.shape
         dh = v.shape[-1]
-        w = self.o_proj.weight.detach().double()
         if w.shape[1] != heads * dh or y.shape[:2] != (batch, queries):
             raise RuntimeError(f"dropmc.correct: site {self.name}: o_proj's width {w.shape[1]} is not "
                                f"heads × head dim {heads} × {dh}, or the tokens differ")
@@ -237,16 +265,17 @@ class LinearPlan:
             installed = True
             norm = modules[s["norm_call"]]
             layer = s["norm"] == "layer"
+            transposed = s.get("transposed", False)
             if s["kind"] == "attention":
-                owner = modules[s["dropout"].rsplit(":", 1)[0]]
+                owner = modules[_attention_owner(s["dropout"], modules)]
                 keep = _AttentionKeep()
                 correction._handles += [owner.register_forward_pre_hook(keep.enter),  # leave even on an error:
                                         owner.register_forward_hook(keep.leave, always_call=True)]
-                hook = _AttentionNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
+                hook = _AttentionNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior, transposed)
             else:
                 keep = _Keep()
                 correction._handles.append(modules[s["dropout"]].register_forward_pre_hook(keep))
-                hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior)
+                hook = _LinearNorm(name, keep, modules[s["linear"]], s["p"], s["eps"], layer, prior, transposed)
             # prepend: the user's own hooks on the norm see the corrected output
             correction._handles.append(norm.register_forward_hook(hook, prepend=True))
             correction.linear_sites.append((s["dropout"], s["norm_call"]))
@@ -256,6 +285,18 @@ class LinearPlan:
             rehearse(model, self.call, "exclude it (exclude=[...])")
 
 
+def _attention_owner(call: str, modules: dict) -> str:
+    """The module whose forward holds an attention dropout call and its
+    value product: a functional call's owner (``owner:dropout``,
+    ``owner:sdpa``), an ``nn.Dropout`` module's parent (GPT-2's
+    ``attn.attn_dropout``: the product is computed outside the dropout)."""
+    import torch.nn as nn
+
+    if isinstance(modules.get(call), nn.modules.dropout._DropoutNd):
+        return call.rsplit(".", 1)[0] if "." in call else ""
+    return call.rsplit(":", 1)[0]
+
+
 def _refusal(s: dict, modules: dict) -> Optional[str]:
     """Why site ``s`` cannot be corrected live, or None."""
     if max(s["calls"]) > 1:
@@ -263,7 +304,7 @@ def _refusal(s: dict, modules: dict) -> Optional[str]:
     if s["norm_call"] not in modules or s["linear"] not in modules:
         return "its norm or linear layer is not a module of the model"
     if s["kind"] == "attention":
-        return None if s["dropout"].rsplit(":", 1)[0] in modules else "its attention owner is not a module"
+        return None if _attention_owner(s["dropout"], modules) in modules else "its attention owner is not a module"
     import torch.nn as nn
 
     if not isinstance(modules.get(s["dropout"]), nn.modules.dropout._DropoutNd):

@@ -139,13 +139,13 @@ def refuse_unchecked(plan, modules: dict, model, kept: List[Tuple[str, ...]]) ->
     """``kept`` without the mask-product sites whose value owner fails
     :func:`check_owners` (moved to ``plan.refused`` with the reason and the
     way out)."""
-    masked = [s for s in kept if s[0] in plan.masks]
+    masked = [s for s in kept if s[0] in plan.masks and s[0] not in plan.captures]  # gated: a module's output
     if not masked:
         return kept
     bad = check_owners(model, modules, plan.call, {value_owner(plan.found, s[0]) for s in masked})
     out = []
     for s in kept:
-        owner = value_owner(plan.found, s[0]) if s[0] in plan.masks else None
+        owner = value_owner(plan.found, s[0]) if s in masked else None
         if owner in bad:
             plan.refused["->".join(s)] = (f"a mask product ({plan.masks[s[0]].source}) whose value correct "
                                           f"captures as its module's input: {bad[owner]}; correct refuses it "

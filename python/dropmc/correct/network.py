@@ -130,9 +130,11 @@ class NetworkSite:
     def __call__(self, module, args, out):
         x = args[0]
         v = None if self.slot is None else self.slot.take(self.site, x)
+        axis = self.params.axis  # a channels-first norm: its rows moved last (dropmc.correct.forms._last)
+        x, v, out = _forms._last(axis, x, v, out)
         eps = self.params.eps(x)
         c = _forms._network_factor(x, self.terms(x, eps), self.centred, eps, v=v, p=self.p)
-        return self._apply(c, out)
+        return _forms._back(axis, self._apply(c, out))
 
     def fused(self, x, out, rstd):
         """The same from a swapped LayerNorm's own ``rstd``
@@ -190,8 +192,6 @@ def network_arguments(inputs, sites, order: int, linear, kwargs) -> None:
     if sites is not None:
         raise ValueError("scope='network' corrects every norm the noise reaches and takes no sites; name "
                          "per-site corrections with scope='site'")
-    if order != 1:
-        raise ValueError("scope='network' has a first-order form only: order=1 (or scope='site' for order=2)")
     if linear:
         raise ValueError("scope='network' carries the linear paths' noise in its ledger: linear=True is "
                          "scope='site''s")
@@ -207,16 +207,24 @@ def network_plan(model, plan, exclude) -> tuple:
     return network_norms(plan.found, ledger, exclude)[0], ledger
 
 
-def install_network(correction, build, plan, modules: dict, network) -> List[str]:
+def install_network(correction, build, plan, modules: dict, network, shift: bool = False) -> List[str]:
     """The hook of every norm call the noise reaches, through ``build``
     (:class:`dropmc.correct._Builder`: the per-call dispatch and the fused
     LayerNorm of the per-site corrections); a norm with its own site
-    (step 6) reads that site's dropout input from its slot. Returns the
-    modules hooked (to keep off a fused encoder-layer path)."""
+    (step 6) reads that site's dropout input from its slot. ``shift``
+    (``order=2``): also each activation module the noise reaches, by its
+    mean shift (:mod:`dropmc.model.network_shift`; they are listed in
+    ``correction.network_shifted``). Returns the modules hooked (to keep
+    off a fused encoder-layer path)."""
     kappas, ledger = network
     hooked: List[str] = []
     correction.scope = "network"
     correction.network_uncovered = list(ledger.uncovered)
+    if shift:
+        from ..model.network_shift import install_shift
+
+        correction.network_shifted = install_shift(correction, modules, ledger.activations)
+        hooked += correction.network_shifted
     for call, kappa in kappas.items():
         nname, _, params = _norm_params(plan, modules, call)
         noise = ledger.norms[call]

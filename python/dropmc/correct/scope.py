@@ -28,14 +28,17 @@ def default_scope(inputs=None, sites=None, order: int = 1, linear=None, kwargs=N
     * no example inputs: the network ledger is measured on a forward on them;
     * ``sites`` named: network scope corrects every norm the noise reaches
       and names no sites;
-    * ``order=2``: network scope has a first-order form only;
+    * ``order=2``: the per-site second-order estimates keep their default
+      (the network scope's ``order=2``, its nonlinearities' mean shift,
+      :mod:`dropmc.model.network_shift`, is asked for by ``scope="network"``);
     * ``linear=True``: the linear-path sites are per-site corrections."""
     if inputs is None and not kwargs:
         return "site", "the default without example inputs (the network ledger needs a forward on them)"
     if sites is not None:
         return "site", "the default with sites named (network scope corrects every norm and names no sites)"
     if order != 1:
-        return "site", "the default at order=2 (network scope is first-order only)"
+        return "site", ("the default at order=2 (the per-site second-order estimates; scope='network' "
+                        "names the mean shift)")
     if linear:
         return "site", "the default with linear=True (linear-path sites are per-site corrections)"
     return "network", "the default"

@@ -83,11 +83,15 @@ class _Plan:
         self.call = None  # (args, kwargs) of the example forward, when given
         self.masks: Dict = {}  # mask-product dropout call -> its MaskInfo (dropmc.correct.masks)
         self.tapes: Dict = {}  # site -> steps from the dropout to the norm (dropmc.correct.tapes)
+        self.captures: Dict = {}  # gated dropout call -> (module, call index) whose output is v ⊙ g
+        self.gates: Dict = {}  # gated site -> its steps, followed live (dropmc.correct.gates)
 
     def dropout_owner(self, call: str) -> str:
         """The module a dropout call hooks: the ``nn.Dropout`` itself, a
         functional call's owner (``""``: the model), or a mask product's
         value owner (:func:`dropmc.correct.masks.value_owner`)."""
+        if call in self.captures:
+            return self.captures[call][0]
         if call in self.masks:
             from .masks import value_owner
 
@@ -121,10 +125,6 @@ def _refusal(site, found=None):
 
     if site.form == "entangled":
         return f"entangled: {site.reason}; correct refuses it (no first-order closed form)"
-    norms = getattr(found, "norms", {}) if found is not None else {}
-    if any(getattr(norms.get(n), "axis", -1) != -1 for n in site.as_tuple()[1:]):
-        return ("its norm normalizes a channels-first axis (not the last): correct applies its factor "
-                "along the last axis only (the audit reads it)")
     if getattr(site, "mask", None) is not None and found is not None:  # a mask product (MaskInfo)
         reason = mask_refusal(found, site)
         if reason is not None:
@@ -139,9 +139,10 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
     """``chosen`` (discovery ``Site``\\ s) into what ``correct`` corrects
     and what it refuses or skips, with the reason. ``named``: the user
     named these sites, so a refusal is a ValueError, not a note."""
+    from .gates import live_steps
     from .tapes import light_tape
 
-    kept, refused, skipped, masks, tapes = [], {}, {}, {}, {}
+    kept, refused, skipped, masks, tapes, captures, gates = [], {}, {}, {}, {}, {}, {}
     for site in chosen:
         reason = _refusal(site, found)
         if reason is not None:
@@ -151,7 +152,18 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
         elif site.p == 0:
             skipped[site.name] = "no dropout at this rate (p = 0)"
         else:
-            steps, why = light_tape(getattr(site, "tape", ()))
+            tape, capture = getattr(site, "tape", ()), getattr(site, "capture", None)
+            if capture is not None:  # a gated site: v ⊙ g is a module's output (discovery._gate_capture)
+                tape = tape[capture[2]:]
+                captures[site.dropout] = capture[:2]
+            steps, why = light_tape(tape)
+            # A gated site no module's output captures: v' = v ⊙ g followed live (dropmc.correct.gates).
+            gated = (live_steps(site.tape) if why is not None and capture is None
+                     and getattr(site, "mask", None) is None else None)
+            if gated is not None:
+                kept.append(site.as_tuple())
+                gates[site.as_tuple()] = gated
+                continue
             if why is not None:
                 if named:
                     raise ValueError(f"site {site.name!r}: {why}")
@@ -163,7 +175,7 @@ def _split_discovered(found, chosen, named: bool) -> _Plan:
             if getattr(site, "mask", None) is not None:
                 masks[site.dropout] = site.mask
     plan = _Plan(kept, found, refused, skipped)
-    plan.masks, plan.tapes = masks, tapes
+    plan.masks, plan.tapes, plan.captures, plan.gates = masks, tapes, captures, gates
     return plan
 
 
@@ -350,6 +362,8 @@ def _calls_per_forward(plan: _Plan, module: str, kind: str) -> int:
         return 1
     if kind == "dropout":
         return sum(1 for c in plan.found.dropouts if _module_name(c) == module and ":" not in c)
+    if kind == "output":  # a gated site's capturing module: its calls in the forward
+        return plan.found.module_calls.get(module, 1)
     if kind == "owner":  # a mask product's value owner: one call per call of the mask (module)
         return sum(1 for c in plan.found.dropouts if _module_name(c) == module)
     if kind == "functional":

@@ -61,7 +61,7 @@ import torch.nn as nn
 from .masks import MaskInfo, mask_info
 from .norms import NormSpec, recognize_norm
 from .paths import CASTS
-from .trace import Trace
+from .trace import Trace, tensor_gate
 
 __all__ = ["Site", "AttentionSite", "Path", "Discovery", "discover", "Trace", "call_inputs", "site_terms"]
 
@@ -82,6 +82,8 @@ class Site:
     mask: Optional[MaskInfo] = None
     # identity-per-token steps to the norm, the traced input left out (None): dropmc.correct.tapes
     tape: tuple = field(default=(), compare=False, repr=False)
+    # a gated site's (module, call index, steps of ``tape`` before its output): _gate_capture
+    capture: Optional[Tuple[str, int, int]] = field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -148,6 +150,7 @@ class Discovery:
     draws: List[Tuple[str, float, str]] = field(default_factory=list)
     reasons: Dict[str, str] = field(default_factory=dict)
     unread: Dict[str, str] = field(default_factory=dict)
+    module_calls: Dict[str, int] = field(default_factory=dict)  # module -> its calls in the forward
 
     def module_of(self, call: str) -> str:
         """The module name of a dropout, norm or attention call (a
@@ -281,6 +284,22 @@ def _mask_of(trace: Trace, call: str, spec: NormSpec, tape) -> Optional[MaskInfo
     return None if info.kind == "elementwise" and not info.shared else info
 
 
+def _gate_capture(trace: Trace, call: str, tape) -> Optional[Tuple[str, int, int]]:
+    """Where ``correct`` captures a gated site's ``v ⊙ g`` (``dropout(v) ⊙
+    g`` with ``g`` a tensor, remade each forward): the innermost module
+    whose output is the dropout's output through every tensor gate of the
+    site's tape (:meth:`dropmc.model.trace.Trace.gated_output`), as ``(module,
+    call index, steps of the tape up to that output)``; None for a tape
+    without a tensor gate, or when no module returns the gated product."""
+    gates = [i for i, step in enumerate(tape) if tensor_gate(step)]
+    if not gates:
+        return None
+    for name, k, steps in trace.gate_outputs.get(call, []):
+        if gates[-1] < len(steps) <= len(tape) and all(a is b for a, b in zip(steps, tape)):
+            return name, k, len(steps)
+    return None
+
+
 def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, str],
               unread: Dict[str, str]) -> List[Site]:
     def is_site_dropout(call):
@@ -314,7 +333,8 @@ def _sites_of(trace: Trace, norms: Dict[str, NormSpec], norm_module: Dict[str, s
                 out.append(Site(d, call, "compound", p, norm2=compound_first[call]))
             else:
                 out.append(Site(d, call, form, p, mask=mask, tape=tuple(
-                    (f, tuple(None if i == k else a for i, a in enumerate(args)), kw, k) for f, args, kw, k in tape)))
+                    (f, tuple(None if i == k else a for i, a in enumerate(args)), kw, k) for f, args, kw, k in tape),
+                    capture=_gate_capture(trace, d, tape)))
     return out
 
 
@@ -405,4 +425,5 @@ def discover(model: nn.Module, *args, norms: Optional[Dict[str, NormSpec]] = Non
     for a in found.attention:
         found.call_modules.setdefault(a.call, a.owner)
     found.draws = [w for w in trace.draws if w[0] not in trace.mask_draws]
+    found.module_calls = dict(trace.module_calls)
     return found

@@ -1,24 +1,24 @@
-"""Linear-path sites: ``Dropout(u) → Linear(W, b) → (+h) → LayerNorm/RMSNorm``.
+"""Linear-path sites: a dropout reaching its LayerNorm/RMSNorm through
+maps linear in the masked operand (docs/linear-path.md).
 
-A dropout whose output reaches its norm through a ``Linear`` (and an add of
-a term that does not depend on the mask) has no site in ``dropmc.audit``:
-this module finds such paths with its own small tracer (one eval forward
-under a ``TorchFunctionMode`` that records ``F.dropout``, ``F.linear``, the
-adds and ``F.layer_norm``/``F.rms_norm``), captures ``u``, ``W``, ``b``,
-``h`` and the norm's parameters, and hands them to the Rust audit
-(``dropmc._dropmc.audit_linear_path``): per token the truth ``E[norm(y)]``
-by sampling masks through the path, the eval output and the first-order
-output ``β + c (LN(ȳ) − β)`` with
-``c² = (V(ȳ) + ε)/(V(ȳ) + tr(CΣC)/d + ε)`` (docs/linear-path.md).
+``Dropout(u) → Linear(W, b) → (+h) → norm``, and attention: dropped rows →
+value product → heads joined → ``o_proj`` → ``(+h)`` → norm. Ops are read
+by what they do to the masked operand, not by their name: a linear layer
+is ``F.linear`` or ``addmm(b, x, weight)`` (GPT-2's ``Conv1D``, ``W =
+weightᵀ``); the value product is a ``matmul``/``bmm``, a two-operand
+``einsum`` or an SDPA call (its rows rebuilt), all read as one form by
+:mod:`dropmc.model.attention_product`. Each path is confirmed on the forward's
+own tensors (:func:`_reproduces`). Its own small tracer (a
+``TorchFunctionMode``) runs in one eval forward; the captured ``u``, ``W``,
+``b``, ``h`` and norm go to the Rust audit (per token the truth
+``E[norm(y)]`` by sampling masks through the path, the eval output and the
+first-order output ``β + c (LN(ȳ) − β)``, ``c² = (V(ȳ) + ε)/(V(ȳ) +
+tr(CΣC)/d + ε)``). ``first_order_torch`` is that correction in torch.
 
-``first_order_torch`` is the live correction in torch: ``W``'s column norms
-once, then ``c`` per token from ``u`` alone (no ``d × d`` matrix), ready to
-be wired into ``dropmc.correct``.
-
-The tracer is self-contained: :func:`find_linear_paths` runs it in an eval
-forward of its own; ``dropmc.torch.audit`` enters it (:func:`path_tracer`)
-inside its capture forward and reads the sites with :func:`paths_of`, the
-rates of the dropout calls from discovery (:func:`rates_of`).
+:func:`find_linear_paths` runs the tracer in an eval forward of its own;
+``dropmc.torch.audit`` enters it (:func:`path_tracer`) inside its capture
+forward and reads the sites with :func:`paths_of`, the dropout calls'
+rates from discovery (:func:`rates_of`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 import numpy as _np
 
 from .. import _dropmc
-from .norms import norm_candidate, norm_spec
+from .path_hooks import path_hooks
 
 __all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear",
            "first_order_torch"]
@@ -44,6 +44,7 @@ REPRODUCE_TOLERANCE = 1e-4
 
 class LinearPathSite(dict):
     """One found path: ``name``, ``kind`` ('linear' or 'attention'), ``p``,
+    ``transposed`` (the layer's weight is ``Wᵀ``: GPT-2's ``Conv1D``),
     ``u`` (tokens × m; an attention site has ``shape`` ``(B, H, L, S, J)``,
     ``probs`` and ``values`` instead), ``h`` (tokens ×
     d), ``w`` (d × m), ``b`` (d), ``gamma``, ``beta`` (``None`` for RMSNorm),
@@ -69,7 +70,8 @@ def _tracer_class():
 
     adds = {torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__}
     passes = {getattr(torch.Tensor, n) for n in ("transpose", "contiguous", "reshape", "view", "to")}
-    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
+    matmuls = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.Tensor.bmm}
+    addmms = {torch.addmm, torch.Tensor.addmm}  # Conv1D (GPT-2): bias + x @ weight, W = weightᵀ
     norms = {F.layer_norm: "layer"}
     if hasattr(F, "rms_norm"):
         norms[F.rms_norm] = "rms"
@@ -108,6 +110,18 @@ def _tracer_class():
             node["out"] = out
             self.producer[id(out)] = node
 
+        def _sdpa(self, out, args, kwargs):
+            """An SDPA call: one attention product (:func:`dropmc.model.attention_product.product_tensors`)
+            at discovery's train-mode rate (``owner:sdpa``), else the module's."""
+            from .attention_product import SDPA_SIGNATURE
+
+            a = SDPA_SIGNATURE.bind(*args, **kwargs)
+            a.apply_defaults()
+            call = self.call_name(f"{self.stack[-1][0]}:sdpa" if self.stack and self.stack[-1][0] else "sdpa")
+            p = self.attention_p if self.attention_p is not None else float(a.arguments["dropout_p"])
+            self._node(out, op="sdpa", call=call, p=self.rates.get(call, (p,))[0], attention=True,
+                       args=dict(a.arguments, output=out))
+
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
@@ -127,6 +141,15 @@ def _tracer_class():
                 self._node(out, op="pass", x=args[0])
             elif func in matmuls and len(args) == 2:
                 self._node(out, op="matmul", x=args[0], v=args[1])
+            elif func is torch.einsum and isinstance(args[0], str) and len(args) > 1:
+                operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else list(args[1:])
+                self._node(out, op="einsum", eq=args[0], operands=operands)
+            elif func is F.scaled_dot_product_attention:
+                self._sdpa(out, args, kwargs)
+            elif func in addmms and len(args) == 3 and kwargs.get("beta", 1) == 1 and kwargs.get("alpha", 1) == 1 \
+                    and args[2].dim() == 2:
+                self._node(out, op="linear", x=args[1], w=args[2].t(), b=args[0], transposed=True,
+                           module=self.stack[-1][0] if self.stack else "")
             elif func is F.linear:
                 bias = kwargs.get("bias", args[2] if len(args) > 2 else None)
                 w = kwargs.get("weight", args[1] if len(args) > 1 else None)
@@ -160,80 +183,30 @@ def _producer(tracer, t, through_dropouts=False):
 
 
 def _linear_from(tracer, t):
-    """``(linear, dropout, matmul)`` behind ``t``: a ``Linear`` whose input a
-    dropout produced (``matmul`` None), or one whose input is the value
-    product of dropped attention probabilities."""
+    """``(linear, dropout, product)`` behind ``t``: a ``Linear`` whose input a
+    dropout produced (``product`` None), or one whose input is an attention
+    product of dropped rows — a ``matmul``/``bmm``/``einsum`` whose rows an
+    attention dropout produced, or an SDPA call (its own ``dropout``)."""
     node = _producer(tracer, t, through_dropouts=True)
     if node is None or node["op"] != "linear":
         return None
     inner = _producer(tracer, node["x"])
-    matmul = None
+    product = None
+    if inner is not None and inner["op"] == "sdpa":
+        return (node, inner, inner) if inner["p"] and inner["p"] > 0.0 else None
     if inner is not None and inner["op"] == "matmul":
-        matmul, inner = inner, _producer(tracer, inner["x"])
+        product, inner = inner, _producer(tracer, inner["x"])
+    elif inner is not None and inner["op"] == "einsum" and len(inner["operands"]) == 2:
+        rows = [(k, _producer(tracer, x)) for k, x in enumerate(inner["operands"])]
+        rows = [(k, d) for k, d in rows if d is not None and d["op"] == "dropout" and d["attention"]]
+        if len(rows) != 1:
+            return None
+        product, inner = dict(inner, rows_at=rows[0][0]), rows[0][1]
     if inner is None or inner["op"] != "dropout" or not inner["p"] or inner["p"] <= 0.0:
         return None
-    if inner["attention"] != (matmul is not None):
+    if inner["attention"] != (product is not None):
         return None
-    return node, inner, matmul
-
-
-def _hooks(model, tracer):
-    """Forward hooks: an attention module (one with a float
-    ``attention_dropout``) sets the rate its dropout call stands for; a
-    norm that computes its norm itself (not by ``F.layer_norm`` /
-    ``F.rms_norm``, which the tracer records: T5's ``T5LayerNorm``,
-    Mistral's ``…RMSNorm``, any hand-written one) records its input, its
-    kind read by :func:`dropmc.model.norms.norm_spec` from the call's own
-    input and output (the first call of each module decides)."""
-    import torch
-
-    handles = []
-    specs: Dict[int, Any] = {}
-    for name, mod in model.named_modules():
-        def push(m, a, name=name):
-            tracer.stack.append((name, m))
-        def pop(m, a, o):
-            tracer.stack.pop()
-        handles += [mod.register_forward_pre_hook(push), mod.register_forward_hook(pop)]
-        rate = getattr(mod, "attention_dropout", None)
-        if isinstance(rate, float) and rate > 0.0:
-            def enter(m, a, rate=rate):
-                tracer.attention_p = rate
-            def leave(m, a, o):
-                tracer.attention_p = None
-            handles += [mod.register_forward_pre_hook(enter), mod.register_forward_hook(leave)]
-        if norm_candidate(mod):
-            def record(m, a, o, name=name):
-                done = tracer.producer.get(id(o))
-                if not a or done is not None and done["op"] == "norm":
-                    return  # an F.layer_norm / F.rms_norm call inside: recorded by the tracer
-                spec = _own_norm(m, a[0], o, specs)
-                if spec is not None:
-                    tracer.norm_inputs.append(dict(
-                        op="norm", kind=spec.kind, x=a[0], w=torch.from_numpy(spec.gamma),
-                        b=None if spec.kind == "rms" else torch.from_numpy(spec.beta), eps=spec.eps,
-                        name=tracer.call_name(name)))
-            handles.append(mod.register_forward_hook(record))
-    return handles
-
-
-def _own_norm(mod, x, y, specs):
-    """The :class:`~dropmc.model.norms.NormSpec` of a norm over the last
-    axis from its first call (``specs`` caches it by module; None: not one),
-    recognised on :data:`~dropmc.model.trace.RECOGNITION_ROWS` of its rows
-    outside every tracer (no torch function mode sees its ops)."""
-    import torch
-
-    from .trace import RECOGNITION_ROWS, some_rows
-
-    if id(mod) not in specs:
-        spec = None
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape and x.dim() >= 1:
-            with torch._C.DisableTorchFunction():
-                spec = norm_spec(mod, some_rows(x.detach(), RECOGNITION_ROWS),
-                                 some_rows(y.detach(), RECOGNITION_ROWS))
-        specs[id(mod)] = spec if spec is None or spec.axis == -1 else None
-    return specs[id(mod)]
+    return node, inner, product
 
 
 def _as_rows(t, width: int) -> _np.ndarray:
@@ -241,12 +214,11 @@ def _as_rows(t, width: int) -> _np.ndarray:
 
 
 def rates_of(found) -> Dict[str, tuple]:
-    """``{call: (p, is_attention)}`` of every dropout call a
-    :class:`~dropmc.model.discovery.Discovery` saw (its neutral train-mode
-    forward reads the rate the model uses in training), for
-    :func:`find_linear_paths`."""
+    """``{call: (p, is_attention)}`` of every dropout and SDPA call a
+    :class:`~dropmc.model.discovery.Discovery` saw at its train-mode rate, for :func:`find_linear_paths`."""
     eager = {a.call for a in found.attention if a.kind == "eager"}
-    return {call: (float(p), call in eager) for call, p in found.dropouts.items()}
+    sdpa = {a.call: (float(a.p), True) for a in found.attention if a.kind == "sdpa"}
+    return {**sdpa, **{call: (float(p), call in eager) for call, p in found.dropouts.items()}}
 
 
 def find_linear_paths(model, inputs, kwargs: Optional[dict] = None, rates: Optional[dict] = None
@@ -282,7 +254,7 @@ def path_tracer(model, rates: Optional[dict] = None):
     (:func:`dropmc.audit.capture_eval.capture_traced`), so that one forward serves
     both; :func:`paths_of` then reads what it recorded."""
     tracer = _tracer_class()(rates)
-    handles = _hooks(model, tracer)
+    handles = path_hooks(model, tracer)
     try:
         yield tracer
     finally:
@@ -319,7 +291,7 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
                 break
         else:
             return None
-    lin, drop, matmul = found
+    lin, drop, product = found
     base = lambda call: call.split("#")[0]  # noqa: E731
     calls = (tracer.counts.get(base(drop["call"]), 1), tracer.counts.get(base(name), 1))
     w = lin["w"]
@@ -330,7 +302,7 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
     tokens = y.numel() // d
     site = LinearPathSite(
         name=f"{drop['call']}->{name}", dropout=drop["call"], norm_call=name, linear=lin["module"],
-        calls=calls, p=float(drop["p"]),
+        calls=calls, p=float(drop["p"]), transposed=lin.get("transposed", False),
         h=_as_rows(h, d) if h is not None else _np.zeros((tokens, d)),
         w=w.detach().double().cpu().numpy(),
         b=_np.zeros(d) if lin["b"] is None else lin["b"].detach().double().cpu().numpy(),
@@ -338,19 +310,24 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
         beta=None if node["b"] is None else node["b"].detach().double().cpu().numpy().reshape(-1),
         eps=float(eps), norm=node["kind"],
     )
-    if matmul is None:
+    if product is None:
         if not _reproduces(drop["x"], lin, h, y):
             return None
         site.update(kind="linear", u=_as_rows(drop["x"], m))
         return site
-    probs, values = drop["x"], matmul["v"]
-    if probs.dim() != 4 or values.dim() != 4 or matmul["x"].shape != probs.shape or not _same(matmul["x"], probs):
+    from .attention_product import product_tensors
+
+    got = product_tensors(product, drop.get("x"), m, _same)
+    if got is None:
+        return None
+    probs, values, out = got
+    if probs.dim() != 4 or values.dim() != 4 or out.dim() != 4:
         return None
     batch, heads, queries, keys = probs.shape
     dh = values.shape[-1]
     if heads * dh != m or values.shape[:3] != (batch, heads, keys) or batch * queries != tokens:
         return None
-    if not _reproduces(matmul["out"].transpose(1, 2), lin, h, y):
+    if not _reproduces(out.transpose(1, 2), lin, h, y):
         return None
     site.update(kind="attention", shape=(batch, heads, queries, keys, dh))
     site.tensors = {"probs": probs, "values": values}  # float64 on first access (class docs)

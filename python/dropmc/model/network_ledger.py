@@ -100,12 +100,15 @@ class NormNoise:
 
 class NetworkLedger:
     """The ledger of one forward: ``norms`` (norm call → :class:`NormNoise`,
-    in call order) and ``uncovered`` (``(op, module)`` of each op whose
-    noisy input had no rule, and of each random draw held)."""
+    in call order), ``uncovered`` (``(op, module)`` of each op whose
+    noisy input had no rule, and of each random draw held) and
+    ``activations`` (activation module → the noise at its input,
+    :class:`dropmc.model.network_shift.ActivationNoise`: the mean shift's)."""
 
     def __init__(self) -> None:
         self.norms: Dict[str, NormNoise] = {}
         self.uncovered: List[Tuple[str, str]] = []
+        self.activations: Dict[str, object] = {}
 
     def reached(self) -> List[str]:
         """The norm calls some dropout's noise reaches (``κ > 0``)."""
@@ -144,6 +147,18 @@ class LedgerMode(TorchFunctionMode):
         self.var[id(t)] = s if s.shape == t.shape else torch.broadcast_to(s, t.shape)
         self.alive.append(t)
 
+    def _clone_noisy(self, t):
+        """An in-place op's target as it was before the op, carrying the
+        target's noise: the rule reads ``s`` of the clone (without it, the
+        ``x`` of ``x /= c`` or ``scores += bias`` lost its noise there)."""
+        with torch._C.DisableTorchFunction():
+            clone = t.clone()
+        s = self.var.get(id(t))
+        if s is not None:
+            self.var[id(clone)] = s
+            self.alive.append(clone)
+        return clone
+
     def _uncovered(self, name: str) -> None:
         self.ledger.uncovered.append((name, self.trace.owner() or "<model>"))
 
@@ -162,8 +177,7 @@ class LedgerMode(TorchFunctionMode):
             return out
         before = args
         if _inplace(name) and args and isinstance(args[0], torch.Tensor):
-            with torch._C.DisableTorchFunction():
-                before = (args[0].clone(),) + tuple(args[1:])
+            before = (self._clone_noisy(args[0]),) + tuple(args[1:])
         run = kwargs
         if name == "multi_head_attention_forward" and kwargs.get("training"):
             run = dict(kwargs, training=False)  # neutral: its inner dropout is below the trace's reach
@@ -232,12 +246,12 @@ class LedgerMode(TorchFunctionMode):
                 self.injected[call] = (x.detach().double().square().mean(-1) * (p / (1 - p))).reshape(-1)
 
     # -- norm calls (forward pre-hooks)
-    def norm_input(self, call: str, kind: str, x) -> None:
+    def norm_input(self, call: str, kind: str, x, axis: int = -1) -> None:
         with torch._C.DisableTorchFunction(), torch.no_grad():
-            xx = x.detach().double()
+            xx = x.detach().double().movedim(axis, -1)  # the normalised axis last (channels-first: axis -3)
             d = xx.shape[-1]
             s = self.s_of(x)
-            s = torch.zeros_like(xx) if s is None else s.double()
+            s = torch.zeros_like(xx) if s is None else s.double().movedim(axis, -1)
             if kind == "layer":
                 noise = (1.0 - 1.0 / d) * s.mean(-1)
                 spread = xx.var(-1, unbiased=False)
@@ -251,7 +265,7 @@ class _NormHook:
     """A norm module's forward pre-hook: hands its call's input to the
     ledger, under the call name discovery gives it."""
 
-    def __init__(self, mode: LedgerMode, name: str, kinds: Dict[str, str]) -> None:
+    def __init__(self, mode: LedgerMode, name: str, kinds: Dict[str, tuple]) -> None:
         self.mode, self.name, self.kinds, self.count = mode, name, kinds, 0
 
     def __call__(self, module, args, kwargs):
@@ -260,7 +274,8 @@ class _NormHook:
         call = self.name if k == 0 else f"{self.name}#{k}"
         x = args[0] if args else next(iter(tensors(kwargs)), None)
         if call in self.kinds and isinstance(x, torch.Tensor):
-            self.mode.norm_input(call, self.kinds[call], x)
+            kind, axis = self.kinds[call]
+            self.mode.norm_input(call, kind, x, axis)
 
 
 def _own_sites(ledger: NetworkLedger, injected: Dict[str, torch.Tensor], found) -> None:
@@ -277,7 +292,7 @@ def _own_sites(ledger: NetworkLedger, injected: Dict[str, torch.Tensor], found) 
         site = sites[0]
         own = injected.get(site.dropout)
         if site.form not in ("plain", "bypass") or site.tape or site.mask is not None or own is None \
-                or own.numel() != noise.noise.numel():
+                or own.numel() != noise.noise.numel() or found.norms[call].axis != -1:  # own: a last-axis mean
             continue
         d = noise.d
         noise.own = own * (1.0 - 1.0 / d) if noise.kind == "layer" else own
@@ -291,17 +306,19 @@ def network_ledger(model, args: tuple, kwargs: dict, found, rules=None) -> Netwo
     :class:`~dropmc.model.discovery.Discovery` (which calls are norms, of which
     kind). ``rules``: the op rules (default :data:`dropmc.model.network_rules.RULES`)."""
     from .discovery import run_neutral
+    from .network_shift import record_activations
 
     ledger = NetworkLedger()
     trace = Trace(model)
     mode = LedgerMode(trace, ledger, rules)
     modules = dict(model.named_modules())
-    kinds: Dict[str, Dict[str, str]] = {}
+    kinds: Dict[str, Dict[str, tuple]] = {}
     for call, spec in found.norms.items():
         if spec.kind in ("layer", "rms"):
-            kinds.setdefault(found.norm_modules[call], {})[call] = spec.kind
+            kinds.setdefault(found.norm_modules[call], {})[call] = (spec.kind, spec.axis)
     handles = [modules[n].register_forward_pre_hook(_NormHook(mode, n, k), with_kwargs=True)
                for n, k in kinds.items()]
+    handles += record_activations(model, mode, ledger.activations)
     try:
         run_neutral(model, trace, args, kwargs, training=True, inner=mode)
     finally:

@@ -29,6 +29,9 @@ Step by step, with ``a, b`` the eval values, ``e_a, e_b`` their noise
 * an elementwise ``φ``: ``φ(x + e) − φ(x) = φ'(x) e + O(e²)`` →
   ``φ'(x)² s``, ``φ'`` by autograd on the eval input (any elementwise op:
   GELU, ReLU, SiLU, tanh, exp, pow, rsqrt …).
+* GLU ``a ⊙ σ(b)`` (the input's halves): ``σ(b)² s_a + a² σ'(b)² s_b``
+  (:func:`_glu`); ops that read only their argument's shape (``new_ones``,
+  ``zeros_like`` …): no noise.
 * softmax ``y = softmax(x)``: Jacobian ``J_ij = y_i (δ_ij − y_j)``, and the
   diagonal of ``J diag(s) Jᵀ`` is ``Σ_j J_ij² s_j = y_i² (s_i (1 − 2 y_i) +
   Σ_j y_j² s_j)``; log-softmax: ``s_i (1 − 2 y_i) + Σ_j y_j² s_j``.
@@ -298,6 +301,25 @@ def _log_softmax(op: Op, s_of: SOf):
     return s * (1 - 2 * y) + (y.square() * s).sum(dim, keepdim=True)
 
 
+def _glu(op: Op, s_of: SOf):
+    """``glu(x, dim) = a ⊙ σ(b)``, ``(a, b)`` the halves of ``x`` along
+    ``dim``: ``(a + e_a) σ(b + e_b) − a σ(b) = σ(b) e_a + a σ'(b) e_b +
+    O(e²)``, the halves' noises uncorrelated (the diagonal ledger) →
+    ``σ(b)² s_a + a² σ'(b)² s_b``, ``σ' = σ (1 − σ)``."""
+    x = op.args[0]
+    dim = op.arg(1, "dim", -1)
+    a, b = x.chunk(2, dim)
+    sa, sb = s_of(x).chunk(2, dim)
+    g = torch.sigmoid(b)
+    return g.square() * sa + (a * g * (1 - g)).square() * sb
+
+
+def _noise_free(op: Op, s_of: SOf):
+    """An op whose tensor arguments give only their shape, dtype and
+    device (``new_ones``, ``zeros_like`` …): no noise reaches its output."""
+    return torch.zeros_like(op.out)
+
+
 # -- norms
 
 
@@ -444,6 +466,8 @@ _register("gelu relu silu tanh sigmoid exp log sqrt rsqrt pow __pow__ neg __neg_
           "sigmoid_ pow_ rsqrt_ sqrt_ neg_ abs_ clamp_ clip_ erf_ leaky_relu_ elu_ hardtanh_ float_power", _elementwise)
 _register("softmax _softmax", _softmax)
 _register("log_softmax _log_softmax", _log_softmax)
+_register("glu", _glu)
+_register("new_ones new_zeros new_empty new_full ones_like zeros_like empty_like full_like", _noise_free)
 _register("layer_norm", _layer_norm)
 _register("rms_norm", _rms_norm)
 _register("batch_norm", _batch_norm)

@@ -44,11 +44,12 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from .attention_product import SDPA_SIGNATURE, canonical, canonical_steps, einsum_layout
 from .norms import norm_candidate
 from .paths import MAX_LABELS, op_label, step_of
 from .trace_masks import ADD, BERNOULLI, DIV, MUL, OTHER, RAND, MaskDraws, scalar
 
-__all__ = ["Trace", "tensors", "ALPHA_REASON"]
+__all__ = ["Trace", "tensors", "ALPHA_REASON", "tensor_gate"]
 
 _SOFTMAX = {"softmax", "_softmax"}
 _MATMUL = {"matmul", "__matmul__", "bmm"}
@@ -94,6 +95,14 @@ def _name_of(func) -> str:
     return getattr(func, "__name__", "")
 
 
+def tensor_gate(step) -> bool:
+    """Whether a tape step is a gate step (:meth:`Trace.gate_step`) whose
+    gate is a tensor (made anew each forward, unlike a number)."""
+    func, args, _, pos = step
+    return (_name_of(func) in MUL or _name_of(func) in DIV) and any(
+        isinstance(a, torch.Tensor) for i, a in enumerate(args) if i != pos)
+
+
 _DROPOUT_SIG = inspect.signature(lambda input, p=0.5, training=True, inplace=False: None)
 _ALPHA_SIG = inspect.signature(lambda input, p=0.5, training=False, inplace=False: None)
 #: The dropout functions: ``(kind, spatial axes)``. A channel dropout
@@ -104,8 +113,6 @@ _DROPOUTS = {F.dropout: ("inverted", 0), F.dropout1d: ("channel", 1), F.dropout2
 #: Why an alpha dropout has no site (listed with it).
 ALPHA_REASON = ("alpha dropout: not inverted dropout (a dropped entry is set to α' and an affine map "
                 "a·x + b follows), so the closed forms of norm(h + m ⊙ v / q) do not apply")
-_SDPA_SIG = inspect.signature(lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                              scale=None, enable_gqa=False: None)
 
 
 class Trace(MaskDraws):
@@ -139,6 +146,8 @@ class Trace(MaskDraws):
         self.recorded: Dict[Any, Any] = {}
         self.quiet = False
         self.mode = "train-mode"  # the forward's mode, for messages (set by the capture)
+        self.module_calls: Dict[str, int] = {}  # module -> its calls so far (counted as they return)
+        self.gate_outputs: Dict[str, list] = {}  # dropout call -> [(module, call index, tape)] (gated_output)
 
     # -- bookkeeping
     def rec(self, t) -> tuple:
@@ -293,6 +302,18 @@ class Trace(MaskDraws):
             return (o[0], o[1], o[2] + ((func, tuple(args), dict(kwargs), pos),))
         return None
 
+    def gated_output(self, name: str, out) -> None:
+        """Counts ``name``'s call and, when its output is a dropout's output
+        through a gate step with a tensor gate (``dropout(v) ⊙ g``), records
+        ``(name, call index, tape)`` under the dropout call: in eval (masks
+        all ones) that module's output is ``v ⊙ g`` itself, which
+        ``correct`` captures there (the gate is made anew each forward)."""
+        k = self.module_calls.get(name, 0)
+        self.module_calls[name] = k + 1
+        o = self.origin(out) if isinstance(out, torch.Tensor) else OTHER
+        if o[0] == "dropout" and any(tensor_gate(step) for step in o[2]):
+            self.gate_outputs.setdefault(o[1], []).append((name, k, o[2]))
+
     # -- dropout calls and mask products
     def on_dropout(self, func, args, kwargs):
         """A dropout call (:data:`_DROPOUTS`), run neutral: its output is
@@ -337,12 +358,25 @@ class Trace(MaskDraws):
 
     # -- attention
     def on_product(self, name, args):
-        """Eager attention: a dropout of softmax rows times the values."""
+        """Eager attention: a dropout of softmax rows times the values (an
+        ``einsum`` read by its equation: :func:`dropmc.model.attention_product.einsum_layout`,
+        the rows' steps then end in its permutation to ``(B, H, L, S)``)."""
         if name == "einsum":
-            for t in tensors(args):
+            operands = tensors(args)
+            for k, t in enumerate(operands):
                 o = self.origin(t)
-                if o[0] == "dropout" and self.dropout_origin.get(o[1], OTHER)[0] == "softmax":
+                if o[0] != "dropout" or self.dropout_origin.get(o[1], OTHER)[0] != "softmax":
+                    continue
+                layout = einsum_layout(args[0], k) if len(operands) == 2 and isinstance(args[0], str) else None
+                if layout is None:
                     self.attention_use.setdefault(o[1], "einsum (not read)")
+                    continue
+                self.attention_use.setdefault(o[1], "einsum")
+                if o[1] in self.keep:
+                    rows_perm, values_perm, _, batch = layout
+                    values = canonical(operands[1 - k], values_perm, batch)
+                    steps = canonical_steps(t.shape, rows_perm, batch)
+                    self.recorded.setdefault(("values", o[1]), (self.copy(values), o[2] + steps))
             return
         if len(args) < 2 or not isinstance(args[1], torch.Tensor):
             return
@@ -353,7 +387,7 @@ class Trace(MaskDraws):
                 self.recorded.setdefault(("values", o[1]), (self.copy(args[1]), o[2]))
 
     def on_sdpa(self, func, args, kwargs):
-        b = _SDPA_SIG.bind(*args, **kwargs)
+        b = SDPA_SIGNATURE.bind(*args, **kwargs)
         b.apply_defaults()
         a = b.arguments
         call = self.next_call(self.functional_base("sdpa"))
@@ -408,6 +442,7 @@ class Trace(MaskDraws):
         def post(module, a, kw, out):
             if self.stack:
                 self.stack.pop()
+            self.gated_output(self.names.get(module, ""), out)
             call = module.__dict__.pop("_dropmc_call", None)
             if call is not None and isinstance(out, torch.Tensor):
                 self.tag(out, self.deps(out), {}, ("norm", call, ()))  # paths end at a norm

@@ -1,8 +1,8 @@
 """Random draws and the masks made from them, in the data-flow trace
-(:class:`dropmc.trace.Trace` mixes :class:`MaskDraws` in).
+(:class:`dropmc.model.trace.Trace` mixes :class:`MaskDraws` in).
 
 Every random draw of the forward is held at its likely outcome (the trace
-is neutral: module docs of :mod:`dropmc.trace`) and followed as data:
+is neutral: module docs of :mod:`dropmc.model.trace`) and followed as data:
 
 * ``rand``/``rand_like`` are a uniform ``U`` held at ``1 − 2⁻²⁴``; a
   comparison with a threshold makes a mask (``U > p``: kept with
@@ -67,7 +67,7 @@ def _is_zero(x) -> bool:
 def _value_scale(origin) -> Optional[float]:
     """``f`` when a mask's value is ``y · f`` for a number ``f`` (drop-path's
     ``input.div(q)``; ``y`` another dropout's output scaled as a gate step
-    of :meth:`dropmc.trace.Trace.gate_step`), else None."""
+    of :meth:`dropmc.model.trace.Trace.gate_step`), else None."""
     if origin[0] == "scaled":
         return origin[1]
     if origin[0] == "dropout" and origin[2]:
@@ -128,7 +128,7 @@ class MaskDraws:
 
     def on_mask_product(self, om, mask, x, out) -> tuple:
         """``mask · x`` with a mask from a dropout of ones or from a draw:
-        the product is a site's source (module docs of dropmc.masks)."""
+        the product is a site's source (module docs of dropmc.model.masks)."""
         if om[0] == "maskdrop":
             call, p, _ = om[1]
             scale = 1.0 / (1.0 - p) if p < 1 else float("inf")
