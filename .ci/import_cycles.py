@@ -13,16 +13,20 @@ re-exports (`pub use x::Y;`) is followed to where it is defined. Two graphs are 
   folder's own `mod.rs` is left out of this graph, since a parent re-exporting its children
   while they use the parent's items is how a Rust folder is built.
 
-Python (python/dropmc/): every module is a node, `__init__.py` is `dropmc`; the edges are
-`from . import x`, `from .x import y`, `from dropmc.x import y`, `import dropmc.x` anywhere in
-the file (an import inside a function is still a dependency); the compiled extension
-`_dropmc` is not a node.
+Python (python/dropmc/): every module is a node named by its dotted path, a folder's
+`__init__.py` by the folder (`dropmc`, `dropmc.audit`); the edges are `from . import x`,
+`from .x import y`, `from ..x.y import z`, `from dropmc.x import y`, `import dropmc.x` anywhere
+in the file (an import inside a function is still a dependency); the compiled extension
+`_dropmc` is not a node. Besides circles, the package's layers are checked (PYTHON_LAYERS,
+lowest first: checks < model < correct < audit < assess < the front doors at the root): a
+module may import its own layer and those below it, and an import that runs back up fails,
+printed with its file, line and statement; a new subpackage must be given its layer.
 
 A `#[cfg(test)]` module is left out: a unit test may drive its module through a sibling (the
 cancellation test runs the engine's loop) without the library depending on it.
 
 A circle is printed as `a -> b -> a` and the script exits 1; `--list` prints every graph's
-circles and exits 0 (the count before and after a change).
+circles and exits 0 (the count before and after a change; upward imports still fail).
 """
 
 import pathlib
@@ -192,36 +196,111 @@ def rust_graphs(crate):
 
 
 PY_IMPORT = re.compile(
-    r"^\s*(?:from\s+(\.+\w*(?:\.\w+)*|dropmc(?:\.\w+)*)\s+import\s+([\w\s,()]+?)(?:#.*)?$"
-    r"|import\s+(dropmc(?:\.\w+)*))",
+    r"^[ \t]*(?:from[ \t]+(\.+[\w.]*|dropmc(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)"
+    r"|import[ \t]+(dropmc(?:\.\w+)*))",
     re.M,
 )
 
 
+EXTENSION = "_dropmc"  # the compiled extension (dropmc._dropmc): not a node
+
+
+def python_modules(package):
+    """{dotted name: path} of every module of the package, ``__init__.py`` named by its folder
+    (``dropmc``, ``dropmc.audit``); the compiled extension is not a module here."""
+    out = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def python_imports(package):
+    """``(from module, to module, line number, statement)`` for every import of one module of the
+    package by another: ``from . import x``, ``from .x import y``, ``from ..x.y import z``,
+    ``from dropmc.x import y``, ``import dropmc.x``, anywhere in the file (an import inside a
+    function is still a dependency). ``from P import n`` is an edge to ``P.n`` when that is a
+    module, else to ``P``."""
+    modules = python_modules(package)
+    out = []
+    for here, path in modules.items():
+        own = here if path.name == "__init__.py" else here.rpartition(".")[0]
+        text = path.read_text()
+        for m in PY_IMPORT.finditer(text):
+            source, names, plain = m.groups()
+            line = text.count("\n", 0, m.start()) + 1
+            statement = " ".join(m.group(0).split())
+            if plain:
+                bases, imported = [plain], []
+            else:
+                if source.startswith("."):
+                    dots = len(source) - len(source.lstrip("."))
+                    parts = own.split(".")[: len(own.split(".")) - (dots - 1)]
+                    rest = source.lstrip(".")
+                    base = ".".join(parts + ([rest] if rest else []))
+                else:
+                    base = source
+                imported = [n.split(" as ")[0].strip() for n in names.strip("()").replace("\n", " ").split(",")]
+                bases = [base]
+            targets = []
+            for base in bases:
+                targets += [f"{base}.{n}" for n in imported if f"{base}.{n}" in modules]
+                names_only = [n for n in imported if n and n != EXTENSION and f"{base}.{n}" not in modules]
+                if names_only or not imported:
+                    while base and base not in modules:  # a name inside a module: the module
+                        base = base.rpartition(".")[0]
+                    if base:
+                        targets.append(base)
+            for t in targets:
+                if t != here:
+                    out.append((here, t, line, statement))
+    return out
+
+
+#: The layers of python/dropmc, lowest first (docs/architecture.md): each top-level subpackage
+#: by name, then the front doors (the modules at the package's root: dropmc, dropmc.torch,
+#: dropmc.flax, dropmc.keras, dropmc.testing, dropmc.pytest_plugin).
+PYTHON_LAYERS = ("checks", "model", "correct", "audit", "assess")
+FRONT_DOORS = "front doors"
+
+
+def python_layer(module):
+    """The layer of a dotted module name: its top-level subpackage, or the front doors for a
+    module at the root (None: a subpackage PYTHON_LAYERS does not list)."""
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] not in PYTHON_LAYERS and not _is_package(module)):
+        return FRONT_DOORS
+    return parts[1] if parts[1] in PYTHON_LAYERS else None
+
+
+def _is_package(module):
+    return (PYTHON_PACKAGE.parent / module.replace(".", "/") / "__init__.py").is_file()
+
+
+def upward_imports(package):
+    """One line per import that runs from a lower layer to a higher one, or from a module whose
+    subpackage has no layer."""
+    order = list(PYTHON_LAYERS) + [FRONT_DOORS]
+    chain = " < ".join(order)
+    out, paths = [], python_modules(package)
+    for here, there, line, statement in python_imports(package):
+        a, b = python_layer(here), python_layer(there)
+        path = paths[here].relative_to(ROOT).as_posix()
+        for name, layer in ((here, a), (there, b)):
+            if layer is None:
+                out.append(f"{path}:{line}: {name} is in no layer: give its subpackage a place in "
+                           f"PYTHON_LAYERS ({chain})")
+        if a is not None and b is not None and order.index(b) > order.index(a):
+            out.append(f"upward import in {path}:{line}: `{statement}`: {a} may not import {b} "
+                       f"(layers, lowest first: {chain})")
+    return sorted(set(out))
+
+
 def python_graph(package):
     """The edges between the package's modules."""
-    modules = {p.stem for p in package.glob("*.py")}
-    extension = "_dropmc"
-    node = lambda stem: "dropmc" if stem == "__init__" else stem  # noqa: E731
-    edges = set()
-    for path in sorted(package.glob("*.py")):
-        here = node(path.stem)
-        for source, names, plain in PY_IMPORT.findall(path.read_text()):
-            if plain:
-                parts = plain.split(".")[1:]
-                targets = [parts[0] if parts else "__init__"]
-            else:
-                rest = source.lstrip(".") if source.startswith(".") else source[len("dropmc") :].lstrip(".")
-                if rest:
-                    targets = [rest.split(".")[0]]
-                else:
-                    imported = [n.strip() for n in names.replace("(", "").replace(")", "").split(",")]
-                    targets = [n.split(" as ")[0].strip() for n in imported if n]
-                    targets = [t if t in modules else "__init__" for t in targets if t != extension]
-            for t in targets:
-                if t in modules and node(t) != here:
-                    edges.add((here, node(t)))
-    return edges
+    return {(a, b) for a, b, _, _ in python_imports(package)}
 
 
 def cycles(edges):
@@ -304,9 +383,13 @@ def main():
             else:
                 known += 1
                 print(f"{line}  [known: {reason}]")
+    upward = upward_imports(PYTHON_PACKAGE) if PYTHON_PACKAGE.is_dir() else []
+    for line in upward:
+        print(line)
     edges = sum(len(e) for e in graphs.values())
-    print(f"import_cycles: {found} new circle(s), {known} known, in {len(graphs)} graphs ({edges} edges)")
-    if found and not listing:
+    print(f"import_cycles: {found} new circle(s), {known} known, in {len(graphs)} graphs ({edges} edges); "
+          f"{len(upward)} upward import(s) in python/dropmc/")
+    if upward or (found and not listing):
         sys.exit(1)
 
 

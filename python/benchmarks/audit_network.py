@@ -35,7 +35,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import dropmc.network_audit as NA  # noqa: E402
+import dropmc.audit.network as NA  # noqa: E402
 
 torch.set_num_threads(1)
 ARGS = [a for a in sys.argv[1:] if not a.startswith("-")]

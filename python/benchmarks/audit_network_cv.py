@@ -1,4 +1,4 @@
-"""The network audit's control variate (python/dropmc/network_cv.py) on
+"""The network audit's control variate (python/dropmc/audit/network_cv.py) on
 random-weight models: per norm the variance reduction per draw (plain
 per-element variance / controlled, ``var ÷``), and how many train-mode
 forwards the audit spends before every gap is resolved (at most ``forwards``).
@@ -20,7 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-import dropmc.network_audit as NA  # noqa: E402
+import dropmc.audit.network as NA  # noqa: E402
 
 torch.set_num_threads(1)
 ARGS = [a for a in sys.argv[1:] if not a.startswith("-")]

@@ -7,7 +7,7 @@ Models:
 
   encoder         a post-LN nn.TransformerEncoder (feed-forward 4d,
                   dropout 0.1); plain runs torch's fused encoder-layer
-                  kernel, which a corrected layer leaves (dropmc.correct_fast
+                  kernel, which a corrected layer leaves (dropmc.correct.fast
                   runs its own eval forward)
   encoder-module  the same encoder with the fused path switched off
                   (torch.backends.mha.set_fastpath_enabled(False)) for

@@ -279,7 +279,7 @@ def main():
         args = args[2:]
     if args == ["issue50"]:
         args = ISSUE50_ARCHS
-    from dropmc.discovery import discover
+    from dropmc.model.discovery import discover
 
     print("| arch | dropout calls | before: audited / listed / missed | linear-path rows before | before s | after: "
           "audited / listed / missed | linear-path rows after | after reasons | after s |")

@@ -1,7 +1,7 @@
 """Per-norm gaps to the full train-mode expectation (every dropout active)
 of plain eval, of ``correct(scope="site")``, of ``correct(scope="network")`` and of
 ``correct(scope="network", order=2)`` (network+μ: the nonlinearities' mean
-shift too, dropmc.network_shift)
+shift too, dropmc.model.network_shift)
 on random-weight Hugging Face models (python/tests/hf_models.py builders):
 
   gpt2   GPT2Model, pre-LN, 4 layers, d 64, p 0.2 everywhere (embeddings,
@@ -30,7 +30,7 @@ measured on, so the per-norm ratios κ (pooled per position) are not read
 off the measured inputs.
 
 ``--kappa``: per norm also the ratio κ = Σ s̄ / Σ V the network
-correction applies (the ledger's, :mod:`dropmc.network_ledger`) beside
+correction applies (the ledger's, :mod:`dropmc.model.network_ledger`) beside
 the one the train-mode forwards measure at the norm's input: ``mc`` =
 Σ_t (1 − 1/d) mean_k Var x_tk / Σ_t V_t (RMSNorm: without ``1 − 1/d``),
 the noise variance the ledger estimates, and ``spread`` = Σ_t (E var_k
@@ -62,7 +62,7 @@ from hf_models import build, build_esmfold, inputs  # noqa: E402
 
 import dropmc.torch as dt  # noqa: E402
 from dropmc.correct import norm_outputs  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 
 
 
@@ -277,7 +277,7 @@ def run(arch, draws, held_out=False, kappa=False):
 
 def net_model_ledger(model, x, found):
     """The network ledger of ``model`` on ``x`` (every norm's κ, reached or not)."""
-    from dropmc.network_ledger import network_ledger
+    from dropmc.model.network_ledger import network_ledger
 
     return network_ledger(model, (), x, found)
 

@@ -35,7 +35,7 @@ difference):
   site        ``correct(model, ex, scope="site")``: each norm for its own site
   network     ``correct(model, ex, scope="network")`` (the default scope)
   network+μ   ``correct(model, ex, scope="network", order=2)``: with the
-              nonlinearities' mean shift (dropmc.network_shift)
+              nonlinearities' mean shift (dropmc.model.network_shift)
 
 ``ex`` are 16 windows of the *training* text (seed 5): the corrections are
 not built on the windows they are measured on. Per variant: KL(ensemble ‖

@@ -66,7 +66,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as _np
 
 from . import _dropmc, audit, testing
-from ._core import (
+from .checks.core import (
     _NORM_NAN_HINT,
     Result,
     _check_rate,
@@ -79,9 +79,9 @@ from ._core import (
     critical_z,
     mde_power,
 )
-from ._dropout import check_dropout
-from .attention import check_attention_dropout
-from .batchnorm import check_batchnorm
+from .checks.dropout import check_dropout
+from .checks.attention import check_attention_dropout
+from .checks.batchnorm import check_batchnorm
 
 #: The package's version: the binding crate's (python/Cargo.toml), equal to the dropmc crate's
 #: and to pyproject.toml's (python/tests/test_package.py checks all three).

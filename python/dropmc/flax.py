@@ -31,7 +31,7 @@ import jax as _jax
 import numpy as _np
 
 import dropmc as _dropmc
-from dropmc.batchnorm import _with_own_conventions
+from dropmc.checks.batchnorm import _with_own_conventions
 
 __all__ = ["Dropout", "batchnorm_runner", "check_batchnorm", "check_dropout"]
 

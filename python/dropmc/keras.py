@@ -19,7 +19,7 @@ import keras as _keras
 import numpy as _np
 
 import dropmc as _dropmc
-from dropmc.batchnorm import _with_own_conventions
+from dropmc.checks.batchnorm import _with_own_conventions
 
 __all__ = ["batchnorm_runner", "check_batchnorm"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from ._core import Result, _component, critical_z
-from ._dropout import check_dropout
+from .checks.core import Result, _component, critical_z
+from .checks.dropout import check_dropout
 
 __all__ = ["assert_dropout", "MEANINGS", "explain"]
 

@@ -39,10 +39,10 @@ import torch as _torch
 
 import dropmc as _dropmc
 from dropmc.assess import assess  # noqa: F401  (docs/correct.md)
-from dropmc.network_audit import audit  # noqa: F401  (audit_torch + network=True: docs/audit.md)
+from dropmc.audit.network import audit  # noqa: F401  (audit_torch + network=True: docs/audit.md)
 from dropmc.correct import correct, corrected, uncorrect  # noqa: F401  (docs/correct.md)
-from dropmc._torch_common import _array, _device_of, _dtype_of, _tensor, one_thread  # noqa: F401
-from dropmc.torch_batchnorm import batchnorm_runner, check_batchnorm  # noqa: F401  (docs/python.md)
+from dropmc.checks.torch_common import _array, _device_of, _dtype_of, _tensor, one_thread  # noqa: F401
+from dropmc.checks.torch_batchnorm import batchnorm_runner, check_batchnorm  # noqa: F401  (docs/python.md)
 
 __all__ = [
     "Dropout",
@@ -294,8 +294,10 @@ def norm_parameters(norm: _torch.nn.Module):
     beta, eps)`` with ``kind`` ``"layernorm"`` or ``"rmsnorm"``, ``gamma`` and
     ``beta`` as float64 lists (``None`` when the module has none) and ``eps``
     the ε it adds (RMSNorm's ``eps=None`` is ``torch.finfo(dtype).eps``, as
-    torch computes it). The one place dropmc recognises a norm; a module it
-    does not know is refused with the reason."""
+    torch computes it). Torch's own classes are read off their attributes;
+    any other module is recognised by what it computes
+    (:func:`dropmc.model.norms.norm_spec`, the one norm recogniser); a module
+    that is neither is refused with the reason."""
     def values(t):
         return None if t is None else [float(v) for v in t.detach().double().cpu().reshape(-1)]
 
@@ -310,8 +312,16 @@ def norm_parameters(norm: _torch.nn.Module):
         dtype = norm.weight.dtype if norm.weight is not None else _torch.get_default_dtype()
         eps = _torch.finfo(dtype).eps if norm.eps is None else norm.eps
         return "rmsnorm", values(norm.weight), None, float(eps)
+    from dropmc.model.norms import norm_spec  # any other module: by what it computes
+
+    spec = norm_spec(norm)
+    if spec is not None:
+        kind = {"layer": "layernorm", "rms": "rmsnorm"}[spec.kind]
+        return kind, [float(v) for v in spec.gamma], None if spec.kind == "rms" else [float(v) for v in spec.beta], \
+            float(spec.eps)
     raise TypeError(
-        f"{type(norm).__name__} is not a norm dropmc recognises (torch.nn.LayerNorm, torch.nn.RMSNorm); "
+        f"{type(norm).__name__} is not a norm dropmc recognises (torch.nn.LayerNorm, torch.nn.RMSNorm, or a "
+        "module whose output is a LayerNorm or RMSNorm of its own weight/bias/eps); "
         "check it with dropmc.check_norm_site(dropout, norm, x, p, kind=..., gamma=..., beta=..., eps=...)"
     )
 
@@ -331,8 +341,9 @@ def check_norm_site(
 
     ``dropout``: an ``nn.Module`` (run in training mode) or a function on
     tensors; ``p`` defaults to its own rate (``module.p``; a contradicting
-    ``p`` is refused). ``norm``: ``nn.LayerNorm`` or ``nn.RMSNorm``, whose
-    γ, β and ε are read from the module (:func:`norm_parameters`). The check
+    ``p`` is refused). ``norm``: ``nn.LayerNorm``, ``nn.RMSNorm`` or a module
+    recognised as one by what it computes, whose γ, β and ε are read from
+    the module (:func:`norm_parameters`). The check
     runs in the norm's dtype (float32 or float64; ``dtype=`` overrides) and
     on ``device`` (default the norm's own; results come back to the CPU).
     Other keyword arguments (``samples``, ``seed``) are
@@ -353,7 +364,7 @@ def check_norm_site(
         raise TypeError(f"check_norm_site runs in float64 or float32, got {dtype}")
     norm_copy = _copy.deepcopy(norm).to(device=place, dtype=tdtype)
     kind, gamma, beta, eps = norm_parameters(norm_copy)
-    d = int(norm.normalized_shape[-1])
+    d = len(gamma) if gamma is not None else int(norm.normalized_shape[-1])
     if _np.ndim(x) == 1 and len(x) != d:
         raise ValueError(
             f"x has {len(x)} entries but the norm {type(norm).__name__} normalizes over "

@@ -1,6 +1,6 @@
 //! `dropmc._dropmc.audit_linear_path` and `first_order_linear_path`: the
 //! Rust audit of a linear-path capture ([`dropmc::audit::linear`]) and its
-//! first-order output, for `dropmc.linear_path`. Nothing is restated here:
+//! first-order output, for `dropmc.model.linear_path`. Nothing is restated here:
 //! the arguments are parsed and handed to the audit.
 
 use dropmc::Error;

@@ -41,10 +41,10 @@ if AF.load() is None:
                 allow_module_level=True)
 
 import dropmc.audit as A  # noqa: E402
-import dropmc.discovery as D  # noqa: E402
+import dropmc.model.discovery as D  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import one_site_gap  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from mc_checks import bonferroni_z, projected_z  # noqa: E402
 
 torch.set_num_threads(1)

@@ -21,7 +21,7 @@ from torch import nn  # noqa: E402
 
 import dropmc  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-from dropmc import correct_hooks  # noqa: E402
+from dropmc.correct import hooks as correct_hooks  # noqa: E402
 from dropmc.assess import MIN_UNITS  # noqa: E402
 
 D, VOCAB, T = 16, 11, 6
@@ -175,7 +175,7 @@ def test_a_planted_no_op_site_gets_no_effect(monkeypatch):
 
 def test_the_t_tail_and_holm_against_hand_values():
     """Tabulated Student t values and a Holm family worked by hand."""
-    from dropmc.assess_stats import holm, t_quantile, t_two_sided
+    from dropmc.assess.stats import holm, t_quantile, t_two_sided
 
     assert math.isclose(t_two_sided(2.0, 10), 0.073388, rel_tol=1e-4)  # tables: P(|T_10| > 2) = 0.07339
     assert math.isclose(t_two_sided(12.706, 1), 0.05, rel_tol=1e-4)  # t_{0.975, 1} = 12.706

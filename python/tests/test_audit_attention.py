@@ -27,7 +27,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from test_audit import engine_json  # noqa: E402
 
 torch.set_num_threads(1)

@@ -30,7 +30,7 @@ nn = torch.nn
 F = torch.nn.functional
 import dropmc  # noqa: E402
 import dropmc.audit as A  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from test_audit import _chi2_z, engine_json  # noqa: E402
 
 torch.set_num_threads(1)

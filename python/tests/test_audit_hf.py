@@ -28,8 +28,8 @@ pytest.importorskip("transformers")
 import dropmc  # noqa: E402
 import dropmc.torch  # noqa: E402
 import dropmc.audit as A  # noqa: E402
-from dropmc.capture import capture_traced  # noqa: E402
-from dropmc.discovery import Site, discover  # noqa: E402
+from dropmc.audit.capture_eval import capture_traced  # noqa: E402
+from dropmc.model.discovery import Site, discover  # noqa: E402
 from hf_models import build, expected_attention, expected_sites, inputs  # noqa: E402
 from mc_checks import bonferroni_z, mean_and_se, train_mode_outputs  # noqa: E402
 
@@ -211,7 +211,7 @@ class _ScaleNorm(torch.nn.Module):
 
 
 def test_norms_are_recognised_by_what_they_compute():
-    from dropmc.norms import NormSpec, recognize_norm
+    from dropmc.model.norms import NormSpec, recognize_norm
 
     x = torch.randn(5, 16)
     gemma = _GemmaNorm(16)

@@ -87,7 +87,7 @@ def test_a_named_pair_that_is_not_a_site_says_which_op_stops_it():
 
 
 def test_linear_path_sites_over_the_work_budget_are_listed_with_the_estimate(monkeypatch):
-    import dropmc.linear_audit as LA
+    import dropmc.audit.linear as LA
 
     torch.manual_seed(3)
     model = nn.Sequential(nn.Linear(6, 12), nn.Dropout(0.2), nn.Linear(12, 12), nn.LayerNorm(12))
@@ -117,7 +117,7 @@ class _EinsumAttention(nn.Module):
     def forward(self, x):
         q, k, v = self.qkv(x).chunk(3, -1)
         w = torch.nn.functional.dropout(torch.softmax(q @ k.transpose(-1, -2), -1), 0.1, self.training)
-        # an ellipsis: the equation names no batch axes to read the rows by (dropmc.attention_product)
+        # an ellipsis: the equation names no batch axes to read the rows by (dropmc.model.attention_product)
         return self.norm(x + self.drop(torch.einsum("...ls,...sd->...ld", w, v)))
 
 

@@ -1,5 +1,5 @@
 """dropmc.torch.audit(model, inputs, network=True): the network truth
-(dropmc.network_audit) on a tiny pre-LN residual stack.
+(dropmc.audit.network) on a tiny pre-LN residual stack.
 
 The model works per token (linear layers, GELU, elementwise dropout): each
 token's norm outputs depend only on its own input and its own masks, so the
@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 import dropmc  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-import dropmc.network_audit as NA  # noqa: E402
+import dropmc.audit.network as NA  # noqa: E402
 from mc_checks import bonferroni_z  # noqa: E402
 
 torch.set_num_threads(1)
@@ -126,7 +126,7 @@ def _truths(audit):
 
 
 def test_truth_agrees_with_the_models_own_monte_carlo():
-    """The audit's truth, with its control variate on (dropmc.network_cv),
+    """The audit's truth, with its control variate on (dropmc.audit.network_cv),
     against the test's plain Monte Carlo; the control variate must have been
     used at every norm and lowered every norm's mean SE² below the plain
     estimate's from the same draws (``se_ratio`` > 1; its use rule: only
@@ -148,7 +148,7 @@ def test_agreement_check_catches_a_control_variate_of_nonzero_mean(monkeypatch):
     instead of its injection ``drop(a) − a`` (mean ``J E[a]``, not 0): the
     controlled truth is then biased and must fail the check that the right
     one passes."""
-    import dropmc.network_cv as CV
+    import dropmc.audit.network_cv as CV
 
     monkeypatch.setattr(CV, "injection", lambda a, out: out.detach().double())
     audit = NA.audit_network(PreLN(), _x(), seed=1, forwards=N, adaptive=False)

@@ -29,7 +29,7 @@ nn = torch.nn
 import dropmc._dropmc as _rs  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 import dropmc.correct as C  # noqa: E402
-import dropmc.correct_forms as CF  # noqa: E402
+import dropmc.correct.forms as CF  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 
 torch.set_num_threads(1)
@@ -194,8 +194,8 @@ def test_second_order_torch_code_is_the_rust_closed_form(post_ln):
 
 def _captures(model, x, sites):
     """The audit's captures of ``sites`` (discovery's trace, one eval forward)."""
-    from dropmc.capture import capture_traced
-    from dropmc.discovery import discover
+    from dropmc.audit.capture_eval import capture_traced
+    from dropmc.model.discovery import discover
 
     found = discover(model, x)
     by_tuple = {s.as_tuple(): s for s in found.sites}

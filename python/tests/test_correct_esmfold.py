@@ -8,7 +8,7 @@ exactly them), 16 of them the triangle updates' row/column dropouts
 ``x * self.dropout(x.new_ones(shape))``: mask products whose mask is drawn
 per pair channel and shared along one residue axis (elementwise over the
 normalized channels). Their ``v`` is the ``EsmFoldDropout`` module's input
-(dropmc.correct_masks). All 42 are corrected, none refused.
+(dropmc.correct.masks). All 42 are corrected, none refused.
 
 Checks: the 42 sites exactly; training output bit for bit unchanged;
 ``uncorrect`` bit-exact; one row/column site at a time (no recycle), the
@@ -18,7 +18,7 @@ corrected norm output within the uncorrected audit's first-order bound
 ``c``; ``v`` taken as the inner ``nn.Dropout``'s input (the ones it is
 called on) instead of the ``EsmFoldDropout``'s; and (at ``tri_att_end``,
 whose norm reads the pair state transposed) ``v`` not put through the
-transpose (dropmc.correct_tapes).
+transpose (dropmc.correct.tapes).
 """
 
 import pytest
@@ -26,9 +26,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 import dropmc.audit as A  # noqa: E402
-import dropmc.correct_forms as CF  # noqa: E402
-import dropmc.correct_masks as CM  # noqa: E402
-import dropmc.correct_tapes as CT  # noqa: E402
+import dropmc.correct.forms as CF  # noqa: E402
+import dropmc.correct.masks as CM  # noqa: E402
+import dropmc.correct.tapes as CT  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import one_site_gap  # noqa: E402
 from hf_models import build_esmfold, expected_esmfold  # noqa: E402

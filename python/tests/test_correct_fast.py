@@ -1,4 +1,4 @@
-"""dropmc.correct_fast: the class-swapped dropouts and norms and the
+"""dropmc.correct.fast: the class-swapped dropouts and norms and the
 dedicated eval forward of ``nn.TransformerEncoderLayer`` compute what the
 correction's formula says.
 
@@ -20,10 +20,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import dropmc.correct_fast as CFast  # noqa: E402
-import dropmc.correct_hooks as H  # noqa: E402
+import dropmc.correct.fast as CFast  # noqa: E402
+import dropmc.correct.hooks as H  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-from dropmc.correct_sites import _module_name  # noqa: E402
+from dropmc.correct.sites import _module_name  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 

@@ -36,8 +36,8 @@ T = pytest.importorskip("transformers")
 import dropmc._dropmc as _rs  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 import dropmc.correct as C  # noqa: E402
-import dropmc.correct_forms as CF  # noqa: E402
-import dropmc.correct_hooks as CH  # noqa: E402
+import dropmc.correct.forms as CF  # noqa: E402
+import dropmc.correct.hooks as CH  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import one_site_gap  # noqa: E402
 

@@ -4,11 +4,11 @@ reads (the toys of test_trace_patterns.py).
 * Gated: ``norm(x + dropout(v) ⊙ g)`` — a gate ``sigmoid(gate(x))``, a
   layer scale ``γ``, a quotient — is the site with ``v' = v ⊙ g``; the
   per-site correction follows ``v'`` live through the forward
-  (:mod:`dropmc.correct_gates`). Before, ``scope="site"`` refused it ("goes
+  (:mod:`dropmc.correct.gates`). Before, ``scope="site"`` refused it ("goes
   through mul() with a tensor argument").
 * Channels-first: ConvNeXt's own LayerNorm over dim 1 of ``(N, C, H, W)``
   (by ops) — corrected along its normalised axis at both scopes
-  (:func:`dropmc.correct_forms._last`). Before, ``scope="site"`` refused it
+  (:func:`dropmc.correct.forms._last`). Before, ``scope="site"`` refused it
   and the default (network) scope's hook raised at the first forward.
 
 Each: the corrected eval output is closer to the model's own train-mode
@@ -101,8 +101,8 @@ def test_a_channels_first_site_is_corrected(scope):
 def test_the_ledger_reads_a_channels_first_norm_along_its_channels():
     """The network ledger's noise and spread are per row of the norm: ``d``
     is the channels' count (12), not the last axis' (4)."""
-    from dropmc.discovery import discover
-    from dropmc.network_ledger import network_ledger
+    from dropmc.model.discovery import discover
+    from dropmc.model.network_ledger import network_ledger
 
     model, x = _ConvStage(by_ops=True).double(), _conv_x()
     noise = network_ledger(model, (x,), {}, discover(model, x)).norms["norm"]

@@ -1,6 +1,6 @@
 """dropmc.torch.correct on Hugging Face models with no hand-named sites
 (issue 35 x issue 32): ``correct(model, inputs)`` finds the sites by
-dropmc.discovery on one forward and corrects every clean one.
+dropmc.model.discovery on one forward and corrects every clean one.
 
 Models are built from small configs with random weights
 (python/tests/hf_models.py, no downloads), and the sites a correction must
@@ -34,7 +34,7 @@ pytest.importorskip("transformers")
 import dropmc._dropmc as _rs  # noqa: E402
 import dropmc.audit as A  # noqa: E402
 import dropmc.correct as C  # noqa: E402
-import dropmc.correct_forms as CF  # noqa: E402
+import dropmc.correct.forms as CF  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from hf_models import build, expected_sites  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""``dropmc.torch.correct`` at linear-path sites (python/dropmc/correct_linear.py).
+"""``dropmc.torch.correct`` at linear-path sites (python/dropmc/correct/linear.py).
 
 Mistral (2 layers, ``attention_dropout`` 0.1, its only dropout): after
 ``correct``, layer 0's ``post_attention_layernorm`` eval output must be at

@@ -63,8 +63,8 @@ def _x(d=32, tokens=6, dtype=torch.float64):
 
 
 def _captures(model, x, sites):
-    from dropmc.capture import capture_traced
-    from dropmc.discovery import discover
+    from dropmc.audit.capture_eval import capture_traced
+    from dropmc.model.discovery import discover
 
     found = discover(model, x)
     by_tuple = {s.as_tuple(): s for s in found.sites}
@@ -114,7 +114,7 @@ class _Chain(nn.Module):
 def test_the_default_scope_is_the_network_s_when_it_can_run_else_the_site_s():
     """``scope=None``: the network scope with example inputs; the per-site
     scope, with the reason, where the network scope cannot take the call
-    (dropmc.correct_scope.default_scope), and training stays bit for bit."""
+    (dropmc.correct.scope.default_scope), and training stays bit for bit."""
     x = torch.randn(3, 8)
     cases = [((x,), {}, "network", "the default"),
              ((), {"sites": [("drop", "ln")]}, "site", "without example inputs"),

@@ -1,5 +1,5 @@
 """``correct(model, inputs, scope="network")`` and its noise ledger
-(dropmc.network_ledger, dropmc.network_correct) against the model's own
+(dropmc.model.network_ledger, dropmc.correct.network) against the model's own
 train-mode Monte Carlo with every dropout on.
 
 The model: a 3-layer pre-LN stack ``x + drop(f(LN(x)))`` (d = 16, p = 0.2
@@ -36,7 +36,7 @@ Planted faults (each must make a check fail, asserted below): the ledger
 without the residual accumulation (every add keeps its larger operand's
 variance); a LayerNorm's output noise not rescaled by ``(γ/σ)²``.
 
-The mean shift (``order=2``, dropmc.network_shift), on an MLP-in-residual
+The mean shift (``order=2``, dropmc.model.network_shift), on an MLP-in-residual
 stack (an input dropout, three blocks ``x + drop(W₂ φ(W₁ LN(x)))``): closer
 to the Monte Carlo than the first-order correction at every activation
 output, every later norm output and the later norms' inputs pooled.
@@ -54,10 +54,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dropmc
-from dropmc import network_rules
+from dropmc.model import network_rules
 from dropmc.correct import correct, uncorrect
-from dropmc.discovery import discover
-from dropmc.network_ledger import network_ledger
+from dropmc.model.discovery import discover
+from dropmc.model.network_ledger import network_ledger
 
 D, LAYERS, P, DRAWS, SCALE = 16, 3, 0.2, 2000, 3.0
 
@@ -300,7 +300,7 @@ def test_uncovered_op_is_listed():
     assert ("cumsum", "<model>") in corrected._dropmc_correction.network_uncovered
 
 
-# -- the second-order mean shift (dropmc.network_shift, correct(..., scope="network", order=2))
+# -- the second-order mean shift (dropmc.model.network_shift, correct(..., scope="network", order=2))
 
 
 class _MlpBlock(nn.Module):
@@ -380,7 +380,7 @@ def test_mean_shift_gaussian_forms():
     (2001 points over ±10 SD, error far below the 1e-6 asked) at a few
     ``(x, s)``: ReLU's rectified-normal mean and GELU's Stein form; and
     the Gauss–Hermite rule exact on a degree-5 polynomial."""
-    from dropmc.network_shift import gaussian_mean
+    from dropmc.model.network_shift import gaussian_mean
 
     x = torch.tensor([-2.0, -0.3, 0.0, 0.4, 1.5], dtype=torch.float64)
     s = torch.tensor([0.5, 0.04, 1.0, 2.0, 0.0], dtype=torch.float64)
@@ -398,14 +398,14 @@ def test_mean_shift_gaussian_forms():
 
 def _wrong_sign(kind, fn, x, s, out):
     """Planted: the mean shift subtracted."""
-    from dropmc.network_shift import gaussian_mean
+    from dropmc.model.network_shift import gaussian_mean
 
     return out - gaussian_mean(kind, fn, x, s)
 
 
 @pytest.mark.parametrize("fault", ["mean shift sign", "norm noise not rescaled"])
 def test_planted_faults_fail_the_mean_shift_check(mlp_setup, monkeypatch, fault):
-    from dropmc import network_shift
+    from dropmc.model import network_shift
 
     model, x, names, mc = mlp_setup
     if fault == "mean shift sign":

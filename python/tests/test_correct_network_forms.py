@@ -1,5 +1,5 @@
 """``correct(model, inputs)`` at the network scope computes what its
-formula says, whichever path runs it (dropmc.network_correct: a swapped
+formula says, whichever path runs it (dropmc.correct.network: a swapped
 ``nn.LayerNorm``'s own call, the encoder layer's dedicated forward, a
 norm's replaced instance ``forward``; with the norm's own site live or
 by the norm of the scaled input).
@@ -15,7 +15,7 @@ in float64, ``V`` the spread (LayerNorm) or mean square (RMSNorm) of the
 norm's input, ``κ_t`` the ledger's ratio at the token's position (its
 own site's share taken out when it has one, whose ``v`` term is then
 present; else no ``v`` term). The ``κ_t`` are the ledger's
-(dropmc.network_ledger, checked against the model's Monte Carlo in
+(dropmc.model.network_ledger, checked against the model's Monte Carlo in
 test_correct_network.py): what is checked here is how the correction
 applies them. The corrected model and the reference agree to
 ``ROUNDINGS`` ulps of the output's largest entry (float32 arithmetic
@@ -30,12 +30,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import dropmc.correct_hooks as H  # noqa: E402
-import dropmc.network_correct as NC  # noqa: E402
+import dropmc.correct.hooks as H  # noqa: E402
+import dropmc.correct.network as NC  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-from dropmc.correct_sites import _module_name  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
-from dropmc.network_ledger import network_ledger  # noqa: E402
+from dropmc.correct.sites import _module_name  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
+from dropmc.model.network_ledger import network_ledger  # noqa: E402
 from hf_models import build  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -174,7 +174,7 @@ def _plant_scales(monkeypatch):
 
 
 def _plant_no_v(monkeypatch):
-    import dropmc.correct_forms as forms
+    import dropmc.correct.forms as forms
 
     real = forms._network_factor
     monkeypatch.setattr(forms, "_network_factor", lambda x, terms, centred, eps, rstd=None, v=None, p=0.0:

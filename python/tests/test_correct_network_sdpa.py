@@ -10,7 +10,7 @@ dropout is the model's only dropout, so its noise reaches every norm
 after the first layer's attention (through ``o_proj`` and the residual)
 only by the attention; the network ledger follows it through the eager
 ``softmax → dropout → matmul`` ops and through its SDPA rule
-(``dropmc.network_rules.sdpa_variance``), which are one rule written
+(``dropmc.model.network_rules.sdpa_variance``), which are one rule written
 twice. So both models must get the same norms corrected with the same
 upstream noise ratios κ, and the same corrected outputs, up to the float
 rounding in which their forwards differ.
@@ -40,9 +40,10 @@ carrying no noise (the SDPA model then has no norm to correct).
 import pytest
 import torch
 
-from dropmc import correct_sites, network_rules
+from dropmc.correct import sites as correct_sites
+from dropmc.model import network_rules
 from dropmc.correct import correct
-from dropmc.network_audit import audit_network
+from dropmc.audit.network import audit_network
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,5 +1,5 @@
 """dropmc.torch.correct where the path from a dropout to its norm is not
-the identity on the tensor (dropmc.correct_tapes): Swin's shifted windows.
+the identity on the tensor (dropmc.correct.tapes): Swin's shifted windows.
 A block's attention output ``dropout`` runs on window-partitioned tokens
 (``(batch · windows, window², C)``) and reaches ``layernorm_after`` through
 the window reverse (views, permute), the reverse roll, the unpadding slice
@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 import dropmc.audit as A  # noqa: E402
-import dropmc.correct_tapes as CT  # noqa: E402
+import dropmc.correct.tapes as CT  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import build_swin, one_site_gap  # noqa: E402
 

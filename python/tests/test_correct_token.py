@@ -2,7 +2,7 @@
 (transformers' ``drop_path``: one ``torch.rand`` draw per sample, shared by
 every token and channel of it, the kept input scaled by ``1/q``) feeding
 ``layernorm_after`` through the residual add. Its ``v`` is the
-``SwinDropPath`` module's input (dropmc.correct_masks); the correction is
+``SwinDropPath`` module's input (dropmc.correct.masks); the correction is
 the exact expectation ``q·norm(h + v/q) + p·norm(h)``.
 
 Tiny Swin from a config (random weights; hidden and attention dropout 0,
@@ -33,7 +33,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 import dropmc.correct as C  # noqa: E402
-import dropmc.correct_masks as CM  # noqa: E402
+import dropmc.correct.masks as CM  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import build_swin  # noqa: E402
 from mc_checks import bonferroni_z  # noqa: E402

@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 import dropmc.audit as A  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from hf_models import build40, expected40  # noqa: E402
 
 torch.set_num_threads(1)
@@ -87,7 +87,7 @@ def test_wav2vec2_layerdrop_gives_the_same_sites_under_every_rng_state():
 
 
 def test_warnings_collapse_per_kind():
-    from dropmc.coverage import collapse_warnings
+    from dropmc.audit.coverage import collapse_warnings
 
     table = "site a\nwarning: x:dropout->n: few kept units\nsite b\nwarning: y->m: few kept units\n" \
             "warning: y->m: other\n"

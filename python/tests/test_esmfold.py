@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 import dropmc.audit as A  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from hf_models import build_esmfold, expected_esmfold  # noqa: E402
 from mc_checks import bonferroni_z, projected_z  # noqa: E402
 

@@ -12,7 +12,7 @@ def test_dropmc_torch_imports_after_the_merge():
     audit.py no longer had: ``import dropmc.torch`` was an ImportError."""
     # The package this interpreter imports (installed, or on the caller's PYTHONPATH),
     # not the source folder, which holds no compiled extension in a clean checkout.
-    done = subprocess.run([sys.executable, "-c", "import dropmc.torch, dropmc.assess, dropmc.network_audit"],
+    done = subprocess.run([sys.executable, "-c", "import dropmc.torch, dropmc.assess, dropmc.audit.network"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-500:]
 
@@ -20,7 +20,7 @@ def test_dropmc_torch_imports_after_the_merge():
 def test_a_one_token_linear_path_row_prints_no_nan_factor():
     """A one-token linear-path site has both gaps bounded by infinity: its
     factor has no value and the table printed ``>nan``."""
-    from dropmc.linear_audit import table
+    from dropmc.audit.linear import table
 
     unbounded = {"rms": float("inf"), "rms_se": float("inf"), "upper": float("inf"), "resolved": False}
     row = {"name": "d->n", "form": "linear", "norm": "LayerNorm", "p": 0.1, "d": 16, "tokens": 1,

@@ -1,4 +1,4 @@
-"""Linear-path sites (``dropmc.linear_path``) on a toy
+"""Linear-path sites (``dropmc.model.linear_path``) on a toy
 ``Dropout → Linear → (+h) → LayerNorm``.
 
 The truth the Rust audit samples through the captured path must agree with
@@ -19,7 +19,7 @@ import torch.nn as nn  # noqa: E402
 
 import dropmc  # noqa: E402
 from dropmc import _dropmc  # noqa: E402
-from dropmc import linear_path as lp  # noqa: E402
+from dropmc.model import linear_path as lp  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -107,7 +107,7 @@ def test_sdpa_gives_the_linear_path_rows_eager_gives(arch):
 def test_an_attention_path_over_the_default_work_is_listed_with_its_rate(impl, monkeypatch):
     """Over ``LINEAR_AUDIT_WORK`` the default audit lists each attention
     call's path on to its norm (the note eager got and SDPA did not)."""
-    import dropmc.linear_audit as LA
+    import dropmc.audit.linear as LA
 
     monkeypatch.setattr(LA, "LINEAR_AUDIT_WORK", 0.0)
     audit = A.audit_torch(_build("olmo2", impl), _ids(), samples=1024)
@@ -190,8 +190,8 @@ def test_correct_at_a_conv1d_path_is_closer_to_the_models_monte_carlo():
     model.eval()
     plain = C.norm_outputs(model, kw, [norm])[norm].numpy()
     mc = _norm_runs(model, kw, norm).mean(0).reshape(plain.shape)
-    from dropmc import linear_path as lp
-    from dropmc.discovery import discover
+    from dropmc.model import linear_path as lp
+    from dropmc.model.discovery import discover
 
     found = discover(model, **kw)
     [site] = [s for s in lp.audit_sites(lp.find_linear_paths(model, (), kw, lp.rates_of(found)), 256, 1)

@@ -1,4 +1,4 @@
-"""Linear-path sites in ``dropmc.torch.audit`` (python/dropmc/linear_audit.py):
+"""Linear-path sites in ``dropmc.torch.audit`` (python/dropmc/audit/linear.py):
 the toy ``Dropout → Linear → (+h) → LayerNorm`` and a small random Mistral.
 
 The toy's truth is checked against its own train-mode Monte Carlo (the
@@ -136,7 +136,7 @@ def test_a_window_transpose_leaves_no_site_rather_than_a_wrong_one():
     # product and the residual add: the captured path does not reproduce the
     # norm's input row for row, so no attention-path site may be made.
     transformers = pytest.importorskip("transformers")
-    from dropmc.linear_path import find_linear_paths
+    from dropmc.model.linear_path import find_linear_paths
 
     torch.manual_seed(0)
     c = transformers.SwinConfig(image_size=16, patch_size=2, embed_dim=24, depths=[2, 2], num_heads=[2, 2],

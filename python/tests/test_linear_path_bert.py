@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 
 import dropmc  # noqa: E402
 import dropmc.torch  # noqa: E402,F401
-from dropmc import linear_audit  # noqa: E402
+from dropmc.audit import linear as linear_audit  # noqa: E402
 
 torch.set_num_threads(1)
 

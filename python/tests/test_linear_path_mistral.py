@@ -1,5 +1,5 @@
 """Mistral's attention → ``post_attention_layernorm`` sites
-(``dropmc.linear_path``): a small random ``MistralModel`` with
+(``dropmc.model.linear_path``): a small random ``MistralModel`` with
 ``attention_dropout = 0.1`` and eager attention, in float64.
 
 Every layer's site must be found with numbers. Layer 0's truth must agree
@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import dropmc  # noqa: E402
-from dropmc import linear_path as lp  # noqa: E402
+from dropmc.model import linear_path as lp  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -5,10 +5,10 @@ each against the toy's own train-mode Monte Carlo with every dropout on.
   query in place (``q /= √c``) and adds the triangle bias in place
   (``scores += bias``). The ledger hands an in-place op's rule a clone of
   the target as it was; the clone now carries the target's noise
-  (dropmc.network_ledger.LedgerMode._clone_noisy) — before, the rule saw
+  (dropmc.model.network_ledger.LedgerMode._clone_noisy) — before, the rule saw
   none and the query's noise was dropped.
 * GLU ``a ⊙ σ(b)`` (alphafold3-pytorch's triangle multiplication):
-  ``σ(b)² s_a + a² σ'(b)² s_b`` (dropmc.network_rules._glu); before, an
+  ``σ(b)² s_a + a² σ'(b)² s_b`` (dropmc.model.network_rules._glu); before, an
   uncovered op that stopped the noise.
 * Shape-only ops on a noisy tensor (``t.new_ones(shape)``, the row/column
   dropouts' masks): no noise, not listed as uncovered.
@@ -33,9 +33,9 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import dropmc  # noqa: E402
-from dropmc import network_ledger as NL  # noqa: E402
-from dropmc import network_rules  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model import network_ledger as NL  # noqa: E402
+from dropmc.model import network_rules  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 
 D, P, DRAWS = 16, 0.2, 2000
 

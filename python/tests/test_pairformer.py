@@ -27,8 +27,8 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
 import dropmc.audit as A  # noqa: E402
-from dropmc.capture import capture_traced  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.audit.capture_eval import capture_traced  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from mc_checks import bonferroni_z, projected_z, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)

@@ -54,7 +54,7 @@ def test_empty_complex_and_meta_inputs_are_refused_naming_inputs(bad, error, mes
 
 def test_a_one_token_sequence_is_audited_with_the_true_reason():
     # Before: TypeError "'>' not supported between 'NoneType' and 'int'" in
-    # linear_audit.py; with linear=False "< inf" bounds with no reason.
+    # dropmc/audit/linear.py; with linear=False "< inf" bounds with no reason.
     x = torch.randn(1, 1, 32)
     a = dropmc.torch.audit(_encoder(), x, samples=1024, progress=False)
     rows = a.sites + a.linear_sites

@@ -29,7 +29,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import dropmc.audit as A  # noqa: E402
-from dropmc.discovery import discover  # noqa: E402
+from dropmc.model.discovery import discover  # noqa: E402
 from mc_checks import bonferroni_z, projected_z, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)

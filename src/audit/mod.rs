@@ -49,7 +49,7 @@ use progress::Progress;
 pub use token::{EXACT_AUDIT_D, TokenValues, compound_token_values, token_values};
 
 /// Masks per token of the audit's sampled sites by default, also the Python
-/// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit.py` reads it from the
+/// audit's `DEFAULT_SAMPLES` (`python/dropmc/audit/__init__.py` reads it from the
 /// extension as `_dropmc.AUDIT_DEFAULT_SAMPLES`): 2¹², 32 times fewer than
 /// the 2¹⁷ that resolved every site's uncorrected gap of the 6-layer
 /// d = 512 encoder of docs/audit.md without a control variate. The plain and
