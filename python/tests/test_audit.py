@@ -115,7 +115,7 @@ def test_pre_ln_encoder_sites_cross_blocks():
 
 
 class _Residual(nn.Module):
-    """RMSNorm(x + dropout(W x)): a bypass site fx can trace."""
+    """RMSNorm(x + dropout(W x)): a bypass site."""
 
     def __init__(self, d, p):
         super().__init__()
@@ -132,7 +132,7 @@ def _mlp(d=12, p=0.3):
     return nn.Sequential(nn.Linear(6, d), nn.ReLU(), nn.Dropout(p), nn.LayerNorm(d))
 
 
-def test_mlp_plain_site_by_fx():
+def test_mlp_plain_site_from_the_traced_forward():
     model = _mlp()
     x = torch.randn(5, 6)
     audit = A.audit_torch(model, x, seed=5)
@@ -152,7 +152,7 @@ def test_a_site_reports_the_masks_it_drew():
     assert [(s["exact"], s["samples"]) for s in sampled.sites] == [(False, 256)]
 
 
-def test_rmsnorm_bypass_site_by_fx():
+def test_rmsnorm_bypass_site_from_the_traced_forward():
     torch.manual_seed(3)
     model = _Residual(10, 0.25)
     x = torch.randn(6, 10)

@@ -162,8 +162,8 @@ def _mc_attention_output(model, x, name, seed=0):
 
 
 def test_encoder_attention_sites_match_the_model():
-    # nn.TransformerEncoder: fx cannot trace it; its layers' self_attn are
-    # found among the modules and kept because the forward reaches them.
+    # nn.TransformerEncoder: its layers' self_attn are found among the
+    # modules and kept because the traced forward reaches them.
     model = _encoder()
     torch.manual_seed(14)
     x = torch.randn(2, 5, 8, dtype=torch.float64)
