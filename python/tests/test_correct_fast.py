@@ -23,7 +23,7 @@ torch = pytest.importorskip("torch")
 import dropmc.correct.fast as CFast  # noqa: E402
 import dropmc.correct.hooks as H  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-from dropmc.correct.sites import _module_name  # noqa: E402
+from dropmc.model.calls import module_of as _module_name  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 

@@ -33,7 +33,7 @@ pytest.importorskip("transformers")
 import dropmc.correct.hooks as H  # noqa: E402
 import dropmc.correct.network as NC  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
-from dropmc.correct.sites import _module_name  # noqa: E402
+from dropmc.model.calls import module_of as _module_name  # noqa: E402
 from dropmc.model.discovery import discover  # noqa: E402
 from dropmc.model.network_ledger import network_ledger  # noqa: E402
 from hf_models import build  # noqa: E402

@@ -77,6 +77,8 @@ from typing import Dict, List, Optional
 
 import numpy as _np
 
+from ..model.calls import call_name, module_of
+
 __all__ = ["NETWORK_FORWARDS", "BATCH", "reached_norms", "NetworkTally", "add_network_sites", "audit_network", "audit"]
 
 #: Train-mode forwards the network truth uses at most by default (issue 49:
@@ -174,8 +176,8 @@ class NetworkTally:
         self.cv = {c: ControlVariate(r, len(plan[c]), BATCH, self.jacobians.get(c)) for c, r in refs.items()}
         self.n = 0
         self._model = model
-        self._modules = {c.split("#")[0] for c in refs}
-        self._dropouts = {k.split("#")[0] for ks in plan.values() for k in ks}
+        self._modules = {module_of(c) for c in refs}
+        self._dropouts = {module_of(k) for ks in plan.values() for k in ks}
         self._wanted = {k for ks in plan.values() for k in ks}
         self._counts: Dict[str, int] = {}
         self._seen: set = set()
@@ -184,7 +186,7 @@ class NetworkTally:
     def _call(self, name):
         k = self._counts.get(name, 0)
         self._counts[name] = k + 1
-        return name if k == 0 else f"{name}#{k}"
+        return call_name(name, k)
 
     def _hook(self, name):
         def hook(module, args, out):

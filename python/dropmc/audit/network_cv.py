@@ -65,6 +65,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from ..model.calls import call_name
+
 __all__ = ["NormJacobian", "ControlVariate", "injection_plan", "eval_jacobians", "injection"]
 
 #: Elements of a norm's output (whole rows, a fixed strided subset, the
@@ -144,7 +146,7 @@ def eval_jacobians(model, args, kwargs, reached: List[dict]) -> Dict[str, NormJa
         def hook(module, a, kw):
             k = counts.get(name, 0)
             counts[name] = k + 1
-            call = name if k == 0 else f"{name}#{k}"
+            call = call_name(name, k)
             x = a[0] if a else next(iter(kw.values()), None)
             if call in kinds and isinstance(x, torch.Tensor):
                 x = x.detach().to(torch.float64)

@@ -8,6 +8,8 @@ from typing import Dict, Optional
 
 import numpy as _np
 
+from ..model.calls import call_name, module_of
+
 __all__ = ["FUNCTIONAL_NORMS", "FunctionalNorms", "kept_rows"]
 
 #: The functional norms noted when called outside a norm module (listed, not audited).
@@ -55,8 +57,8 @@ class FunctionalNorms:
                 kwargs = kwargs or {}
                 if func in funcs and trace.owner() not in norm_modules and args:
                     base = trace.functional_base(func.__name__)
-                    k = sum(1 for c in seen if c.split("#")[0] == base)
-                    seen[base if k == 0 else f"{base}#{k}"] = trace.deps(args[0])
+                    k = sum(1 for c in seen if module_of(c) == base)
+                    seen[call_name(base, k)] = trace.deps(args[0])
                 return func(*args, **kwargs)
 
         return Mode()

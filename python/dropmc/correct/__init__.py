@@ -67,8 +67,9 @@ from .forms import _NormParams
 from .masks import refuse_unchecked
 from .scope import by_default, default_scope
 from .read_norms import norm_outputs  # noqa: F401  (re-exported: dropmc.correct.norm_outputs)
-from .sites import (_call_index, _calls_per_forward, _check_sites, _excluded, _is_site_list, _module_name,
-                            _norm_params, _p_of, _plan, _Plan)
+from ..model.calls import call_index as _call_index
+from ..model.calls import module_of as _module_name
+from .sites import _calls_per_forward, _check_sites, _excluded, _is_site_list, _norm_params, _p_of, _plan, _Plan
 
 __all__ = ["correct", "uncorrect", "corrected", "resolve_sites", "norm_outputs", "Correction", "default_scope"]
 

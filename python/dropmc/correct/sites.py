@@ -24,17 +24,10 @@ from __future__ import annotations
 import difflib
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
+from ..model.calls import call_index as _call_index
+from ..model.calls import module_of as _module_name
 from ..model.norms import norm_kind
 from .forms import _NormParams
-
-
-def _module_name(call: str) -> str:
-    """The module of a call name: ``a.b#2`` → ``a.b``."""
-    return call.split("#")[0]
-
-
-def _call_index(call: str) -> int:
-    return int(call.split("#")[1]) if "#" in call else 0
 
 
 def _is_audit(obj) -> bool:

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional
 import numpy as _np
 
 from .. import _dropmc
+from .calls import call_name, module_of
 from .path_hooks import path_hooks
 
 __all__ = ["LinearPathSite", "find_linear_paths", "rates_of", "path_tracer", "paths_of", "audit_linear",
@@ -93,7 +94,7 @@ def _tracer_class():
             """Discovery's name of a call (``base``, then ``base#k``)."""
             k = self.counts.get(base, 0)
             self.counts[base] = k + 1
-            return base if k == 0 else f"{base}#{k}"
+            return call_name(base, k)
 
         def dropout_call(self) -> str:
             """An ``nn.Dropout``'s call is its module's name; a functional
@@ -292,8 +293,7 @@ def _capture(tracer, node, name) -> Optional[LinearPathSite]:
         else:
             return None
     lin, drop, product = found
-    base = lambda call: call.split("#")[0]  # noqa: E731
-    calls = (tracer.counts.get(base(drop["call"]), 1), tracer.counts.get(base(name), 1))
+    calls = (tracer.counts.get(module_of(drop["call"]), 1), tracer.counts.get(module_of(name), 1))
     w = lin["w"]
     d, m = w.shape
     if y.shape[-1] != d or node["w"] is None:

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from . import network_rules as _rules
+from .calls import call_name
 from .trace import Trace, tensors
 
 __all__ = ["NormNoise", "NetworkLedger", "LedgerMode", "network_ledger"]
@@ -271,7 +272,7 @@ class _NormHook:
     def __call__(self, module, args, kwargs):
         k = self.count
         self.count += 1
-        call = self.name if k == 0 else f"{self.name}#{k}"
+        call = call_name(self.name, k)
         x = args[0] if args else next(iter(tensors(kwargs)), None)
         if call in self.kinds and isinstance(x, torch.Tensor):
             kind, axis = self.kinds[call]

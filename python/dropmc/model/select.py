@@ -6,6 +6,8 @@ that stops it). One place, shared by the audit and ``correct``."""
 
 from __future__ import annotations
 
+from .calls import module_of
+
 __all__ = ["select", "select_sites"]
 
 
@@ -13,7 +15,7 @@ def _unknown_site(t, found, modules) -> str:
     import torch.nn as nn
 
     dname, nname = t[0], t[1]
-    base = dname.split("#")[0]
+    base = module_of(dname)
     if base in modules and not isinstance(modules[base], nn.modules.dropout._DropoutNd):
         return f"{dname!r} is not an nn.Dropout of the model"
     if dname not in found.dropouts:

@@ -45,6 +45,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
 from .attention_product import SDPA_SIGNATURE, canonical, canonical_steps, einsum_layout
+from .calls import call_name
 from .norms import norm_candidate
 from .paths import MAX_LABELS, op_label, step_of
 from .trace_masks import ADD, BERNOULLI, DIV, MUL, OTHER, RAND, MaskDraws, scalar
@@ -170,7 +171,7 @@ class Trace(MaskDraws):
     def next_call(self, base: str) -> str:
         k = self.counts.get(base, 0)
         self.counts[base] = k + 1
-        return base if k == 0 else f"{base}#{k}"
+        return call_name(base, k)
 
     def owner(self) -> str:
         return self.stack[-1] if self.stack else ""
