@@ -169,6 +169,12 @@ def eval_jacobians(model, args, kwargs, reached: List[dict]) -> Dict[str, NormJa
     return out
 
 
+def _centred_squares(sum1, sum2, n):
+    """``Σ (y − ȳ)²`` per element from the running sums ``Σ y`` and ``Σ y²``
+    of ``n`` draws: ``Σ y² − (Σ y)²/n``."""
+    return sum2 - sum1 * sum1 / n
+
+
 class ControlVariate:
     """One norm call's controlled sums (module docs): ``add(y, rs)`` per
     draw (``y`` centred on the eval output, ``rs`` its regressors),
@@ -234,22 +240,16 @@ class ControlVariate:
 
     def truth(self, ref):
         n = self.n
-        mean = ref + self.z1 / n
-        var = ((self.z2 - self.z1 * self.z1 / n) / (n - 1)).clamp_min(0.0)
-        return mean, (var / n).sqrt()
-
-    def plain_truth(self, ref):
-        n = self.n
-        var = ((self.s2 - self.s1 * self.s1 / n) / (n - 1)).clamp_min(0.0)
-        return ref + self.s1 / n, (var / n).sqrt()
+        var = (_centred_squares(self.z1, self.z2, n) / (n - 1)).clamp_min(0.0)
+        return ref + self.z1 / n, (var / n).sqrt()
 
     def se_ratio(self) -> Optional[float]:
         """Mean plain SE² over mean controlled SE², both from all ``n``
         draws (what the estimate gained, the uncontrolled first batch included)."""
         if self.n < 2:
             return None
-        controlled = ((self.z2 - self.z1 * self.z1 / self.n)).mean()
-        plain = ((self.s2 - self.s1 * self.s1 / self.n)).mean()
+        controlled = _centred_squares(self.z1, self.z2, self.n).mean()
+        plain = _centred_squares(self.s1, self.s2, self.n).mean()
         return float(plain / controlled) if controlled > 0 else None
 
     def variance_ratio(self) -> Optional[float]:
@@ -258,6 +258,6 @@ class ControlVariate:
         n, m = self.n, self.n - self.pilot
         if m < 2:
             return None
-        plain = ((self.s2 - self.s1 * self.s1 / n) / (n - 1)).mean()
-        controlled = ((self.p2 - self.p1 * self.p1 / m) / (m - 1)).mean()
+        plain = (_centred_squares(self.s1, self.s2, n) / (n - 1)).mean()
+        controlled = (_centred_squares(self.p1, self.p2, m) / (m - 1)).mean()
         return float(plain / controlled) if controlled > 0 else None
