@@ -31,7 +31,11 @@ def projected_z(truth, se, runs, seed: int = 7):
     return (mc - truth @ a) / np.sqrt(mc_se ** 2 + (se @ np.abs(a)) ** 2)
 
 
-def train_mode_outputs(model, norm, inputs, runs, seed=8, train=True, channel_axis=-1):
+class _StopAtNorm(Exception):
+    """Ends a Monte Carlo forward at the norm (``stop_at_norm``)."""
+
+
+def train_mode_outputs(model, norm, inputs, runs, seed=8, train=True, channel_axis=-1, stop_at_norm=False):
     """The model's own Monte Carlo at one norm: ``norm``'s output (a
     submodule name) on one forward of ``model`` on ``runs`` copies of
     ``inputs`` (a tensor, or a dict of keyword tensors; repeated along the
@@ -39,14 +43,22 @@ def train_mode_outputs(model, norm, inputs, runs, seed=8, train=True, channel_ax
     ``seed``, under no_grad. ``train``: the model is put in train mode
     first (False: in the modes the caller set, e.g. one dropout alone);
     it is left in eval mode. Returns runs × tokens × d, float64 numpy, the
-    channels read on ``channel_axis`` (a channels-first norm's: 1)."""
+    channels read on ``channel_axis`` (a channels-first norm's: 1).
+    ``stop_at_norm``: the forward ends at the norm's output (the draws up to
+    it are the same, so are the outputs; a large model's rest is skipped)."""
     import torch
 
     def repeat(v):
         return v.repeat(runs, *([1] * (v.dim() - 1)))
 
     got = []
-    handle = model.get_submodule(norm).register_forward_hook(lambda m, a, out: got.append(out.detach()))
+
+    def record(module, args, out):
+        got.append(out.detach())
+        if stop_at_norm:
+            raise _StopAtNorm
+
+    handle = model.get_submodule(norm).register_forward_hook(record)
     if train:
         model.train()
     torch.manual_seed(seed)
@@ -56,6 +68,8 @@ def train_mode_outputs(model, norm, inputs, runs, seed=8, train=True, channel_ax
                 model(**{k: repeat(v) for k, v in inputs.items()})
             else:
                 model(repeat(inputs))
+    except _StopAtNorm:
+        pass
     finally:
         handle.remove()
         model.eval()

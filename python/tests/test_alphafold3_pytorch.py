@@ -45,7 +45,7 @@ import dropmc.model.discovery as D  # noqa: E402
 import dropmc.torch as dt  # noqa: E402
 from correct_checks import one_site_gap  # noqa: E402
 from dropmc.model.discovery import discover  # noqa: E402
-from mc_checks import bonferroni_z, projected_z  # noqa: E402
+from mc_checks import bonferroni_z, projected_z, train_mode_outputs  # noqa: E402
 
 torch.set_num_threads(1)
 N = 6  # tokens
@@ -93,35 +93,13 @@ def test_every_pairformer_and_msa_site_is_found_and_audited(pairformer):
     assert {s["name"] for s in audit.sites} == {f"{d}->{n}" for d, n in expected_msa()}
 
 
-class _Stop(Exception):
-    pass
-
-
 def _monte_carlo(model, kw, site, runs):
     """The norm's output over ``runs`` copies of the inputs in one batch,
     only the site's dropout in train mode (its mask drawn per copy); the
     forward stops at the norm."""
-    got = []
-
-    def hook(module, args, out):
-        got.append(out.detach().to(torch.float64))
-        raise _Stop
-
     model.eval()
-    drop = model.get_submodule(site[0])
-    drop.train()
-    handle = model.get_submodule(site[1]).register_forward_hook(hook)
-    torch.manual_seed(11)
-    try:
-        with torch.no_grad():
-            model(**{k: v.repeat(runs, *([1] * (v.dim() - 1))) for k, v in kw.items()})
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-        drop.eval()
-    out = got[0]
-    return out.reshape(runs, -1, out.shape[-1]).numpy()
+    model.get_submodule(site[0]).train()
+    return train_mode_outputs(model, site[1], kw, runs, seed=11, train=False, stop_at_norm=True)
 
 
 CHECKED = [("layers.0.0.tri_mult_outgoing.fn.to_out.1.dropout", "layers.0.0.tri_mult_incoming.norm"),
